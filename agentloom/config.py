@@ -1,0 +1,120 @@
+"""Read settings from the environment, failing loudly on malformed values.
+
+Each reader raises `ImproperlyConfigured` naming the variable, so that a typo stops start-up
+instead of silently running with a default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = env_str(name)
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be one of true/false/1/0/yes/no/on/off, got {value!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = env_str(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {number}")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = env_str(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
+    """Return a DATABASES entry for `url` (sqlite:///path or postgres://…)."""
+    import dj_database_url
+
+    if "://" not in url:
+        raise ImproperlyConfigured(
+            "DATABASE_URL must look like sqlite:///path or postgres://user@host:port/name, "
+            f"got {url!r}"
+        )
+    scheme = url.split("://", 1)[0]
+    if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL scheme {scheme!r} is not supported (use sqlite or postgres)"
+        )
+    try:
+        config = dj_database_url.parse(url)
+    except Exception as error:  # the parser raises several types for garbage
+        raise ImproperlyConfigured(f"DATABASE_URL could not be parsed: {error}") from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        if config.get("NAME") in (None, "", ":memory:"):
+            # An in-memory database cannot be shared by the web process and the worker.
+            raise ImproperlyConfigured("DATABASE_URL names no SQLite file (sqlite:///path)")
+        # WAL lets the web process read while a worker writes; IMMEDIATE takes the write lock
+        # at BEGIN so two writers queue on the timeout instead of failing mid-transaction.
+        config["OPTIONS"] = {
+            "timeout": sqlite_timeout,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    else:
+        if not config.get("NAME"):
+            raise ImproperlyConfigured("DATABASE_URL names no PostgreSQL database")
+        config.setdefault("CONN_MAX_AGE", 60)
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+def local_secret(var_dir: Path, name: str, *, debug: bool) -> str:
+    """Return the secret `name` from the environment, or a generated one kept under var/.
+
+    Generation happens only in development (DEBUG on); in production a missing secret is an
+    error, because a fresh random key would make every encrypted row unreadable.
+    """
+    value = env_str(name)
+    if value is not None:
+        if len(value) < 32:
+            raise ImproperlyConfigured(f"{name} must be at least 32 characters long")
+        return value
+    if not debug:
+        raise ImproperlyConfigured(f"{name} must be set when DEBUG is off")
+    path = var_dir / "local-secrets.json"
+    stored: dict[str, str] = {}
+    if path.exists():
+        stored = json.loads(path.read_text())
+    if name not in stored:
+        var_dir.mkdir(parents=True, exist_ok=True)
+        stored[name] = secrets.token_urlsafe(48)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stored, indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return stored[name]

@@ -1,0 +1,1 @@
+"""The context engine: plain Python, no Django."""

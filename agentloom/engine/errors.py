@@ -1,0 +1,29 @@
+"""The engine's exception root: everything the engine raises on purpose derives from EngineError."""
+
+
+class EngineError(Exception):
+    """Base class of every error the context engine raises deliberately."""
+
+
+class ConfigurationError(EngineError):
+    """A budget, policy or tool configuration is invalid; `field` names what is wrong."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class GatewayError(EngineError):
+    """A model call failed.
+
+    `kind` is one of: "auth", "rate_limit", "context_length", "bad_request", "upstream",
+    "network", "timeout", "protocol". The message is fixed text chosen by the gateway; it never
+    carries a provider's response body, headers or credentials.
+    """
+
+    def __init__(self, kind: str, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status

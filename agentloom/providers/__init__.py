@@ -1,0 +1,1 @@
+"""Provider adapters: guarded HTTP, model discovery, the model manifest, chat gateways."""

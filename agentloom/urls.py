@@ -1,0 +1,20 @@
+"""Top-level URL routes: admin, console pages, REST API and its schema."""
+
+from django.contrib import admin
+from django.http import JsonResponse
+from django.urls import path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/admin/", permanent=False), name="home"),
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]

@@ -1,0 +1,27 @@
+from django.contrib import admin
+
+from context_app.models import Agent, AgentVersion
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["name", "space", "owner", "model_connection", "verify_completion", "updated_at"]
+    list_filter = ["space"]
+    search_fields = ["name"]
+
+
+@admin.register(AgentVersion)
+class AgentVersionAdmin(admin.ModelAdmin):
+    """Published versions are frozen: the admin shows them and never edits them."""
+
+    list_display = ["agent", "number", "model_connection", "published_by", "created_at"]
+    readonly_fields = ["agent", "number", "snapshot", "model_connection", "published_by"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ContextAppConfig(AppConfig):
+    name = "context_app"
+    verbose_name = "Agents"

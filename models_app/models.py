@@ -1,0 +1,51 @@
+"""Model connections: a provider endpoint, its encrypted key and the model budget."""
+
+from django.db import models
+from django_cryptography.fields import encrypt
+
+from agentloom.spaces.models import Space
+
+
+class ModelConnection(models.Model):
+    class Provider(models.TextChoices):
+        OPENAI = "openai", "OpenAI"
+        DEEPSEEK = "deepseek", "DeepSeek"
+        OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible"
+        LOCAL = "local", "Local demo model (offline, not a real LLM)"
+
+    class WindowSource(models.TextChoices):
+        PROVIDER = "provider", "Provider response"
+        OFFICIAL_MANIFEST = "official_manifest", "Official manifest"
+        PLATFORM_DEFAULT = "platform_default", "Platform default (32K fallback)"
+        MANUAL = "manual", "Manual"
+
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="model_connections")
+    name = models.CharField(max_length=120)
+    provider = models.CharField(max_length=32, choices=Provider.choices)
+    base_url = models.URLField(max_length=500, blank=True)
+    api_key = encrypt(models.TextField(blank=True, default=""))
+    model_id = models.CharField(max_length=200)
+    context_window = models.PositiveIntegerField(default=32_768)
+    max_output_tokens = models.PositiveIntegerField(default=4_096)
+    max_output_cap = models.PositiveIntegerField(null=True, blank=True)
+    safety_margin_tokens = models.PositiveIntegerField(default=1_024)
+    window_source = models.CharField(
+        max_length=32, choices=WindowSource.choices, default=WindowSource.PLATFORM_DEFAULT
+    )
+    source_url = models.URLField(max_length=500, blank=True)
+    verified_on = models.DateField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["space", "name"], name="unique_connection_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.provider}:{self.model_id})"
+
+    @property
+    def effective_input_budget(self) -> int:
+        return self.context_window - self.max_output_tokens - self.safety_margin_tokens

@@ -1,0 +1,192 @@
+"""Sessions, runs and the encrypted, append-only session journal."""
+
+from django.conf import settings
+from django.db import models
+from django_cryptography.fields import encrypt
+
+from agentloom.spaces.models import Space
+from context_app.models import Agent, AgentVersion
+
+MAIN_INSTANCE = "main"
+
+
+class Session(models.Model):
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="sessions")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="sessions")
+    agent_version = models.ForeignKey(
+        AgentVersion, on_delete=models.PROTECT, related_name="sessions"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
+    )
+    title = models.CharField(max_length=200, blank=True, default="")
+    # The next session seq to hand out; read and bumped under SELECT … FOR UPDATE.
+    next_seq = models.PositiveBigIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.pk}"
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+    FINISHED_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    question = encrypt(models.TextField())
+    answer = encrypt(models.TextField(null=True, blank=True))
+    checkpoint = encrypt(models.JSONField(null=True, blank=True))
+    # Session seq of the last journal record this run's history was built from.
+    inherited_watermark = models.PositiveBigIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
+    lease_owner = models.CharField(max_length=64, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    # Set atomically when the engine's final drain finds the supplement queue empty.
+    supplements_closed = models.BooleanField(default=False)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "number"], name="unique_run_number"),
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="one_active_run_per_session",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    status__in=["queued", "running", "succeeded", "failed", "cancelled"]
+                ),
+                name="run_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.number} of session {self.session_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE_STATUSES
+
+
+class SessionMessage(models.Model):
+    """One journal record. Index fields stay in clear; only `message` is encrypted."""
+
+    class Kind(models.TextChoices):
+        USER_INPUT = "user_input"
+        SUPPLEMENT = "supplement"
+        ASSISTANT = "assistant"
+        TOOL_RESULT = "tool_result"
+        FEEDBACK = "feedback"
+        STATUS = "status"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveBigIntegerField()
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    entry_key = models.CharField(max_length=200)
+    message = encrypt(models.JSONField())
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["session_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="unique_session_seq"),
+            models.UniqueConstraint(
+                fields=["run", "instance", "entry_key"], name="unique_run_instance_entry"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["session", "instance", "seq"], name="journal_instance_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} ({self.instance})"
+
+
+class SessionView(models.Model):
+    """A reusable compacted main-instance view, valid for the journal prefix up to `watermark`."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="views")
+    revision = models.PositiveIntegerField()
+    watermark = models.PositiveBigIntegerField()
+    messages = encrypt(models.JSONField())
+    user_turns = models.PositiveIntegerField(default=0)
+    model_steps = models.PositiveIntegerField(default=0)
+    baseline_user_turns = models.PositiveIntegerField(default=0)
+    baseline_model_steps = models.PositiveIntegerField(default=0)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="views")
+    binding = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session_id", "revision"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "revision"], name="unique_view_revision"),
+        ]
+
+    def __str__(self) -> str:
+        return f"View r{self.revision} @ {self.watermark}"
+
+
+class RunSupplement(models.Model):
+    """The persistent supplement queue of a run; `consumed_at` is set once it is journaled."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="supplements")
+    position = models.PositiveIntegerField()
+    text = encrypt(models.TextField())
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="unique_supplement_position"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Supplement {self.position} of run {self.run_id}"
+
+
+class ModelCall(models.Model):
+    """Every gateway call of a run, so runs can be replayed and estimates compared with usage."""
+
+    class Purpose(models.TextChoices):
+        ACTION = "action"
+        COMPACTION = "compaction"
+        VERIFICATION = "verification"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
+    instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
+    purpose = models.CharField(max_length=16, choices=Purpose.choices)
+    request_estimate = models.PositiveIntegerField(default=0)
+    response = encrypt(models.JSONField(null=True, blank=True))
+    usage = models.JSONField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} call of run {self.run_id}"

@@ -1,0 +1,104 @@
+"""Shared fixtures: service gates, a loopback-only network guard, and named users."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+
+import pytest
+
+IN_CI = os.environ.get("CI") == "true"
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CHROMIUM = "/usr/bin/chromium"
+
+
+def _unavailable(reason: str):
+    """Skip outside CI; fail in CI, where every service must really be exercised."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a missing service fails the run)", pytrace=False)
+    pytest.skip(reason)
+
+
+# --- loopback-only network -------------------------------------------------------------------
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _check_address(sock: socket.socket, address) -> None:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    host = address[0]
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        raise AssertionError(f"test tried to connect to a host name {host!r}") from None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    if not ip.is_loopback:
+        raise AssertionError(f"test tried a non-loopback connection to {host}")
+
+
+def _guarded_connect(self, address):
+    _check_address(self, address)
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self, address):
+    _check_address(self, address)
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch):
+    """Fail any test that opens a connection to anything but 127.0.0.0/8 or ::1."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+
+
+# --- service gates ---------------------------------------------------------------------------
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("postgres"):
+        from django.db import connection
+
+        if connection.vendor != "postgresql":
+            pytest.skip("PostgreSQL test: runs in the PostgreSQL leg (DATABASE_URL=postgres://…)")
+    if item.get_closest_marker("browser") and not shutil.which(CHROMIUM):
+        _unavailable(f"browser test: {CHROMIUM} is not installed (apt-get install -y chromium)")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """Return the URL of a Redis server that answers, or skip (fail in CI)."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+        client.ping()
+        client.close()
+    except redis.RedisError as error:
+        _unavailable(f"Redis does not answer at {REDIS_URL}: {error.__class__.__name__}")
+    return REDIS_URL
+
+
+# --- people ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alice(db):
+    """A space admin."""
+    from tests.factories import make_user
+
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(db):
+    """Another user."""
+    from tests.factories import make_user
+
+    return make_user("bob")

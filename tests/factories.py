@@ -1,0 +1,77 @@
+"""Small factories for tests: each returns a saved row with sensible defaults."""
+
+from __future__ import annotations
+
+import itertools
+
+from django.contrib.auth import get_user_model
+
+_counter = itertools.count(1)
+
+
+def make_user(username: str | None = None, *, superuser: bool = False, staff: bool = False):
+    username = username or f"user{next(_counter)}"
+    model = get_user_model()
+    if superuser:
+        return model.objects.create_superuser(username=username, password="pw-" + username)
+    return model.objects.create_user(username=username, password="pw-" + username, is_staff=staff)
+
+
+def make_space(*, name: str = "Space", admin=None, members=()):
+    from agentloom.spaces.models import Membership, Space
+
+    space = Space.objects.create(name=name)
+    if admin is not None:
+        Membership.objects.create(space=space, user=admin, role=Membership.Role.ADMIN)
+    for user in members:
+        Membership.objects.create(space=space, user=user, role=Membership.Role.MEMBER)
+    return space
+
+
+def make_connection(space, **fields):
+    from models_app.models import ModelConnection
+
+    defaults = {
+        "name": f"conn{next(_counter)}",
+        "provider": ModelConnection.Provider.LOCAL,
+        "base_url": "",
+        "api_key": "",
+        "model_id": "local-demo",
+    }
+    defaults.update(fields)
+    return ModelConnection.objects.create(space=space, **defaults)
+
+
+def make_agent(space, owner, *, connection=None, **fields):
+    from context_app.models import Agent
+
+    defaults = {"name": f"agent{next(_counter)}", "system_prompt": "You are helpful."}
+    defaults.update(fields)
+    return Agent.objects.create(space=space, owner=owner, model_connection=connection, **defaults)
+
+
+def make_version(agent, *, snapshot=None, number=None):
+    from context_app.models import AgentVersion
+
+    number = number or (agent.versions.count() + 1)
+    return AgentVersion.objects.create(
+        agent=agent,
+        number=number,
+        snapshot=snapshot or {"system_prompt": agent.system_prompt},
+        model_connection=agent.model_connection,
+    )
+
+
+def make_session(version, user):
+    from sessions_app.models import Session
+
+    return Session.objects.create(
+        space=version.agent.space, agent=version.agent, agent_version=version, created_by=user
+    )
+
+
+def make_run(session, *, status="queued", number=None, question="What is 2+2?"):
+    from sessions_app.models import Run
+
+    number = number or (session.runs.count() + 1)
+    return Run.objects.create(session=session, number=number, status=status, question=question)
