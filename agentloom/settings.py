@@ -27,7 +27,9 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # production unless an operator opts in: they are how server-side request forgery starts.
 ALLOW_PRIVATE_MODEL_HOSTS = env_bool("ALLOW_PRIVATE_MODEL_HOSTS", DEBUG)
 LEGACY_CONTEXT_CHARS = env_int("LEGACY_CONTEXT_CHARS", 48_000, minimum=1_000)
-RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=5)
+RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
+# A queued run no worker picks up within this time is marked failed (worker_lost).
+RUN_QUEUE_SECONDS = env_int("RUN_QUEUE_SECONDS", 600, minimum=5)
 RUN_MAX_MODEL_CALLS = env_int("RUN_MAX_MODEL_CALLS", 32, minimum=1)
 
 INSTALLED_APPS = [
@@ -122,6 +124,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Application errors, Django's 404s and oversized bodies become clean JSON (agentloom/api.py).
+    "EXCEPTION_HANDLER": "agentloom.api.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -132,6 +136,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Tags come from the path after /api/ or /api/v1/: spaces, agents, sessions, runs, …
+    "SCHEMA_PATH_PREFIX": r"/api(/v[0-9]+)?",
 }
 
 # Celery: the filesystem transport needs no server, so one machine runs web + worker on SQLite.

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.http import JsonResponse
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -15,6 +15,7 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False), name="home"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("api/", include("agentloom.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

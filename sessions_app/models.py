@@ -135,6 +135,9 @@ class SessionView(models.Model):
     baseline_user_turns = models.PositiveIntegerField(default=0)
     baseline_model_steps = models.PositiveIntegerField(default=0)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="views")
+    # The revision of the run's compaction snapshot this view was saved from.
+    snapshot_revision = models.PositiveIntegerField(default=0)
+    # Policy, budget and estimator the view was made under; reused only under an equal binding.
     binding = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -102,3 +102,24 @@ def bob(db):
     from tests.factories import make_user
 
     return make_user("bob")
+
+
+# --- run dispatch ----------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def queued_runs(request, monkeypatch):
+    """Record run ids queued for a worker instead of sending them to the broker.
+
+    Tests that execute runs call `sessions_app.services.execution.run_execute` themselves (or
+    `drain_queued_runs`); tests marked `real_worker` keep the real Celery dispatch.
+    """
+    queued: list[int] = []
+    if request.node.get_closest_marker("real_worker"):
+        return queued
+    from types import SimpleNamespace
+
+    from sessions_app import tasks
+
+    monkeypatch.setattr(tasks, "execute_run", SimpleNamespace(delay=queued.append))
+    return queued

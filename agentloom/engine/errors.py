@@ -27,3 +27,19 @@ class GatewayError(EngineError):
         self.kind = kind
         self.message = message
         self.status = status
+
+
+class ToolError(EngineError):
+    """A tool could not do what it was asked; the message is shown to the model."""
+
+
+class FrameError(EngineError):
+    """A checkpoint frame cannot be read: wrong format or a malformed field."""
+
+
+class ContextBudgetExceeded(EngineError):
+    """A request is larger than the effective input budget, so it was not sent."""
+
+
+class ModelCallLimitReached(EngineError):
+    """The execution has used every model call its limits allow."""

@@ -3,22 +3,35 @@
 A gateway turns one `ModelRequest` (OpenAI chat-completions messages and tool schemas) into one
 `ModelResponse` (an assistant message). Real providers live in `agentloom.providers`; they
 implement this interface and are picked by the Django side.
+
+`ScriptedGateway` replays a script and keeps every request, for tests. `LocalDemoGateway` is the
+offline demo model of the `local` provider: deterministic, and it says it is a demo.
 """
 
 from __future__ import annotations
 
 import abc
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.errors import GatewayError
+from agentloom.engine.errors import EngineError, GatewayError
+from agentloom.engine.protocol import message_text
 
 __all__ = [
+    "DEMO_LABEL",
     "PURPOSES",
     "GatewayError",
+    "LocalDemoGateway",
     "ModelGateway",
     "ModelRequest",
     "ModelResponse",
+    "ScriptExhausted",
+    "ScriptedGateway",
+    "text_response",
+    "tool_call_response",
 ]
 
 PURPOSES = ("action", "compaction", "verification")
@@ -71,3 +84,203 @@ class ModelGateway(abc.ABC):
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Return the model's reply to `request`."""
+
+
+def text_response(content: str, *, usage: dict[str, Any] | None = None) -> ModelResponse:
+    """Return a reply that is plain text (a final answer, a summary or a verdict)."""
+    return ModelResponse(
+        message={"role": "assistant", "content": content}, usage=usage, finish_reason="stop"
+    )
+
+
+def tool_call_response(
+    *calls: tuple[str, dict[str, Any] | str], content: str | None = None
+) -> ModelResponse:
+    """Return a reply that calls tools: each call is `(name, arguments)`, ids `call_<n>`."""
+    tool_calls = [
+        {
+            "id": f"call_{number}",
+            "type": "function",
+            "function": {
+                "name": name,
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            },
+        }
+        for number, (name, arguments) in enumerate(calls, start=1)
+    ]
+    return ModelResponse(
+        message={"role": "assistant", "content": content, "tool_calls": tool_calls},
+        finish_reason="tool_calls",
+    )
+
+
+class ScriptExhausted(EngineError):
+    """A scripted gateway was asked for more replies than its script holds."""
+
+
+ScriptStep = ModelResponse | Callable[[ModelRequest], ModelResponse] | BaseException
+
+
+class ScriptedGateway(ModelGateway):
+    """Replay scripted replies in order and keep every request received, for tests.
+
+    A script step is a `ModelResponse`, a callable that returns one for the request, or an
+    exception to raise. `validate`, when given, is called with every request first, so a test can
+    refuse requests a real provider would refuse.
+    """
+
+    provider = "scripted"
+    model_id = "scripted"
+
+    def __init__(
+        self,
+        responses: Iterable[ScriptStep] = (),
+        *,
+        validate: Callable[[ModelRequest], None] | None = None,
+    ):
+        self.script: list[ScriptStep] = list(responses)
+        self.requests: list[ModelRequest] = []
+        self._validate = validate
+
+    def add(self, *steps: ScriptStep) -> None:
+        """Append steps to the script."""
+        self.script.extend(steps)
+
+    def purposes(self) -> list[str]:
+        """Return the purpose of every request received, in order."""
+        return [request.purpose for request in self.requests]
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if self._validate is not None:
+            self._validate(request)
+        self.requests.append(request)
+        if not self.script:
+            raise ScriptExhausted(f"no scripted reply left for request {len(self.requests)}")
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step(request)
+        return step
+
+
+DEMO_LABEL = "[local demo model]"
+_TOOL_DIRECTIVE = re.compile(r"/tool\s+([A-Za-z0-9_-]+)\s*")
+_NONCE = re.compile(r"NONCE-[\w-]+")
+_WORD = re.compile(r"[A-Za-z][\w'-]*")
+# Scaffolding lines of the compaction request that carry no facts of their own.
+_SUMMARY_SCAFFOLD = ("Summary so far:", "Next material", "Return the updated summary")
+_DEMO_LINE_CHARS = 300
+
+
+def _has_fact(line: str) -> bool:
+    """Say whether a line holds a number, a `NONCE-…` token or a capitalised name."""
+    if any(ch.isdigit() for ch in line) or _NONCE.search(line):
+        return True
+    words = _WORD.findall(line)
+    # The first word is capitalised in any sentence; a name is a capital later in the line,
+    # or a word written all in capitals.
+    return any(w[0].isupper() for w in words[1:]) or any(len(w) > 1 and w.isupper() for w in words)
+
+
+def _pieces(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        line = line.strip()
+        while len(line) > _DEMO_LINE_CHARS:
+            yield line[:_DEMO_LINE_CHARS]
+            line = line[_DEMO_LINE_CHARS:]
+        if line:
+            yield line
+
+
+class LocalDemoGateway(ModelGateway):
+    """A deterministic, offline stand-in for a model, labelled as a demo in every reply.
+
+    - `/tool NAME {json}` in the latest user message: call that tool with those arguments;
+    - after tool results: answer citing them;
+    - purpose `compaction`: an extractive handoff summary keeping every line with a fact marker
+      (a digit, a capitalised name or a `NONCE-…` token), long lines taken in pieces;
+    - purpose `verification`: `PASS`;
+    - otherwise: answer from the question.
+    """
+
+    provider = "local"
+    model_id = "local-demo"
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "compaction":
+            reply = self._summary(request)
+        elif request.purpose == "verification":
+            reply = text_response(f"PASS {DEMO_LABEL} verification is a stand-in check.")
+        else:
+            reply = self._action(request)
+        prompt = len(json.dumps(request.messages)) // 4
+        completion = len(json.dumps(reply.message)) // 4
+        reply.usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        reply.model = self.model_id
+        return reply
+
+    def _summary(self, request: ModelRequest) -> ModelResponse:
+        text = "\n".join(message_text(m) for m in request.messages if m.get("role") == "user")
+        kept: list[str] = []
+        for piece in _pieces(text):
+            if piece.startswith(_SUMMARY_SCAFFOLD) or piece.startswith(DEMO_LABEL):
+                continue
+            if _has_fact(piece) and piece not in kept:
+                kept.append(piece)
+        body = "\n".join(kept) if kept else "(no facts found in this part)"
+        return text_response(f"{DEMO_LABEL} handoff summary (extractive)\n{body}")
+
+    def _action(self, request: ModelRequest) -> ModelResponse:
+        messages = request.messages
+        # Feedback notes are the engine talking, not the user: answer the user's latest message.
+        asked = max(
+            (
+                index
+                for index, m in enumerate(messages)
+                if m.get("role") == "user" and not message_text(m).startswith("[feedback]")
+            ),
+            default=-1,
+        )
+        results = [i for i in range(asked + 1, len(messages)) if messages[i].get("role") == "tool"]
+        if results:
+            return self._cite_results(messages, results[-1] + 1)
+        question = message_text(messages[asked]) if asked >= 0 else ""
+        calls = []
+        position = 0
+        while match := _TOOL_DIRECTIVE.search(question, position):
+            try:
+                parsed, position = json.JSONDecoder().raw_decode(question, match.end())
+                arguments = json.dumps(parsed)
+            except json.JSONDecodeError:
+                # Sent as written, so the engine's handling of bad arguments can be seen.
+                arguments = question[match.end() :].split("\n", 1)[0]
+                position = match.end() + len(arguments)
+            # Searching on after the arguments: a `/tool` inside them (a task handed to a
+            # sub-agent) belongs to that task, not to this message.
+            calls.append((match.group(1), arguments))
+        if calls:
+            reply = tool_call_response(*calls, content=f"{DEMO_LABEL} Calling tools.")
+            for number, call in enumerate(reply.message["tool_calls"], start=1):
+                call["id"] = f"local-{len(messages)}-{number}"
+            return reply
+        return text_response(f"{DEMO_LABEL} You asked: {question[:500]}")
+
+    def _cite_results(self, messages: list[dict[str, Any]], end: int) -> ModelResponse:
+        """Answer from the tool group that ends at `end`."""
+        start = end
+        while start > 0 and messages[start - 1].get("role") == "tool":
+            start -= 1
+        names = {}
+        if start > 0:
+            for call in messages[start - 1].get("tool_calls") or []:
+                names[call.get("id")] = (call.get("function") or {}).get("name")
+        lines = [f"{DEMO_LABEL} Based on the tool results:"]
+        for message in messages[start:end]:
+            name = names.get(message.get("tool_call_id"), "tool")
+            lines.append(f"- {name}: {message_text(message)[:200]}")
+        return text_response("\n".join(lines))

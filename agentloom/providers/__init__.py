@@ -1,1 +1,85 @@
-"""Provider adapters: guarded HTTP, model discovery, the model manifest, chat gateways."""
+"""Model providers: the secure HTTP client, model discovery, the manifest and chat gateways.
+
+Plain Python: the Django side passes settings such as `ALLOW_PRIVATE_MODEL_HOSTS` in as
+arguments, and gets dataclasses and `ProviderError`s back.
+"""
+
+from agentloom.providers._addresses import (
+    METADATA_HOSTNAMES,
+    Resolver,
+    address_refusal,
+    numeric_host,
+    resolve_checked,
+    system_resolver,
+)
+from agentloom.providers._errors import KINDS, RETRYABLE_KINDS, ProviderError
+from agentloom.providers._http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    GuardedTransport,
+    ProviderClient,
+    secure_client,
+)
+from agentloom.providers._urls import (
+    OFFICIAL_ENDPOINTS,
+    PROVIDERS,
+    endpoint_url,
+    is_official_endpoint,
+    normalise_base_url,
+)
+from agentloom.providers.chat import (
+    DeepSeekChatGateway,
+    OpenAIChatGateway,
+    OpenAICompatibleChatGateway,
+    gateway_for_provider,
+    parse_chat_completion,
+)
+from agentloom.providers.discovery import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    LOCAL_DEMO_MODEL_ID,
+    PLATFORM_DEFAULT_WINDOW,
+    WINDOW_SOURCES,
+    ClientFactory,
+    DiscoveredModel,
+    discover_models,
+    is_chat_model_id,
+    model_defaults,
+)
+from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
+
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "KINDS",
+    "LOCAL_DEMO_MODEL_ID",
+    "METADATA_HOSTNAMES",
+    "OFFICIAL_ENDPOINTS",
+    "PLATFORM_DEFAULT_WINDOW",
+    "PROVIDERS",
+    "RETRYABLE_KINDS",
+    "WINDOW_SOURCES",
+    "ClientFactory",
+    "DeepSeekChatGateway",
+    "DiscoveredModel",
+    "GuardedTransport",
+    "Manifest",
+    "ManifestEntry",
+    "OpenAIChatGateway",
+    "OpenAICompatibleChatGateway",
+    "ProviderClient",
+    "ProviderError",
+    "Resolver",
+    "address_refusal",
+    "discover_models",
+    "endpoint_url",
+    "gateway_for_provider",
+    "is_chat_model_id",
+    "is_official_endpoint",
+    "load_manifest",
+    "model_defaults",
+    "normalise_base_url",
+    "numeric_host",
+    "parse_chat_completion",
+    "resolve_checked",
+    "secure_client",
+    "system_resolver",
+]

@@ -1,0 +1,218 @@
+"""What every REST endpoint shares: the exception handler, paging, the base view, schema helpers.
+
+API.md is the contract: JSON only, 401 for anonymous callers, 404 for anything outside the
+caller's reach, `{"field": ["..."]}` or `{"detail": "..."}` for errors, and no input that ends in a
+500.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import (
+    ObjectDoesNotExist,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
+from django.core.exceptions import (
+    ValidationError as DjangoValidationError,
+)
+from django.http import Http404
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from agentloom.errors import ApplicationError, NotFound
+
+# Primary keys are 64-bit; a larger number in a path or body must answer 404/400, not overflow.
+MAX_ID = 2**63 - 1
+_ID = re.compile(r"[0-9]{1,19}")
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Return the JSON answer for `exc`: application errors, DRF errors and Django's own."""
+    if isinstance(exc, ApplicationError):
+        return Response(exc.as_json(), status=exc.status)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            {"detail": "Request body is too large."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return Response({"detail": "Bad request."}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, ObjectDoesNotExist):
+        exc = Http404()
+    if isinstance(exc, DjangoValidationError):
+        return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
+    return drf_exception_handler(exc, context)
+
+
+def object_id(raw: str) -> int:
+    """Return `raw` as a primary key; anything that cannot be one is simply not found."""
+    if not _ID.fullmatch(raw) or int(raw) > MAX_ID:
+        raise NotFound("Not found.")
+    return int(raw)
+
+
+# --- base classes ------------------------------------------------------------------------------
+
+
+class BoundedJSONParser(JSONParser):
+    """JSON parser that honours DATA_UPLOAD_MAX_MEMORY_SIZE.
+
+    Django checks the limit only when `request.body` is read; DRF streams the body past it.
+    """
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        if parser_context and "request" in parser_context:
+            parser_context["request"]._request.body  # noqa: B018  (raises RequestDataTooBig)
+        return super().parse(stream, media_type, parser_context)
+
+
+class ApiPagination(LimitOffsetPagination):
+    """`limit` (1–200, default 50) and `offset` (≥ 0); anything else is a 400 naming the field.
+
+    DRF would silently replace a bad value; refusing it keeps lists consistent with the journal
+    cursor and with what the schema says.
+    """
+
+    default_limit = 50
+    max_limit = 200
+
+    def get_limit(self, request) -> int:
+        return _query_int(request, self.limit_query_param, self.default_limit, 1, self.max_limit)
+
+    def get_offset(self, request) -> int:
+        return _query_int(request, self.offset_query_param, 0, 0, MAX_ID)
+
+    def get_schema_operation_parameters(self, view):
+        limit, offset = super().get_schema_operation_parameters(view)
+        limit["schema"].update(minimum=1, maximum=self.max_limit, default=self.default_limit)
+        offset["schema"].update(minimum=0, maximum=MAX_ID, default=0)
+        return [limit, offset]
+
+
+def _query_int(request, name: str, default: int, minimum: int, maximum: int) -> int:
+    if name not in request.query_params:
+        return default
+    field = serializers.IntegerField(min_value=minimum, max_value=maximum)
+    try:
+        return field.run_validation(request.query_params[name])
+    except serializers.ValidationError as error:
+        raise serializers.ValidationError({name: error.detail}) from None
+
+
+class ApiView(APIView):
+    """JSON in, JSON out, authenticated callers only."""
+
+    parser_classes = [BoundedJSONParser]
+    renderer_classes = [JSONRenderer]
+    permission_classes = [IsAuthenticated]
+    # Read by drf-spectacular too: list answers are documented as pages with limit/offset.
+    pagination_class = ApiPagination
+
+    def paginated(self, queryset, serializer_class: type[serializers.Serializer]) -> Response:
+        """Return one DRF page `{count, next, previous, results}` of `queryset`."""
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(queryset, self.request, view=self)
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+class StrictSerializer(serializers.Serializer):
+    """An input serializer that refuses fields it does not know, naming the first one."""
+
+    unknown_field_message = "Unknown field."
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({unknown[0]: [self.unknown_field_message]})
+        return super().to_internal_value(data)
+
+
+class StrictSerializerSchema(OpenApiSerializerExtension):
+    """Say in the schema what StrictSerializer enforces: no additional properties."""
+
+    target_class = StrictSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema["additionalProperties"] = False
+        target = self.target if isinstance(self.target, type) else type(self.target)
+        if not target.__dict__.get("__doc__"):
+            # Otherwise every input shape would be described by this base class's docstring.
+            schema.pop("description", None)
+        return schema
+
+
+def id_field(**kwargs) -> serializers.IntegerField:
+    """Return an integer field for a primary key in a request body."""
+    return serializers.IntegerField(min_value=1, max_value=MAX_ID, **kwargs)
+
+
+# --- schema helpers ----------------------------------------------------------------------------
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+_ERRORS = {
+    400: OpenApiResponse(
+        OpenApiTypes.OBJECT,
+        description='Bad input: `{"field": ["message"]}` or `{"detail": "message"}`.',
+    ),
+    401: OpenApiResponse(DetailSerializer, description="Not authenticated."),
+    403: OpenApiResponse(DetailSerializer, description="Only a space admin may do this."),
+    404: OpenApiResponse(DetailSerializer, description="Missing or outside the caller's reach."),
+    409: OpenApiResponse(DetailSerializer, description="The object's state forbids this."),
+    413: OpenApiResponse(DetailSerializer, description="Request body is too large."),
+    415: OpenApiResponse(DetailSerializer, description="The body must be application/json."),
+}
+# Every endpoint answers 401 to anonymous callers; every body can be malformed or too large.
+_ALWAYS = (401,)
+_BODY = (400, 413, 415)
+
+
+def api_schema(
+    *,
+    ok: int,
+    response: Any,
+    errors: tuple[int, ...] = (),
+    request: Any = None,
+    description: str = "",
+    path_id: str | None = None,
+    parameters: list | None = None,
+    **kwargs: Any,
+):
+    """Return `extend_schema` for an endpoint: its success answer and each error it can give."""
+    codes = set(_ALWAYS) | set(errors)
+    if request is not None:
+        codes |= set(_BODY)
+    if isinstance(response, serializers.ListSerializer):
+        codes.add(400)  # a bad limit or offset
+    responses = {ok: response, **{code: _ERRORS[code] for code in sorted(codes)}}
+    params = list(parameters or [])
+    if path_id:
+        params.append(OpenApiParameter("id", int, OpenApiParameter.PATH, description=path_id))
+    return extend_schema(
+        request=request,
+        responses=responses,
+        description=description,
+        parameters=params,
+        **kwargs,
+    )

@@ -1,0 +1,61 @@
+"""REST API routes under /api/ (see ../shared/API.md).
+
+Every path matches with or without its trailing slash; the schema shows the contract's spelling.
+"""
+
+from django.http import JsonResponse
+from django.urls import include, path, re_path
+
+from agentloom.api import ApiView
+from agentloom.spaces.api import SpaceListCreateApi, SpaceMemberCreateApi
+from context_app.api import AgentDetailApi, AgentListCreateApi, AgentPublishApi, AgentVersionListApi
+from sessions_app.api import (
+    RunCancelApi,
+    RunContextApi,
+    RunDetailApi,
+    RunModelCallsApi,
+    RunResumeApi,
+    RunSupplementsApi,
+    SessionDetailApi,
+    SessionListCreateApi,
+    SessionMessagesApi,
+    SessionRunsApi,
+    SessionViewsApi,
+)
+
+
+def endpoint(route: str, view: type[ApiView], name: str):
+    """Return a pattern for `route` (contract spelling) that also matches the other slash form."""
+    # Ids are parsed by the view, so a malformed one answers a JSON 404 like a missing one.
+    regex = route.replace("{id}", "(?P<id>[^/]+)")
+    # `/?` renders as "/" and `(?:/)?` as nothing in the schema, keeping the contract's spelling.
+    regex = regex[:-1] + "/?" if regex.endswith("/") else regex + "(?:/)?"
+    return re_path(f"^{regex}$", view.as_view(), name=name)
+
+
+def unknown_path(request, *args, **kwargs):
+    """Answer any other /api/v1/ path with a JSON 404 rather than an HTML page."""
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
+urlpatterns = [
+    path("", include("models_app.urls")),
+    endpoint("v1/spaces/", SpaceListCreateApi, "api-spaces"),
+    endpoint("v1/spaces/{id}/members", SpaceMemberCreateApi, "api-space-members"),
+    endpoint("v1/agents/", AgentListCreateApi, "api-agents"),
+    endpoint("v1/agents/{id}/", AgentDetailApi, "api-agent"),
+    endpoint("v1/agents/{id}/publish", AgentPublishApi, "api-agent-publish"),
+    endpoint("v1/agents/{id}/versions/", AgentVersionListApi, "api-agent-versions"),
+    endpoint("v1/sessions/", SessionListCreateApi, "api-sessions"),
+    endpoint("v1/sessions/{id}/", SessionDetailApi, "api-session"),
+    endpoint("v1/sessions/{id}/runs", SessionRunsApi, "api-session-runs"),
+    endpoint("v1/sessions/{id}/messages", SessionMessagesApi, "api-session-messages"),
+    endpoint("v1/sessions/{id}/views/", SessionViewsApi, "api-session-views"),
+    endpoint("v1/runs/{id}/", RunDetailApi, "api-run"),
+    endpoint("v1/runs/{id}/supplements", RunSupplementsApi, "api-run-supplements"),
+    endpoint("v1/runs/{id}/resume", RunResumeApi, "api-run-resume"),
+    endpoint("v1/runs/{id}/cancel", RunCancelApi, "api-run-cancel"),
+    endpoint("v1/runs/{id}/context", RunContextApi, "api-run-context"),
+    endpoint("v1/runs/{id}/model-calls", RunModelCallsApi, "api-run-model-calls"),
+    re_path(r"^v1/", unknown_path, name="api-unknown"),
+]

@@ -1,0 +1,352 @@
+"""Compaction: replace older parts of a view with a handoff summary, or leave the view alone.
+
+`BudgetCompactionPolicy`:
+
+1. Pins the system instructions (leading system messages), the current task and the plan.
+2. Splits the rest into units: an assistant message with tool calls plus all of its results is one
+   unit, never split; any other message is a unit of its own.
+3. Keeps the longest run of recent units that fits the target (what remains of
+   `target_ratio` after the pinned messages and a reserve for the summary). A trigger that only
+   counts turns or steps keeps at most half of the material, and skips when what it would
+   summarise is too small to gain anything.
+4. Summarises the older units in order, in as many segments as needed (at most
+   `max_compaction_calls`), each request sized to fit the effective budget on its own and carrying
+   the summary so far. A unit too large for one request is cut into ordered text fragments that are
+   consumed one after another. Units not fully consumed when the calls run out are kept verbatim.
+5. Builds `[system…, handoff summary, kept units in order]`, where the current task keeps its
+   place: right after the summary when everything before it was summarised, otherwise after the
+   kept history units that precede it. The plan is carried verbatim inside the summary message.
+
+The result is accepted only if it keeps the tool-call protocol, is smaller than before and is below
+the trigger; `target_reached` says whether it also reached the target. An empty summary, a failed
+or refused call, no reduction or a broken boundary fail the compaction and the old view stays.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentloom.engine.budget import ModelBudget, TokenEstimator
+from agentloom.engine.errors import (
+    ContextBudgetExceeded,
+    EngineError,
+    GatewayError,
+    ModelCallLimitReached,
+)
+from agentloom.engine.policy import SIZE_TRIGGERS, TriggerPolicy
+from agentloom.engine.protocol import protocol_problems, render_message, tool_calls_of
+
+__all__ = [
+    "HANDOFF_HEADER",
+    "SUMMARY_INSTRUCTIONS",
+    "BudgetCompactionPolicy",
+    "CompactionOutcome",
+    "CompactionPolicy",
+    "CompactionRequest",
+]
+
+SUMMARY_INSTRUCTIONS = (
+    "You write the handoff summary of an AI agent's earlier context, which no longer fits its "
+    "window. Keep every fact needed to continue the work: the user's requests, names, numbers, "
+    "identifiers, decisions, tool calls and their results (including errors and unknown "
+    "outcomes) and open questions. Never invent anything and never claim an action succeeded "
+    "unless the material shows it. Reply with the updated summary as plain text."
+)
+HANDOFF_HEADER = (
+    "[handoff summary] Earlier context was compacted into this summary by the system; "
+    "it is not a new request."
+)
+PLAN_HEADER = "[current plan, kept as written]"
+
+# Share of the target reserved for the summary message when choosing what to keep.
+SUMMARY_RESERVE_SHARE = 0.2
+# A turns- or steps-only trigger does not summarise less material than this (estimate units).
+MIN_COUNT_TRIGGER_GAIN = 256
+# Room left in each summary request for the estimator's rounding.
+SEGMENT_SLACK = 32
+# A summary request with room for less material than this cannot make progress.
+MIN_SEGMENT_CHARS = 200
+_SEGMENT_RETRIES = 6
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    """Everything a compaction policy may use; `summarise` sends one summary request."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    task_index: int | None
+    plan: str | None
+    triggers: tuple[str, ...]
+    policy: TriggerPolicy
+    budget: ModelBudget
+    estimator: TokenEstimator
+    # Sends the messages as a `compaction` call and returns the reply text; raises EngineError
+    # (GatewayError, ContextBudgetExceeded, ModelCallLimitReached) when nothing usable came back.
+    summarise: Callable[[list[dict[str, Any]]], str]
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    """What a compaction attempt did. `messages` is the new view, only when it succeeded."""
+
+    outcome: str  # "succeeded" | "skipped" | "failed"
+    reason: str
+    before: int
+    after: int
+    target_reached: bool
+    calls: int
+    triggers: tuple[str, ...]
+    messages: list[dict[str, Any]] | None = None
+    task_index: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome == "succeeded"
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "before": self.before,
+            "after": self.after,
+            "target_reached": self.target_reached,
+            "calls": self.calls,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "trigger": list(self.triggers),
+        }
+
+
+class CompactionPolicy(abc.ABC):
+    """Chooses what to summarise and produces a smaller view, or reports why it did not."""
+
+    @abc.abstractmethod
+    def compact(self, request: CompactionRequest) -> CompactionOutcome:
+        """Return the outcome of one compaction attempt; never raise for a failed summary."""
+
+
+@dataclass(frozen=True)
+class _Unit:
+    start: int
+    end: int
+
+
+_TASK = "task"
+
+
+def _layout(messages: list[dict[str, Any]], task_index: int | None):
+    """Return (end of the pinned system head, items): units and the task marker, in order."""
+    head_end = 0
+    while head_end < len(messages) and messages[head_end].get("role") == "system":
+        head_end += 1
+    items: list[_Unit | str] = []
+    index = head_end
+    while index < len(messages):
+        if index == task_index:
+            items.append(_TASK)
+            index += 1
+            continue
+        end = index + 1
+        if tool_calls_of(messages[index]):
+            while end < len(messages) and messages[end].get("role") == "tool":
+                end += 1
+            if task_index is not None and index < task_index < end:
+                raise ValueError("the current task sits inside a tool group")
+        items.append(_Unit(index, end))
+        index = end
+    return head_end, items
+
+
+class _Fragments:
+    """Ordered texts of the units to summarise, consumed in segments of bounded size."""
+
+    def __init__(self, texts: list[str]):
+        self.texts = texts
+        self.piece = 0  # units fully consumed
+        self.offset = 0  # characters consumed of the current unit
+
+    @property
+    def done(self) -> bool:
+        return self.piece >= len(self.texts)
+
+    def take(self, capacity: int) -> tuple[str, tuple[int, int]]:
+        """Return the next segment of at most about `capacity` characters and the new position."""
+        parts: list[str] = []
+        used = 0
+        piece, offset = self.piece, self.offset
+        while piece < len(self.texts):
+            rest = self.texts[piece][offset:]
+            header = "--- continued ---\n" if offset else "--- next item ---\n"
+            size = len(header) + len(rest) + 1
+            if used + size <= capacity:
+                parts.append(header + rest)
+                used += size
+                piece, offset = piece + 1, 0
+                continue
+            room = capacity - used - len(header) - 1
+            fits_alone = size <= capacity
+            # A unit that fits a segment of its own waits for the next one; a larger unit is cut.
+            if not fits_alone and room > 0 and (room >= MIN_SEGMENT_CHARS or not parts):
+                parts.append(header + rest[:room])
+                offset += room
+            break
+        return "\n".join(parts), (piece, offset)
+
+    def advance(self, position: tuple[int, int]) -> None:
+        self.piece, self.offset = position
+
+
+class BudgetCompactionPolicy(CompactionPolicy):
+    """Summarise older history in ordered segments and keep recent complete groups (DESIGN §6)."""
+
+    def compact(self, request: CompactionRequest) -> CompactionOutcome:
+        policy, budget, estimator = request.policy, request.budget, request.estimator
+        view, tools = request.messages, request.tools
+        before = policy.measure(view, tools, estimator)
+        trigger_at = policy.trigger_at(budget)
+        target_at = policy.target_at(budget)
+
+        def outcome(kind: str, reason: str, *, after: int = before, calls: int = 0, **extra):
+            return CompactionOutcome(
+                outcome=kind,
+                reason=reason,
+                before=before,
+                after=after,
+                target_reached=kind == "succeeded" and after <= target_at,
+                calls=calls,
+                triggers=request.triggers,
+                **extra,
+            )
+
+        if protocol_problems(view):
+            return outcome("failed", "boundary_violation")
+        try:
+            head_end, items = _layout(view, request.task_index)
+        except ValueError:
+            return outcome("failed", "boundary_violation")
+        units = [item for item in items if isinstance(item, _Unit)]
+        if not units:
+            return outcome("skipped", "nothing_to_compact")
+
+        sizes = [policy.measure(view[u.start : u.end], [], estimator) for u in units]
+        pinned = view[:head_end]
+        if request.task_index is not None:
+            pinned = [*pinned, view[request.task_index]]
+        keep_budget = (
+            target_at
+            - policy.measure(pinned, tools, estimator)
+            - int(target_at * SUMMARY_RESERVE_SHARE)
+        )
+        count_only = not SIZE_TRIGGERS.intersection(request.triggers)
+        if count_only:
+            keep_budget = min(keep_budget, sum(sizes) // 2)
+        kept_from, kept_size = len(units), 0
+        while kept_from > 0 and kept_size + sizes[kept_from - 1] <= keep_budget:
+            kept_from -= 1
+            kept_size += sizes[kept_from]
+        if kept_from == 0:
+            return outcome("skipped", "nothing_to_compact")
+        if count_only and sum(sizes[:kept_from]) < MIN_COUNT_TRIGGER_GAIN:
+            return outcome("skipped", "no_gain")
+
+        texts = [
+            "\n".join(render_message(m) for m in view[u.start : u.end]) for u in units[:kept_from]
+        ]
+        summary, calls, failure = self._summarise(request, policy.max_compaction_calls, texts)
+        if failure:
+            return outcome("failed", failure, calls=calls)
+        consumed = summary[1]
+
+        summary_text = f"{HANDOFF_HEADER}\n{summary[0]}"
+        if request.plan:
+            summary_text += f"\n\n{PLAN_HEADER}\n{request.plan}"
+        new_view = [*view[:head_end], {"role": "user", "content": summary_text}]
+        new_task_index = None
+        unit_number = 0
+        for item in items:
+            if item == _TASK:
+                new_task_index = len(new_view)
+                new_view.append(view[request.task_index])
+                continue
+            if unit_number >= consumed:
+                new_view.extend(view[item.start : item.end])
+            unit_number += 1
+
+        if protocol_problems(new_view):
+            return outcome("failed", "boundary_violation", calls=calls)
+        after = policy.measure(new_view, tools, estimator)
+        if after >= before:
+            return outcome("failed", "no_reduction", after=after, calls=calls)
+        if after >= trigger_at:
+            return outcome("failed", "above_trigger", after=after, calls=calls)
+        reason = "compacted" if consumed == kept_from else "compacted_partly"
+        return outcome(
+            "succeeded",
+            reason,
+            after=after,
+            calls=calls,
+            messages=new_view,
+            task_index=new_task_index,
+            details={"summarised_units": consumed, "kept_units": len(units) - consumed},
+        )
+
+    def _summarise(
+        self, request: CompactionRequest, max_calls: int, texts: list[str]
+    ) -> tuple[tuple[str, int], int, str | None]:
+        """Return ((summary, units fully summarised), calls made, failure reason or None)."""
+        estimator, effective = request.estimator, request.budget.effective_input_budget
+        material = "\n".join(texts)
+        empty = estimator.estimate([{"role": "user", "content": ""}], [])
+        full = estimator.estimate([{"role": "user", "content": material}], [])
+        units_per_char = max((full - empty) / max(len(material), 1), 1e-6)
+        fragments = _Fragments(texts)
+        running = ""
+        calls = 0
+        while not fragments.done and calls < max_calls:
+            probe = self.summary_messages(running, "")
+            room = effective - estimator.estimate(probe, []) - SEGMENT_SLACK
+            capacity = int(room / units_per_char)
+            for _ in range(_SEGMENT_RETRIES):
+                if capacity < MIN_SEGMENT_CHARS:
+                    return ("", 0), calls, "summary_request_over_budget"
+                segment, position = fragments.take(capacity)
+                messages = self.summary_messages(running, segment)
+                if estimator.estimate(messages, []) <= effective:
+                    break
+                capacity = int(capacity * 0.7)
+            else:
+                return ("", 0), calls, "summary_request_over_budget"
+            try:
+                reply = request.summarise(messages)
+            except GatewayError as exc:
+                return ("", 0), calls + 1, f"gateway_error: {exc.kind}"
+            except ContextBudgetExceeded:
+                return ("", 0), calls, "summary_request_over_budget"
+            except ModelCallLimitReached:
+                return ("", 0), calls, "model_call_limit_reached"
+            except EngineError as exc:
+                return ("", 0), calls, f"summary_refused: {type(exc).__name__}"
+            calls += 1
+            if not reply.strip():
+                return ("", 0), calls, "empty_summary"
+            running = reply.strip()
+            fragments.advance(position)
+        return (running, fragments.piece), calls, None
+
+    @staticmethod
+    def summary_messages(running: str, segment: str) -> list[dict[str, Any]]:
+        """Return the messages of one summary request."""
+        return [
+            {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+            {
+                "role": "user",
+                "content": (
+                    f"Summary so far:\n{running or '(none yet)'}\n\n"
+                    f"Next material, in order:\n{segment}\n\n"
+                    "Return the updated summary, covering the summary so far and this material."
+                ),
+            },
+        ]

@@ -1,0 +1,525 @@
+"""The context manager: sources, the model-visible view and execution state of one instance.
+
+`JournalContextManager` appends every record to the instance's sources and mirrors it into the
+view under these rules:
+
+- a tool result is kept whole in its record; the view shows at most its first 24,000 characters
+  followed by a marker saying how many were cut;
+- nothing is placed between a tool call and its results: feedback that arrives while a tool group
+  is open waits in `state.deferred_messages`, and supplements wait in `state.queued_supplements`
+  until the group is complete;
+- feedback shows as a user message starting `[feedback] `; a supplement as a user message;
+  status records are not shown;
+- `prepare("action")` compacts when a trigger holds; every request (action, compaction,
+  verification) is checked against the effective budget and is not sent when it is over it.
+
+Every message is redacted before it is recorded or shown.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentloom.engine.budget import JsonBytesEstimator, ModelBudget, TokenEstimator
+from agentloom.engine.clock import Clock, iso_utc, system_clock
+from agentloom.engine.compaction import (
+    BudgetCompactionPolicy,
+    CompactionOutcome,
+    CompactionPolicy,
+    CompactionRequest,
+)
+from agentloom.engine.errors import ConfigurationError, ContextBudgetExceeded, EngineError
+from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext
+from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
+from agentloom.engine.policy import TriggerPolicy
+from agentloom.engine.projection import ProjectedHistory
+from agentloom.engine.protocol import (
+    FEEDBACK_PREFIX,
+    TOOL_RESULT_VIEW_CHARS,
+    UNKNOWN_RESULT,
+    cap_tool_result,
+    clean_assistant_message,
+    message_text,
+    protocol_problems,
+    render_message,
+    tool_calls_of,
+)
+from agentloom.engine.records import (
+    MAIN_INSTANCE,
+    USER_INPUT_KEY,
+    Counters,
+    Record,
+    assistant_key,
+    feedback_key,
+    status_key,
+    supplement_key,
+    tool_key,
+)
+from agentloom.engine.redaction import Redactor
+
+__all__ = [
+    "VERIFIER_INSTRUCTIONS",
+    "CallModel",
+    "ContextManager",
+    "JournalContextManager",
+    "PreparedContext",
+]
+
+CallModel = Callable[[ModelRequest], ModelResponse]
+
+VERIFIER_INSTRUCTIONS = (
+    "You check whether an AI agent's candidate answer completes the task, using only the "
+    "evidence shown. Reply PASS if it does. Otherwise reply FAIL: followed by the reason."
+)
+
+
+@dataclass(frozen=True)
+class PreparedContext:
+    """A request ready to send, or the reason it must not be sent."""
+
+    request: ModelRequest | None
+    estimate: int
+    stop_reason: str | None = None
+    compaction: CompactionOutcome | None = None
+
+
+class ContextManager(abc.ABC):
+    """Creates or restores an instance's context, records what happens and prepares requests."""
+
+    @abc.abstractmethod
+    def create(
+        self,
+        *,
+        instance: str,
+        system_prompt: str,
+        task: str,
+        run_number: int,
+        attempt: int,
+        history: ProjectedHistory | None = None,
+    ) -> None:
+        """Start a new instance context: system message, inherited history, the task."""
+
+    @abc.abstractmethod
+    def restore(self, frame: InstanceFrame) -> None:
+        """Continue an instance from its checkpoint frame."""
+
+    @property
+    @abc.abstractmethod
+    def frame(self) -> InstanceFrame:
+        """Return the instance's checkpoint frame."""
+
+    @property
+    @abc.abstractmethod
+    def managed(self) -> ManagedContext:
+        """Return the view and the execution state."""
+
+    @abc.abstractmethod
+    def add_assistant(self, message: dict[str, Any]) -> Record:
+        """Record an action response (one model step); its tool calls open a tool group."""
+
+    @abc.abstractmethod
+    def add_tool_result(self, call_id: str, content: str) -> Record:
+        """Record the complete result of a pending tool call."""
+
+    @abc.abstractmethod
+    def add_feedback(self, text: str) -> Record:
+        """Record execution feedback and show it once no tool group is open."""
+
+    @abc.abstractmethod
+    def add_status(self, status: str, error: str | None) -> Record:
+        """Record the terminal state of this execution."""
+
+    @abc.abstractmethod
+    def queue_supplement(self, source_key: str, text: str) -> None:
+        """Hold a supplement taken from the queue until the next safe point."""
+
+    @abc.abstractmethod
+    def accept_supplements(self) -> list[Record]:
+        """Record and show the queued supplements if no tool group is open."""
+
+    @abc.abstractmethod
+    def settle_pending(self) -> list[Record]:
+        """Answer every pending tool call with an `unknown` result; never re-execute it."""
+
+    @abc.abstractmethod
+    def prepare(
+        self,
+        purpose: str,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        call_model: CallModel | None = None,
+        candidate_answer: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> PreparedContext:
+        """Return the request for `purpose`, or why it must not be sent."""
+
+
+class JournalContextManager(ContextManager):
+    """Keeps append-only records beside a view that may be replaced by a validated compaction."""
+
+    def __init__(
+        self,
+        *,
+        policy: TriggerPolicy,
+        budget: ModelBudget,
+        estimator: TokenEstimator | None = None,
+        compaction_policy: CompactionPolicy | None = None,
+        clock: Clock = system_clock,
+        redactor: Redactor | None = None,
+        tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
+    ):
+        self.policy = policy
+        self.budget = budget
+        self.estimator = estimator or JsonBytesEstimator()
+        self.compaction_policy = compaction_policy or BudgetCompactionPolicy()
+        self.clock = clock
+        self.redactor = redactor or Redactor()
+        self.tool_result_chars = tool_result_chars
+        self._frame: InstanceFrame | None = None
+        # Indexes over the records, so appending stays cheap on long instances.
+        self._keys: set[str] = set()
+        self._kinds: dict[str, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def binding(self) -> dict[str, Any]:
+        """Return the policy, budget and estimator this context is measured with."""
+        return {
+            "policy": self.policy.to_dict(),
+            "budget": self.budget.to_dict(),
+            "estimator": self.estimator.binding(),
+        }
+
+    def create(
+        self,
+        *,
+        instance: str,
+        system_prompt: str,
+        task: str,
+        run_number: int,
+        attempt: int,
+        history: ProjectedHistory | None = None,
+    ) -> None:
+        history = history or ProjectedHistory()
+        inherited = self.redactor.value(list(history.messages))
+        problems = protocol_problems(inherited)
+        if problems:
+            raise ConfigurationError("history", f"breaks the tool-call protocol: {problems[0]}")
+        system = {"role": "system", "content": self.redactor.text(system_prompt)}
+        self._frame = InstanceFrame(
+            instance=instance,
+            messages=[system, *inherited],
+            state=ExecutionState(run_number=run_number, attempt=attempt),
+            counters=Counters(
+                user_turns=history.user_turns,
+                model_steps=history.model_steps,
+                baseline_user_turns=history.baseline_user_turns,
+                baseline_model_steps=history.baseline_model_steps,
+            ),
+            inherited_watermark=history.watermark,
+            binding=self.binding(),
+        )
+        self._index_records()
+        self._frame.state.task_index = len(self._frame.messages)
+        message = {"role": "user", "content": self.redactor.text(task)}
+        self._append("user_input", message, USER_INPUT_KEY)
+        self._frame.counters.user_turns += 1
+        self._show(message)
+
+    def restore(self, frame: InstanceFrame) -> None:
+        self._frame = frame
+        self._index_records()
+        # A frame saved by older code may end in calls that state does not list as pending.
+        if not frame.state.pending_tool_calls:
+            frame.state.pending_tool_calls = self._unanswered_calls(frame.messages)
+
+    @property
+    def frame(self) -> InstanceFrame:
+        if self._frame is None:
+            raise EngineError("the context has not been created or restored")
+        return self._frame
+
+    @property
+    def managed(self) -> ManagedContext:
+        return ManagedContext(messages=self.frame.messages, state=self.frame.state)
+
+    @property
+    def has_open_group(self) -> bool:
+        return bool(self.frame.state.pending_tool_calls)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _index_records(self) -> None:
+        self._keys = {record.entry_key for record in self.frame.records}
+        self._kinds = {}
+        for record in self.frame.records:
+            self._kinds[record.kind] = self._kinds.get(record.kind, 0) + 1
+
+    def _append(self, kind: str, message: dict[str, Any], entry_key: str) -> Record:
+        frame = self.frame
+        if entry_key in self._keys:
+            raise EngineError(f"entry key {entry_key!r} is already used in {frame.instance}")
+        seq = frame.records[-1].seq + 1 if frame.records else 1
+        record = Record(seq, kind, message, entry_key, iso_utc(self.clock()))
+        frame.records.append(record)
+        self._keys.add(entry_key)
+        self._kinds[kind] = self._kinds.get(kind, 0) + 1
+        return record
+
+    def _count(self, kind: str) -> int:
+        return self._kinds.get(kind, 0)
+
+    def _show(self, message: dict[str, Any]) -> None:
+        self.frame.messages.append(message)
+
+    def add_assistant(self, message: dict[str, Any]) -> Record:
+        if self.has_open_group:
+            raise EngineError("a new model step cannot start before every tool call has a result")
+        frame, state = self.frame, self.frame.state
+        step = self._count("assistant") + 1
+        cleaned = clean_assistant_message(self.redactor.value(message))
+        # Ids are assigned here so they are unique in the session, whatever the provider sent.
+        prefix = f"r{state.run_number}" if frame.instance == MAIN_INSTANCE else f"r{frame.instance}"
+        for number, call in enumerate(cleaned.get("tool_calls") or [], start=1):
+            call["id"] = f"{prefix}-{step}-{number}"
+        record = self._append("assistant", cleaned, assistant_key(step))
+        frame.counters.model_steps += 1
+        self._show(cleaned)
+        state.pending_tool_calls = [
+            {
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+            }
+            for call in tool_calls_of(cleaned)
+        ]
+        state.call_boundary = record.seq if state.pending_tool_calls else None
+        return record
+
+    def add_tool_result(self, call_id: str, content: str) -> Record:
+        state = self.frame.state
+        if call_id not in {call["id"] for call in state.pending_tool_calls}:
+            raise EngineError(f"tool call {call_id!r} is not pending")
+        message = {"role": "tool", "tool_call_id": call_id, "content": self.redactor.text(content)}
+        record = self._append("tool_result", message, tool_key(call_id))
+        shown = cap_tool_result(message["content"], self.tool_result_chars)
+        self._show({**message, "content": shown})
+        state.pending_tool_calls = [c for c in state.pending_tool_calls if c["id"] != call_id]
+        if not state.pending_tool_calls:
+            state.call_boundary = None
+            deferred, state.deferred_messages = state.deferred_messages, []
+            for waiting in deferred:
+                self._show(waiting)
+        return record
+
+    def add_feedback(self, text: str) -> Record:
+        message = {"role": "user", "content": FEEDBACK_PREFIX + self.redactor.text(text)}
+        record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))
+        if self.has_open_group:
+            self.frame.state.deferred_messages = [*self.frame.state.deferred_messages, message]
+        else:
+            self._show(message)
+        return record
+
+    def add_status(self, status: str, error: str | None) -> Record:
+        state = self.frame.state
+        error = self.redactor.text(error) if error else error
+        key = status_key(state.attempt)
+        number = 2
+        # Resuming twice under one attempt number must not make the journal drop a state.
+        while key in self._keys:
+            key, number = f"{status_key(state.attempt)}.{number}", number + 1
+        record = self._append("status", {"status": status, "error": error}, key)
+        state.terminal = {"status": status, "error": error}
+        return record
+
+    def queue_supplement(self, source_key: str, text: str) -> None:
+        state = self.frame.state
+        journaled = supplement_key(source_key) in self._keys
+        queued = any(item["source_key"] == source_key for item in state.queued_supplements)
+        # The queue may hand the same item out twice (a crash before it was marked consumed).
+        if not journaled and not queued:
+            item = {"source_key": source_key, "text": self.redactor.text(text)}
+            state.queued_supplements = [*state.queued_supplements, item]
+
+    def accept_supplements(self) -> list[Record]:
+        state = self.frame.state
+        if self.has_open_group or not state.queued_supplements:
+            return []
+        accepted = []
+        queued, state.queued_supplements = state.queued_supplements, []
+        for item in queued:
+            message = {"role": "user", "content": item["text"]}
+            accepted.append(self._append("supplement", message, supplement_key(item["source_key"])))
+            self._show(message)
+        return accepted
+
+    def settle_pending(self) -> list[Record]:
+        return [
+            self.add_tool_result(call["id"], UNKNOWN_RESULT)
+            for call in list(self.frame.state.pending_tool_calls)
+        ]
+
+    @staticmethod
+    def _unanswered_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        start = len(messages)
+        while start > 0 and messages[start - 1].get("role") == "tool":
+            start -= 1
+        if start == 0:
+            return []
+        answered = {m.get("tool_call_id") for m in messages[start:]}
+        return [
+            {
+                "id": str(call.get("id")),
+                "name": (call.get("function") or {}).get("name"),
+                "arguments": (call.get("function") or {}).get("arguments"),
+            }
+            for call in tool_calls_of(messages[start - 1])
+            if call.get("id") not in answered
+        ]
+
+    def set_plan(self, plan: str | None) -> None:
+        """Replace the plan; compaction carries it verbatim into the handoff summary."""
+        self.frame.state.plan = self.redactor.text(plan) if plan else None
+
+    # -- requests --------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        purpose: str,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        call_model: CallModel | None = None,
+        candidate_answer: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> PreparedContext:
+        if purpose not in PURPOSES:
+            raise ConfigurationError("purpose", f"must be one of {PURPOSES}")
+        tools = list(tools or [])
+        outcome = None
+        if purpose == "action":
+            if self.has_open_group:
+                raise EngineError("cannot prepare an action request while tool calls are pending")
+            outcome = self.compact_if_triggered(tools, call_model)
+            messages = list(self.frame.messages)
+        elif purpose == "verification":
+            messages = self.verification_messages(candidate_answer or "")
+            tools = []
+        elif messages is None:
+            raise ConfigurationError("messages", "a compaction request needs its messages")
+        request = ModelRequest(
+            purpose=purpose,
+            messages=list(messages),
+            tools=tools,
+            max_output_tokens=self.budget.max_output_tokens,
+            instance=self.frame.instance,
+        )
+        estimate = self.estimator.estimate(request.messages, request.tools)
+        effective = self.budget.effective_input_budget
+        if estimate > effective:
+            reason = (
+                f"context_budget_exceeded: the {purpose} request is estimated at {estimate}, "
+                f"above the effective input budget of {effective}"
+            )
+            return PreparedContext(None, estimate, reason, outcome)
+        return PreparedContext(request, estimate, None, outcome)
+
+    def triggers(self, tools: list[dict[str, Any]]) -> tuple[int, tuple[str, ...]]:
+        """Return the size of the action request and the triggers that fire for it."""
+        frame = self.frame
+        size = self.policy.measure(frame.messages, tools, self.estimator)
+        return size, self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
+
+    def compact_if_triggered(
+        self, tools: list[dict[str, Any]], call_model: CallModel | None
+    ) -> CompactionOutcome | None:
+        """Compact the view when a trigger holds; return the attempt's outcome, or None."""
+        _, fired = self.triggers(tools)
+        if not fired:
+            return None
+        frame = self.frame
+
+        def summarise(summary_messages: list[dict[str, Any]]) -> str:
+            prepared = self.prepare("compaction", messages=summary_messages)
+            if prepared.request is None:
+                raise ContextBudgetExceeded(prepared.stop_reason or "")
+            if call_model is None:
+                raise EngineError("no model to summarise with")
+            return message_text(call_model(prepared.request).message)
+
+        outcome = self.compaction_policy.compact(
+            CompactionRequest(
+                messages=list(frame.messages),
+                tools=tools,
+                task_index=frame.state.task_index,
+                plan=frame.state.plan,
+                triggers=fired,
+                policy=self.policy,
+                budget=self.budget,
+                estimator=self.estimator,
+                summarise=summarise,
+            )
+        )
+        self._commit(outcome)
+        return outcome
+
+    def _commit(self, outcome: CompactionOutcome) -> None:
+        """Adopt a successful compaction and log every attempt; records are never touched."""
+        frame = self.frame
+        covered_seq = frame.records[-1].seq if frame.records else 0
+        revision = None
+        if outcome.succeeded and outcome.messages is not None:
+            revision = len(frame.compactions) + 1
+            frame.counters.advance_baselines()
+            frame.messages = list(self.redactor.value(outcome.messages))
+            frame.state.task_index = outcome.task_index
+            frame.compactions = [
+                *frame.compactions,
+                {
+                    "revision": revision,
+                    "covered_seq": covered_seq,
+                    "messages": list(frame.messages),
+                    "inherited_watermark": frame.inherited_watermark,
+                    "counters": frame.counters.to_dict(),
+                    "metrics": outcome.metrics(),
+                },
+            ]
+        metrics = outcome.metrics()
+        frame.state.compaction_log = [
+            *frame.state.compaction_log,
+            {
+                "revision": revision,
+                "covered_seq": covered_seq,
+                **metrics,
+                "at": iso_utc(self.clock()),
+            },
+        ]
+
+    def verification_messages(self, candidate_answer: str) -> list[dict[str, Any]]:
+        """Return the verification request: the task, the evidence and the candidate answer."""
+        frame = self.frame
+        task_index = frame.state.task_index
+        if task_index is not None and task_index < len(frame.messages):
+            task = message_text(frame.messages[task_index])
+            evidence = frame.messages[task_index + 1 :]
+        else:
+            task = "(the task is not in the view; see the evidence)"
+            evidence = [m for m in frame.messages if m.get("role") != "system"]
+        # The candidate is the final message; it is shown on its own below.
+        if evidence and evidence[-1].get("role") == "assistant" and not tool_calls_of(evidence[-1]):
+            evidence = evidence[:-1]
+        evidence_text = "\n\n".join(render_message(m) for m in evidence) or "(none)"
+        return [
+            {"role": "system", "content": VERIFIER_INSTRUCTIONS},
+            {
+                "role": "user",
+                "content": (
+                    f"Task:\n{task}\n\nEvidence:\n{evidence_text}\n\n"
+                    f"Candidate answer:\n{self.redactor.text(candidate_answer)}\n\n"
+                    "Verdict (PASS, or FAIL: reason):"
+                ),
+            },
+        ]

@@ -1,0 +1,536 @@
+"""The agent loop: model steps, tools, supplements, verification, delegation and checkpoints.
+
+One loop step, at a safe point (no tool call waiting for its result):
+
+    settle pending calls -> accept supplements -> check cancellation -> prepare (compaction)
+    -> hard budget check -> gateway call -> record the response -> run its tools -> save
+
+A final answer is verified when the version asks for it, then the supplement queue is drained one
+last time: supplements that arrived meanwhile are journaled and answered in another step, so a run
+never ends with a supplement still queued. Every gateway call — action, compaction or
+verification, failed or not — is reported through `on_model_call` and counts against the
+per-execution limit; a request over the effective budget is never sent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentloom.engine.budget import (
+    JsonBytesEstimator,
+    ModelBudget,
+    TokenEstimator,
+    estimator_from_binding,
+)
+from agentloom.engine.clock import Clock, system_clock
+from agentloom.engine.compaction import CompactionPolicy
+from agentloom.engine.context import ContextManager, JournalContextManager
+from agentloom.engine.errors import (
+    ConfigurationError,
+    ContextBudgetExceeded,
+    GatewayError,
+    ModelCallLimitReached,
+    ToolError,
+)
+from agentloom.engine.frame import InstanceFrame
+from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine.policy import TriggerPolicy, load_policy
+from agentloom.engine.projection import ProjectedHistory
+from agentloom.engine.protocol import message_text
+from agentloom.engine.records import MAIN_INSTANCE
+from agentloom.engine.redaction import Redactor
+from agentloom.engine.tools import (
+    DelegateTool,
+    SubAgent,
+    Tool,
+    Toolset,
+    argument_errors,
+    build_toolset,
+    builtin_tools,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MODEL_CALLS",
+    "Engine",
+    "ExecutionLimits",
+    "ModelCallRecord",
+    "RunOutcome",
+    "create_engine",
+]
+
+DEFAULT_MAX_MODEL_CALLS = 32
+
+
+@dataclass(frozen=True)
+class ExecutionLimits:
+    """Limits of one execution (a start or a resume); they reset when a run is resumed."""
+
+    max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
+
+    def __post_init__(self) -> None:
+        calls = self.max_model_calls
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+            raise ConfigurationError("max_model_calls", "must be a positive integer")
+
+
+@dataclass(frozen=True)
+class ModelCallRecord:
+    """One gateway call as reported to `on_model_call`, redacted."""
+
+    purpose: str
+    instance: str
+    request_estimate: int
+    response: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    latency_ms: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How an execution ended. `answer` is set only on success; a candidate is kept regardless."""
+
+    status: str  # "succeeded" | "failed" | "cancelled"
+    answer: str | None
+    error: str | None
+    frame: dict[str, Any]
+    candidate_answer: str | None = None
+
+
+ContextManagerFactory = Callable[..., ContextManager]
+
+
+class Engine:
+    """Runs and resumes agent runs; build it with `create_engine`."""
+
+    def __init__(
+        self,
+        *,
+        gateway: ModelGateway,
+        tools: Iterable[str | Tool],
+        policy: TriggerPolicy,
+        budget: ModelBudget,
+        context_manager: ContextManagerFactory,
+        compaction_policy: CompactionPolicy | None,
+        estimator: TokenEstimator,
+        limits: ExecutionLimits,
+        save: Callable[[dict[str, Any]], None] | None,
+        on_model_call: Callable[[ModelCallRecord], None] | None,
+        should_cancel: Callable[[], bool] | None,
+        supplements: Callable[[bool], list[tuple[str, str]]] | None,
+        redactor: Redactor,
+        clock: Clock,
+        sleeper: Callable[[float], None],
+        sub_agents: Iterable[SubAgent],
+        verify_completion: bool,
+    ):
+        self.gateway = gateway
+        self.policy = policy
+        self.budget = budget
+        self.context_manager = context_manager
+        self.compaction_policy = compaction_policy
+        self.estimator = estimator
+        self.limits = limits
+        self.save = save
+        self.on_model_call = on_model_call
+        self.should_cancel = should_cancel
+        self.supplements = supplements
+        self.redactor = redactor
+        self.clock = clock
+        self.sub_agents = tuple(sub_agents)
+        self.verify_completion = verify_completion
+        self.registry = builtin_tools(clock=clock, sleeper=sleeper)
+        tools = list(tools)
+        for tool in tools:
+            if isinstance(tool, Tool):
+                self.registry[tool.name] = tool
+        self.tools = tools
+        # Fail at construction, not mid-run, when a version names a tool that does not exist.
+        build_toolset(self.tools, self.registry)
+        for sub_agent in self.sub_agents:
+            build_toolset(sub_agent.tools, self.registry)
+
+    def start(
+        self,
+        *,
+        run_number: int,
+        attempt: int,
+        system_prompt: str,
+        question: str,
+        history: ProjectedHistory | None = None,
+    ) -> RunOutcome:
+        """Run a new question: a new main instance with the inherited history and the task."""
+        execution = _Execution(self, self.policy, self.budget, self.estimator)
+        context = execution.new_context()
+        context.create(
+            instance=MAIN_INSTANCE,
+            system_prompt=system_prompt,
+            task=question,
+            run_number=run_number,
+            attempt=attempt,
+            history=history,
+        )
+        return execution.run(context)
+
+    def resume(self, frame_dict: dict[str, Any], *, attempt: int) -> RunOutcome:
+        """Continue a run from its checkpoint with the budget, policy and estimator it was bound to.
+
+        Pending tool calls get an `unknown` result and are not re-executed; the model-call limit
+        starts again; counters and baselines come from the checkpoint.
+        """
+        frame = InstanceFrame.from_dict(self.redactor.value(frame_dict))
+        policy, budget, estimator = self._bound(frame.binding)
+        execution = _Execution(self, policy, budget, estimator)
+        context = execution.new_context()
+        context.restore(frame)
+        state = frame.state
+        state.attempt = attempt
+        state.terminal = None
+        state.model_calls = 0
+        return execution.run(context)
+
+    def _bound(self, binding: dict[str, Any]) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
+        """Return what a checkpoint is bound to; a legacy frame without a binding uses ours."""
+        policy = load_policy(binding["policy"]) if "policy" in binding else self.policy
+        budget = ModelBudget.from_dict(binding["budget"]) if binding.get("budget") else self.budget
+        estimator = self.estimator
+        bound = binding.get("estimator")
+        if bound and bound != estimator.binding():
+            estimator = estimator_from_binding(bound)
+        return policy, budget, estimator
+
+
+class _Execution:
+    """One start or resume: the model-call count and the instances it drives."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        policy: TriggerPolicy,
+        budget: ModelBudget,
+        estimator: TokenEstimator,
+    ):
+        self.engine = engine
+        self.policy = policy
+        self.budget = budget
+        self.estimator = estimator
+        self.model_calls = 0
+        self.main: ContextManager | None = None
+
+    def new_context(self) -> ContextManager:
+        engine = self.engine
+        return engine.context_manager(
+            policy=self.policy,
+            budget=self.budget,
+            estimator=self.estimator,
+            compaction_policy=engine.compaction_policy,
+            clock=engine.clock,
+            redactor=engine.redactor,
+        )
+
+    def run(self, context: ContextManager) -> RunOutcome:
+        self.main = context
+        engine = self.engine
+        delegates = [DelegateTool(sub, self.run_child) for sub in engine.sub_agents]
+        toolset = build_toolset([*engine.tools, *delegates], engine.registry)
+        loop = _InstanceLoop(self, context, toolset, parent=None)
+        status, answer, error = loop.run()
+        state = context.managed.state
+        return RunOutcome(
+            status=status,
+            answer=answer if status == "succeeded" else None,
+            error=error,
+            frame=context.frame.to_dict(),
+            candidate_answer=state.candidate_answer,
+        )
+
+    def save_main(self) -> None:
+        if self.engine.save is not None and self.main is not None:
+            self.engine.save(self.main.frame.to_dict())
+
+    def cancel_requested(self) -> bool:
+        return bool(self.engine.should_cancel and self.engine.should_cancel())
+
+    def call_model(self, request: ModelRequest) -> ModelResponse:
+        """Send one request through the gateway: the only way any model call is made."""
+        engine = self.engine
+        limit = engine.limits.max_model_calls
+        if self.model_calls >= limit:
+            raise ModelCallLimitReached(
+                f"model_call_limit_reached: {self.model_calls} model calls used in this "
+                f"execution (limit {limit})"
+            )
+        estimate = self.estimator.estimate(request.messages, request.tools)
+        effective = self.budget.effective_input_budget
+        if estimate > effective:
+            raise ContextBudgetExceeded(
+                f"context_budget_exceeded: the {request.purpose} request is estimated at "
+                f"{estimate}, above the effective input budget of {effective}"
+            )
+        self.model_calls += 1
+        if self.main is not None:
+            self.main.managed.state.model_calls = self.model_calls
+        started = time.perf_counter()
+        try:
+            response = engine.gateway.complete(request)
+            if not isinstance(response.message, dict):
+                raise GatewayError("protocol", "The model's answer could not be understood.")
+        except GatewayError as exc:
+            self._report(request, estimate, started, None, f"{exc.kind}: {exc.message}")
+            raise
+        response = ModelResponse(
+            message=engine.redactor.value(response.message),
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            model=response.model,
+        )
+        self._report(request, estimate, started, response, None)
+        return response
+
+    def _report(
+        self,
+        request: ModelRequest,
+        estimate: int,
+        started: float,
+        response: ModelResponse | None,
+        error: str | None,
+    ) -> None:
+        if self.engine.on_model_call is None:
+            return
+        redactor = self.engine.redactor
+        self.engine.on_model_call(
+            ModelCallRecord(
+                purpose=request.purpose,
+                instance=request.instance,
+                request_estimate=estimate,
+                response=response.to_dict() if response else None,
+                usage=redactor.value(response.usage) if response else None,
+                latency_ms=int((time.perf_counter() - started) * 1000),
+                error=redactor.text(error) if error else None,
+            )
+        )
+
+    def run_child(self, sub_agent: SubAgent, task: str) -> str:
+        """Run a sub-agent as a child instance and return its final answer."""
+        main = self.main
+        assert main is not None
+        state = main.managed.state
+        child_id = f"{state.run_number}.{state.next_child}"
+        state.next_child += 1
+        child = self.new_context()
+        child.create(
+            instance=child_id,
+            system_prompt=sub_agent.system_prompt,
+            task=task,
+            run_number=state.run_number,
+            attempt=state.attempt,
+        )
+        toolset = build_toolset(sub_agent.tools, self.engine.registry)
+        status, answer, error = _InstanceLoop(self, child, toolset, parent=main).run()
+        if status != "succeeded":
+            reason = f": {error}" if error else ""
+            raise ToolError(f"sub-agent {sub_agent.name} ({child_id}) {status}{reason}")
+        return answer or ""
+
+
+class _InstanceLoop:
+    """The loop of one instance: the main instance (parent None) or a sub-agent's child."""
+
+    def __init__(
+        self,
+        execution: _Execution,
+        context: ContextManager,
+        toolset: Toolset,
+        parent: ContextManager | None,
+    ):
+        self.execution = execution
+        self.context = context
+        self.toolset = toolset
+        self.parent = parent
+
+    @property
+    def is_main(self) -> bool:
+        return self.parent is None
+
+    def save(self) -> None:
+        if self.parent is not None:
+            frame = self.context.frame
+            self.parent.managed.state.children[frame.instance] = frame.to_dict()
+        self.execution.save_main()
+
+    def take_supplements(self, *, final: bool) -> int:
+        """Journal queued supplements (the run's queue feeds the main instance only).
+
+        Return how many entered the view; supplements held in the checkpoint count too.
+        """
+        source = self.execution.engine.supplements
+        if self.is_main and source is not None:
+            for source_key, text in source(final):
+                self.context.queue_supplement(str(source_key), text)
+        return len(self.context.accept_supplements())
+
+    def run(self) -> tuple[str, str | None, str | None]:
+        context = self.context
+        state = context.managed.state
+        schemas = self.toolset.schemas()
+        call_model = self.execution.call_model
+        self.save()
+        while True:
+            context.settle_pending()
+            self.take_supplements(final=False)
+            if self.execution.cancel_requested():
+                return self.finish("cancelled", None, None)
+            prepared = context.prepare("action", tools=schemas, call_model=call_model)
+            if prepared.request is None:
+                return self.finish("failed", None, prepared.stop_reason)
+            try:
+                response = call_model(prepared.request)
+            except GatewayError as exc:
+                return self.finish("failed", None, f"{exc.kind}: {exc.message}")
+            except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+                return self.finish("failed", None, str(exc))
+            record = context.add_assistant(response.message)
+            calls = record.message.get("tool_calls") or []
+            if calls:
+                # Saved before the tools run: if the worker dies now, resume finds the calls
+                # pending and answers them `unknown` instead of asking the model to repeat them.
+                self.save()
+                self.run_tools(calls)
+                self.save()
+                continue
+            state.candidate_answer = message_text(record.message)
+            if self.is_main and self.execution.engine.verify_completion:
+                if self.execution.cancel_requested():
+                    return self.finish("cancelled", None, None)
+                passed, error = self.verify(state.candidate_answer)
+                if error is not None:
+                    return self.finish("failed", None, error)
+                if not passed:
+                    self.save()
+                    continue
+            if self.take_supplements(final=True):
+                self.save()
+                continue
+            return self.finish("succeeded", state.candidate_answer, None)
+
+    def finish(
+        self, status: str, answer: str | None, error: str | None
+    ) -> tuple[str, str | None, str | None]:
+        if status == "cancelled":
+            self.context.add_feedback("run cancelled at a safe point")
+        elif status == "failed":
+            self.context.add_feedback(f"run stopped: {error}")
+        self.context.add_status(status, error)
+        self.save()
+        return status, answer, error
+
+    def verify(self, candidate: str) -> tuple[bool, str | None]:
+        """Return (passed, error): an error ends the run, a failed verdict asks for another step."""
+        prepared = self.context.prepare("verification", candidate_answer=candidate)
+        if prepared.request is None:
+            return False, prepared.stop_reason
+        try:
+            response = self.execution.call_model(prepared.request)
+        except GatewayError as exc:
+            return False, f"verification_failed: {exc.kind}: {exc.message}"
+        except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+            return False, str(exc)
+        verdict = message_text(response.message).strip()
+        self.context.add_feedback(f"verification: {verdict or '(no verdict)'}")
+        return verdict.upper().startswith("PASS"), None
+
+    def run_tools(self, calls: list[dict[str, Any]]) -> None:
+        """Run every call of one assistant message; each gets exactly one result."""
+        for call in calls:
+            call_id = call["id"]
+            name = call["function"]["name"]
+            tool = self.toolset.get(name)
+            if tool is None:
+                self.context.add_tool_result(
+                    call_id, f"ERROR: tool {name!r} is not available to this agent."
+                )
+                self.context.add_feedback(f"refused call to unavailable tool {name!r} ({call_id})")
+                continue
+            try:
+                result = self._run_tool(tool, call["function"]["arguments"])
+            except ToolError as exc:
+                self.context.add_tool_result(call_id, f"ERROR: {exc}")
+                self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
+                continue
+            self.context.add_tool_result(call_id, result)
+
+    @staticmethod
+    def _run_tool(tool: Tool, raw_arguments: str) -> str:
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"the arguments are not valid JSON ({exc.msg})") from exc
+        if not isinstance(arguments, dict):
+            raise ToolError("the arguments must be a JSON object")
+        problems = argument_errors(tool.parameters, arguments)
+        if problems:
+            raise ToolError("invalid arguments: " + "; ".join(problems))
+        try:
+            result = tool.run(arguments)
+        except ToolError:
+            raise
+        except Exception as exc:
+            # A tool bug must not end the run or leak a traceback: the model sees a short error.
+            raise ToolError(f"the tool failed unexpectedly ({type(exc).__name__})") from exc
+        return result if isinstance(result, str) else str(result)
+
+
+def create_engine(
+    gateway: ModelGateway,
+    tools: Iterable[str | Tool],
+    policy: TriggerPolicy | Mapping[str, Any] | None,
+    budget: ModelBudget | Mapping[str, Any],
+    *,
+    context_manager: ContextManagerFactory | None = None,
+    compaction_policy: CompactionPolicy | None = None,
+    estimator: TokenEstimator | None = None,
+    limits: ExecutionLimits | None = None,
+    save: Callable[[dict[str, Any]], None] | None = None,
+    on_model_call: Callable[[ModelCallRecord], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    supplements: Callable[[bool], list[tuple[str, str]]] | None = None,
+    secrets: Iterable[str] = (),
+    clock: Clock | None = None,
+    sub_agents: Iterable[SubAgent | Mapping[str, Any]] = (),
+    verify_completion: bool = False,
+    sleeper: Callable[[float], None] = time.sleep,
+) -> Engine:
+    """Return an engine for one published version.
+
+    `tools` are built-in tool names or `Tool` objects; `policy` is a `ContextPolicy`,
+    `LegacyCharPolicy`, a policy dict, or None for the legacy policy; `context_manager` is a
+    factory called with `policy, budget, estimator, compaction_policy, clock, redactor` for each
+    instance (default `JournalContextManager`).
+    """
+    if not isinstance(policy, TriggerPolicy):
+        policy = load_policy(dict(policy) if policy is not None else None)
+    if not isinstance(budget, ModelBudget):
+        budget = ModelBudget.from_dict(dict(budget))
+    return Engine(
+        gateway=gateway,
+        tools=tools,
+        policy=policy,
+        budget=budget,
+        context_manager=context_manager or JournalContextManager,
+        compaction_policy=compaction_policy,
+        estimator=estimator or JsonBytesEstimator(),
+        limits=limits or ExecutionLimits(),
+        save=save,
+        on_model_call=on_model_call,
+        should_cancel=should_cancel,
+        supplements=supplements,
+        redactor=Redactor(secrets),
+        clock=clock or system_clock,
+        sleeper=sleeper,
+        sub_agents=[s if isinstance(s, SubAgent) else SubAgent.from_dict(s) for s in sub_agents],
+        verify_completion=verify_completion,
+    )

@@ -1,0 +1,143 @@
+"""Chat-message helpers shared by the view, compaction, projection and the demo model.
+
+The ordering rules are the ones OpenAI enforces on a chat-completions request: an assistant
+message's tool calls are answered by one tool message each, right after it and before any other
+message; a tool message answers a call that was made and not yet answered; call ids are unique.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = [
+    "FEEDBACK_PREFIX",
+    "TOOL_RESULT_VIEW_CHARS",
+    "UNKNOWN_RESULT",
+    "cap_tool_result",
+    "clean_assistant_message",
+    "message_text",
+    "protocol_problems",
+    "render_message",
+    "tool_calls_of",
+]
+
+# The view shows at most this many characters of one tool result; the record keeps all of it.
+TOOL_RESULT_VIEW_CHARS = 24_000
+
+FEEDBACK_PREFIX = "[feedback] "
+
+# What a call without a recorded result is answered with: never re-executed, never assumed done.
+UNKNOWN_RESULT = json.dumps(
+    {
+        "status": "unknown",
+        "note": (
+            "No result was recorded for this tool call. Do not assume it succeeded; "
+            "it was not re-executed."
+        ),
+    }
+)
+
+
+def tool_calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the tool calls of an assistant message (empty for any other message)."""
+    if message.get("role") != "assistant":
+        return []
+    return list(message.get("tool_calls") or [])
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Return the text of a message's content, joining text parts."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def clean_assistant_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Return the protocol fields of an assistant message, with string arguments.
+
+    Provider extras (reasoning text, audio ids, refusals) are dropped because some providers
+    refuse them when they come back in a request.
+    """
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(
+            {
+                "id": str(call.get("id") or ""),
+                "type": "function",
+                "function": {"name": str(function.get("name") or ""), "arguments": arguments},
+            }
+        )
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        content = message_text(message)
+    cleaned: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        cleaned["tool_calls"] = calls
+    elif content is None:
+        cleaned["content"] = ""
+    return cleaned
+
+
+def cap_tool_result(content: str, limit: int = TOOL_RESULT_VIEW_CHARS) -> str:
+    """Return the first `limit` characters of a tool result and a marker saying what was cut."""
+    if len(content) <= limit:
+        return content
+    cut = len(content) - limit
+    return (
+        content[:limit] + f"\n[truncated: {cut} characters cut from this tool result; "
+        "the full result is kept in the session record]"
+    )
+
+
+def render_message(message: dict[str, Any]) -> str:
+    """Return a message as plain text, for summaries and verification evidence."""
+    role = message.get("role", "unknown")
+    if role == "tool":
+        return f"[tool result {message.get('tool_call_id')}]\n{message_text(message)}"
+    lines = [f"[{role}]"]
+    text = message_text(message)
+    if text:
+        lines.append(text)
+    for call in tool_calls_of(message):
+        function = call.get("function") or {}
+        lines.append(
+            f"[tool call {call.get('id')}] {function.get('name')}({function.get('arguments')})"
+        )
+    return "\n".join(lines)
+
+
+def protocol_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """Return every tool-call ordering rule that `messages` breaks (empty when valid)."""
+    problems: list[str] = []
+    issued: set[str] = set()
+    waiting: list[str] = []
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id in waiting:
+                waiting.remove(call_id)
+            else:
+                problems.append(f"message {index}: tool result for {call_id!r} out of its group")
+            continue
+        if waiting:
+            problems.append(f"message {index}: {message.get('role')} before results {waiting}")
+            waiting = []
+        for call in tool_calls_of(message):
+            call_id = call.get("id")
+            if call_id in issued:
+                problems.append(f"message {index}: duplicate tool call id {call_id!r}")
+            issued.add(call_id)
+            waiting.append(call_id)
+    if waiting:
+        problems.append(f"end: tool calls without results {waiting}")
+    return problems

@@ -1,0 +1,357 @@
+"""Tools the agent may call: the interface, the built-ins, sub-agent delegation and toolsets.
+
+A version offers and executes only its own tools. Arguments arrive as JSON text from the model;
+they are parsed and checked against the tool's JSON schema before the tool runs, and every
+failure becomes a tool message plus feedback, never an exception out of the engine.
+"""
+
+from __future__ import annotations
+
+import abc
+import ast
+import math
+import operator
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentloom.engine.clock import Clock, iso_utc, system_clock
+from agentloom.engine.errors import ConfigurationError, ToolError
+
+__all__ = [
+    "BUILTIN_TOOL_NAMES",
+    "DELEGATE_PREFIX",
+    "DelegateTool",
+    "SubAgent",
+    "Tool",
+    "Toolset",
+    "argument_errors",
+    "build_toolset",
+    "builtin_tools",
+    "evaluate_arithmetic",
+]
+
+DELEGATE_PREFIX = "delegate_"
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Tool(abc.ABC):
+    """A function the model may call, described by a JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    @abc.abstractmethod
+    def run(self, arguments: dict[str, Any]) -> str:
+        """Return the tool's result as text, or raise `ToolError`."""
+
+    def schema(self) -> dict[str, Any]:
+        """Return the chat-completions tool definition."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+def _object(properties: dict[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+
+
+def argument_errors(schema: dict[str, Any], value: Any, path: str = "arguments") -> list[str]:
+    """Return how `value` breaks `schema` (the subset of JSON Schema tool parameters use)."""
+    expected = schema.get("type")
+    if expected in _TYPES and not _TYPES[expected](value):
+        return [f"{path} must be of type {expected}"]
+    errors: list[str] = []
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            errors.append(f"{path} must be a finite number")
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{path} must be at least {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{path} must be at most {schema['maximum']}")
+    if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
+        errors.append(f"{path} must be at most {schema['maxLength']} characters")
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        for name in schema.get("required") or []:
+            if name not in value:
+                errors.append(f"{path}.{name} is required")
+        for name, item in value.items():
+            if name in properties:
+                errors.extend(argument_errors(properties[name], item, f"{path}.{name}"))
+            elif schema.get("additionalProperties") is False:
+                errors.append(f"{path}.{name} is not a known argument")
+    return errors
+
+
+class EchoTool(Tool):
+    name = "echo"
+    description = "Return the given text unchanged."
+    parameters = _object({"text": {"type": "string"}}, ["text"])
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        return arguments["text"]
+
+
+class CurrentTimeTool(Tool):
+    name = "current_time"
+    description = "Return the current date and time in UTC (ISO 8601)."
+    parameters = _object({})
+
+    def __init__(self, clock: Clock = system_clock):
+        self._clock = clock
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        return iso_utc(self._clock())
+
+
+# Bounds that keep arithmetic cheap: a huge power or product could take minutes and gigabytes.
+MAX_EXPRESSION_CHARS = 1_000
+MAX_EXPONENT = 1_000
+MAX_RESULT_BITS = 10_000
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def _bounded_power(base: int | float, exponent: int | float) -> int | float:
+    if abs(exponent) > MAX_EXPONENT:
+        raise ToolError(f"exponent {exponent} is larger than {MAX_EXPONENT}")
+    exact = isinstance(base, int) and isinstance(exponent, int) and exponent > 0
+    if exact and abs(base).bit_length() * exponent > MAX_RESULT_BITS:
+        raise ToolError("the result of this power is too large")
+    result = base**exponent
+    if isinstance(result, complex):
+        raise ToolError("the result is not a real number")
+    return result
+
+
+def _check_size(value: int | float) -> int | float:
+    if isinstance(value, int) and value.bit_length() > MAX_RESULT_BITS:
+        raise ToolError("the result is too large")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError("the result is not a finite number")
+    return value
+
+
+def _evaluate(node: ast.AST) -> int | float:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in (*_BINARY, ast.Pow):
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow):
+            return _check_size(_bounded_power(left, right))
+        return _check_size(_BINARY[type(node.op)](left, right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_evaluate(node.operand))
+    raise ToolError(f"only arithmetic is allowed, not {type(node).__name__}")
+
+
+def evaluate_arithmetic(expression: str) -> int | float:
+    """Return the value of an arithmetic expression: numbers, + - * / // % **, parentheses."""
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ToolError(f"the expression is longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+        return _evaluate(tree.body)
+    except SyntaxError as exc:
+        raise ToolError(f"not an arithmetic expression: {exc.msg}") from exc
+    except ZeroDivisionError as exc:
+        raise ToolError("division by zero") from exc
+    except (OverflowError, RecursionError, MemoryError, ValueError) as exc:
+        raise ToolError(f"cannot compute this expression: {type(exc).__name__}") from exc
+
+
+class CalculatorTool(Tool):
+    name = "calculator"
+    description = (
+        "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses. "
+        "No names, functions or other syntax."
+    )
+    parameters = _object(
+        {"expression": {"type": "string", "maxLength": MAX_EXPRESSION_CHARS}}, ["expression"]
+    )
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        return str(evaluate_arithmetic(arguments["expression"]))
+
+
+MAX_SLEEP_SECONDS = 30
+
+
+class SleepTool(Tool):
+    name = "sleep"
+    description = f"Wait for the given number of seconds (at most {MAX_SLEEP_SECONDS})."
+    parameters = _object(
+        {"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_SECONDS}}, ["seconds"]
+    )
+
+    def __init__(self, sleeper: Callable[[float], None] = time.sleep):
+        self._sleeper = sleeper
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        self._sleeper(arguments["seconds"])
+        return f"slept {arguments['seconds']} seconds"
+
+
+class FailTool(Tool):
+    name = "fail"
+    description = "Always fail with the given message (for testing error handling)."
+    parameters = _object({"message": {"type": "string"}}, ["message"])
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        raise ToolError(arguments["message"])
+
+
+MAX_BIG_OUTPUT_CHARS = 200_000
+_FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+
+
+class BigOutputTool(Tool):
+    name = "big_output"
+    description = f"Return a filler text of the given length (at most {MAX_BIG_OUTPUT_CHARS})."
+    parameters = _object(
+        {"chars": {"type": "integer", "minimum": 0, "maximum": MAX_BIG_OUTPUT_CHARS}}, ["chars"]
+    )
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        chars = arguments["chars"]
+        return (_FILLER * (chars // len(_FILLER) + 1))[:chars]
+
+
+BUILTIN_TOOL_NAMES = ("echo", "current_time", "calculator", "sleep", "fail", "big_output")
+
+
+def builtin_tools(
+    *, clock: Clock = system_clock, sleeper: Callable[[float], None] = time.sleep
+) -> dict[str, Tool]:
+    """Return the built-in tools by name."""
+    tools: list[Tool] = [
+        EchoTool(),
+        CurrentTimeTool(clock),
+        CalculatorTool(),
+        SleepTool(sleeper),
+        FailTool(),
+        BigOutputTool(),
+    ]
+    return {tool.name: tool for tool in tools}
+
+
+@dataclass(frozen=True)
+class SubAgent:
+    """A sub-agent: it has no model or policy of its own and uses its parent's."""
+
+    name: str
+    description: str
+    system_prompt: str
+    tools: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(DELEGATE_PREFIX + self.name):
+            raise ConfigurationError("sub_agents.name", f"{self.name!r} is not a valid tool name")
+        object.__setattr__(self, "tools", tuple(self.tools))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SubAgent:
+        """Read `{name, description, system_prompt, tools}`; any other field is refused."""
+        allowed = {"name", "description", "system_prompt", "tools"}
+        for key in data:
+            if key not in allowed:
+                raise ConfigurationError(f"sub_agents.{key}", "is not a sub-agent field")
+        for key in ("name", "description", "system_prompt"):
+            if not isinstance(data.get(key), str):
+                raise ConfigurationError(f"sub_agents.{key}", "must be a string")
+        tools = data.get("tools") or []
+        if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
+            raise ConfigurationError("sub_agents.tools", "must be a list of tool names")
+        return cls(data["name"], data["description"], data["system_prompt"], tuple(tools))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "system_prompt": self.system_prompt,
+            "tools": list(self.tools),
+        }
+
+
+class DelegateTool(Tool):
+    """`delegate_<name>{task}`: run the sub-agent on a task and return its final answer."""
+
+    def __init__(self, sub_agent: SubAgent, runner: Callable[[SubAgent, str], str]):
+        self.sub_agent = sub_agent
+        self.name = DELEGATE_PREFIX + sub_agent.name
+        self.description = sub_agent.description or f"Delegate a task to {sub_agent.name}."
+        self.parameters = _object({"task": {"type": "string"}}, ["task"])
+        self._runner = runner
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        return self._runner(self.sub_agent, arguments["task"])
+
+
+class Toolset:
+    """The tools one instance may use: only these are offered to the model or executed."""
+
+    def __init__(self, tools: Iterable[Tool] = ()):
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if not _NAME.match(tool.name):
+                raise ConfigurationError("tools", f"{tool.name!r} is not a valid tool name")
+            if tool.name in self._tools:
+                raise ConfigurationError("tools", f"tool {tool.name!r} is listed twice")
+            self._tools[tool.name] = tool
+        self._schemas = [tool.schema() for tool in self._tools.values()]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Return the tool definitions sent with every action request."""
+        return list(self._schemas)
+
+
+def build_toolset(tools: Iterable[str | Tool], registry: Mapping[str, Tool]) -> Toolset:
+    """Return a toolset of `tools`: names are looked up in `registry`, tools taken as given."""
+    chosen = []
+    for item in tools:
+        if isinstance(item, Tool):
+            chosen.append(item)
+        elif item in registry:
+            chosen.append(registry[item])
+        else:
+            raise ConfigurationError("tools", f"unknown tool {item!r}")
+    return Toolset(chosen)

@@ -1,0 +1,70 @@
+"""The provider layer's error: a `GatewayError` whose message is fixed text chosen here."""
+
+from __future__ import annotations
+
+from agentloom.engine.errors import GatewayError
+
+__all__ = ["KINDS", "RETRYABLE_KINDS", "ProviderError"]
+
+# Every message is fixed text: a provider's body, headers, the URL's secrets or the key never reach
+# an exception, so the Django side may show `str(exc)` to an administrator as it is.
+_MESSAGES = {
+    "auth": "The provider rejected the credentials.",
+    "rate_limit": "The provider is limiting the request rate.",
+    "context_length": "The request is longer than the model's context window.",
+    "bad_request": "The provider rejected the request.",
+    "not_found": "The provider does not know this endpoint or model.",
+    "upstream": "The provider failed to answer.",
+    "redirect": "The provider answered with a redirect, which is never followed.",
+    "too_large": "The provider's answer is larger than the size limit.",
+    "network": "The provider could not be reached.",
+    "timeout": "The provider did not answer in time.",
+    "address_refused": "The provider address is not allowed.",
+    "protocol": "The provider's answer could not be understood.",
+}
+
+KINDS = tuple(_MESSAGES)
+
+# Kinds where the same request may succeed a moment later.
+RETRYABLE_KINDS = frozenset({"rate_limit", "upstream", "network", "timeout"})
+
+
+class ProviderError(GatewayError):
+    """A provider call failed; `kind` says how, `status` is the HTTP status when there was one.
+
+    `message` defaults to the fixed text of the kind; callers that pass one pass fixed text too.
+    `retry_after` is the provider's `Retry-After` in seconds when it sent a usable one.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        message: str | None = None,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ):
+        if kind not in _MESSAGES:
+            raise ValueError(f"unknown provider error kind {kind!r}")
+        self._given_message = message
+        text = message or _MESSAGES[kind]
+        if status is not None:
+            text = f"{text} (HTTP {status})"
+        super().__init__(kind, text, status=status)
+        self.retry_after = retry_after
+        self.retryable = kind in RETRYABLE_KINDS if retryable is None else retryable
+
+    def __repr__(self) -> str:
+        return (
+            f"ProviderError(kind={self.kind!r}, status={self.status!r}, message={self.message!r})"
+        )
+
+    def __reduce__(self):
+        # Celery and multiprocessing pickle exceptions; rebuild from the same fixed parts.
+        parts = (self.kind, self._given_message, self.status, self.retry_after, self.retryable)
+        return (_rebuild, parts)
+
+
+def _rebuild(kind, message, status, retry_after, retryable) -> ProviderError:
+    return ProviderError(kind, message, status=status, retry_after=retry_after, retryable=retryable)

@@ -1,0 +1,431 @@
+"""The one HTTP client every outbound provider call goes through.
+
+It ignores environment proxies, never follows redirects, bounds connect, read and total time,
+caps the body it reads, connects only to addresses the address guard checked, and turns every
+failure into a `ProviderError` with fixed text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import email.utils
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpcore
+import httpx
+
+from agentloom.providers._addresses import Resolver, resolve_checked, system_resolver
+from agentloom.providers._errors import ProviderError
+from agentloom.providers._urls import checked_url
+
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "GuardedTransport",
+    "ProviderClient",
+    "secure_client",
+]
+
+logger = logging.getLogger("agentloom.providers")
+
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+# An error body is read only to tell a context-length rejection from other 400s.
+_ERROR_BODY_BYTES = 64 * 1024
+
+_CONTEXT_CODES = frozenset(
+    {"context_length_exceeded", "context_window_exceeded", "string_above_max_length"}
+)
+_CONTEXT_TEXT = re.compile(
+    r"context[ _-]?(length|window)|maximum model length|max_model_len|prompt is too long"
+    r"|input is too long|too many input tokens",
+    re.IGNORECASE,
+)
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+# The HTTP libraries log full URLs at INFO and response headers at DEBUG; a provider can put
+# anything in its headers, including an echo of the key. During a provider call their records
+# are dropped and this module logs its own line instead.
+_LIBRARY_LOGGERS = (
+    "httpx",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+)
+_IN_PROVIDER_CALL = contextvars.ContextVar("agentloom_provider_call", default=False)
+
+
+class _DuringProviderCalls(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _IN_PROVIDER_CALL.get()
+
+
+_LIBRARY_LOG_FILTER = _DuringProviderCalls()
+
+
+def _quiet_library_loggers() -> None:
+    # Idempotent, and repeated per client: logging configuration may replace loggers' state.
+    for name in _LIBRARY_LOGGERS:
+        library_logger = logging.getLogger(name)
+        if _LIBRARY_LOG_FILTER not in library_logger.filters:
+            library_logger.addFilter(_LIBRARY_LOG_FILTER)
+
+
+# A connection that never opened may be retried; an answer that stopped arriving is not, since
+# the model may have been working (and billing) the whole time.
+_CONNECT_TIMEOUT = "The provider did not accept the connection in time."
+
+# Header values may be sent only if they are visible ASCII; anything else would either be
+# refused by the HTTP library with the value in its message, or split the header.
+_HEADER_SAFE = re.compile(r"^[\x21-\x7e]+$")
+
+
+class _GuardedBackend(httpcore.SyncBackend):
+    """Open TCP connections only to addresses the guard checked, resolving each host once."""
+
+    def __init__(self, *, resolver: Resolver, allow_private_hosts: bool):
+        self._resolver = resolver
+        self._allow_private_hosts = allow_private_hosts
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options=None,
+    ) -> httpcore.NetworkStream:
+        addresses = resolve_checked(
+            host, port, resolver=self._resolver, allow_private_hosts=self._allow_private_hosts
+        )
+        failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
+        for address in addresses:
+            try:
+                # An IP literal: the socket layer connects to it without another lookup. TLS
+                # still verifies and sends SNI for `host`, which httpcore keeps from the URL.
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    def connect_unix_socket(self, *args, **kwargs) -> httpcore.NetworkStream:
+        raise ProviderError("address_refused", "Provider calls use TCP only.")
+
+
+@contextlib.contextmanager
+def _transport_errors() -> Iterator[None]:
+    try:
+        yield
+    except ProviderError:
+        raise
+    except (httpcore.ConnectTimeout, httpcore.PoolTimeout):
+        raise ProviderError("timeout", _CONNECT_TIMEOUT) from None
+    except httpcore.TimeoutException:
+        raise ProviderError("timeout", retryable=False) from None
+    except httpcore.ProtocolError:
+        raise ProviderError("protocol") from None
+    except httpcore.UnsupportedProtocol:
+        raise ProviderError("address_refused", "The provider URL must use http or https.") from None
+    except (httpcore.NetworkError, httpcore.ConnectionNotAvailable, OSError):
+        raise ProviderError("network") from None
+
+
+class _GuardedStream(httpx.SyncByteStream):
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _transport_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        if hasattr(self._stream, "close"):
+            self._stream.close()
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """An httpx transport that refuses forbidden addresses and connects to the checked one.
+
+    `resolver(host, port)` returns the host's addresses (default: `socket.getaddrinfo`); it is
+    called once per new connection, never for IP literals or metadata host names.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_private_hosts: bool = False,
+        resolver: Resolver | None = None,
+        max_connections: int = 10,
+    ):
+        backend = _GuardedBackend(
+            resolver=resolver or system_resolver, allow_private_hosts=allow_private_hosts
+        )
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            retries=0,
+            network_backend=backend,
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        checked_url(request.url)
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _transport_errors():
+            response = self._pool.handle_request(core_request)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_GuardedStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class ProviderClient:
+    """Send JSON requests to a provider and return decoded JSON, or raise `ProviderError`.
+
+    Build it with `secure_client()`. Close it (or use it as a context manager) when done.
+    """
+
+    def __init__(self, http: httpx.Client, *, max_response_bytes: int, total_timeout: float):
+        self._http = http
+        self.max_response_bytes = max_response_bytes
+        self.total_timeout = total_timeout
+
+    def get_json(self, url: str, *, api_key: str | None) -> Any:
+        """GET `url` and return its JSON body."""
+        return self._request("GET", url, api_key=api_key, payload=None)
+
+    def post_json(self, url: str, payload: Any, *, api_key: str | None) -> Any:
+        """POST `payload` as JSON to `url` and return the JSON body of the answer."""
+        return self._request("POST", url, api_key=api_key, payload=payload)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ProviderClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _request(self, method: str, url: str, *, api_key: str | None, payload: Any) -> Any:
+        target = checked_url(url)
+        headers = {
+            "Accept": "application/json",
+            # Ask for an uncompressed body: the size cap then bounds what is held in memory.
+            "Accept-Encoding": "identity",
+            "User-Agent": "AgentLoom",
+        }
+        if api_key:
+            if not _HEADER_SAFE.match(api_key):
+                raise ProviderError(
+                    "bad_request", "The API key contains characters that cannot be sent."
+                )
+            headers["Authorization"] = f"Bearer {api_key}"
+        content = None
+        if payload is not None:
+            try:
+                content = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode()
+            except (TypeError, ValueError):
+                raise ProviderError(
+                    "bad_request", "The request could not be encoded as JSON."
+                ) from None
+            headers["Content-Type"] = "application/json"
+        failure: ProviderError | None = None
+        quiet = _IN_PROVIDER_CALL.set(True)
+        try:
+            body = self._exchange(method, target, headers, content)
+        except ProviderError as exc:
+            failure = exc
+        finally:
+            _IN_PROVIDER_CALL.reset(quiet)
+        if failure is not None:
+            # The host only: a path or query may carry a token on some proxies.
+            logger.warning(
+                "Provider call %s to %s failed: kind=%s status=%s",
+                method,
+                target.host,
+                failure.kind,
+                failure.status,
+            )
+            raise failure
+        try:
+            return json.loads(body, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            raise ProviderError("protocol", "The provider's answer is not valid JSON.") from None
+
+    def _exchange(
+        self, method: str, target: httpx.URL, headers: dict[str, str], content: bytes | None
+    ) -> bytes:
+        """Send the request and return the body of a 2xx answer, or raise `ProviderError`."""
+        deadline = time.monotonic() + self.total_timeout
+        try:
+            with self._http.stream(method, target, headers=headers, content=content) as response:
+                status = response.status_code
+                if 300 <= status < 400:
+                    raise ProviderError("redirect", status=status)
+                if status >= 400:
+                    body = _read_capped(response, _ERROR_BODY_BYTES, deadline, strict=False)
+                    raise _status_error(status, body, response.headers)
+                if status < 200:
+                    raise ProviderError("protocol", status=status)
+                return _read_capped(response, self.max_response_bytes, deadline, strict=True)
+        except ProviderError:
+            raise
+        except (httpx.ConnectTimeout, httpx.PoolTimeout):
+            raise ProviderError("timeout", _CONNECT_TIMEOUT) from None
+        except httpx.TimeoutException:
+            raise ProviderError("timeout", retryable=False) from None
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol):
+            raise ProviderError("address_refused", "The provider URL is not allowed.") from None
+        except (httpx.ProtocolError, httpx.DecodingError, httpx.StreamError):
+            raise ProviderError("protocol") from None
+        except (httpx.HTTPError, OSError):
+            raise ProviderError("network") from None
+
+
+def secure_client(
+    *,
+    allow_private_hosts: bool = False,
+    resolver: Resolver | None = None,
+    connect_timeout: float = 10.0,
+    read_timeout: float = 120.0,
+    total_timeout: float = 600.0,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    transport: httpx.BaseTransport | None = None,
+) -> ProviderClient:
+    """Return the client every outbound provider call must use.
+
+    `allow_private_hosts` permits loopback and private addresses (pass the deployment's
+    `ALLOW_PRIVATE_MODEL_HOSTS`); link-local and metadata addresses are refused regardless.
+    `read_timeout` bounds each wait for data and `total_timeout` the reading of the body.
+    `resolver` replaces DNS resolution (see `GuardedTransport`). `transport` replaces the
+    guarded network layer entirely and exists for tests; proxies stay off, redirects stay
+    unfollowed and the body cap still applies.
+    """
+    if max_response_bytes <= 0:
+        raise ValueError("max_response_bytes must be positive")
+    _quiet_library_loggers()
+    http = httpx.Client(
+        transport=transport
+        or GuardedTransport(allow_private_hosts=allow_private_hosts, resolver=resolver),
+        trust_env=False,
+        follow_redirects=False,
+        timeout=httpx.Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+        ),
+    )
+    return ProviderClient(http, max_response_bytes=max_response_bytes, total_timeout=total_timeout)
+
+
+def _read_capped(response: httpx.Response, limit: int, deadline: float, *, strict: bool) -> bytes:
+    """Return the body, stopping past `limit` bytes: an error if `strict`, else a cut body."""
+    declared = response.headers.get("content-length", "")
+    if strict and declared.isdigit() and int(declared) > limit:
+        raise ProviderError("too_large", status=response.status_code)
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            if strict:
+                raise ProviderError("too_large", status=response.status_code)
+            chunks.append(chunk[: limit - (size - len(chunk))])
+            break
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise ProviderError("timeout")
+    return b"".join(chunks)
+
+
+def _status_error(status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
+    code, text = _error_details(body)
+    if status in (401, 403):
+        return ProviderError("auth", status=status)
+    if status == 402:
+        return ProviderError(
+            "auth", "The provider account has no balance or quota left.", status=status
+        )
+    if status == 404:
+        return ProviderError("not_found", status=status)
+    if status == 408:
+        return ProviderError("timeout", status=status)
+    if status == 429:
+        if code in _QUOTA_CODES:
+            return ProviderError(
+                "rate_limit",
+                "The provider account has exceeded its quota.",
+                status=status,
+                retryable=False,
+            )
+        return ProviderError("rate_limit", status=status, retry_after=_retry_after(headers))
+    if status >= 500:
+        return ProviderError("upstream", status=status, retry_after=_retry_after(headers))
+    if status == 413 or code in _CONTEXT_CODES or (text and _CONTEXT_TEXT.search(text)):
+        return ProviderError("context_length", status=status)
+    return ProviderError("bad_request", status=status)
+
+
+def _error_details(body: bytes) -> tuple[str | None, str | None]:
+    """Return the error code and message of an OpenAI-style error body, for classifying only."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None, body[:4096].decode("utf-8", "replace")
+    error = data.get("error", data) if isinstance(data, dict) else None
+    if isinstance(error, str):
+        return None, error
+    if not isinstance(error, dict):
+        return None, None
+    code = error.get("code") or error.get("type")
+    message = error.get("message") or error.get("detail")
+    return (
+        code if isinstance(code, str) else None,
+        message if isinstance(message, str) else None,
+    )
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    value = headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")

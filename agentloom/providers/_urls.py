@@ -1,0 +1,81 @@
+"""Check and normalise provider base URLs, and recognise the providers' official endpoints."""
+
+from __future__ import annotations
+
+import httpx
+
+from agentloom.providers._errors import ProviderError
+
+__all__ = [
+    "OFFICIAL_ENDPOINTS",
+    "PROVIDERS",
+    "checked_url",
+    "endpoint_url",
+    "is_official_endpoint",
+    "normalise_base_url",
+]
+
+PROVIDERS = ("openai", "deepseek", "openai_compatible", "local")
+
+# The only base URLs whose models may take windows from the official manifest. A proxy or a
+# self-hosted server may serve a model under the same ID with another window, so it never does.
+OFFICIAL_ENDPOINTS = {
+    "openai": frozenset({"https://api.openai.com/v1"}),
+    "deepseek": frozenset({"https://api.deepseek.com", "https://api.deepseek.com/v1"}),
+}
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def checked_url(url: str | httpx.URL) -> httpx.URL:
+    """Return `url` parsed, or raise `ProviderError("address_refused")` if it may not be called.
+
+    Only absolute http and https URLs with a host and without user information are allowed.
+    """
+    try:
+        parsed = url if isinstance(url, httpx.URL) else httpx.URL(str(url).strip())
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise ProviderError("address_refused", "The provider URL is not a valid URL.") from None
+    if parsed.scheme not in _DEFAULT_PORTS:
+        raise ProviderError("address_refused", "The provider URL must use http or https.")
+    if parsed.userinfo:
+        raise ProviderError(
+            "address_refused", "The provider URL must not contain a user name or password."
+        )
+    if not parsed.host:
+        raise ProviderError("address_refused", "The provider URL has no host.")
+    return parsed
+
+
+def normalise_base_url(base_url: str) -> str:
+    """Return `base_url` checked, with scheme and host lower-cased, default port and final `/` gone.
+
+    A query or fragment is refused: request paths are appended to the base URL.
+    """
+    parsed = checked_url(base_url)
+    if parsed.query or parsed.fragment:
+        raise ProviderError(
+            "address_refused", "The provider base URL must not have a query or fragment."
+        )
+    host = parsed.host
+    if ":" in host:
+        host = f"[{host}]"
+    port = "" if parsed.port in (None, _DEFAULT_PORTS[parsed.scheme]) else f":{parsed.port}"
+    path = parsed.path.rstrip("/")
+    return f"{parsed.scheme}://{host}{port}{path}"
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """Return the URL of `path` (such as `/models`) under `base_url`."""
+    return normalise_base_url(base_url) + "/" + path.lstrip("/")
+
+
+def is_official_endpoint(provider: str, base_url: str) -> bool:
+    """Return whether `base_url` is `provider`'s own public API endpoint."""
+    official = OFFICIAL_ENDPOINTS.get(provider)
+    if not official:
+        return False
+    try:
+        return normalise_base_url(base_url) in official
+    except ProviderError:
+        return False

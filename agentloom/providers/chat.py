@@ -1,0 +1,269 @@
+"""Chat-completions gateways for OpenAI, DeepSeek and any server speaking the same API."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
+from agentloom.providers._errors import ProviderError
+from agentloom.providers._http import secure_client
+from agentloom.providers._urls import PROVIDERS, endpoint_url
+from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFactory
+
+__all__ = [
+    "DeepSeekChatGateway",
+    "OpenAIChatGateway",
+    "OpenAICompatibleChatGateway",
+    "gateway_for_provider",
+    "parse_chat_completion",
+]
+
+logger = logging.getLogger("agentloom.providers")
+
+
+class OpenAICompatibleChatGateway(ModelGateway):
+    """Call `POST {base_url}/chat/completions` of a server speaking OpenAI's chat API.
+
+    The output limit sent is the smallest of the request's, the configured `max_output_tokens`
+    and the provider's `max_output_cap`. Rate limits, 5xx answers, network failures and
+    connect timeouts are retried up to `max_attempts` calls in all, waiting `backoff`, then
+    twice as long each time (at most `max_backoff`), or the provider's `Retry-After` if longer
+    and at most `max_retry_after`; a longer `Retry-After` ends the retries. A read timeout is
+    not retried.
+    """
+
+    provider = "openai_compatible"
+    # Compatible servers and DeepSeek read `max_tokens`; many reject the newer OpenAI name.
+    output_limit_field = "max_tokens"
+    keeps_reasoning_content = False
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model_id: str,
+        *,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        max_output_cap: int | None = None,
+        allow_private_hosts: bool = False,
+        client_factory: ClientFactory | None = None,
+        max_attempts: int = 3,
+        backoff: float = 1.0,
+        max_backoff: float = 8.0,
+        max_retry_after: float = 30.0,
+        read_timeout: float = 300.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        if not isinstance(model_id, str) or not model_id.strip():
+            raise ValueError("model_id must be a non-empty string")
+        for name, value in (
+            ("max_output_tokens", max_output_tokens),
+            ("max_attempts", max_attempts),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer")
+        if max_output_cap is not None and (
+            isinstance(max_output_cap, bool)
+            or not isinstance(max_output_cap, int)
+            or max_output_cap < 1
+        ):
+            raise ValueError("max_output_cap must be a positive integer or None")
+        self.url = endpoint_url(base_url, "/chat/completions")
+        self.model_id = model_id
+        self.max_output_cap = max_output_cap
+        self.max_output_tokens = min(max_output_tokens, max_output_cap or max_output_tokens)
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
+        self._api_key = api_key
+        self._sleep = sleep
+        # A non-streamed answer arrives all at once, after the model has finished: reasoning
+        # models can take minutes, so the read timeout is long and a read timeout not retried.
+        self._client_factory = client_factory or functools.partial(
+            secure_client,
+            allow_private_hosts=allow_private_hosts,
+            read_timeout=read_timeout,
+            total_timeout=read_timeout + 60.0,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r}, model_id={self.model_id!r})"
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Return the model's reply to `request`, or raise `ProviderError`."""
+        payload = self.payload(request)
+        with self._client_factory() as client:
+            for attempt in range(1, self.max_attempts + 1):
+                try:
+                    document = client.post_json(self.url, payload, api_key=self._api_key)
+                except ProviderError as exc:
+                    delay = self._retry_delay(exc, attempt)
+                    if delay is None:
+                        raise
+                    logger.warning(
+                        "Model call failed (kind=%s, status=%s); retry %d of %d in %.1fs",
+                        exc.kind,
+                        exc.status,
+                        attempt,
+                        self.max_attempts - 1,
+                        delay,
+                    )
+                    self._sleep(delay)
+                else:
+                    return parse_chat_completion(
+                        document, keep_reasoning_content=self.keeps_reasoning_content
+                    )
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        """Return the JSON body this gateway sends for `request`."""
+        body: dict[str, Any] = {"model": self.model_id, "messages": list(request.messages)}
+        if request.tools:
+            body["tools"] = list(request.tools)
+        body[self.output_limit_field] = self.output_limit(request.max_output_tokens)
+        return body
+
+    def output_limit(self, requested: int | None) -> int:
+        """Return the output limit to send: the request's, within the configured limit and cap."""
+        limit = self.max_output_tokens
+        if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
+            limit = min(limit, requested)
+        return limit
+
+    def _retry_delay(self, error: ProviderError, attempt: int) -> float | None:
+        if not error.retryable or attempt >= self.max_attempts:
+            return None
+        delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+        if error.retry_after is not None:
+            if error.retry_after > self.max_retry_after:
+                return None
+            delay = max(delay, error.retry_after)
+        return delay
+
+
+class OpenAIChatGateway(OpenAICompatibleChatGateway):
+    """OpenAI's chat completions, which take the limit as `max_completion_tokens`."""
+
+    provider = "openai"
+    # OpenAI deprecated `max_tokens` and reasoning models reject it.
+    output_limit_field = "max_completion_tokens"
+
+
+class DeepSeekChatGateway(OpenAICompatibleChatGateway):
+    """DeepSeek's chat completions, which take the limit as `max_tokens`."""
+
+    provider = "deepseek"
+    output_limit_field = "max_tokens"
+    # In thinking mode DeepSeek refuses (400) a tool-call continuation whose assistant messages
+    # lack the `reasoning_content` it returned, so the reply keeps it for the next request.
+    keeps_reasoning_content = True
+
+
+_GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {
+    "openai": OpenAIChatGateway,
+    "deepseek": DeepSeekChatGateway,
+    "openai_compatible": OpenAICompatibleChatGateway,
+}
+
+
+def gateway_for_provider(
+    provider: str,
+    base_url: str,
+    api_key: str | None,
+    model_id: str,
+    **options: Any,
+) -> ModelGateway:
+    """Return the gateway for `provider`; `options` go to the gateway's constructor.
+
+    `local` returns the engine's offline demo gateway and ignores the connection fields.
+    """
+    if provider == "local":
+        from agentloom.engine.gateway import LocalDemoGateway  # the engine owns the demo model
+
+        return LocalDemoGateway()
+    gateway_class = _GATEWAYS.get(provider)
+    if gateway_class is None:
+        raise ValueError(f"unknown provider {provider!r}; expected one of {PROVIDERS}")
+    return gateway_class(base_url, api_key, model_id, **options)
+
+
+def parse_chat_completion(document: Any, *, keep_reasoning_content: bool = False) -> ModelResponse:
+    """Return the assistant message, usage, finish reason and model of a chat completion.
+
+    The message holds `role`, `content` and `tool_calls` only, plus the provider's
+    `reasoning_content` when `keep_reasoning_content` is set and the reply has one.
+    """
+    if not isinstance(document, dict):
+        raise ProviderError("protocol")
+    choices = document.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if "error" in document:
+            raise ProviderError("upstream", "The provider answered with an error.")
+        raise ProviderError("protocol", "The provider's answer has no choices.")
+    choice = choices[0]
+    raw = choice.get("message")
+    if not isinstance(raw, dict):
+        raise ProviderError("protocol", "The provider's answer has no message.")
+    message: dict[str, Any] = {"role": "assistant", "content": _content(raw.get("content"))}
+    reasoning = raw.get("reasoning_content")
+    if keep_reasoning_content and isinstance(reasoning, str):
+        message["reasoning_content"] = reasoning
+    calls = raw.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list):
+            raise ProviderError("protocol", "The provider's tool calls are malformed.")
+        message["tool_calls"] = [_tool_call(call) for call in calls]
+    usage = document.get("usage")
+    finish_reason = choice.get("finish_reason")
+    model = document.get("model")
+    return ModelResponse(
+        message=message,
+        usage=usage if isinstance(usage, dict) else None,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        model=model if isinstance(model, str) else None,
+    )
+
+
+def _content(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Some compatible servers answer with content parts; keep their text in order.
+        texts = [
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        ]
+        return "".join(texts)
+    raise ProviderError("protocol", "The provider's message content is malformed.")
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        raise ProviderError("protocol", "The provider's tool calls are malformed.")
+    function = call["function"]
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ProviderError("protocol", "A tool call has no function name.")
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        # A few servers send the arguments as an object; the API contract is a JSON string.
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        # Tool results must name their call; give an unnamed call a unique ID.
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }

@@ -1,0 +1,157 @@
+"""The Django side's adapter to the engine: build an engine for a run of a published version.
+
+Everything the engine needs comes from the frozen snapshot of the AgentVersion, except the API
+key and base URL, which are read live from the model connection (so a rotated key works for old
+versions). A connection that no longer serves the snapshot's provider and model id fails the run
+with a clear error instead of silently running another model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from agentloom.engine.budget import JsonBytesEstimator, ModelBudget, estimator_from_binding
+from agentloom.engine.gateway import ModelGateway
+from agentloom.engine.policy import LegacyCharPolicy, load_policy
+from agentloom.engine.tools import BUILTIN_TOOL_NAMES, SubAgent
+from agentloom.errors import ApplicationError
+from context_app.models import AgentVersion
+from models_app.models import ModelConnection
+
+if TYPE_CHECKING:
+    from agentloom.engine.engine import Engine
+
+
+class ConnectionMismatch(ApplicationError):
+    """The version's model connection was deleted or now points at another model."""
+
+    status = 409
+
+
+def builtin_tool_names() -> tuple[str, ...]:
+    """Return the names of the tools an agent may be given."""
+    return BUILTIN_TOOL_NAMES
+
+
+def default_estimator_binding() -> dict[str, Any]:
+    """Return the estimator binding frozen into new versions."""
+    return JsonBytesEstimator().binding()
+
+
+def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
+    budget = snapshot["budget"]
+    connection = ModelConnection.objects.filter(pk=budget["connection_id"]).first()
+    if connection is None:
+        raise ConnectionMismatch("The model connection of this agent version no longer exists.")
+    if (connection.provider, connection.model_id) != (budget["provider"], budget["model_id"]):
+        raise ConnectionMismatch(
+            f"The model connection now serves {connection.provider}:{connection.model_id}, but "
+            f"this version was published for {budget['provider']}:{budget['model_id']}. "
+            "Publish a new version to use the new model."
+        )
+    return connection
+
+
+# Tests and replays substitute the gateway for a version here.
+GatewayFactory = Callable[[AgentVersion, ModelConnection], ModelGateway]
+
+
+def _default_gateway(version: AgentVersion, connection: ModelConnection) -> ModelGateway:
+    if connection.provider == ModelConnection.Provider.LOCAL:
+        from agentloom.engine.gateway import LocalDemoGateway
+
+        return LocalDemoGateway()
+    from agentloom.providers import gateway_for_provider
+
+    return gateway_for_provider(
+        connection.provider,
+        connection.base_url,
+        connection.api_key,
+        version.snapshot["budget"]["model_id"],
+        max_output_tokens=version.snapshot["budget"]["max_output_tokens"],
+        max_output_cap=connection.max_output_cap,
+        allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+    )
+
+
+_gateway_factory: GatewayFactory = _default_gateway
+
+
+def set_gateway_factory(factory: GatewayFactory | None) -> None:
+    """Replace how gateways are made (None restores the real providers)."""
+    global _gateway_factory
+    _gateway_factory = factory or _default_gateway
+
+
+def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
+    """Return the gateway for `version` and the credentials to redact from everything written."""
+    connection = _live_connection(version.snapshot)
+    secrets = [connection.api_key] if connection.api_key else []
+    return _gateway_factory(version, connection), secrets
+
+
+@dataclass
+class RunHooks:
+    """What the application service plugs into an engine for one run execution."""
+
+    save: Callable[[dict[str, Any]], None]
+    on_model_call: Callable[[Any], None]
+    should_cancel: Callable[[], bool]
+    supplements: Callable[[bool], list[tuple[str, str]]]
+
+
+def snapshot_policy(snapshot: dict[str, Any]):
+    """Return the trigger policy a snapshot froze (legacy character threshold without one)."""
+    if snapshot.get("context_policy") is None:
+        return LegacyCharPolicy(context_chars=settings.LEGACY_CONTEXT_CHARS)
+    return load_policy(snapshot["context_policy"])
+
+
+def snapshot_budget(snapshot: dict[str, Any]) -> ModelBudget:
+    budget = snapshot["budget"]
+    return ModelBudget(
+        context_window=budget["context_window"],
+        max_output_tokens=budget["max_output_tokens"],
+        safety_margin_tokens=budget["safety_margin_tokens"],
+    )
+
+
+def version_binding(version: AgentVersion) -> dict[str, Any]:
+    """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
+
+    It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
+    one run can be matched against the binding of the next.
+    """
+    snapshot = version.snapshot
+    return {
+        "policy": snapshot_policy(snapshot).to_dict(),
+        "budget": snapshot_budget(snapshot).to_dict(),
+        "estimator": estimator_from_binding(snapshot.get("estimator")).binding(),
+    }
+
+
+def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
+    """Return an engine bound to `version`'s frozen snapshot, with `hooks` plugged in."""
+    from agentloom.engine.engine import ExecutionLimits, create_engine
+
+    snapshot = version.snapshot
+    gateway, secrets = gateway_for(version)
+    return create_engine(
+        gateway,
+        [name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES],
+        snapshot_policy(snapshot),
+        snapshot_budget(snapshot),
+        estimator=estimator_from_binding(snapshot.get("estimator")),
+        limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
+        save=hooks.save,
+        on_model_call=hooks.on_model_call,
+        should_cancel=hooks.should_cancel,
+        supplements=hooks.supplements,
+        secrets=secrets,
+        sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
+        verify_completion=bool(snapshot.get("verify_completion")),
+    )

@@ -1,0 +1,116 @@
+"""Shapes of agents and published versions in the REST API."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agentloom.api import StrictSerializer, id_field
+from agentloom.engine.policy import DEFAULT_POLICY
+from context_app.engine_adapter import builtin_tool_names
+from context_app.services import MAX_PROMPT_CHARS, MAX_SUB_AGENTS, SUB_AGENT_NAME
+
+_RATIO = {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1}
+_COUNT = {"type": "integer", "minimum": 1, "nullable": True}
+_POLICY_PROPERTIES = {
+    "context_ratio": {**_RATIO, "description": "Compact at this share of the input budget."},
+    "target_ratio": {
+        **_RATIO,
+        "exclusiveMaximum": True,
+        "description": "Compaction aims at this share; must be below context_ratio.",
+    },
+    "user_turns": {**_COUNT, "description": "Compact after this many user turns (null: off)."},
+    "model_steps": {**_COUNT, "description": "Compact after this many model steps (null: off)."},
+    "max_compaction_calls": {"type": "integer", "minimum": 1, "maximum": 16},
+}
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": _POLICY_PROPERTIES,
+        "required": list(DEFAULT_POLICY),
+        "additionalProperties": False,
+    }
+)
+class ContextPolicyField(serializers.JSONField):
+    """The full context policy of a draft (defaults merged in)."""
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": _POLICY_PROPERTIES,
+        "additionalProperties": False,
+        "nullable": True,
+        "description": (
+            "Partial policy merged over the defaults "
+            f"{DEFAULT_POLICY}; null or omitted means the defaults (or, on PATCH, no change)."
+        ),
+    }
+)
+class ContextPolicyInputField(serializers.JSONField):
+    """A partial context policy; the service merges and validates it."""
+
+
+def _tools_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=builtin_tool_names()), **kwargs
+    )
+
+
+class SubAgentSerializer(StrictSerializer):
+    """A sub-agent: it has no model or policy of its own and uses its parent's."""
+
+    name = serializers.RegexField(SUB_AGENT_NAME.pattern, max_length=40)
+    description = serializers.CharField(
+        max_length=2_000, allow_blank=True, trim_whitespace=False, required=False
+    )
+    system_prompt = serializers.CharField(
+        max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
+    )
+    tools = _tools_field(required=False)
+
+    unknown_field_message = (
+        "A sub-agent has only name, description, system_prompt and tools; "
+        "it uses its parent's model and context policy."
+    )
+
+
+class AgentSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    space = serializers.IntegerField(source="space_id")
+    owner = serializers.IntegerField(source="owner_id")
+    name = serializers.CharField()
+    system_prompt = serializers.CharField()
+    model_connection = serializers.IntegerField(source="model_connection_id", allow_null=True)
+    tools = _tools_field()
+    sub_agents = SubAgentSerializer(many=True)
+    verify_completion = serializers.BooleanField()
+    context_policy = ContextPolicyField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class AgentUpdateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=120, required=False)
+    system_prompt = serializers.CharField(
+        max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
+    )
+    model_connection = id_field(allow_null=True, required=False)
+    tools = _tools_field(required=False)
+    sub_agents = SubAgentSerializer(many=True, required=False, max_length=MAX_SUB_AGENTS)
+    verify_completion = serializers.BooleanField(required=False)
+    context_policy = ContextPolicyInputField(required=False, allow_null=True)
+
+
+class AgentCreateSerializer(AgentUpdateSerializer):
+    space = id_field()
+    name = serializers.CharField(max_length=120)
+
+
+class AgentVersionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    agent = serializers.IntegerField(source="agent_id")
+    number = serializers.IntegerField()
+    snapshot = serializers.JSONField(help_text="The frozen agent, budget, policy and estimator.")

@@ -1,0 +1,240 @@
+"""Writes on agents: drafts with a validated context policy, and frozen published versions."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from agentloom.engine.errors import ConfigurationError
+from agentloom.engine.policy import ContextPolicy
+from agentloom.errors import Conflict, InvalidInput
+from agentloom.spaces.selectors import require_space_admin
+from context_app.engine_adapter import builtin_tool_names, default_estimator_binding
+from context_app.models import Agent, AgentVersion
+from models_app.models import ModelConnection
+
+SNAPSHOT_FORMAT = 1
+SUB_AGENT_FIELDS = ("name", "description", "system_prompt", "tools")
+SUB_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+MAX_SUB_AGENTS = 8
+MAX_PROMPT_CHARS = 100_000
+
+
+def _clean_text(value: Any, *, field: str, max_chars: int, required: bool = False) -> str:
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidInput("Must be a string.", field=field)
+    value = value.strip() if required else value
+    if required and not value:
+        raise InvalidInput("This field may not be blank.", field=field)
+    if len(value) > max_chars:
+        raise InvalidInput(f"At most {max_chars} characters.", field=field)
+    return value
+
+
+def _clean_tools(value: Any, *, field: str = "tools") -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise InvalidInput("Must be a list of tool names.", field=field)
+    known = builtin_tool_names()
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise InvalidInput(
+            f"Unknown tool(s): {', '.join(unknown)}. Available: {', '.join(known)}.", field=field
+        )
+    return list(dict.fromkeys(value))
+
+
+def _clean_sub_agents(value: Any) -> list[dict]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput("Must be a list of sub-agents.", field="sub_agents")
+    if len(value) > MAX_SUB_AGENTS:
+        raise InvalidInput(f"At most {MAX_SUB_AGENTS} sub-agents.", field="sub_agents")
+    cleaned, names = [], set()
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"Item {index} must be an object.", field="sub_agents")
+        extra = sorted(set(item) - set(SUB_AGENT_FIELDS))
+        if extra:
+            raise InvalidInput(
+                f"Item {index} may not set {', '.join(extra)}: a sub-agent has only "
+                f"{', '.join(SUB_AGENT_FIELDS)} and uses its parent's model and context policy.",
+                field="sub_agents",
+            )
+        name = item.get("name")
+        if not isinstance(name, str) or not SUB_AGENT_NAME.match(name):
+            raise InvalidInput(
+                f"Item {index}: name must match {SUB_AGENT_NAME.pattern}.", field="sub_agents"
+            )
+        if name in names:
+            raise InvalidInput(f"Duplicate sub-agent name {name!r}.", field="sub_agents")
+        names.add(name)
+        cleaned.append(
+            {
+                "name": name,
+                "description": _clean_text(
+                    item.get("description"), field="sub_agents", max_chars=2_000
+                ),
+                "system_prompt": _clean_text(
+                    item.get("system_prompt"), field="sub_agents", max_chars=MAX_PROMPT_CHARS
+                ),
+                "tools": _clean_tools(item.get("tools"), field="sub_agents"),
+            }
+        )
+    return cleaned
+
+
+def clean_context_policy(value: Any) -> dict:
+    """Return `value` merged over the default policy and validated (the field is named on error)."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise InvalidInput("Must be an object.", field="context_policy")
+    try:
+        return ContextPolicy.from_dict(value).to_dict()
+    except ConfigurationError as error:
+        raise InvalidInput(f"{error.field}: {error.message}", field="context_policy") from None
+
+
+def _clean_connection(value: Any, *, space_id: int) -> ModelConnection | None:
+    if value is None or value == "":
+        return None
+    connection_id = value.pk if isinstance(value, ModelConnection) else value
+    if isinstance(connection_id, bool) or not isinstance(connection_id, int):
+        raise InvalidInput("Must be a model connection id.", field="model_connection")
+    connection = ModelConnection.objects.filter(pk=connection_id, space_id=space_id).first()
+    if connection is None:
+        raise InvalidInput("No such model connection in this space.", field="model_connection")
+    return connection
+
+
+_DRAFT_FIELDS = (
+    "name",
+    "system_prompt",
+    "model_connection",
+    "tools",
+    "sub_agents",
+    "verify_completion",
+    "context_policy",
+)
+
+
+def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
+    unknown = sorted(set(changes) - set(_DRAFT_FIELDS))
+    if unknown:
+        raise InvalidInput("Unknown field.", field=unknown[0])
+    if "name" in changes:
+        agent.name = _clean_text(changes["name"], field="name", max_chars=120, required=True)
+    if "system_prompt" in changes:
+        agent.system_prompt = _clean_text(
+            changes["system_prompt"], field="system_prompt", max_chars=MAX_PROMPT_CHARS
+        )
+    if "model_connection" in changes:
+        agent.model_connection = _clean_connection(
+            changes["model_connection"], space_id=agent.space_id
+        )
+    if "tools" in changes:
+        agent.tools = _clean_tools(changes["tools"])
+    if "sub_agents" in changes:
+        agent.sub_agents = _clean_sub_agents(changes["sub_agents"])
+    if "verify_completion" in changes:
+        if not isinstance(changes["verify_completion"], bool):
+            raise InvalidInput("Must be a boolean.", field="verify_completion")
+        agent.verify_completion = changes["verify_completion"]
+    # Every save writes the full policy: a partial one is merged over the defaults, none at all
+    # keeps the stored policy (or the defaults for a draft that never had one).
+    agent.context_policy = clean_context_policy(
+        changes.get("context_policy", agent.context_policy)
+    )
+    delegates = {f"delegate_{sub['name']}" for sub in agent.sub_agents}
+    clash = delegates & set(agent.tools)
+    if clash:
+        raise InvalidInput(f"Tool name clash: {', '.join(sorted(clash))}.", field="sub_agents")
+
+
+@transaction.atomic
+def agent_create(*, user, space, **fields: Any) -> Agent:
+    """Create a draft agent in `space`; the creator must be a space admin."""
+    require_space_admin(user, space)
+    agent = Agent(space=space, owner=user, name="")
+    fields.setdefault("context_policy", None)
+    if "name" not in fields:
+        raise InvalidInput("This field is required.", field="name")
+    _apply_draft(agent, fields)
+    agent.save()
+    return agent
+
+
+@transaction.atomic
+def agent_update(*, user, agent: Agent, **changes: Any) -> Agent:
+    """Change a draft; published versions and their runs are unaffected."""
+    require_space_admin(user, agent.space_id)
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    _apply_draft(agent, changes)
+    agent.save()
+    return agent
+
+
+def version_snapshot(agent: Agent) -> dict[str, Any]:
+    """Return the frozen snapshot of `agent` as it is now (DESIGN.md §4)."""
+    connection = agent.model_connection
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "agent": {"id": agent.pk, "name": agent.name},
+        "system_prompt": agent.system_prompt,
+        "tools": list(agent.tools),
+        "sub_agents": [dict(sub) for sub in agent.sub_agents],
+        "verify_completion": agent.verify_completion,
+        "budget": {
+            "connection_id": connection.pk,
+            "provider": connection.provider,
+            "model_id": connection.model_id,
+            "context_window": connection.context_window,
+            "max_output_tokens": connection.max_output_tokens,
+            "safety_margin_tokens": connection.safety_margin_tokens,
+        },
+        "context_policy": clean_context_policy(agent.context_policy),
+        "estimator": default_estimator_binding(),
+    }
+
+
+@transaction.atomic
+def agent_publish(*, user, agent: Agent) -> AgentVersion:
+    """Freeze the draft into the next immutable AgentVersion."""
+    require_space_admin(user, agent.space_id)
+    agent = (
+        Agent.objects.select_for_update(of=("self",))
+        .select_related("model_connection")
+        .get(pk=agent.pk)
+    )
+    if agent.model_connection is None:
+        raise InvalidInput("Choose a model connection before publishing.", field="model_connection")
+    if agent.model_connection.effective_input_budget <= 0:
+        raise InvalidInput(
+            "The connection's context window leaves no input budget after max output and "
+            "safety margin.",
+            field="model_connection",
+        )
+    number = (agent.versions.aggregate(top=Max("number"))["top"] or 0) + 1
+    return AgentVersion.objects.create(
+        agent=agent,
+        number=number,
+        snapshot=version_snapshot(agent),
+        model_connection=agent.model_connection,
+        published_by=user,
+    )
+
+
+def latest_version(agent: Agent) -> AgentVersion:
+    """Return the agent's newest published version, or raise Conflict when there is none."""
+    version = agent.versions.order_by("-number").first()
+    if version is None:
+        raise Conflict("This agent has no published version yet.")
+    return version

@@ -1,0 +1,3 @@
+"""Model-connection API routes (mounted under /api/)."""
+
+urlpatterns: list = []

@@ -1,0 +1,256 @@
+"""REST endpoints of sessions, runs, the journal, views, model calls and run context.
+
+Everything here belongs to the session's creator: anyone else gets 404, whatever their role in the
+space. Runs are started, resumed and cancelled through the run services and answer 202 at once;
+a worker does the rest.
+"""
+
+from __future__ import annotations
+
+from rest_framework import status
+from rest_framework.response import Response
+
+from agentloom.api import ApiView, api_schema, object_id
+from agentloom.errors import InvalidInput
+from context_app.selectors import agent_get, version_get
+from context_app.services import latest_version
+from sessions_app.selectors import (
+    journal_page,
+    model_calls_of,
+    run_context,
+    run_get,
+    runs_of,
+    session_get,
+    sessions_for_user,
+    views_of,
+)
+from sessions_app.serializers import (
+    JournalPageSerializer,
+    JournalQuerySerializer,
+    ModelCallSerializer,
+    QuestionSerializer,
+    RunContextSerializer,
+    RunSerializer,
+    SessionCreateSerializer,
+    SessionSerializer,
+    SessionViewSerializer,
+    SupplementCreateSerializer,
+    SupplementSerializer,
+)
+from sessions_app.services.runs import (
+    run_ask,
+    run_cancel,
+    run_resume,
+    session_create,
+    supplement_add,
+)
+
+SESSION_ID = "Session id (the caller's own session)."
+RUN_ID = "Run id (a run of the caller's own session)."
+
+
+class SessionListCreateApi(ApiView):
+    @api_schema(ok=200, response=SessionSerializer(many=True), operation_id="sessions_list")
+    def get(self, request):
+        """List the caller's own sessions, newest first."""
+        return self.paginated(sessions_for_user(request.user), SessionSerializer)
+
+    @api_schema(
+        ok=201,
+        response=SessionSerializer,
+        request=SessionCreateSerializer,
+        errors=(404, 409),
+        operation_id="sessions_create",
+        description="Open a session of `agent_version`, or of the latest published version of "
+        "`agent` (409 when it has none).",
+    )
+    def post(self, request):
+        """Open a session."""
+        data = SessionCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = data.validated_data
+        if "agent_version" in fields:
+            version = version_get(user=request.user, version_id=fields["agent_version"])
+            if fields.get("agent", version.agent_id) != version.agent_id:
+                raise InvalidInput("This version belongs to another agent.", field="agent")
+        else:
+            version = latest_version(agent_get(user=request.user, agent_id=fields["agent"]))
+        session = session_create(
+            user=request.user, agent_version=version, title=fields.get("title", "")
+        )
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class SessionDetailApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=SessionSerializer,
+        errors=(404,),
+        path_id=SESSION_ID,
+        operation_id="sessions_retrieve",
+    )
+    def get(self, request, id):
+        """Return one of the caller's sessions."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        return Response(SessionSerializer(session).data)
+
+
+class SessionRunsApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=RunSerializer(many=True),
+        errors=(404,),
+        path_id=SESSION_ID,
+        operation_id="sessions_runs_list",
+    )
+    def get(self, request, id):
+        """List the session's runs, newest first."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        return self.paginated(runs_of(session), RunSerializer)
+
+    @api_schema(
+        ok=202,
+        response=RunSerializer,
+        request=QuestionSerializer,
+        errors=(404, 409),
+        path_id=SESSION_ID,
+        operation_id="sessions_runs_create",
+        description="Ask a new question; the run is queued for a worker. 409 while another run "
+        "of the session is active.",
+    )
+    def post(self, request, id):
+        """Ask a question."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        data = QuestionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = run_ask(user=request.user, session=session, **data.validated_data)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunDetailApi(ApiView):
+    @api_schema(
+        ok=200, response=RunSerializer, errors=(404,), path_id=RUN_ID, operation_id="runs_retrieve"
+    )
+    def get(self, request, id):
+        """Return the run."""
+        return Response(RunSerializer(run_get(user=request.user, run_id=object_id(id))).data)
+
+
+class RunSupplementsApi(ApiView):
+    @api_schema(
+        ok=202,
+        response=SupplementSerializer,
+        request=SupplementCreateSerializer,
+        errors=(404, 409),
+        path_id=RUN_ID,
+        operation_id="runs_supplements_create",
+        description="Queue a supplement; it enters the run's view at its next safe point. "
+        "409 once the run has succeeded.",
+    )
+    def post(self, request, id):
+        """Add a supplement to the run."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        data = SupplementCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        supplement = supplement_add(user=request.user, run=run, **data.validated_data)
+        return Response(SupplementSerializer(supplement).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunResumeApi(ApiView):
+    @api_schema(
+        ok=202,
+        response=RunSerializer,
+        errors=(404, 409),
+        path_id=RUN_ID,
+        operation_id="runs_resume",
+        description="Queue a failed or cancelled run again, continuing its checkpoint. 409 "
+        "otherwise, or while another run of the session is active.",
+    )
+    def post(self, request, id):
+        """Resume the run."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        run = run_resume(user=request.user, run=run)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunCancelApi(ApiView):
+    @api_schema(
+        ok=202,
+        response=RunSerializer,
+        errors=(404, 409),
+        path_id=RUN_ID,
+        operation_id="runs_cancel",
+        description="Cancel a queued run at once, or a running one at its next safe point. 409 "
+        "once it has finished.",
+    )
+    def post(self, request, id):
+        """Cancel the run."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        run = run_cancel(user=request.user, run=run)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class SessionMessagesApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=JournalPageSerializer,
+        errors=(400, 404),
+        path_id=SESSION_ID,
+        parameters=[JournalQuerySerializer],
+        operation_id="sessions_messages_list",
+        description="Read the session journal in seq order with a cursor: pass `next_after` "
+        "as `after` for the next page.",
+    )
+    def get(self, request, id):
+        """Read the session journal."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        query = JournalQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = journal_page(session=session, **query.validated_data)
+        return Response(JournalPageSerializer(page).data)
+
+
+class SessionViewsApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=SessionViewSerializer(many=True),
+        errors=(404,),
+        path_id=SESSION_ID,
+        operation_id="sessions_views_list",
+    )
+    def get(self, request, id):
+        """List the session's reusable compacted views."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        return self.paginated(views_of(session), SessionViewSerializer)
+
+
+class RunContextApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=RunContextSerializer,
+        errors=(404,),
+        path_id=RUN_ID,
+        operation_id="runs_context_retrieve",
+        description="The run's current view and its measure against the budget and policy "
+        "bound into its checkpoint (the frozen version's before the first checkpoint), with "
+        "every compaction attempt.",
+    )
+    def get(self, request, id):
+        """Return the run's context."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        return Response(RunContextSerializer(run_context(run)).data)
+
+
+class RunModelCallsApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=ModelCallSerializer(many=True),
+        errors=(404,),
+        path_id=RUN_ID,
+        operation_id="runs_model_calls_list",
+        description="Every gateway call of the run, in order; responses are not listed.",
+    )
+    def get(self, request, id):
+        """List the run's model calls."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        return self.paginated(model_calls_of(run), ModelCallSerializer)

@@ -1,0 +1,159 @@
+"""Reads of sessions, runs, the journal, views, model calls and a run's context.
+
+A session and everything under it is readable only by its creator, and only while they are a
+member of the session's space; to anyone else it does not exist (NotFound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from agentloom.engine.budget import ModelBudget, estimator_from_binding
+from agentloom.engine.policy import load_policy
+from agentloom.engine.tools import DelegateTool, SubAgent, builtin_tools
+from agentloom.errors import NotFound
+from context_app.engine_adapter import snapshot_budget, snapshot_policy
+from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
+
+JOURNAL_LIMIT_DEFAULT = 100
+JOURNAL_LIMIT_MAX = 200
+COUNTER_NAMES = ("user_turns", "model_steps", "baseline_user_turns", "baseline_model_steps")
+COMPACTION_FIELDS = (
+    "revision",
+    "covered_seq",
+    "before",
+    "after",
+    "target_reached",
+    "calls",
+    "outcome",
+    "reason",
+)
+
+
+def sessions_for_user(user) -> QuerySet[Session]:
+    """Return the sessions `user` created in spaces they are still a member of, newest first."""
+    return Session.objects.filter(created_by=user, space__memberships__user=user).order_by("-id")
+
+
+def session_get(*, user, session_id: int) -> Session:
+    """Return the session if `user` may read it, else raise NotFound."""
+    session = sessions_for_user(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
+def runs_of(session: Session) -> QuerySet[Run]:
+    """Return the session's runs, newest first."""
+    return Run.objects.filter(session=session).order_by("-number")
+
+
+def run_get(*, user, run_id: int) -> Run:
+    """Return the run if `user` may read its session, else raise NotFound."""
+    run = (
+        Run.objects.filter(
+            pk=run_id, session__created_by=user, session__space__memberships__user=user
+        )
+        .select_related("session__agent_version")
+        .first()
+    )
+    if run is None:
+        raise NotFound("Not found.")
+    return run
+
+
+def run_counters(run: Run) -> dict[str, int]:
+    """Return the run's turn and step counters from its checkpoint (zeros before the first)."""
+    counters = ((run.checkpoint or {}).get("context") or {}).get("counters") or {}
+    return {name: int(counters.get(name) or 0) for name in COUNTER_NAMES}
+
+
+def journal_page(
+    *, session: Session, after: int = 0, limit: int = JOURNAL_LIMIT_DEFAULT, instance=None
+) -> dict[str, Any]:
+    """Return `{items, next_after}`: up to `limit` journal records with seq > `after`.
+
+    One query on the (session, seq) or (session, instance, seq) index. An empty page keeps the
+    cursor where it was, so a poller can simply call again with `next_after`.
+    """
+    rows = SessionMessage.objects.filter(session=session, seq__gt=after)
+    if instance is not None:
+        rows = rows.filter(instance=instance)
+    items = [
+        {
+            "seq": row.seq,
+            "run_id": row.run_id,
+            "instance": row.instance,
+            "kind": row.kind,
+            "message": row.message,
+            "created_at": row.created_at,
+        }
+        for row in rows.order_by("seq")[:limit]
+    ]
+    return {"items": items, "next_after": items[-1]["seq"] if items else after}
+
+
+def views_of(session: Session) -> QuerySet[SessionView]:
+    """Return the session's reusable views without their (encrypted) messages."""
+    return SessionView.objects.filter(session=session).defer("messages").order_by("revision")
+
+
+def model_calls_of(run: Run) -> QuerySet[ModelCall]:
+    """Return the run's model calls in order, without their (encrypted) responses."""
+    return ModelCall.objects.filter(run=run).defer("response").order_by("id")
+
+
+def _offered_tools(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the tool schemas the main instance of a run of `snapshot` is offered."""
+    available = builtin_tools()
+    tools = [available[name] for name in snapshot.get("tools") or [] if name in available]
+    for sub in snapshot.get("sub_agents") or []:
+        # Only the schema is needed here; the runner is never called.
+        tools.append(DelegateTool(SubAgent.from_dict(sub), lambda _sub, _task: ""))
+    return [tool.schema() for tool in tools]
+
+
+def _compactions(frame: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return every compaction attempt of the frame: successes, skips and failures."""
+    log = (frame.get("state") or {}).get("compaction_log")
+    if not log:
+        # Frames written before the attempt log existed only kept their successes.
+        log = [
+            {**(snapshot.get("metrics") or {}), **snapshot}
+            for snapshot in (frame.get("context") or {}).get("compactions") or []
+        ]
+    return [{name: entry.get(name) for name in COMPACTION_FIELDS} for entry in log]
+
+
+def run_context(run: Run) -> dict[str, Any]:
+    """Return the run's current view and how it measures against its budget and policy.
+
+    The policy, budget and estimator are the ones bound into the checkpoint (what the run really
+    uses); before the first checkpoint they come from the frozen version snapshot. `estimate`
+    measures the next action request: the view plus the tool schemas the version offers.
+    """
+    frame = run.checkpoint or {}
+    snapshot = run.session.agent_version.snapshot
+    binding = frame.get("binding") or {}
+    if "policy" in binding:
+        policy = load_policy(binding["policy"])
+    else:
+        policy = snapshot_policy(snapshot)
+    budget = (
+        ModelBudget.from_dict(binding["budget"])
+        if "budget" in binding
+        else snapshot_budget(snapshot)
+    )
+    estimator = estimator_from_binding(binding.get("estimator") or snapshot.get("estimator"))
+    messages = list(frame.get("messages") or [])
+    estimate = estimator.estimate(messages, _offered_tools(snapshot)) if messages else 0
+    return {
+        "messages": messages,
+        "estimate": estimate,
+        "effective_budget": budget.effective_input_budget,
+        "trigger_at": policy.trigger_at(budget),
+        "target_at": policy.target_at(budget),
+        "compactions": _compactions(frame),
+    }

@@ -1,0 +1,172 @@
+"""Shapes of sessions, runs, the journal, views, model calls and run context in the REST API."""
+
+from __future__ import annotations
+
+import re
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agentloom.api import MAX_ID, StrictSerializer, id_field
+from sessions_app.models import ModelCall, Run, SessionMessage
+from sessions_app.selectors import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_MAX, run_counters
+from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
+
+# `main`, or a child instance id such as `1.1` (ASCII digits only).
+INSTANCE_PATTERN = r"^(main|[0-9]+\.[0-9]+)$"
+
+
+class SessionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    space = serializers.IntegerField(source="space_id")
+    agent = serializers.IntegerField(source="agent_id")
+    agent_version = serializers.IntegerField(source="agent_version_id")
+    title = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class SessionCreateSerializer(StrictSerializer):
+    agent_version = id_field(required=False, help_text="A published version to talk to.")
+    agent = id_field(required=False, help_text="An agent: its latest published version is used.")
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+    def validate(self, attrs):
+        if "agent_version" not in attrs and "agent" not in attrs:
+            raise serializers.ValidationError(
+                {"agent_version": ["Give agent_version, or agent for its latest version."]}
+            )
+        return attrs
+
+
+class CountersSerializer(serializers.Serializer):
+    user_turns = serializers.IntegerField()
+    model_steps = serializers.IntegerField()
+    baseline_user_turns = serializers.IntegerField()
+    baseline_model_steps = serializers.IntegerField()
+
+
+class RunSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    session = serializers.IntegerField(source="session_id")
+    number = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=Run.Status.choices)
+    question = serializers.CharField()
+    answer = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    attempt = serializers.IntegerField()
+    counters = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(CountersSerializer)
+    def get_counters(self, run: Run) -> dict[str, int]:
+        return run_counters(run)
+
+
+class QuestionSerializer(StrictSerializer):
+    question = serializers.CharField(max_length=MAX_QUESTION_CHARS)
+
+
+class SupplementCreateSerializer(StrictSerializer):
+    text = serializers.CharField(max_length=MAX_SUPPLEMENT_CHARS)
+
+
+class SupplementSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    position = serializers.IntegerField()
+
+
+class JournalQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(
+        min_value=0, max_value=MAX_ID, default=0, help_text="Return records with seq > after."
+    )
+    limit = serializers.IntegerField(
+        min_value=1, max_value=JOURNAL_LIMIT_MAX, default=JOURNAL_LIMIT_DEFAULT
+    )
+    instance = serializers.RegexField(
+        INSTANCE_PATTERN,
+        required=False,
+        trim_whitespace=False,
+        help_text="`main` or a child instance id such as `1.1`; omitted: every instance.",
+        error_messages={"invalid": "Must be `main` or a child instance id such as 1.1."},
+    )
+
+    def validate_instance(self, value: str) -> str:
+        # The validator searches, and `$` also matches before a trailing newline.
+        if not re.fullmatch(INSTANCE_PATTERN, value):
+            raise serializers.ValidationError("Must be `main` or a child instance id such as 1.1.")
+        return value
+
+
+class JournalItemSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    run_id = serializers.IntegerField()
+    instance = serializers.CharField()
+    kind = serializers.ChoiceField(choices=SessionMessage.Kind.choices)
+    message = serializers.DictField(help_text="The decrypted record.")
+    created_at = serializers.DateTimeField()
+
+
+class JournalPageSerializer(serializers.Serializer):
+    items = JournalItemSerializer(many=True)
+    next_after = serializers.IntegerField(
+        help_text="Pass as `after` for the next page; equals `after` when the page is empty."
+    )
+
+
+class ViewBaselinesSerializer(serializers.Serializer):
+    user_turns = serializers.IntegerField(source="baseline_user_turns")
+    model_steps = serializers.IntegerField(source="baseline_model_steps")
+
+
+class SessionViewSerializer(serializers.Serializer):
+    revision = serializers.IntegerField()
+    watermark = serializers.IntegerField()
+    run = serializers.IntegerField(source="run_id")
+    user_turns = serializers.IntegerField()
+    model_steps = serializers.IntegerField()
+    baselines = ViewBaselinesSerializer(source="*")
+    created_at = serializers.DateTimeField()
+
+
+class CompactionSerializer(serializers.Serializer):
+    revision = serializers.IntegerField(
+        allow_null=True, help_text="The view revision it produced; null unless it succeeded."
+    )
+    covered_seq = serializers.IntegerField(allow_null=True)
+    before = serializers.IntegerField(allow_null=True)
+    after = serializers.IntegerField(allow_null=True)
+    target_reached = serializers.BooleanField(allow_null=True)
+    calls = serializers.IntegerField(allow_null=True)
+    outcome = serializers.CharField(
+        allow_null=True, help_text="`succeeded`, `skipped` or `failed`."
+    )
+    reason = serializers.CharField(allow_null=True, allow_blank=True)
+
+
+class RunContextSerializer(serializers.Serializer):
+    messages = serializers.ListField(
+        child=serializers.DictField(), help_text="The model-visible view of the main instance."
+    )
+    estimate = serializers.IntegerField(
+        help_text="Estimated size of the next action request (view plus tool schemas)."
+    )
+    effective_budget = serializers.IntegerField(
+        help_text="context_window - max_output_tokens - safety_margin_tokens."
+    )
+    trigger_at = serializers.IntegerField(
+        help_text="Size at which compaction starts (characters for legacy versions)."
+    )
+    target_at = serializers.IntegerField(help_text="Size compaction aims at.")
+    compactions = CompactionSerializer(many=True)
+
+
+class ModelCallSerializer(serializers.Serializer):
+    purpose = serializers.ChoiceField(choices=ModelCall.Purpose.choices)
+    instance = serializers.CharField()
+    request_estimate = serializers.IntegerField()
+    usage = serializers.DictField(allow_null=True, help_text="Usage as the provider reported.")
+    latency_ms = serializers.IntegerField()
+    error = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()

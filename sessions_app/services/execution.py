@@ -1,0 +1,122 @@
+"""Execute one run on a worker: claim its lease, drive the engine, journal every step.
+
+The worker never holds a row lock across a model call: it holds a lease (a timestamp renewed by
+every save) instead, and every save checks that the lease is still its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentloom.errors import ApplicationError
+from context_app.engine_adapter import RunHooks, build_engine, version_binding
+from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.services.history import history_for_new_run
+from sessions_app.services.journal import JournalWriter, LeaseLost
+from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
+from sessions_app.services.runs import _status_record, claim_run, take_supplements
+
+log = logging.getLogger(__name__)
+
+
+def _record_model_call(run_id: int, call: Any) -> None:
+    ModelCall.objects.create(
+        run_id=run_id,
+        instance=call.instance or MAIN_INSTANCE,
+        purpose=call.purpose,
+        request_estimate=max(0, int(call.request_estimate or 0)),
+        response=call.response,
+        usage=call.usage,
+        latency_ms=max(0, int(call.latency_ms or 0)),
+        error=call.error or "",
+    )
+
+
+def _fail_without_engine(run: Run, owner: str, error: str) -> None:
+    """End a claimed run that could not even start an engine (its journal gets a status)."""
+    with transaction.atomic():
+        updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
+            status=Run.Status.FAILED,
+            error=error,
+            finished_at=timezone.now(),
+            lease_owner="",
+            lease_expires_at=None,
+        )
+        if updated:
+            run.refresh_from_db()
+            _status_record(run, status=Run.Status.FAILED, error=error)
+
+
+def run_execute(*, run_id: int, owner: str | None = None) -> str:
+    """Run (or continue) `run_id` if its lease can be claimed; return what happened."""
+    owner = owner or uuid.uuid4().hex
+    if not claim_run(run_id=run_id, owner=owner):
+        return "not claimed"
+    run = Run.objects.select_related("session", "session__agent_version").get(pk=run_id)
+    if run.checkpoint is not None and is_legacy_checkpoint(run.checkpoint):
+        adopt_legacy_run(run)  # journal what survives before the engine continues the frame
+        run.refresh_from_db(fields=["checkpoint"])
+    version = run.session.agent_version
+    writer = JournalWriter(run, lease_owner=owner)
+    handed_out: set[int] = set()
+
+    def supplements(final: bool) -> list[tuple[str, str]]:
+        items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
+        handed_out.update(item.pk for item in items)
+        return [(str(item.pk), item.text) for item in items]
+
+    hooks = RunHooks(
+        save=writer.sync,
+        on_model_call=lambda call: _record_model_call(run_id, call),
+        should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
+        supplements=supplements,
+    )
+    try:
+        engine = build_engine(version, hooks)
+    except ApplicationError as error:
+        _fail_without_engine(run, owner, error.detail)
+        return "failed"
+
+    try:
+        if run.checkpoint is None:
+            history = history_for_new_run(run.session, version_binding(version))
+            Run.objects.filter(pk=run_id).update(inherited_watermark=history.watermark)
+            writer.inherited_watermark = history.watermark
+            outcome = engine.start(
+                run_number=run.number,
+                attempt=run.attempt,
+                system_prompt=version.snapshot.get("system_prompt", ""),
+                question=run.question,
+                history=history,
+            )
+        else:
+            outcome = engine.resume(run.checkpoint, attempt=run.attempt)
+    except LeaseLost:
+        log.warning("run %s: lease lost, stopping without further writes", run_id)
+        return "lease lost"
+    except Exception as error:
+        # A bug must not leave the run "running" until its lease expires: fail it now, with
+        # the journal as it stands, so it can be inspected and resumed.
+        log.exception("run %s: unexpected error in the engine", run_id)
+        _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
+        return "failed"
+
+    try:
+        writer.sync(
+            outcome.frame,
+            status=outcome.status,
+            answer=outcome.answer,
+            error=outcome.error or "",
+            finished_at=timezone.now(),
+            lease_owner="",
+            lease_expires_at=None,
+        )
+    except LeaseLost:
+        log.warning("run %s: lease lost before the final save", run_id)
+        return "lease lost"
+    return outcome.status

@@ -1,0 +1,230 @@
+"""Journal sync: turn an engine checkpoint into ordered, encrypted, idempotent journal rows.
+
+Called on every engine save. In ONE transaction it allocates session seqs for the new records
+from `Session.next_seq` under SELECT … FOR UPDATE, inserts them (insert-or-ignore on
+(run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease, marks
+journaled supplements consumed and saves a reusable view when the prefix rule allows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from agentloom.engine.frame import iter_frame_records
+from sessions_app.models import (
+    MAIN_INSTANCE,
+    Run,
+    RunSupplement,
+    Session,
+    SessionMessage,
+    SessionView,
+)
+
+SUPPLEMENT_KEY_PREFIX = "supplement:"
+
+
+class LeaseLost(Exception):
+    """The worker no longer holds the run's lease (swept, or claimed elsewhere): stop at once."""
+
+
+@dataclass
+class SyncResult:
+    inserted: int = 0
+    view_revision: int | None = None
+    view_refusal: str | None = None
+    seqs: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def new_frame_records(
+    frame: dict[str, Any], known: set[tuple[str, str]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Return the (instance, record) pairs of `frame` and its children not in `known`.
+
+    They come in journal order: chronological across instances, and in record order inside
+    one instance (the sort is stable).
+    """
+    fresh = [
+        (instance, record)
+        for instance, record in iter_frame_records(frame)
+        if (instance, record["entry_key"]) not in known
+    ]
+    fresh.sort(key=lambda item: item[1].get("at") or "")
+    return fresh
+
+
+def _record_time(record: dict[str, Any]) -> datetime:
+    moment = parse_datetime(record.get("at") or "") if record.get("at") else None
+    return moment or timezone.now()
+
+
+class JournalWriter:
+    """Syncs one run's checkpoints into the journal for the worker holding its lease."""
+
+    def __init__(self, run: Run, *, lease_owner: str | None):
+        self.run_id = run.pk
+        self.session_id = run.session_id
+        self.inherited_watermark = run.inherited_watermark
+        self.lease_owner = lease_owner
+        self.known: set[tuple[str, str]] = set(
+            SessionMessage.objects.filter(run_id=run.pk).values_list("instance", "entry_key")
+        )
+
+    def _renew_lease(self, **fields: Any) -> None:
+        query = Run.objects.filter(pk=self.run_id)
+        if self.lease_owner is not None:
+            query = query.filter(lease_owner=self.lease_owner, status=Run.Status.RUNNING)
+            fields.setdefault(
+                "lease_expires_at", timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
+            )
+        fields["updated_at"] = timezone.now()
+        if query.update(**fields) != 1:
+            raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
+
+    def sync(self, frame: dict[str, Any], **run_fields: Any) -> SyncResult:
+        """Persist `frame` (and `run_fields`) atomically; return what was written."""
+        with transaction.atomic():
+            session = Session.objects.select_for_update().get(pk=self.session_id)
+            result = SyncResult()
+            new_rows = []
+            next_seq = session.next_seq
+            for instance, record in new_frame_records(frame, self.known):
+                new_rows.append(
+                    SessionMessage(
+                        session_id=self.session_id,
+                        seq=next_seq,
+                        run_id=self.run_id,
+                        instance=instance,
+                        kind=record["kind"],
+                        entry_key=record["entry_key"],
+                        message=record["message"],
+                        created_at=_record_time(record),
+                    )
+                )
+                next_seq += 1
+            if new_rows:
+                SessionMessage.objects.bulk_create(new_rows, ignore_conflicts=True)
+                Session.objects.filter(pk=self.session_id).update(next_seq=next_seq)
+                result.inserted = len(new_rows)
+                consumed = [
+                    row.entry_key[len(SUPPLEMENT_KEY_PREFIX) :]
+                    for row in new_rows
+                    if row.kind == SessionMessage.Kind.SUPPLEMENT and row.instance == MAIN_INSTANCE
+                ]
+                if consumed:
+                    RunSupplement.objects.filter(
+                        run_id=self.run_id, pk__in=[int(k) for k in consumed if k.isdigit()]
+                    ).update(consumed_at=timezone.now())
+            self._renew_lease(checkpoint=frame, **run_fields)
+            result.view_revision, result.view_refusal = _maybe_save_view(
+                run_id=self.run_id,
+                session_id=self.session_id,
+                inherited_watermark=self.inherited_watermark,
+                frame=frame,
+            )
+        self.known.update((row.instance, row.entry_key) for row in new_rows)
+        return result
+
+
+def view_refusal_reason(
+    *,
+    run_id: int,
+    session_id: int,
+    inherited_watermark: int,
+    frame: dict[str, Any],
+    snapshot: dict[str, Any],
+) -> tuple[str | None, int | None]:
+    """Return (reason, watermark): why `snapshot` may not become a reusable view, or (None, W).
+
+    A view may claim only an ordered, contiguous prefix of the session's main-instance records
+    that the run actually observed (DESIGN.md §5).
+    """
+    state = frame.get("state") or {}
+    if state.get("pending_tool_calls"):
+        return "pending tool calls", None
+    covered = snapshot.get("covered_seq") or 0
+    local_keys = [
+        record["entry_key"]
+        for record in (frame.get("context") or {}).get("records") or []
+        if record["seq"] <= covered
+    ]
+    if not local_keys:
+        return "the view covers no record of this run", None
+    rows = SessionMessage.objects.filter(
+        run_id=run_id, instance=MAIN_INSTANCE, entry_key__in=local_keys
+    )
+    if rows.count() != len(local_keys):
+        return "covered records are not all journaled", None
+    watermark = rows.aggregate(top=Max("seq"))["top"]
+    interleaved = (
+        SessionMessage.objects.filter(
+            session_id=session_id,
+            instance=MAIN_INSTANCE,
+            seq__gt=inherited_watermark,
+            seq__lte=watermark,
+        )
+        .exclude(run_id=run_id)
+        .exists()
+    )
+    if interleaved:
+        return "other runs' records lie inside the covered range (not an observed prefix)", None
+    if SessionMessage.objects.filter(
+        run_id=run_id,
+        instance=MAIN_INSTANCE,
+        kind=SessionMessage.Kind.STATUS,
+        seq__gt=inherited_watermark,
+        seq__lte=watermark,
+    ).exists():
+        return "terminal records inside the covered range are not in the view", None
+    if RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).exists():
+        return "supplements are still queued", None
+    return None, watermark
+
+
+def _maybe_save_view(
+    *, run_id: int, session_id: int, inherited_watermark: int, frame: dict[str, Any]
+) -> tuple[int | None, str | None]:
+    compactions = (frame.get("context") or {}).get("compactions") or []
+    if not compactions:
+        return None, None
+    snapshot = compactions[-1]
+    if SessionView.objects.filter(run_id=run_id, snapshot_revision=snapshot["revision"]).exists():
+        return None, None
+    reason, watermark = view_refusal_reason(
+        run_id=run_id,
+        session_id=session_id,
+        inherited_watermark=inherited_watermark,
+        frame=frame,
+        snapshot=snapshot,
+    )
+    if reason is not None:
+        return None, reason
+    # The next run brings its own system prompt; the view is the history after it.
+    messages = list(snapshot["messages"])
+    if messages and messages[0].get("role") == "system":
+        messages = messages[1:]
+    counters = snapshot.get("counters") or {}
+    revision = (
+        SessionView.objects.filter(session_id=session_id).aggregate(top=Max("revision"))["top"] or 0
+    ) + 1
+    SessionView.objects.create(
+        session_id=session_id,
+        revision=revision,
+        watermark=watermark,
+        messages=messages,
+        user_turns=counters.get("user_turns", 0),
+        model_steps=counters.get("model_steps", 0),
+        baseline_user_turns=counters.get("baseline_user_turns", 0),
+        baseline_model_steps=counters.get("baseline_model_steps", 0),
+        run_id=run_id,
+        binding=frame.get("binding") or {},
+        snapshot_revision=snapshot["revision"],
+    )
+    return revision, None

@@ -1,0 +1,122 @@
+"""Adopt runs from before the journal existed (DESIGN.md §3, seed §8).
+
+A legacy checkpoint is a format-1 frame without `context.records`. Its run adopts the surviving
+suffix of its own messages (from its question on); older runs without any checkpoint adopt their
+question, answer and status. What was dropped before the journal existed cannot be recovered, so
+every adopted frame is marked `raw_complete: false`. Adoption is idempotent: it uses stable entry
+keys and skips runs whose frame already has records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentloom.engine.records import USER_INPUT_KEY, status_key
+from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
+
+_KIND_BY_ROLE = {"user": "supplement", "assistant": "assistant", "tool": "tool_result"}
+
+
+def is_legacy_checkpoint(checkpoint: Any) -> bool:
+    context = (checkpoint or {}).get("context") if isinstance(checkpoint, dict) else None
+    return isinstance(checkpoint, dict) and not (context or {}).get("records")
+
+
+def _own_suffix(run: Run, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the messages from this run's question on (the rest was inherited history)."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user" and message.get("content") == run.question:
+            return messages[index:]
+    return [{"role": "user", "content": run.question}]
+
+
+def _legacy_records(run: Run) -> list[dict[str, Any]]:
+    if isinstance(run.checkpoint, dict):
+        suffix = _own_suffix(run, list(run.checkpoint.get("messages") or []))
+    else:
+        suffix = [{"role": "user", "content": run.question}]
+        if run.answer:
+            suffix.append({"role": "assistant", "content": run.answer})
+    at = run.created_at.isoformat()
+    records = []
+    for index, message in enumerate(suffix):
+        if index == 0:
+            kind, key = "user_input", USER_INPUT_KEY
+        else:
+            kind, key = _KIND_BY_ROLE.get(message.get("role"), "feedback"), f"legacy:{index}"
+        records.append(
+            {"seq": index + 1, "kind": kind, "message": message, "entry_key": key, "at": at}
+        )
+    if run.status in Run.FINISHED_STATUSES:
+        records.append(
+            {
+                "seq": len(records) + 1,
+                "kind": "status",
+                "message": {"status": run.status, "error": run.error or None},
+                "entry_key": status_key(run.attempt),
+                "at": (run.finished_at or run.updated_at).isoformat(),
+            }
+        )
+    return records
+
+
+def _needs_adoption(run: Run) -> bool:
+    if run.checkpoint is None:
+        # A run without a checkpoint is legacy only once finished (a queued one has not started).
+        return (
+            run.status in Run.FINISHED_STATUSES
+            and not SessionMessage.objects.filter(run=run).exists()
+        )
+    return is_legacy_checkpoint(run.checkpoint)
+
+
+@transaction.atomic
+def adopt_legacy_run(run: Run) -> int:
+    """Journal what survives of a legacy run; return how many records were added."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if not _needs_adoption(run):
+        return 0
+    records = _legacy_records(run)
+    existing = set(
+        SessionMessage.objects.filter(run=run, instance=MAIN_INSTANCE).values_list(
+            "entry_key", flat=True
+        )
+    )
+    session = Session.objects.select_for_update().get(pk=run.session_id)
+    new = [r for r in records if r["entry_key"] not in existing]
+    SessionMessage.objects.bulk_create(
+        [
+            SessionMessage(
+                session=session,
+                seq=session.next_seq + offset,
+                run=run,
+                instance=MAIN_INSTANCE,
+                kind=record["kind"],
+                entry_key=record["entry_key"],
+                message=record["message"],
+                created_at=run.created_at or timezone.now(),
+            )
+            for offset, record in enumerate(new)
+        ]
+    )
+    Session.objects.filter(pk=session.pk).update(next_seq=session.next_seq + len(new))
+    if isinstance(run.checkpoint, dict):
+        frame = dict(run.checkpoint)
+        context = dict(frame.get("context") or {})
+        context["records"] = records
+        context["raw_complete"] = False
+        frame["context"] = context
+        Run.objects.filter(pk=run.pk).update(checkpoint=frame)
+    return len(new)
+
+
+def adopt_legacy_runs(*, session: Session | None = None) -> int:
+    """Adopt every legacy run (of `session`, or of all sessions) in run order."""
+    runs = Run.objects.exclude(status__in=Run.ACTIVE_STATUSES).order_by("session_id", "number")
+    if session is not None:
+        runs = runs.filter(session=session)
+    return sum(adopt_legacy_run(run) for run in runs if _needs_adoption(run))

@@ -1,0 +1,286 @@
+"""Run lifecycle: sessions, asking, resuming, cancelling, supplements, leases.
+
+Every state change is one function with keyword-only arguments, run in a transaction; the
+Celery task that executes a run is queued with `transaction.on_commit` so a worker never sees a
+run that is not committed yet.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from agentloom.engine.records import USER_INPUT_KEY, status_key
+from agentloom.errors import Conflict, InvalidInput, NotFound
+from agentloom.spaces.selectors import require_member
+from context_app.models import AgentVersion
+from sessions_app.models import (
+    MAIN_INSTANCE,
+    Run,
+    RunSupplement,
+    Session,
+    SessionMessage,
+)
+
+MAX_QUESTION_CHARS = 100_000
+MAX_SUPPLEMENT_CHARS = 20_000
+WORKER_LOST = "worker_lost"
+
+
+def _enqueue(run: Run) -> None:
+    from sessions_app.tasks import execute_run
+
+    run_id = run.pk
+    transaction.on_commit(lambda: execute_run.delay(run_id))
+
+
+def _clean_text(value, *, field: str, max_chars: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput("Must be a string.", field=field)
+    value = value.strip()
+    if not value:
+        raise InvalidInput("This field may not be blank.", field=field)
+    if len(value) > max_chars:
+        raise InvalidInput(f"At most {max_chars} characters.", field=field)
+    return value
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def session_create(*, user, agent_version: AgentVersion, title: str = "") -> Session:
+    """Open a session of a published version; any member of its space may."""
+    require_member(user, agent_version.agent.space_id)
+    title = (title or "").strip()[:200]
+    return Session.objects.create(
+        space_id=agent_version.agent.space_id,
+        agent_id=agent_version.agent_id,
+        agent_version=agent_version,
+        created_by=user,
+        title=title,
+    )
+
+
+# --- leases --------------------------------------------------------------------------------
+
+
+def _status_record(run: Run, *, status: str, error: str) -> None:
+    """Append the idempotent terminal record `status:<attempt>` of `run` to the journal.
+
+    A run that ends before any worker started it (cancelled while queued, never picked up, or
+    unable to build its engine) has not journaled its question yet; it is journaled first, so
+    that every question stays in the session's history.
+    """
+    existing = set(
+        SessionMessage.objects.filter(run=run, instance=MAIN_INSTANCE).values_list(
+            "entry_key", flat=True
+        )
+    )
+    rows = []
+    if USER_INPUT_KEY not in existing and run.checkpoint is None:
+        rows.append(
+            (
+                SessionMessage.Kind.USER_INPUT,
+                USER_INPUT_KEY,
+                {"role": "user", "content": run.question},
+            )
+        )
+    if status_key(run.attempt) not in existing:
+        rows.append(
+            (
+                SessionMessage.Kind.STATUS,
+                status_key(run.attempt),
+                {"status": status, "error": error or None},
+            )
+        )
+    if not rows:
+        return
+    session = Session.objects.select_for_update().get(pk=run.session_id)
+    now = timezone.now()
+    SessionMessage.objects.bulk_create(
+        [
+            SessionMessage(
+                session=session,
+                seq=session.next_seq + offset,
+                run=run,
+                instance=MAIN_INSTANCE,
+                kind=kind,
+                entry_key=entry_key,
+                message=message,
+                created_at=now,
+            )
+            for offset, (kind, entry_key, message) in enumerate(rows)
+        ]
+    )
+    Session.objects.filter(pk=session.pk).update(next_seq=session.next_seq + len(rows))
+
+
+def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[int]:
+    """Mark queued or running runs whose lease expired `failed` (worker_lost); return their ids."""
+    now = now or timezone.now()
+    stale = Run.objects.filter(status__in=Run.ACTIVE_STATUSES, lease_expires_at__lt=now)
+    if session is not None:
+        stale = stale.filter(session=session)
+    swept = []
+    for run_id in stale.values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.select_for_update().get(pk=run_id)
+            if run.status not in Run.ACTIVE_STATUSES or not run.lease_expires_at:
+                continue
+            if run.lease_expires_at >= now:
+                continue
+            run.status = Run.Status.FAILED
+            run.error = WORKER_LOST
+            run.finished_at = now
+            run.lease_owner = ""
+            run.lease_expires_at = None
+            run.save(
+                update_fields=[
+                    "status",
+                    "error",
+                    "finished_at",
+                    "lease_owner",
+                    "lease_expires_at",
+                    "updated_at",
+                ]
+            )
+            _status_record(run, status=Run.Status.FAILED, error=WORKER_LOST)
+            swept.append(run.pk)
+    return swept
+
+
+def _queue_deadline():
+    # A queued run that no worker picks up in time is treated like a lost worker.
+    return timezone.now() + timedelta(seconds=settings.RUN_QUEUE_SECONDS)
+
+
+# --- asking, resuming, cancelling ------------------------------------------------------------
+
+
+def run_ask(*, user, session: Session, question) -> Run:
+    """Start a new run of `session` with `question`; 409 while another run is active."""
+    question = _clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
+    if session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    sweep_expired_leases(session=session)
+    try:
+        with transaction.atomic():
+            if Run.objects.filter(session=session, status__in=Run.ACTIVE_STATUSES).exists():
+                raise Conflict("A run of this session is still active; wait for it or cancel it.")
+            number = (session.runs.aggregate(top=Max("number"))["top"] or 0) + 1
+            run = Run.objects.create(
+                session=session,
+                number=number,
+                status=Run.Status.QUEUED,
+                question=question,
+                lease_expires_at=_queue_deadline(),
+            )
+            _enqueue(run)
+    except IntegrityError:
+        # The one-active-run constraint (or the run-number one) lost a race: the database
+        # is the final word, and the loser gets the same clean conflict.
+        raise Conflict("A run of this session is still active; wait for it or cancel it.") from None
+    return run
+
+
+@transaction.atomic
+def run_resume(*, user, run: Run) -> Run:
+    """Queue a failed or cancelled run again, continuing its own checkpoint."""
+    if run.session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    sweep_expired_leases(session=run.session)
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
+        raise Conflict(f"Only a failed or cancelled run can be resumed; this one is {run.status}.")
+    if (
+        Run.objects.filter(session_id=run.session_id, status__in=Run.ACTIVE_STATUSES)
+        .exclude(pk=run.pk)
+        .exists()
+    ):
+        raise Conflict("Another run of this session is active; resume when it has finished.")
+    run.status = Run.Status.QUEUED
+    run.attempt += 1
+    run.error = ""
+    run.cancel_requested = False
+    run.supplements_closed = False
+    run.finished_at = None
+    run.lease_owner = ""
+    run.lease_expires_at = _queue_deadline()
+    try:
+        with transaction.atomic():
+            run.save()
+    except IntegrityError:
+        raise Conflict("Another run of this session is active.") from None
+    _enqueue(run)
+    return run
+
+
+@transaction.atomic
+def run_cancel(*, user, run: Run) -> Run:
+    """Cancel a queued run at once, or ask a running one to stop at its next safe point."""
+    if run.session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status == Run.Status.QUEUED:
+        run.status = Run.Status.CANCELLED
+        run.cancel_requested = True
+        run.finished_at = timezone.now()
+        run.lease_expires_at = None
+        run.save()
+        _status_record(run, status=Run.Status.CANCELLED, error="")
+    elif run.status == Run.Status.RUNNING:
+        run.cancel_requested = True
+        run.save(update_fields=["cancel_requested", "updated_at"])
+    else:
+        raise Conflict(f"This run has already finished ({run.status}).")
+    return run
+
+
+@transaction.atomic
+def supplement_add(*, user, run: Run, text) -> RunSupplement:
+    """Queue a supplement; it enters the run's view at its next safe point (or on resume)."""
+    text = _clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
+    if run.session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status == Run.Status.SUCCEEDED or (
+        run.status == Run.Status.RUNNING and run.supplements_closed
+    ):
+        raise Conflict("This run has finished; ask a new question instead.")
+    position = (run.supplements.aggregate(top=Max("position"))["top"] or 0) + 1
+    return RunSupplement.objects.create(run=run, position=position, text=text)
+
+
+def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
+    """Return queued supplements not yet handed out; on an empty final call, close the queue."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        pending = list(
+            RunSupplement.objects.filter(run=run, consumed_at__isnull=True)
+            .exclude(pk__in=exclude)
+            .order_by("position")
+        )
+        if final and not pending:
+            run.supplements_closed = True
+            run.save(update_fields=["supplements_closed", "updated_at"])
+        return pending
+
+
+def claim_run(*, run_id: int, owner: str) -> bool:
+    """Take the lease on a queued run; False when another worker has it or it is not queued."""
+    now = timezone.now()
+    claimed = Run.objects.filter(
+        Q(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False)
+    ).update(
+        status=Run.Status.RUNNING,
+        lease_owner=owner,
+        lease_expires_at=now + timedelta(seconds=settings.RUN_LEASE_SECONDS),
+        started_at=now,
+        updated_at=now,
+    )
+    return claimed == 1

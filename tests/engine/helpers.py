@@ -1,0 +1,155 @@
+"""Shared helpers of the engine tests."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agentloom.engine import (
+    ContextPolicy,
+    JournalRecord,
+    ModelBudget,
+    ModelRequest,
+    Record,
+    create_engine,
+    iter_frame_records,
+)
+from tests.support.openai_contract import assert_valid_request
+
+
+def openai_body(request: ModelRequest) -> dict[str, Any]:
+    """Return the chat-completions body a provider adapter would send for `request`."""
+    body: dict[str, Any] = {"model": "x", "messages": request.messages}
+    if request.tools:
+        body["tools"] = request.tools
+    return body
+
+
+def assert_openai_valid(request: ModelRequest) -> None:
+    """Fail unless OpenAI would accept this request (schema and tool-call ordering)."""
+    assert_valid_request(openai_body(request))
+
+
+class FakeClock:
+    """A clock that moves one second each time it is read."""
+
+    def __init__(self, start: datetime | None = None):
+        self.now = start or datetime(2026, 10, 9, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+class Recorder:
+    """Collects what an engine hands out: saved frames and model-call records."""
+
+    def __init__(self):
+        self.saves: list[dict[str, Any]] = []
+        self.calls: list[Any] = []
+
+    def save(self, frame: dict[str, Any]) -> None:
+        # A round trip through JSON proves the frame is serialisable and freezes this moment.
+        self.saves.append(json.loads(json.dumps(frame)))
+
+    def on_model_call(self, record) -> None:
+        self.calls.append(record)
+
+
+def make_engine(gateway, *, tools=("echo",), policy=None, budget=None, recorder=None, **options):
+    """Return an engine with a default policy and budget, wired to a recorder."""
+    recorder = recorder or Recorder()
+    return create_engine(
+        gateway,
+        list(tools),
+        policy if policy is not None else ContextPolicy(),
+        budget or ModelBudget(32_768, 4_096, 1_024),
+        save=recorder.save,
+        on_model_call=recorder.on_model_call,
+        **options,
+    )
+
+
+def kinds(frame: dict[str, Any]) -> list[str]:
+    return [record["kind"] for record in frame["context"]["records"]]
+
+
+def keys(frame: dict[str, Any]) -> list[str]:
+    return [record["entry_key"] for record in frame["context"]["records"]]
+
+
+def records_of(frame: dict[str, Any]) -> list[Record]:
+    return [Record.from_dict(item) for item in frame["context"]["records"]]
+
+
+class SessionJournal:
+    """The session journal as the database keeps it: ordered rows, deduplicated by entry key."""
+
+    def __init__(self):
+        self.rows: list[JournalRecord] = []
+        self._seen: set[tuple[Any, str, str]] = set()
+
+    def sync(self, run_id: Any, frame: dict[str, Any]) -> list[JournalRecord]:
+        """Append the frame's records not yet in the journal; return the new rows."""
+        added = []
+        for instance, record in iter_frame_records(frame):
+            key = (run_id, instance, record["entry_key"])
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            row = JournalRecord(
+                len(self.rows) + 1, run_id, instance, record["kind"], record["message"]
+            )
+            self.rows.append(row)
+            added.append(row)
+        return added
+
+
+def new_context(policy=None, budget=None, *, task="the task NONCE-TASK", history=None, **options):
+    """Return a main-instance context of run 1 with the system prompt `sys` and `task`."""
+    from agentloom.engine import JournalContextManager
+
+    context = JournalContextManager(
+        policy=policy if policy is not None else ContextPolicy(),
+        budget=budget or ModelBudget(32_768, 4_096, 1_024),
+        clock=FakeClock(),
+        **options,
+    )
+    context.create(
+        instance="main",
+        system_prompt="sys",
+        task=task,
+        run_number=1,
+        attempt=1,
+        history=history,
+    )
+    return context
+
+
+def add_group(context, results: list[str], name: str = "echo") -> list[str]:
+    """Record one assistant message calling `name` once per result, then the results."""
+    calls = [
+        {"id": f"p{n}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        for n in range(len(results))
+    ]
+    record = context.add_assistant({"role": "assistant", "content": None, "tool_calls": calls})
+    ids = [call["id"] for call in record.message["tool_calls"]]
+    for call_id, text in zip(ids, results, strict=True):
+        context.add_tool_result(call_id, text)
+    return ids
+
+
+def snapshot(context) -> dict[str, Any]:
+    """Return a deep copy of what compaction must leave alone when it does not succeed."""
+    frame = context.frame
+    return json.loads(
+        json.dumps(
+            {
+                "records": [r.to_dict() for r in frame.records],
+                "messages": frame.messages,
+                "counters": frame.counters.to_dict(),
+                "compactions": frame.compactions,
+            }
+        )
+    )

@@ -1,0 +1,165 @@
+import json
+
+import pytest
+
+from agentloom.engine import (
+    GatewayError,
+    LocalDemoGateway,
+    ModelBudget,
+    ModelRequest,
+    ProjectedHistory,
+    ScriptedGateway,
+    text_response,
+    tool_call_response,
+)
+from agentloom.engine.gateway import ScriptExhausted
+from tests.engine.helpers import assert_openai_valid, make_engine
+
+
+def test_a_scripted_gateway_replays_responses_callables_and_errors():
+    error = GatewayError("timeout", "The provider did not answer in time.")
+    gateway = ScriptedGateway(
+        [text_response("one"), lambda request: text_response(request.purpose), error]
+    )
+    request = ModelRequest(purpose="verification", messages=[{"role": "user", "content": "x"}])
+
+    assert gateway.complete(request).message["content"] == "one"
+    assert gateway.complete(request).message["content"] == "verification"
+    with pytest.raises(GatewayError):
+        gateway.complete(request)
+    with pytest.raises(ScriptExhausted):
+        gateway.complete(request)
+    assert len(gateway.requests) == 4
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "e", "arguments": "{}"}}
+                ],
+            },
+            {"role": "user", "content": "between a call and its result"},
+        ],
+        [{"role": "tool", "tool_call_id": "nobody", "content": "orphan"}],
+        [{"role": "robot", "content": "hi"}],
+        [],
+    ],
+)
+def test_the_contract_wrapper_refuses_what_openai_would_refuse(messages):
+    gateway = ScriptedGateway([text_response("x")], validate=assert_openai_valid)
+
+    with pytest.raises(AssertionError):
+        gateway.complete(ModelRequest(purpose="action", messages=messages))
+    assert gateway.requests == []
+
+
+def demo(purpose, *messages):
+    return LocalDemoGateway().complete(ModelRequest(purpose=purpose, messages=list(messages)))
+
+
+def test_the_demo_model_calls_the_tool_named_in_the_latest_user_message():
+    reply = demo("action", {"role": "user", "content": 'go /tool echo {"text": "hi"} now'})
+
+    (call,) = reply.message["tool_calls"]
+    assert call["function"] == {"name": "echo", "arguments": '{"text": "hi"}'}
+    assert call["id"] == "local-1-1"
+    assert "[local demo model]" in reply.message["content"]
+    assert reply.usage["total_tokens"] > 0
+    assert demo("action", {"role": "user", "content": "/tool echo {"}).message["tool_calls"]
+
+
+def test_the_demo_model_leaves_directives_inside_arguments_to_the_sub_agent():
+    task = '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"inner\\"}"} /tool echo {"text": "b"}'
+    reply = demo("action", {"role": "user", "content": task})
+
+    names = [call["function"]["name"] for call in reply.message["tool_calls"]]
+    assert names == ["delegate_helper", "echo"]
+
+
+def test_the_demo_model_answers_from_tool_results_and_questions():
+    call = tool_call_response(("echo", {"text": "hi"})).message
+    cited = demo(
+        "action",
+        {"role": "user", "content": "/tool echo {}"},
+        call,
+        {"role": "tool", "tool_call_id": "call_1", "content": "hi there"},
+        {"role": "user", "content": "[feedback] something"},
+    )
+    plain = demo("action", {"role": "user", "content": "What is AgentLoom?"})
+
+    assert "echo: hi there" in cited.message["content"]
+    assert plain.message["content"] == "[local demo model] You asked: What is AgentLoom?"
+    assert (
+        demo("verification", {"role": "user", "content": "x"}).message["content"].startswith("PASS")
+    )
+
+
+def test_the_demo_summary_keeps_lines_with_facts_and_drops_the_rest():
+    material = "\n".join(
+        [
+            "the weather was pleasant",
+            "we met Alice at the station",
+            "the total was 42 euros",
+            "the code is NONCE-abc123",
+            "nothing here at all",
+            "an ACME product",
+        ]
+    )
+    reply = demo(
+        "compaction",
+        {"role": "system", "content": "Summarise."},
+        {"role": "user", "content": f"Summary so far:\n(none yet)\n\nNext material:\n{material}"},
+    )
+
+    text = reply.message["content"]
+    assert text.startswith("[local demo model] handoff summary")
+    for kept in ("Alice", "42 euros", "NONCE-abc123", "ACME"):
+        assert kept in text
+    for dropped in ("pleasant", "nothing here", "Summary so far"):
+        assert dropped not in text
+
+
+def test_a_demo_run_compacts_with_an_extractive_summary_and_keeps_every_fact():
+    history = ProjectedHistory(
+        messages=[
+            item
+            for n in range(10)
+            for item in (
+                {
+                    "role": "user",
+                    "content": f"NONCE-{n} is code {n}\n" + "plain filler words\n" * 25,
+                },
+                {"role": "assistant", "content": "noted"},
+            )
+        ],
+        watermark=20,
+        user_turns=10,
+        model_steps=10,
+    )
+    gateway = LocalDemoGateway()
+    requests = []
+
+    def spy(request):
+        assert_openai_valid(request)
+        requests.append(request)
+        return LocalDemoGateway.complete(gateway, request)
+
+    gateway.complete = spy
+    outcome = make_engine(gateway, budget=ModelBudget(8_000, 1_000, 0)).start(
+        run_number=11, attempt=1, system_prompt="sys", question="which codes?", history=history
+    )
+
+    assert outcome.status == "succeeded"
+    assert [r.purpose for r in requests] == ["compaction", "action"]
+    view = json.dumps(outcome.frame["messages"])
+    assert all(f"NONCE-{n}" in view for n in range(10))
+    # Old filler is summarised away; only the most recent exchanges stay verbatim.
+    assert "NONCE-0 is code 0\\nplain filler words" not in view
+    assert view.count("plain filler words") < 25 * 10 / 2
+    assert outcome.frame["state"]["compaction_log"][0]["outcome"] == "succeeded"

@@ -1,0 +1,242 @@
+import json
+
+from agentloom.engine import (
+    JournalRecord,
+    ProjectedHistory,
+    ReusableView,
+    project_history,
+    text_response,
+    tool_call_response,
+)
+from agentloom.engine.errors import GatewayError
+from tests.engine.helpers import SessionJournal, make_engine
+from tests.support.openai_contract import assert_valid_request
+
+
+def row(seq, run, kind, message, instance="main"):
+    return JournalRecord(seq, run, instance, kind, message)
+
+
+def user(seq, run, text):
+    return row(seq, run, "user_input", {"role": "user", "content": text})
+
+
+def calls(seq, run, *call_ids, name="echo"):
+    tool_calls = [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+        for call_id in call_ids
+    ]
+    return row(
+        seq, run, "assistant", {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    )
+
+
+def result(seq, run, call_id, content):
+    return row(
+        seq, run, "tool_result", {"role": "tool", "tool_call_id": call_id, "content": content}
+    )
+
+
+def answer(seq, run, text):
+    return row(seq, run, "assistant", {"role": "assistant", "content": text})
+
+
+def assert_usable(history: ProjectedHistory):
+    """The history must be valid inside a request: system first, a new question last."""
+    messages = [{"role": "system", "content": "s"}, *history.messages]
+    messages.append({"role": "user", "content": "next question"})
+    assert_valid_request({"model": "x", "messages": messages})
+
+
+def test_history_call_ids_are_rewritten_consistently_and_cannot_collide():
+    records = [
+        user(1, 1, "first"),
+        calls(2, 1, "call_1"),
+        result(3, 1, "call_1", "one"),
+        answer(4, 1, "done one"),
+        user(5, 2, "second"),
+        calls(6, 2, "call_1"),
+        result(7, 2, "call_1", "two"),
+        answer(8, 2, "done two"),
+    ]
+
+    history = project_history(records)
+
+    assert_usable(history)
+    ids = [m["tool_calls"][0]["id"] for m in history.messages if m.get("tool_calls")]
+    assert ids == ["h2_1", "h6_1"]
+    tool_messages = [
+        (m["tool_call_id"], m["content"]) for m in history.messages if m["role"] == "tool"
+    ]
+    assert tool_messages == [("h2_1", "one"), ("h6_1", "two")]
+    assert "call_1" not in json.dumps(history.messages)
+    assert (history.user_turns, history.model_steps, history.watermark) == (2, 4, 8)
+    assert (history.baseline_user_turns, history.baseline_model_steps) == (0, 0)
+    assert history.view_revision is None
+
+
+def test_a_call_without_a_result_gets_an_unknown_result_that_forbids_assuming_success():
+    records = [
+        user(1, 1, "q"),
+        calls(2, 1, "a", "b"),
+        result(3, 1, "a", "fine"),
+        row(4, 1, "status", {"status": "failed", "error": "worker_lost"}),
+    ]
+
+    history = project_history(records)
+
+    assert_usable(history)
+    unknown = history.messages[3]
+    assert unknown["role"] == "tool"
+    assert unknown["tool_call_id"] == "h2_2"
+    assert json.loads(unknown["content"])["status"] == "unknown"
+    assert "Do not assume it succeeded" in unknown["content"]
+    assert history.messages[4] == {"role": "user", "content": "[run 1 failed: worker_lost]"}
+
+
+def test_a_late_result_is_kept_as_history_material_without_breaking_protocol():
+    records = [
+        user(1, "A", "question A"),
+        calls(2, "A", "c1"),
+        user(3, "B", "question B"),
+        answer(4, "B", "answer B"),
+        result(5, "A", "c1", "late value NONCE-77"),
+        answer(6, "A", "answer A"),
+    ]
+
+    history = project_history(records)
+
+    assert_usable(history)
+    roles = [m["role"] for m in history.messages]
+    assert roles == ["user", "assistant", "tool", "user", "assistant", "user", "assistant"]
+    assert json.loads(history.messages[2]["content"])["status"] == "unknown"
+    late = history.messages[5]["content"]
+    assert late.startswith("[late tool result of call h2_1 (echo) from run A")
+    assert "NONCE-77" in late
+
+
+def test_notes_wait_until_the_open_tool_group_is_complete():
+    records = [
+        user(1, 1, "q"),
+        calls(2, 1, "c1", "c2"),
+        result(3, 1, "c1", "r1"),
+        row(4, 1, "feedback", {"role": "user", "content": "[feedback] tool echo failed"}),
+        row(5, 1, "supplement", {"role": "user", "content": "also this"}),
+        result(6, 1, "c2", "r2"),
+        row(7, 1, "feedback", {"role": "user", "content": "plain feedback"}),
+    ]
+
+    history = project_history(records)
+
+    assert_usable(history)
+    assert [m["role"] for m in history.messages] == ["user", "assistant", "tool", "tool"] + [
+        "user"
+    ] * 3
+    assert [m["content"] for m in history.messages[4:]] == [
+        "[feedback] tool echo failed",
+        "also this",
+        "[feedback] plain feedback",
+    ]
+
+
+def test_a_reusable_view_is_continued_with_the_records_after_its_watermark():
+    view = ReusableView(
+        watermark=4,
+        messages=[{"role": "user", "content": "[handoff summary] earlier"}],
+        user_turns=2,
+        model_steps=3,
+        baseline_user_turns=2,
+        baseline_model_steps=3,
+        revision=7,
+    )
+    records = [
+        user(1, 1, "IGNORED"),
+        answer(2, 1, "IGNORED"),
+        user(3, 2, "IGNORED"),
+        answer(4, 2, "IGNORED"),
+        user(6, 3, "third"),
+        answer(9, 3, "answer three"),
+    ]
+
+    history = project_history(records, view)
+
+    assert "IGNORED" not in json.dumps(history.messages)
+    assert history.messages[0]["content"] == "[handoff summary] earlier"
+    assert [m["content"] for m in history.messages[1:]] == ["third", "answer three"]
+    assert (history.user_turns, history.model_steps) == (3, 4)
+    assert (history.baseline_user_turns, history.baseline_model_steps) == (2, 3)
+    assert (history.watermark, history.view_revision) == (9, 7)
+    as_mapping = project_history(records, {**view.__dict__})
+    assert as_mapping == history
+
+
+def test_child_instance_records_are_not_inherited():
+    records = [
+        user(1, 1, "q"),
+        row(2, 1, "user_input", {"role": "user", "content": "CHILD TASK"}, instance="1.1"),
+        row(3, 1, "assistant", {"role": "assistant", "content": "CHILD"}, instance="1.1"),
+        answer(4, 1, "a"),
+    ]
+
+    history = project_history(records)
+
+    assert "CHILD" not in json.dumps(history.messages)
+    assert (history.user_turns, history.model_steps) == (1, 1)
+
+
+def test_projected_tool_results_obey_the_view_cap():
+    records = [user(1, 1, "q"), calls(2, 1, "c"), result(3, 1, "c", "x" * 30_000)]
+
+    content = project_history(records).messages[2]["content"]
+
+    assert content.startswith("x" * 24_000)
+    assert "x" * 24_001 not in content
+    assert "[truncated: 6000 characters cut" in content
+
+
+def test_walk_a_b_c_resume_a_d(scripted):
+    """Seed §4: resuming A sees neither B nor C; D sees everything once."""
+    journal = SessionJournal()
+
+    run_a = make_engine(
+        scripted(
+            tool_call_response(("echo", {"text": "A-tool"})),
+            GatewayError("upstream", "The provider failed to answer."),
+        )
+    )
+    outcome_a = run_a.start(
+        run_number=1, attempt=1, system_prompt="s", question="question A", history=None
+    )
+    assert outcome_a.status == "failed"
+    journal.sync("A", outcome_a.frame)
+
+    for run_id, number, text in (("B", 2, "question B"), ("C", 3, "question C")):
+        history = project_history(journal.rows)
+        gateway = scripted(text_response(f"answer {run_id}"))
+        outcome = make_engine(gateway).start(
+            run_number=number, attempt=1, system_prompt="s", question=text, history=history
+        )
+        assert outcome.status == "succeeded"
+        journal.sync(run_id, outcome.frame)
+
+    resumed_gateway = scripted(text_response("answer A"))
+    resumed = make_engine(resumed_gateway).resume(outcome_a.frame, attempt=2)
+    assert resumed.status == "succeeded"
+    seen_by_a = json.dumps([r.messages for r in resumed_gateway.requests])
+    assert "question B" not in seen_by_a and "question C" not in seen_by_a
+    new_rows = journal.sync("A", resumed.frame)
+    assert [r.kind for r in new_rows] == ["assistant", "status"]
+
+    history_d = project_history(journal.rows)
+    assert_usable(history_d)
+    texts = [m.get("content") for m in history_d.messages]
+    for expected in ("question A", "question B", "question C", "answer B", "answer C", "answer A"):
+        assert texts.count(expected) == 1, expected
+    assert history_d.user_turns == 3
+    assert history_d.model_steps == 4  # A: tool call + answer; B; C
+    gateway_d = scripted(text_response("answer D"))
+    outcome_d = make_engine(gateway_d).start(
+        run_number=4, attempt=1, system_prompt="s", question="question D", history=history_d
+    )
+    assert outcome_d.frame["context"]["counters"]["user_turns"] == 4
+    assert outcome_d.frame["context"]["inherited"]["watermark"] == journal.rows[-1].seq

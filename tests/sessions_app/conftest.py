@@ -1,0 +1,96 @@
+"""Fixtures for the history service: a published demo agent and gateways that record requests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentloom.engine.errors import GatewayError
+from agentloom.engine.gateway import LocalDemoGateway, ModelGateway, ModelRequest, ModelResponse
+from context_app import engine_adapter
+from context_app.services import agent_create, agent_publish
+from sessions_app.models import Run
+from sessions_app.services.execution import run_execute
+from sessions_app.services.runs import run_ask, session_create
+from tests.factories import make_connection, make_space
+from tests.support.openai_contract import assert_valid_request
+
+SECRET = "sk-live-NONCE-5ecre7-key-0123456789"
+
+
+class RecordingGateway(ModelGateway):
+    """Wrap a gateway: validate and record every request; hooks may act during a call."""
+
+    provider = "local"
+    model_id = "local-demo"
+
+    def __init__(self, inner: ModelGateway):
+        self.inner = inner
+        self.requests: list[ModelRequest] = []
+        self.during_call = []  # callables run inside the next call, then dropped
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        body = {"model": "local-demo", "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+        assert_valid_request(body)
+        self.requests.append(request)
+        text = json.dumps(request.messages)
+        if "[boom]" in text.split('"role": "user"')[-1] and request.purpose == "action":
+            raise GatewayError("upstream", "the model provider failed", status=503)
+        hooks, self.during_call = self.during_call, []
+        for hook in hooks:
+            hook()
+        response = self.inner.complete(request)
+        if "[leak-key]" in text and request.purpose == "action":
+            response.message["content"] = f"my key is {SECRET}"
+        return response
+
+    def action_requests(self) -> list[ModelRequest]:
+        return [r for r in self.requests if r.purpose == "action"]
+
+
+@pytest.fixture
+def gateway():
+    recording = RecordingGateway(LocalDemoGateway())
+    engine_adapter.set_gateway_factory(lambda version, connection: recording)
+    yield recording
+    engine_adapter.set_gateway_factory(None)
+
+
+@pytest.fixture
+def make_demo_session(alice):
+    """Return a factory of sessions of a freshly published demo agent."""
+
+    def factory(*, context_window=200_000, policy=None, tools=None, sub_agents=None):
+        space = make_space(admin=alice)
+        connection = make_connection(
+            space,
+            api_key=SECRET,
+            context_window=context_window,
+            max_output_tokens=1_000,
+            safety_margin_tokens=200,
+        )
+        agent = agent_create(
+            user=alice,
+            space=space,
+            name="Demo",
+            system_prompt="You are the demo agent.",
+            model_connection=connection.pk,
+            tools=tools if tools is not None else ["echo", "calculator", "fail", "big_output"],
+            sub_agents=sub_agents or [],
+            context_policy=policy,
+        )
+        version = agent_publish(user=alice, agent=agent)
+        return session_create(user=alice, agent_version=version)
+
+    return factory
+
+
+def ask(session, user, question) -> Run:
+    """Ask `question` and execute the run to its end in this process."""
+    run = run_ask(user=user, session=session, question=question)
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run

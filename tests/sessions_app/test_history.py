@@ -1,0 +1,363 @@
+"""The session history service: what new runs inherit, resume, views and the journal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from context_app.engine_adapter import version_binding
+from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
+from sessions_app.services.execution import run_execute
+from sessions_app.services.history import history_for_new_run
+from sessions_app.services.journal import JournalWriter
+from sessions_app.services.runs import (
+    run_ask,
+    run_cancel,
+    run_resume,
+    supplement_add,
+)
+from tests.sessions_app.conftest import SECRET, ask
+
+pytestmark = pytest.mark.django_db
+
+
+def _journal(session, instance=MAIN_INSTANCE):
+    return list(SessionMessage.objects.filter(session=session, instance=instance).order_by("seq"))
+
+
+def _texts(request) -> str:
+    return json.dumps(request.messages, ensure_ascii=False)
+
+
+def test_eighth_question_sees_every_earlier_tool_interaction(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    for n in range(1, 8):
+        run = ask(session, alice, f'/tool echo {{"text": "NONCE-{n:03d}"}}')
+        assert run.status == "succeeded", run.error
+    gateway.requests.clear()
+    eighth = ask(session, alice, "What did the echoes say?")
+    assert eighth.status == "succeeded"
+    first_request = _texts(gateway.action_requests()[0])
+    for n in range(1, 8):
+        assert f"NONCE-{n:03d}" in first_request  # tool-call arguments and results of runs 1–7
+    first = gateway.action_requests()[0].messages
+    calls = [m for m in first if m.get("role") == "assistant" and m.get("tool_calls")]
+    results = [m for m in first if m.get("role") == "tool"]
+    assert len(calls) == 7 and len(results) == 7
+
+
+def test_failed_cancelled_runs_and_supplements_stay_in_history(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    failed = ask(session, alice, "NONCE-FAILED question [boom]")
+    assert failed.status == "failed"
+    cancelled = run_ask(user=alice, session=session, question="NONCE-CANCELLED question")
+    run_cancel(user=alice, run=cancelled)
+    with_supplement = run_ask(user=alice, session=session, question="NONCE-MAIN question")
+    supplement_add(user=alice, run=with_supplement, text="NONCE-SUPPLEMENT detail")
+    run_execute(run_id=with_supplement.pk)
+    gateway.requests.clear()
+    ask(session, alice, "and now?")
+    history = _texts(gateway.action_requests()[0])
+    for marker in ("NONCE-FAILED", "NONCE-CANCELLED", "NONCE-MAIN", "NONCE-SUPPLEMENT"):
+        assert marker in history
+    statuses = [r.message for r in _journal(session) if r.kind == "status"]
+    assert {"status": "failed", "error": "upstream: the model provider failed"} in statuses or any(
+        s["status"] == "failed" for s in statuses
+    )
+    assert any(s["status"] == "cancelled" for s in statuses)
+
+
+def test_redelivered_checkpoint_saves_change_nothing(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = ask(session, alice, '/tool echo {"text": "hello"}')
+    before = [(m.seq, m.entry_key, m.message) for m in _journal(session)]
+    next_seq = type(session).objects.get(pk=session.pk).next_seq
+    for _ in range(100):
+        JournalWriter(run, lease_owner=None).sync(run.checkpoint)
+    after = [(m.seq, m.entry_key, m.message) for m in _journal(session)]
+    assert after == before
+    assert type(session).objects.get(pk=session.pk).next_seq == next_seq
+
+
+def test_resume_continues_the_original_run_without_later_questions(
+    alice, gateway, make_demo_session
+):
+    """The A → B → C → resume A → D walk of the design note (seed §4)."""
+    # A tiny window so that compaction happens inside runs.
+    session = make_demo_session(policy={"user_turns": 2})
+    a = ask(session, alice, "NONCE-A first question [boom]")
+    assert a.status == "failed"
+    b = ask(session, alice, '/tool echo {"text": "NONCE-B"}')
+    c = ask(session, alice, '/tool echo {"text": "NONCE-C"}')
+    assert (b.status, c.status) == ("succeeded", "succeeded")
+
+    # Resume A: it must see neither B nor C.
+    gateway.requests.clear()
+    run_resume(user=alice, run=a)
+    # The supplement becomes the latest user message, so the resumed call does not fail.
+    a_supplement = supplement_add(user=alice, run=Run.objects.get(pk=a.pk), text="NONCE-A2 retry")
+    assert a_supplement.position == 1
+    run_execute(run_id=a.pk)
+    a.refresh_from_db()
+    seen_by_a = " ".join(_texts(r) for r in gateway.requests)
+    assert "NONCE-B" not in seen_by_a and "NONCE-C" not in seen_by_a
+    assert a.status == "succeeded", a.error
+    assert a.attempt == 2
+
+    # A's resumed records come after C's in the journal; no view may span B and C from A.
+    a_views = SessionView.objects.filter(run=a)
+    c_last = max(m.seq for m in _journal(session) if m.run_id == c.pk)
+    a_first = min(m.seq for m in _journal(session) if m.run_id == a.pk)
+    for view in a_views:
+        assert view.watermark < c_last or view.watermark <= a_first
+
+    # D sees B, C and A's new records, each exactly once.
+    gateway.requests.clear()
+    d = ask(session, alice, "NONCE-D what happened?")
+    assert d.status == "succeeded"
+    d_first = _texts(gateway.action_requests()[0])
+    for marker in ("NONCE-B", "NONCE-C", "NONCE-A2"):
+        assert marker in d_first
+    d_messages = gateway.action_requests()[0].messages
+    assert [m.get("content") for m in d_messages].count("NONCE-A2 retry") == 1
+    # D's counters come from the journal: four user_input records before D, plus D's own.
+    counters = d.checkpoint["context"]["counters"]
+    user_inputs = sum(1 for m in _journal(session) if m.kind == "user_input")
+    assert counters["user_turns"] == user_inputs == 4
+    assistant_steps = sum(1 for m in _journal(session) if m.kind == "assistant")
+    assert counters["model_steps"] == assistant_steps
+
+
+def test_model_calls_are_recorded_with_estimates(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = ask(session, alice, '/tool calculator {"expression": "6*7"}')
+    calls = list(ModelCall.objects.filter(run=run).order_by("id"))
+    assert [c.purpose for c in calls] == ["action", "action"]
+    assert all(c.request_estimate > 0 for c in calls)
+    assert calls[0].response["message"]["tool_calls"]
+
+
+def test_no_plaintext_key_in_journal_checkpoint_or_model_calls(
+    alice, gateway, make_demo_session, caplog
+):
+    session = make_demo_session()
+    run = ask(session, alice, "please [leak-key]")
+    assert run.status == "succeeded"
+    stored = [json.dumps(m.message) for m in _journal(session)]
+    stored.append(json.dumps(Run.objects.get(pk=run.pk).checkpoint))
+    stored += [json.dumps(c.response) for c in ModelCall.objects.filter(run=run)]
+    stored.append(Run.objects.get(pk=run.pk).answer or "")
+    stored += [record.getMessage() for record in caplog.records]
+    assert all(SECRET not in text for text in stored)
+    assert any("[redacted]" in text for text in stored)
+
+
+def test_a_compacted_view_is_saved_and_reused_by_the_next_run(alice, gateway, make_demo_session):
+    session = make_demo_session(policy={"model_steps": 1})
+    ask(session, alice, '/tool echo {"text": "NONCE-ONE"}')
+    ask(session, alice, '/tool echo {"text": "NONCE-TWO"}')
+    views = list(SessionView.objects.filter(session=session).order_by("revision"))
+    assert views, "a compaction inside a run that observed the whole prefix saves a view"
+    best = max(views, key=lambda v: v.watermark)
+    history = history_for_new_run(session, version_binding(session.agent_version))
+    # The next run starts from the best view, then the records after its watermark.
+    assert history.view_revision == best.revision
+    assert history.messages[: len(best.messages)] == best.messages
+    after = SessionMessage.objects.filter(session=session, instance="main", seq__gt=best.watermark)
+    assert history.user_turns == best.user_turns + after.filter(kind="user_input").count()
+    assert (history.baseline_user_turns, history.baseline_model_steps) == (
+        best.baseline_user_turns,
+        best.baseline_model_steps,
+    )
+    # A view is reused only under the binding it was made with.
+    assert best.binding == Run.objects.filter(session=session).first().checkpoint["binding"]
+    other_binding = {**best.binding, "budget": {**best.binding["budget"], "context_window": 1}}
+    assert history_for_new_run(session, other_binding).view_revision is None
+
+
+def test_views_are_refused_with_queued_supplements_or_terminal_records(alice, make_demo_session):
+    from sessions_app.services.journal import view_refusal_reason
+    from tests.factories import make_run
+
+    session = make_demo_session()
+    run = make_run(session, status="running")
+    frame = {
+        "state": {},
+        "context": {
+            "records": [
+                {
+                    "seq": 1,
+                    "kind": "user_input",
+                    "entry_key": "user_input",
+                    "message": {},
+                    "at": "",
+                },
+            ]
+        },
+    }
+    snapshot = {"covered_seq": 1}
+    row = SessionMessage.objects.create(
+        session=session,
+        seq=1,
+        run=run,
+        instance="main",
+        kind="user_input",
+        entry_key="user_input",
+        message={"role": "user", "content": "q"},
+        created_at=run.created_at,
+    )
+
+    def reason(frame=frame, snapshot=snapshot):
+        return view_refusal_reason(
+            run_id=run.pk,
+            session_id=session.pk,
+            inherited_watermark=0,
+            frame=frame,
+            snapshot=snapshot,
+        )[0]
+
+    assert reason() is None
+    assert reason(frame={**frame, "state": {"pending_tool_calls": [{"id": "x"}]}}) == (
+        "pending tool calls"
+    )
+    supplement = run.supplements.create(position=1, text="later")
+    assert reason() == "supplements are still queued"
+    supplement.delete()
+    # Another run's record inside the covered range: not a prefix this run observed.
+    other = make_run(session, status="failed", number=9)
+    SessionMessage.objects.create(
+        session=session,
+        seq=2,
+        run=other,
+        instance="main",
+        kind="status",
+        entry_key="status:1",
+        message={"status": "failed", "error": "x"},
+        created_at=run.created_at,
+    )
+    row.seq = 3
+    row.save()
+    assert "prefix" in reason()
+    # A terminal record of the run itself, inside the range but not in any view.
+    SessionMessage.objects.filter(run=other).delete()
+    SessionMessage.objects.create(
+        session=session,
+        seq=2,
+        run=run,
+        instance="main",
+        kind="status",
+        entry_key="status:1",
+        message={"status": "failed", "error": "x"},
+        created_at=run.created_at,
+    )
+    assert "terminal" in reason()
+
+
+def test_supplement_sent_during_the_last_model_step_is_journaled(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question="just answer")
+    gateway.during_call.append(
+        lambda: supplement_add(user=alice, run=run, text="NONCE-LATE supplement")
+    )
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    kinds = [(m.kind, m.message.get("content")) for m in _journal(session)]
+    position = kinds.index(("supplement", "NONCE-LATE supplement"))
+    assert kinds[-1][0] == "status" and position < len(kinds) - 1
+    assert not run.supplements.filter(consumed_at__isnull=True).exists()
+    # The model was shown the late supplement before the run ended.
+    assert "NONCE-LATE" in _texts(gateway.action_requests()[-1])
+    # Once succeeded, further supplements are refused.
+    with pytest.raises(Exception) as refused:
+        supplement_add(user=alice, run=run, text="too late")
+    assert getattr(refused.value, "status", None) == 409
+
+
+def test_a_running_run_stops_at_its_next_safe_point_when_cancelled(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question='/tool echo {"text": "x"}')
+    gateway.during_call.append(lambda: run_cancel(user=alice, run=Run.objects.get(pk=run.pk)))
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    journal = _journal(session)
+    assert [m.kind for m in journal][:2] == ["user_input", "assistant"]  # partial journal kept
+    assert journal[-1].message["status"] == "cancelled"
+
+
+def test_child_instances_are_journaled_apart_from_the_main_instance(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session(
+        sub_agents=[
+            {"name": "helper", "description": "echoes", "system_prompt": "Echo.", "tools": ["echo"]}
+        ]
+    )
+    run = ask(
+        session,
+        alice,
+        '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"NONCE-CHILD\\"}"}',
+    )
+    assert run.status == "succeeded", run.error
+    child = _journal(session, instance=f"{run.number}.1")
+    assert child and child[0].kind == "user_input"
+    assert any(m.kind == "tool_result" and "NONCE-CHILD" in str(m.message) for m in child)
+    main = _journal(session)
+    delegation = [m for m in main if m.kind == "tool_result"]
+    assert len(delegation) == 1  # the parent received only the delegation result
+    main_calls = [
+        call["function"]["name"]
+        for m in main
+        if m.kind == "assistant"
+        for call in m.message.get("tool_calls") or []
+    ]
+    assert main_calls == ["delegate_helper"]  # the child's echo stayed in the child
+    counters = run.checkpoint["context"]["counters"]
+    assert counters["model_steps"] == sum(1 for m in main if m.kind == "assistant")
+
+
+def test_a_connection_that_changed_model_fails_the_run_clearly(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    connection = session.agent_version.model_connection
+    connection.model_id = "another-model"
+    connection.save()
+    run = ask(session, alice, "hello")
+    assert run.status == "failed"
+    assert "another-model" in run.error and "Publish a new version" in run.error
+    assert [m.kind for m in _journal(session)] == ["user_input", "status"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_asks_yield_one_run_and_one_conflict(alice, make_demo_session):
+    import threading
+
+    from django.db import connections
+
+    from agentloom.errors import Conflict
+
+    session = make_demo_session()
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def ask_once(n):
+        try:
+            barrier.wait(timeout=10)
+            run_ask(user=alice, session=session, question=f"q{n}")
+            outcomes.append("run")
+        except Conflict:
+            outcomes.append("conflict")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=ask_once, args=(n,)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(outcomes) == ["conflict", "run"]
+    assert Run.objects.filter(session=session).count() == 1

@@ -1,0 +1,77 @@
+"""Legacy runs (checkpoints without records, or no checkpoint at all) join the journal."""
+
+import pytest
+from django.core.management import call_command
+
+from sessions_app.models import Run, SessionMessage
+from sessions_app.services.execution import run_execute
+from sessions_app.services.legacy import adopt_legacy_runs
+from sessions_app.services.runs import run_resume
+from tests.factories import make_run
+from tests.sessions_app.conftest import ask
+
+pytestmark = pytest.mark.django_db
+
+LEGACY_FRAME = {
+    "format": 1,
+    "instance": "main",
+    "messages": [
+        {"role": "system", "content": "You are the demo agent."},
+        {"role": "user", "content": "[summary of older runs]"},
+        {"role": "user", "content": "NONCE-LEGACY question"},
+        {"role": "assistant", "content": "partial NONCE-LEGACY answer"},
+    ],
+    "state": {},
+    "context": {"compactions": [], "counters": {"user_turns": 1, "model_steps": 1}},
+}
+
+
+def test_legacy_runs_adopt_their_surviving_suffix_once(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    old = make_run(session, status="succeeded", question="NONCE-OLD question")
+    Run.objects.filter(pk=old.pk).update(answer="NONCE-OLD answer")
+    legacy = make_run(session, status="failed", question="NONCE-LEGACY question")
+    Run.objects.filter(pk=legacy.pk).update(checkpoint=LEGACY_FRAME, error="crashed")
+
+    added = adopt_legacy_runs(session=session)
+    assert adopt_legacy_runs(session=session) == 0  # idempotent
+    rows = list(SessionMessage.objects.filter(session=session).order_by("seq"))
+    assert added == len(rows) == 6
+    assert [(r.run_id, r.kind) for r in rows] == [
+        (old.pk, "user_input"),
+        (old.pk, "assistant"),
+        (old.pk, "status"),
+        (legacy.pk, "user_input"),
+        (legacy.pk, "assistant"),
+        (legacy.pk, "status"),
+    ]
+    # The inherited summary before the run's own question is not adopted as this run's record.
+    assert all("summary of older runs" not in str(r.message) for r in rows)
+    frame = Run.objects.get(pk=legacy.pk).checkpoint
+    assert frame["context"]["raw_complete"] is False
+    assert len(frame["context"]["records"]) == 3
+
+    # A new run inherits the adopted records; the legacy run can be resumed.
+    gateway.requests.clear()
+    ask(session, alice, "what came before?")
+    history = str(gateway.action_requests()[0].messages)
+    assert "NONCE-OLD answer" in history and "partial NONCE-LEGACY answer" in history
+
+
+def test_resuming_a_legacy_checkpoint_adopts_it_first(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    legacy = make_run(session, status="failed", question="NONCE-LEGACY question")
+    Run.objects.filter(pk=legacy.pk).update(checkpoint=LEGACY_FRAME, error="crashed")
+    run_resume(user=alice, run=Run.objects.get(pk=legacy.pk))
+    assert run_execute(run_id=legacy.pk) == "succeeded"
+    rows = list(SessionMessage.objects.filter(run=legacy).order_by("seq"))
+    keys = [r.entry_key for r in rows]
+    assert keys[:2] == ["user_input", "legacy:1"] and len(keys) == len(set(keys))
+    assert Run.objects.get(pk=legacy.pk).checkpoint["context"]["raw_complete"] is False
+
+
+def test_adopt_command(alice, make_demo_session, capsys):
+    session = make_demo_session()
+    make_run(session, status="succeeded", question="q")
+    call_command("adopt_legacy_journal")
+    assert "adopted 2 record(s)" in capsys.readouterr().out

@@ -1,0 +1,272 @@
+"""A real HTTP server on 127.0.0.1 that stands in for an OpenAI-style model provider.
+
+It speaks `GET /v1/models` and `POST /v1/chat/completions`, records every request, and answers
+400 to any chat request OpenAI would refuse (schema or tool-call ordering, checked with
+`tests.support.openai_contract.violations`), so a test cannot pass with a request the real
+provider would reject. Tests script it per path:
+
+    double.models = [{"id": "gpt-4o", "object": "model"}]
+    double.reply(status=429, json={"error": {"message": "slow down"}}, headers={"Retry-After": "0"})
+    double.reply_chat(content="hello")
+    double.redirect("/v1/models", to="/v1/landing")
+    assert double.hits("/v1/landing") == 0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.support.openai_contract import violations
+
+__all__ = ["ProviderDouble", "RecordedRequest", "ScriptedReply", "chat_completion"]
+
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+
+
+@dataclass
+class ScriptedReply:
+    """One answer the double gives to the next request on `path`."""
+
+    status: int = 200
+    json: Any = None
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    # False sends no Content-Length and ends the body by closing the connection.
+    content_length: bool = True
+
+    def encoded(self) -> bytes:
+        if self.body is not None:
+            return self.body
+        if self.json is None:
+            return b""
+        return json.dumps(self.json).encode()
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request the double received; `headers` keys are lower-case."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+    violations: tuple[str, ...] = ()
+
+
+def chat_completion(
+    *,
+    content: str | None = "ok",
+    tool_calls: list[dict[str, Any]] | None = None,
+    finish_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+    model: str = "double-model",
+) -> dict[str, Any]:
+    """Return an OpenAI chat-completion body with one assistant message."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-double",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
+            }
+        ],
+        "usage": usage or {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    double: ProviderDouble
+
+    def verify_request(self, request, client_address) -> bool:
+        self.double._count_connection()
+        return True
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that stops reading (the size cap, a timeout) breaks the pipe; that is expected.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        self.server.double._handle(self)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class ProviderDouble:
+    """A scriptable OpenAI-style provider listening on a free port of 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.models: list[Any] = [
+            {"id": "gpt-4o", "object": "model", "created": 1715367049, "owned_by": "system"}
+        ]
+        # When set, sent as the whole `GET /v1/models` body instead of `{"object": "list", ...}`.
+        self.models_body: Any = None
+        self.requests: list[RecordedRequest] = []
+        self.connections = 0
+        self._scripts: dict[str, deque[ScriptedReply]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.double = self
+        self.host, self.port = self._server.server_address[:2]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The base URL a connection would store: `http://127.0.0.1:PORT/v1`."""
+        return f"{self.origin}/v1"
+
+    def reply(
+        self,
+        *,
+        path: str = CHAT_PATH,
+        status: int = 200,
+        json: Any = None,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+        content_length: bool = True,
+    ) -> None:
+        """Queue one answer for the next request on `path` (after the chat contract check)."""
+        scripted = ScriptedReply(status, json, body, dict(headers or {}), delay, content_length)
+        with self._lock:
+            self._scripts.setdefault(path, deque()).append(scripted)
+
+    def reply_chat(self, **completion: Any) -> None:
+        """Queue one successful chat completion; arguments as for `chat_completion`."""
+        self.reply(json=chat_completion(**completion))
+
+    def redirect(self, path: str = MODELS_PATH, *, to: str, status: int = 302) -> None:
+        """Queue a redirect from `path` to another path of this double."""
+        self.reply(path=path, status=status, headers={"Location": self.origin + to})
+
+    def hits(self, path: str) -> int:
+        """Return how many requests arrived on `path`."""
+        with self._lock:
+            return sum(1 for request in self.requests if request.path == path)
+
+    def chat_bodies(self) -> list[Any]:
+        """Return the JSON bodies of every chat request received, in order."""
+        with self._lock:
+            return [r.json for r in self.requests if r.path == CHAT_PATH]
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ProviderDouble:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _count_connection(self) -> None:
+        with self._lock:
+            self.connections += 1
+
+    def _handle(self, handler: _Handler) -> None:
+        path = handler.path.split("?", 1)[0]
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        try:
+            document = json.loads(raw) if raw else None
+        except ValueError:
+            document = None
+        problems: tuple[str, ...] = ()
+        if handler.command == "POST" and path == CHAT_PATH:
+            if isinstance(document, dict):
+                problems = tuple(violations(document))
+            else:
+                problems = ("body is not a JSON object",)
+        record = RecordedRequest(
+            method=handler.command,
+            path=path,
+            headers={key.lower(): value for key, value in handler.headers.items()},
+            body=raw,
+            json=document,
+            violations=problems,
+        )
+        with self._lock:
+            self.requests.append(record)
+            queue = self._scripts.get(path)
+            scripted = queue.popleft() if queue and not problems else None
+        if problems:
+            scripted = ScriptedReply(
+                400,
+                {
+                    "error": {
+                        "message": "; ".join(problems),
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        if scripted is None:
+            scripted = self._default(handler.command, path, document)
+        self._send(handler, scripted)
+
+    def _default(self, method: str, path: str, document: Any) -> ScriptedReply:
+        if method == "GET" and path == MODELS_PATH:
+            body = self.models_body
+            if body is None:
+                body = {"object": "list", "data": list(self.models)}
+            return ScriptedReply(200, body)
+        if method == "POST" and path == CHAT_PATH:
+            return ScriptedReply(200, chat_completion(model=document.get("model", "double")))
+        return ScriptedReply(
+            404, {"error": {"message": "no such path", "type": "invalid_request_error"}}
+        )
+
+    def _send(self, handler: _Handler, scripted: ScriptedReply) -> None:
+        if scripted.delay:
+            self._stopping.wait(scripted.delay)
+        payload = scripted.encoded()
+        with contextlib.suppress(OSError):
+            handler.send_response(scripted.status)
+            headers = {"Content-Type": "application/json", **scripted.headers}
+            for name, value in headers.items():
+                handler.send_header(name, value)
+            if scripted.content_length:
+                handler.send_header("Content-Length", str(len(payload)))
+            else:
+                handler.send_header("Connection", "close")
+                handler.close_connection = True
+            handler.end_headers()
+            for start in range(0, len(payload), 64 * 1024):
+                handler.wfile.write(payload[start : start + 64 * 1024])
+            handler.wfile.flush()
