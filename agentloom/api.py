@@ -159,9 +159,42 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
         return schema
 
 
+# DRF coerces JSON values it is given (12 -> "12", "12" -> 12, "yes" -> True); a JSON body must
+# carry the type the schema says, so these body fields take their own type only.
+
+
+class TextField(serializers.CharField):
+    """A string field that takes only strings and measures them as sent (before trimming)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return super().to_internal_value(data)
+
+
+class WholeNumberField(serializers.IntegerField):
+    """An integer field that takes only JSON integers."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class FlagField(serializers.BooleanField):
+    """A boolean field that takes only true and false."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 def id_field(**kwargs) -> serializers.IntegerField:
     """Return an integer field for a primary key in a request body."""
-    return serializers.IntegerField(min_value=1, max_value=MAX_ID, **kwargs)
+    return WholeNumberField(min_value=1, max_value=MAX_ID, **kwargs)
 
 
 # --- schema helpers ----------------------------------------------------------------------------

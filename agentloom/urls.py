@@ -3,7 +3,6 @@
 from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 
@@ -12,7 +11,7 @@ def healthz(request):
 
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/admin/", permanent=False), name="home"),
+    path("", include("sessions_app.console_urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("api/", include("agentloom.api_urls")),

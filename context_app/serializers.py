@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import StrictSerializer, id_field
+from agentloom.api import FlagField, StrictSerializer, TextField, id_field
 from agentloom.engine.policy import DEFAULT_POLICY
 from context_app.engine_adapter import builtin_tool_names
 from context_app.services import MAX_PROMPT_CHARS, MAX_SUB_AGENTS, SUB_AGENT_NAME
@@ -63,10 +63,10 @@ class SubAgentSerializer(StrictSerializer):
     """A sub-agent: it has no model or policy of its own and uses its parent's."""
 
     name = serializers.RegexField(SUB_AGENT_NAME.pattern, max_length=40)
-    description = serializers.CharField(
+    description = TextField(
         max_length=2_000, allow_blank=True, trim_whitespace=False, required=False
     )
-    system_prompt = serializers.CharField(
+    system_prompt = TextField(
         max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
     )
     tools = _tools_field(required=False)
@@ -93,20 +93,20 @@ class AgentSerializer(serializers.Serializer):
 
 
 class AgentUpdateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=120, required=False)
-    system_prompt = serializers.CharField(
+    name = TextField(max_length=120, required=False)
+    system_prompt = TextField(
         max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
     )
     model_connection = id_field(allow_null=True, required=False)
     tools = _tools_field(required=False)
     sub_agents = SubAgentSerializer(many=True, required=False, max_length=MAX_SUB_AGENTS)
-    verify_completion = serializers.BooleanField(required=False)
+    verify_completion = FlagField(required=False)
     context_policy = ContextPolicyInputField(required=False, allow_null=True)
 
 
 class AgentCreateSerializer(AgentUpdateSerializer):
     space = id_field()
-    name = serializers.CharField(max_length=120)
+    name = TextField(max_length=120)
 
 
 class AgentVersionSerializer(serializers.Serializer):

@@ -7,7 +7,7 @@ import re
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import MAX_ID, StrictSerializer, id_field
+from agentloom.api import MAX_ID, StrictSerializer, TextField, id_field
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_MAX, run_counters
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
@@ -28,7 +28,7 @@ class SessionSerializer(serializers.Serializer):
 class SessionCreateSerializer(StrictSerializer):
     agent_version = id_field(required=False, help_text="A published version to talk to.")
     agent = id_field(required=False, help_text="An agent: its latest published version is used.")
-    title = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    title = TextField(max_length=200, required=False, allow_blank=True)
 
     def validate(self, attrs):
         if "agent_version" not in attrs and "agent" not in attrs:
@@ -65,11 +65,11 @@ class RunSerializer(serializers.Serializer):
 
 
 class QuestionSerializer(StrictSerializer):
-    question = serializers.CharField(max_length=MAX_QUESTION_CHARS)
+    question = TextField(max_length=MAX_QUESTION_CHARS)
 
 
 class SupplementCreateSerializer(StrictSerializer):
-    text = serializers.CharField(max_length=MAX_SUPPLEMENT_CHARS)
+    text = TextField(max_length=MAX_SUPPLEMENT_CHARS)
 
 
 class SupplementSerializer(serializers.Serializer):

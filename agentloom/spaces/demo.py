@@ -1,19 +1,66 @@
-"""The demo space every local installation starts with."""
+"""The demo every local installation starts with: a space, the offline model, a published agent.
+
+The demo model's window is deliberately small so that a compaction happens within a few
+questions, which is the point of the demo.
+"""
 
 from django.db import transaction
 
+from agentloom.engine.tools import BUILTIN_TOOL_NAMES
 from agentloom.spaces.models import Membership, Space
 
 DEMO_SPACE_NAME = "Demo space"
+DEMO_CONNECTION_NAME = "Local demo model"
+DEMO_AGENT_NAME = "Demo agent"
+DEMO_SYSTEM_PROMPT = (
+    "You are the AgentLoom demo agent. Use the tools when asked and cite their results."
+)
+DEMO_SUB_AGENTS = [
+    {
+        "name": "researcher",
+        "description": "Looks things up with echo and calculator and reports back.",
+        "system_prompt": "You are a careful researcher. Report only what your tools returned.",
+        "tools": ["echo", "calculator"],
+    }
+]
 
 
 @transaction.atomic
 def ensure_demo(*, owner) -> Space:
-    """Return the demo space, creating it (with `owner` as its admin) on first call."""
+    """Return the demo space, creating its connection and published agent on first call."""
+    from context_app.models import Agent
+    from context_app.services import agent_create, agent_publish
+    from models_app.models import ModelConnection
+
     space = Space.objects.filter(name=DEMO_SPACE_NAME).order_by("id").first()
     if space is None:
         space = Space.objects.create(name=DEMO_SPACE_NAME)
     Membership.objects.get_or_create(
         space=space, user=owner, defaults={"role": Membership.Role.ADMIN}
     )
+    connection, _ = ModelConnection.objects.get_or_create(
+        space=space,
+        name=DEMO_CONNECTION_NAME,
+        defaults={
+            "provider": ModelConnection.Provider.LOCAL,
+            "model_id": "local-demo",
+            "context_window": 6_144,
+            "max_output_tokens": 512,
+            "safety_margin_tokens": 256,
+            "window_source": ModelConnection.WindowSource.MANUAL,
+        },
+    )
+    agent = Agent.objects.filter(space=space, name=DEMO_AGENT_NAME).first()
+    if agent is None:
+        agent = agent_create(
+            user=owner,
+            space=space,
+            name=DEMO_AGENT_NAME,
+            system_prompt=DEMO_SYSTEM_PROMPT,
+            model_connection=connection.pk,
+            tools=list(BUILTIN_TOOL_NAMES),
+            sub_agents=DEMO_SUB_AGENTS,
+        )
+    if not agent.versions.exists():
+        agent_publish(user=owner, agent=agent)
     return space

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from agentloom.api import StrictSerializer
+from agentloom.api import StrictSerializer, TextField
 from agentloom.spaces.models import Membership
 
 
@@ -18,7 +18,7 @@ class SpaceSerializer(serializers.Serializer):
 
 
 class SpaceCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=120)
+    name = TextField(max_length=120)
 
 
 class MembershipSerializer(serializers.Serializer):
@@ -31,5 +31,5 @@ class MembershipSerializer(serializers.Serializer):
 
 
 class MembershipCreateSerializer(StrictSerializer):
-    username = serializers.CharField(max_length=150)
+    username = TextField(max_length=150)
     role = serializers.ChoiceField(choices=Membership.Role.choices)

@@ -18,7 +18,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agentloom.engine.frame import iter_frame_records
+from agentloom.engine.frame import iter_frame_records, reusable_views
 from sessions_app.models import (
     MAIN_INSTANCE,
     Run,
@@ -149,6 +149,8 @@ def view_refusal_reason(
     state = frame.get("state") or {}
     if state.get("pending_tool_calls"):
         return "pending tool calls", None
+    if state.get("queued_supplements"):
+        return "supplements are still queued", None
     covered = snapshot.get("covered_seq") or 0
     local_keys = [
         record["entry_key"]
@@ -191,26 +193,22 @@ def view_refusal_reason(
 def _maybe_save_view(
     *, run_id: int, session_id: int, inherited_watermark: int, frame: dict[str, Any]
 ) -> tuple[int | None, str | None]:
-    compactions = (frame.get("context") or {}).get("compactions") or []
-    if not compactions:
+    """Save the frame's newest compaction as a reusable view when the prefix rule allows it."""
+    views = reusable_views(frame)
+    if not views:
         return None, None
-    snapshot = compactions[-1]
-    if SessionView.objects.filter(run_id=run_id, snapshot_revision=snapshot["revision"]).exists():
+    view = views[-1]
+    if SessionView.objects.filter(run_id=run_id, snapshot_revision=view["revision"]).exists():
         return None, None
     reason, watermark = view_refusal_reason(
         run_id=run_id,
         session_id=session_id,
         inherited_watermark=inherited_watermark,
         frame=frame,
-        snapshot=snapshot,
+        snapshot=view,
     )
     if reason is not None:
         return None, reason
-    # The next run brings its own system prompt; the view is the history after it.
-    messages = list(snapshot["messages"])
-    if messages and messages[0].get("role") == "system":
-        messages = messages[1:]
-    counters = snapshot.get("counters") or {}
     revision = (
         SessionView.objects.filter(session_id=session_id).aggregate(top=Max("revision"))["top"] or 0
     ) + 1
@@ -218,13 +216,13 @@ def _maybe_save_view(
         session_id=session_id,
         revision=revision,
         watermark=watermark,
-        messages=messages,
-        user_turns=counters.get("user_turns", 0),
-        model_steps=counters.get("model_steps", 0),
-        baseline_user_turns=counters.get("baseline_user_turns", 0),
-        baseline_model_steps=counters.get("baseline_model_steps", 0),
+        messages=view["messages"],
+        user_turns=view["user_turns"],
+        model_steps=view["model_steps"],
+        baseline_user_turns=view["baseline_user_turns"],
+        baseline_model_steps=view["baseline_model_steps"],
         run_id=run_id,
         binding=frame.get("binding") or {},
-        snapshot_revision=snapshot["revision"],
+        snapshot_revision=view["revision"],
     )
     return revision, None

@@ -221,6 +221,8 @@ def test_views_are_refused_with_queued_supplements_or_terminal_records(alice, ma
     assert reason(frame={**frame, "state": {"pending_tool_calls": [{"id": "x"}]}}) == (
         "pending tool calls"
     )
+    queued_in_frame = {**frame, "state": {"queued_supplements": [{"source_key": "1"}]}}
+    assert reason(frame=queued_in_frame) == "supplements are still queued"
     supplement = run.supplements.create(position=1, text="later")
     assert reason() == "supplements are still queued"
     supplement.delete()

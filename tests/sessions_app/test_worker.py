@@ -16,6 +16,7 @@ from django.db import connection
 
 from sessions_app.models import Run, SessionMessage
 from sessions_app.services.execution import run_execute
+from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import claim_run, run_ask, run_resume, sweep_expired_leases
 from tests.factories import (
     make_agent,
@@ -182,3 +183,6 @@ def test_killed_worker_loses_its_lease_and_resume_completes(
     statuses = [r.message for r in rows if r.kind == "status"]
     assert statuses[0] == {"status": "failed", "error": "worker_lost"}
     assert statuses[-1]["status"] == "succeeded"
+    # The replay stops the first attempt where the worker died and resumes like the original.
+    report = replay_run(Run.objects.get(pk=run.pk))
+    assert report.ok, report.differences

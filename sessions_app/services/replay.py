@@ -1,0 +1,348 @@
+"""Replay: what a session would hand a new run, and a run re-driven from its own recordings.
+
+`replay_run` builds a fresh engine from the run's frozen version, answers every model call with
+the run's stored `ModelCall` responses (or their recorded errors), every tool call with the tool
+result recorded in the journal, and the supplements, cancellation and lost-worker stops of each
+attempt at the points the journal shows. It then compares the records and views it produced with
+the journal and the stored checkpoint, ignoring timestamps. Any difference means the journal,
+the checkpoint or the stored model responses are not what the engine made of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from agentloom.engine.budget import estimator_from_binding
+from agentloom.engine.context import JournalContextManager
+from agentloom.engine.engine import ExecutionLimits, create_engine
+from agentloom.engine.errors import GatewayError, ToolError
+from agentloom.engine.frame import iter_frame_records
+from agentloom.engine.gateway import ModelResponse, ScriptedGateway
+from agentloom.engine.projection import ProjectedHistory, project_history
+from agentloom.engine.protocol import UNKNOWN_RESULT
+from agentloom.engine.tools import SubAgent, Tool, builtin_tools
+from context_app.engine_adapter import snapshot_budget, snapshot_policy, version_binding
+from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
+from sessions_app.services.history import compliant_view, history_for_new_run, main_records_after
+from sessions_app.services.runs import WORKER_LOST
+
+ERROR_PREFIX = "ERROR: "
+
+
+# --- replay --session --------------------------------------------------------------------------
+
+
+def describe_session_history(session) -> str:
+    """Return a readable account of the history a new run of `session` would receive."""
+    binding = version_binding(session.agent_version)
+    view = compliant_view(session, binding)
+    watermark = view.watermark if view else 0
+    history = history_for_new_run(session, binding)
+    lines = [f"session {session.pk} · agent version {session.agent_version.number}"]
+    if view is None:
+        lines.append("no compliant reusable view: projecting every main-instance record")
+    else:
+        lines.append(
+            f"view r{view.revision} (saved by run {view.run.number}) · watermark {view.watermark}"
+            f" · {len(view.messages)} message(s)"
+        )
+    appended = main_records_after(session, watermark)
+    lines.append(f"records appended after seq {watermark}: {len(appended)}")
+    for record in appended:
+        text = json.dumps(record.message, ensure_ascii=False)
+        lines.append(f"  #{record.seq:<6} run {record.run_id:<4} {record.kind:<12} {text[:100]}")
+    lines.append(
+        f"counters: user_turns={history.user_turns} model_steps={history.model_steps} "
+        f"baselines=({history.baseline_user_turns}, {history.baseline_model_steps})"
+    )
+    lines.append(f"projected history: {len(history.messages)} message(s)")
+    return "\n".join(lines)
+
+
+# --- replay --run ------------------------------------------------------------------------------
+
+
+class _StopAttempt(Exception):
+    """Raised from the save hook where the original worker died."""
+
+
+class _ReplayTool(Tool):
+    """A tool that answers with results recorded in the journal, in order, never running."""
+
+    def __init__(self, original: Tool, recorded: deque):
+        self.name = original.name
+        self.description = original.description
+        self.parameters = original.parameters
+        self._recorded = recorded
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        if not self._recorded:
+            raise ToolError(f"replay: no recorded result left for tool {self.name!r}")
+        result = self._recorded.popleft()
+        if result.startswith(ERROR_PREFIX):
+            raise ToolError(result[len(ERROR_PREFIX) :])
+        return result
+
+
+@dataclass
+class _Attempt:
+    number: int
+    status: str | None = None
+    error: str | None = None
+    # Main-instance records of the run's frame before this attempt's status row.
+    records_before_status: int = 0
+
+
+@dataclass
+class ReplayReport:
+    differences: list[str] = field(default_factory=list)
+    model_calls: int = 0
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+def _response_steps(calls: list[ModelCall]) -> list[Any]:
+    steps: list[Any] = []
+    for call in calls:
+        if call.error:
+            kind, _, message = call.error.partition(": ")
+            steps.append(GatewayError(kind, message))
+        else:
+            steps.append(ModelResponse.from_dict(call.response))
+    return steps
+
+
+def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
+    """Return, per tool name, the results the run's tools produced, in the order they ran."""
+    names: dict[str, str] = {}
+    for row in rows:
+        if row.kind == "assistant":
+            for call in row.message.get("tool_calls") or []:
+                names[call["id"]] = call["function"]["name"]
+    results: dict[str, deque] = defaultdict(deque)
+    for row in rows:
+        if row.kind != "tool_result":
+            continue
+        content = row.message.get("content") or ""
+        name = names.get(row.message.get("tool_call_id"))
+        # Placeholders for interrupted calls and refusals are made by the engine, not a tool.
+        if name is None or content == UNKNOWN_RESULT or "is not available to this agent" in content:
+            continue
+        results[name].append(content)
+    return results
+
+
+def _attempts(run: Run, main_rows: list[SessionMessage]) -> list[_Attempt]:
+    """Return each execution of the run with how it ended and how far the journal got."""
+    attempts = {n: _Attempt(n) for n in range(1, run.attempt + 1)}
+    count = 0
+    for row in main_rows:
+        if row.kind == "status":
+            number = int(row.entry_key.split(":", 1)[1].split(".", 1)[0])
+            attempt = attempts.setdefault(number, _Attempt(number))
+            attempt.status = row.message.get("status")
+            attempt.error = row.message.get("error")
+            attempt.records_before_status = count
+            if attempt.error == WORKER_LOST:
+                continue  # written by the lease sweep, not by the engine: not in the frame
+        count += 1
+    return [attempts[n] for n in sorted(attempts)]
+
+
+def _inherited_history(run: Run) -> ProjectedHistory:
+    """Return the history the run was started with: the best view it could see, then records."""
+    binding = version_binding(run.session.agent_version)
+    views = SessionView.objects.filter(
+        session_id=run.session_id,
+        watermark__lte=run.inherited_watermark,
+        created_at__lte=run.started_at or run.created_at,
+    ).exclude(run=run)
+    view = next(
+        (v for v in views.order_by("-watermark", "-revision") if v.binding == binding), None
+    )
+    floor = view.watermark if view else 0
+    records = [
+        r for r in main_records_after(run.session, floor) if r.seq <= run.inherited_watermark
+    ]
+    if view is None:
+        return project_history(records)
+    return project_history(
+        records,
+        view={
+            "revision": view.revision,
+            "watermark": view.watermark,
+            "messages": view.messages,
+            "user_turns": view.user_turns,
+            "model_steps": view.model_steps,
+            "baseline_user_turns": view.baseline_user_turns,
+            "baseline_model_steps": view.baseline_model_steps,
+        },
+    )
+
+
+def _row_text(instance: str, kind: str, entry_key: str, message: Any) -> str:
+    return json.dumps(
+        {"instance": instance, "kind": kind, "entry_key": entry_key, "message": message},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+
+
+def _by_instance(items) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for instance, kind, entry_key, message in items:
+        grouped[instance].append(_row_text(instance, kind, entry_key, message))
+    return grouped
+
+
+def _diff(label: str, expected: list[str], actual: list[str]) -> list[str]:
+    if expected == actual:
+        return []
+    lines = difflib.unified_diff(
+        expected, actual, fromfile=f"{label} (stored)", tofile=f"{label} (replayed)", lineterm=""
+    )
+    return ["\n".join(lines)]
+
+
+def _snapshot_text(snapshot: dict[str, Any]) -> str:
+    comparable = {k: v for k, v in snapshot.items() if k != "metrics"}
+    comparable["metrics"] = {
+        k: v for k, v in (snapshot.get("metrics") or {}).items() if k not in {"at"}
+    }
+    return json.dumps(comparable, sort_keys=True, ensure_ascii=False)
+
+
+def replay_run(run: Run) -> ReplayReport:
+    """Re-drive `run` from its recordings and return the differences found."""
+    snapshot = run.session.agent_version.snapshot
+    rows = list(SessionMessage.objects.filter(run=run).order_by("seq"))
+    main_rows = [row for row in rows if row.instance == MAIN_INSTANCE]
+    calls = list(ModelCall.objects.filter(run=run).order_by("id"))
+    report = ReplayReport(model_calls=len(calls))
+    steps = _response_steps(calls)
+    gateway = ScriptedGateway(steps)
+    recorded = _recorded_tool_results(rows)
+    originals = builtin_tools()
+    tools = [
+        _ReplayTool(originals[name], recorded[name])
+        for name in snapshot.get("tools", [])
+        if name in originals
+    ]
+    # Where each supplement entered the main instance, by its local record seq.
+    stored_main = ((run.checkpoint or {}).get("context") or {}).get("records") or []
+    position = {record["entry_key"]: record["seq"] for record in stored_main}
+    supplements = deque(
+        row for row in main_rows if row.kind == "supplement" and row.entry_key in position
+    )
+    main_managers: list[JournalContextManager] = []
+
+    def manager_factory(**kwargs):
+        manager = JournalContextManager(**kwargs)
+        main_managers.append(manager)
+        return manager
+
+    def main_record_count() -> int:
+        for manager in main_managers:
+            frame = manager._frame
+            if frame is not None and frame.instance == MAIN_INSTANCE:
+                return len(frame.records)
+        return 0
+
+    state: dict[str, Any] = {"attempt": None, "last_frame": None}
+
+    def next_supplements(final: bool) -> list[tuple[str, str]]:
+        taken: list[tuple[str, str]] = []
+        count = main_record_count()
+        while supplements and position[supplements[0].entry_key] == count + len(taken) + 1:
+            row = supplements.popleft()
+            taken.append((row.entry_key.split(":", 1)[1], row.message.get("content") or ""))
+        return taken
+
+    def should_cancel() -> bool:
+        attempt = state["attempt"]
+        return attempt.status == "cancelled" and main_record_count() >= (
+            attempt.records_before_status
+        )
+
+    def save(frame: dict[str, Any]) -> None:
+        state["last_frame"] = frame
+        attempt = state["attempt"]
+        records = (frame.get("context") or {}).get("records") or []
+        if attempt.error == WORKER_LOST and len(records) >= attempt.records_before_status:
+            raise _StopAttempt
+
+    engine = create_engine(
+        gateway,
+        tools,
+        snapshot_policy(snapshot),
+        snapshot_budget(snapshot),
+        estimator=estimator_from_binding(snapshot.get("estimator")),
+        limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
+        context_manager=manager_factory,
+        save=save,
+        should_cancel=should_cancel,
+        supplements=next_supplements,
+        secrets=[],
+        sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
+        verify_completion=bool(snapshot.get("verify_completion")),
+    )
+    frame = None
+    for attempt in _attempts(run, main_rows):
+        state["attempt"] = attempt
+        main_managers.clear()
+        report.attempts += 1
+        try:
+            if frame is None:
+                outcome = engine.start(
+                    run_number=run.number,
+                    attempt=attempt.number,
+                    system_prompt=snapshot.get("system_prompt", ""),
+                    question=run.question,
+                    history=_inherited_history(run),
+                )
+            else:
+                outcome = engine.resume(frame, attempt=attempt.number)
+            frame = outcome.frame
+        except _StopAttempt:
+            frame = state["last_frame"]
+    if frame is None:
+        report.differences.append("nothing was replayed")
+        return report
+
+    stored = _by_instance(
+        (row.instance, row.kind, row.entry_key, row.message)
+        for row in rows
+        if not (row.kind == "status" and row.message.get("error") == WORKER_LOST)
+    )
+    replayed = _by_instance(
+        (instance, record["kind"], record["entry_key"], record["message"])
+        for instance, record in iter_frame_records(frame)
+    )
+    for instance in sorted(set(stored) | set(replayed)):
+        report.differences += _diff(
+            f"journal of instance {instance}", stored.get(instance, []), replayed.get(instance, [])
+        )
+    checkpoint = run.checkpoint or {}
+    report.differences += _diff(
+        "model view",
+        [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in checkpoint.get("messages", [])],
+        [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in frame.get("messages", [])],
+    )
+    report.differences += _diff(
+        "compaction snapshots",
+        [_snapshot_text(s) for s in (checkpoint.get("context") or {}).get("compactions", [])],
+        [_snapshot_text(s) for s in (frame.get("context") or {}).get("compactions", [])],
+    )
+    unused = len(steps) - len(gateway.requests)
+    if unused:
+        report.differences.append(f"{unused} stored model call(s) were not replayed")
+    return report
