@@ -19,6 +19,7 @@ from django.core.exceptions import (
     ValidationError as DjangoValidationError,
 )
 from django.http import Http404
+from django.urls import URLPattern, re_path
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -69,18 +70,6 @@ def object_id(raw: str) -> int:
 # --- base classes ------------------------------------------------------------------------------
 
 
-class BoundedJSONParser(JSONParser):
-    """JSON parser that honours DATA_UPLOAD_MAX_MEMORY_SIZE.
-
-    Django checks the limit only when `request.body` is read; DRF streams the body past it.
-    """
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        if parser_context and "request" in parser_context:
-            parser_context["request"]._request.body  # noqa: B018  (raises RequestDataTooBig)
-        return super().parse(stream, media_type, parser_context)
-
-
 class ApiPagination(LimitOffsetPagination):
     """`limit` (1–200, default 50) and `offset` (≥ 0); anything else is a 400 naming the field.
 
@@ -117,7 +106,9 @@ def _query_int(request, name: str, default: int, minimum: int, maximum: int) -> 
 class ApiView(APIView):
     """JSON in, JSON out, authenticated callers only."""
 
-    parser_classes = [BoundedJSONParser]
+    # DRF reads JSON bodies through `request.body`, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE
+    # applies and an oversized body raises RequestDataTooBig (answered 413 above).
+    parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]
     permission_classes = [IsAuthenticated]
     # Read by drf-spectacular too: list answers are documented as pages with limit/offset.
@@ -197,6 +188,21 @@ def id_field(**kwargs) -> serializers.IntegerField:
     return WholeNumberField(min_value=1, max_value=MAX_ID, **kwargs)
 
 
+# --- routes ------------------------------------------------------------------------------------
+
+
+def endpoint(route: str, view: type[APIView], name: str) -> URLPattern:
+    """Return a URL pattern for `route` (contract spelling) that also matches the other slash form.
+
+    `{id}` takes any segment: the view parses it, so a malformed id answers a JSON 404 like a
+    missing one. `/?` renders as "/" and `(?:/)?` as nothing in the schema, which keeps the
+    contract's spelling there.
+    """
+    regex = route.replace("{id}", "(?P<id>[^/]+)")
+    regex = regex[:-1] + "/?" if regex.endswith("/") else regex + "(?:/)?"
+    return re_path(f"^{regex}$", view.as_view(), name=name)
+
+
 # --- schema helpers ----------------------------------------------------------------------------
 
 
@@ -210,7 +216,10 @@ _ERRORS = {
         description='Bad input: `{"field": ["message"]}` or `{"detail": "message"}`.',
     ),
     401: OpenApiResponse(DetailSerializer, description="Not authenticated."),
-    403: OpenApiResponse(DetailSerializer, description="Only a space admin may do this."),
+    403: OpenApiResponse(
+        DetailSerializer,
+        description="Only a space admin may do this, or (session auth) the CSRF token is missing.",
+    ),
     404: OpenApiResponse(DetailSerializer, description="Missing or outside the caller's reach."),
     409: OpenApiResponse(DetailSerializer, description="The object's state forbids this."),
     413: OpenApiResponse(DetailSerializer, description="Request body is too large."),
@@ -232,20 +241,26 @@ def api_schema(
     parameters: list | None = None,
     **kwargs: Any,
 ):
-    """Return `extend_schema` for an endpoint: its success answer and each error it can give."""
+    """Return a decorator documenting a view method: its success answer and each error it gives."""
     codes = set(_ALWAYS) | set(errors)
     if request is not None:
         codes |= set(_BODY)
     if isinstance(response, serializers.ListSerializer):
         codes.add(400)  # a bad limit or offset
-    responses = {ok: response, **{code: _ERRORS[code] for code in sorted(codes)}}
     params = list(parameters or [])
     if path_id:
         params.append(OpenApiParameter("id", int, OpenApiParameter.PATH, description=path_id))
-    return extend_schema(
-        request=request,
-        responses=responses,
-        description=description,
-        parameters=params,
-        **kwargs,
-    )
+
+    def decorate(method):
+        # A write with session (cookie) auth and no CSRF token is refused with 403.
+        method_codes = codes | {403} if method.__name__ != "get" else codes
+        responses = {ok: response, **{code: _ERRORS[code] for code in sorted(method_codes)}}
+        return extend_schema(
+            request=request,
+            responses=responses,
+            description=description,
+            parameters=params,
+            **kwargs,
+        )(method)
+
+    return decorate

@@ -6,7 +6,7 @@ Every path matches with or without its trailing slash; the schema shows the cont
 from django.http import JsonResponse
 from django.urls import include, path, re_path
 
-from agentloom.api import ApiView
+from agentloom.api import endpoint
 from agentloom.spaces.api import SpaceListCreateApi, SpaceMemberCreateApi
 from context_app.api import AgentDetailApi, AgentListCreateApi, AgentPublishApi, AgentVersionListApi
 from sessions_app.api import (
@@ -22,15 +22,6 @@ from sessions_app.api import (
     SessionRunsApi,
     SessionViewsApi,
 )
-
-
-def endpoint(route: str, view: type[ApiView], name: str):
-    """Return a pattern for `route` (contract spelling) that also matches the other slash form."""
-    # Ids are parsed by the view, so a malformed one answers a JSON 404 like a missing one.
-    regex = route.replace("{id}", "(?P<id>[^/]+)")
-    # `/?` renders as "/" and `(?:/)?` as nothing in the schema, keeping the contract's spelling.
-    regex = regex[:-1] + "/?" if regex.endswith("/") else regex + "(?:/)?"
-    return re_path(f"^{regex}$", view.as_view(), name=name)
 
 
 def unknown_path(request, *args, **kwargs):

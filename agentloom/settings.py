@@ -145,12 +145,14 @@ SPECTACULAR_SETTINGS = {
 _BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed"):
+    for sub in ("in", "processed", "control"):
         (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "in"),
         "data_folder_out": str(_BROKER_DIR / "in"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        # Remote-control exchanges; kombu's default is a folder relative to the working dir.
+        "control_folder": str(_BROKER_DIR / "control"),
         "store_processed": False,
     }
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://")):

@@ -150,9 +150,7 @@ def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
         agent.verify_completion = changes["verify_completion"]
     # Every save writes the full policy: a partial one is merged over the defaults, none at all
     # keeps the stored policy (or the defaults for a draft that never had one).
-    agent.context_policy = clean_context_policy(
-        changes.get("context_policy", agent.context_policy)
-    )
+    agent.context_policy = clean_context_policy(changes.get("context_policy", agent.context_policy))
     delegates = {f"delegate_{sub['name']}" for sub in agent.sub_agents}
     clash = delegates & set(agent.tools)
     if clash:

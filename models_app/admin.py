@@ -1,45 +1,368 @@
-from django import forms
-from django.contrib import admin
+"""The model page: pick a provider, fetch its models, and see where the window numbers came from.
 
+The form validates through `models_app.services.connection_validate` and saves through
+`connection_create` / `connection_update`, so the page and the API refuse the same input with the
+same messages. `static/models_app/discover.js` does the fetching without a page reload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import widgets as admin_widgets
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from agentloom.errors import ApplicationError
+from agentloom.spaces.models import Membership
+from agentloom.spaces.selectors import space_role
 from models_app.models import ModelConnection
+from models_app.selectors import administered_spaces, connection_usage, connections_for_user
+from models_app.services import (
+    CONNECTION_FIELDS,
+    DEFAULT_SAFETY_MARGIN_TOKENS,
+    WINDOW_VALUES,
+    connection_create,
+    connection_delete,
+    connection_update,
+    connection_validate,
+)
+
+# Shown together and saved together: a window source vouches for the values next to it.
+_WINDOW_GROUP = (*WINDOW_VALUES, "window_source", "source_url", "verified_on")
+
+SOURCE_NOTES = {
+    "provider": "from the provider's model list",
+    "official_manifest": "from the official model manifest",
+    "platform_default": "32K platform fallback: check it against the provider's documentation",
+    "manual": "entered by an administrator",
+    "": "not set yet: filled in on save from the manifest or the 32K fallback",
+}
+
+
+class ModelIdWidget(admin_widgets.AdminTextInputWidget):
+    """The model ID input with the "Fetch available models" button and the list it fills."""
+
+    resource_id: int | None = None
+    has_api_key = False
+
+    def render(self, name, value, attrs=None, renderer=None):
+        field = super().render(name, value, attrs, renderer)
+        return format_html(
+            '<div class="model-picker">{}'
+            '<div class="model-discovery" id="model-discovery" data-discover-url="{}" '
+            'data-resource-id="{}" data-has-api-key="{}">'
+            '<button type="button" class="button" id="fetch-models">Fetch available models</button>'
+            ' <span id="discover-status" class="discover-status" role="status" '
+            'aria-live="polite"></span>'
+            '<select id="discovered-models" class="discovered-models" size="8" hidden '
+            'aria-label="Available models"></select></div></div>',
+            field,
+            reverse("api-models-discover"),
+            self.resource_id or "",
+            "true" if self.has_api_key else "false",
+        )
+
+
+class WindowSourceWidget(forms.Select):
+    """The window-source select, followed by a badge naming the source, its link and date."""
+
+    source_url = ""
+    verified_on = ""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        select = super().render(name, value, attrs, renderer)
+        source = value or ""
+        link = (
+            format_html('<a href="{}" target="_blank" rel="noopener noreferrer">source</a>', url)
+            if (url := self.source_url) and url.startswith(("https://", "http://"))
+            else ""
+        )
+        verified = f"verified {self.verified_on}" if self.verified_on else ""
+        return format_html(
+            '<span class="window-badge-row">{}'
+            ' <span id="window-source-badge" class="window-badge" data-source="{}">{}</span>'
+            ' <span id="window-source-note" class="window-source-note">{}</span>'
+            ' <span id="window-source-link" class="window-source-link">{}</span>'
+            ' <span id="window-verified" class="window-verified">{}</span></span>',
+            select,
+            source,
+            source or "not set",
+            SOURCE_NOTES.get(source, ""),
+            link,
+            verified,
+        )
+
+
+def _integer_field(help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(
+        required=False, help_text=help_text, widget=admin_widgets.AdminIntegerFieldWidget
+    )
 
 
 class ModelConnectionForm(forms.ModelForm):
-    # The stored key is never rendered back; a blank field keeps it (see clean_api_key).
+    # Set per request by ModelConnectionAdmin.get_form: the services check the caller's role.
+    user = None
+
+    base_url = forms.CharField(
+        required=False,
+        label="Base URL",
+        max_length=500,
+        widget=admin_widgets.AdminTextInputWidget,
+        help_text="Required for OpenAI-compatible servers. Blank: the official URL for OpenAI "
+        "and DeepSeek. Not used by the local demo model.",
+    )
+    # Write-only: the stored key is never rendered back.
     api_key = forms.CharField(
         required=False,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Write-only. Leave blank to keep the stored key.",
+        label="API key",
+        strip=True,
+        widget=forms.PasswordInput(
+            render_value=False, attrs={"autocomplete": "new-password", "class": "vTextField"}
+        ),
+        help_text="Write-only, stored encrypted. On edit, leave blank to keep the stored key "
+        "(only while provider and base URL stay the same).",
     )
+    model_id = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Model",
+        widget=ModelIdWidget,
+        help_text="Press “Fetch available models” and pick one, or type a model ID.",
+    )
+    window_source = forms.ChoiceField(
+        required=False,
+        choices=[("", "— derive on save —"), *ModelConnection.WindowSource.choices],
+        widget=WindowSourceWidget,
+        help_text="Where the window values come from. Editing a value by hand makes it manual.",
+    )
+    context_window = _integer_field("Blank: from the manifest or the 32K fallback.")
+    max_output_tokens = _integer_field(
+        "Output reserved for the answer and sent as the request's limit. Blank: 4,096, never "
+        "above the output cap."
+    )
+    max_output_cap = _integer_field("The provider's own output cap, when known.")
+    safety_margin_tokens = _integer_field("Kept free beside the output reservation. Blank: 1,024.")
+    source_url = forms.CharField(
+        required=False,
+        label="Source URL",
+        max_length=500,
+        widget=admin_widgets.AdminTextInputWidget,
+    )
+    verified_on = forms.DateField(required=False, widget=admin_widgets.AdminDateWidget)
 
     class Meta:
         model = ModelConnection
-        fields = [
-            "space",
-            "name",
-            "provider",
-            "base_url",
-            "api_key",
-            "model_id",
-            "context_window",
-            "max_output_tokens",
-            "max_output_cap",
-            "safety_margin_tokens",
-            "window_source",
-            "source_url",
-            "verified_on",
-        ]
+        fields = ["space", *CONNECTION_FIELDS]
 
-    def clean_api_key(self):
-        value = self.cleaned_data.get("api_key", "")
-        if not value and self.instance.pk:
-            return self.instance.api_key
-        return value
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # The key is write-only: an untouched (blank) field means "unchanged".
+        self.initial["api_key"] = ""
+        instance = self.instance
+        if instance.pk is None:
+            # Untouched window fields stay blank, so the service fills them and names the source.
+            for name in _WINDOW_GROUP:
+                self.initial[name] = None
+            self.initial.setdefault("safety_margin_tokens", DEFAULT_SAFETY_MARGIN_TOKENS)
+        # A view-only page (a space member) has no form fields at all.
+        if "space" in self.fields and self.user is not None:
+            self.fields["space"].queryset = administered_spaces(self.user)
+        if "model_id" in self.fields:
+            widget = self.fields["model_id"].widget
+            widget.resource_id = instance.pk
+            widget.has_api_key = bool(instance.pk and instance.api_key)
+        if "window_source" in self.fields:
+            widget = self.fields["window_source"].widget
+            widget.source_url = self.initial.get("source_url") or ""
+            widget.verified_on = self.initial.get("verified_on") or ""
+        if "provider" in self.fields:
+            self.fields[
+                "provider"
+            ].help_text = "“Local demo model” is the built-in offline demo, not a real LLM."
+
+    def service_fields(self) -> dict[str, Any]:
+        """Return what the service gets: every filled field on add, the changed ones on edit."""
+        data = self.cleaned_data
+        if self.instance.pk is None:
+            return {
+                name: data[name] for name in CONNECTION_FIELDS if data.get(name) not in (None, "")
+            }
+        changed = set(self.changed_data) & set(CONNECTION_FIELDS)
+        if "provider" in changed:
+            # The base URL on the page is meant for the provider now chosen.
+            changed.add("base_url")
+        if changed & set(_WINDOW_GROUP):
+            # The values on the page and the source shown beside them go together.
+            changed |= set(_WINDOW_GROUP)
+        fields = {name: data.get(name) for name in CONNECTION_FIELDS if name in changed}
+        if not fields.get("api_key"):
+            fields.pop("api_key", None)
+        return fields
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        try:
+            if self.instance.pk is None:
+                if cleaned.get("space") is None:
+                    return cleaned
+                connection_validate(
+                    user=self.user, space=cleaned["space"], fields=self.service_fields()
+                )
+            else:
+                connection_validate(
+                    user=self.user, connection=self.instance, fields=self.service_fields()
+                )
+        except ApplicationError as error:
+            field = error.field if error.field in self.fields else None
+            self.add_error(field, error.detail)
+        return cleaned
+
+    def _post_clean(self):
+        # The service's rules are the only ones: the model's own validators (URLValidator) would
+        # refuse base URLs the provider layer accepts, and the service runs full_clean on save.
+        pass
 
 
 @admin.register(ModelConnection)
 class ModelConnectionAdmin(admin.ModelAdmin):
     form = ModelConnectionForm
-    list_display = ["name", "space", "provider", "model_id", "context_window", "window_source"]
+    list_display = [
+        "name",
+        "space",
+        "provider",
+        "model_id",
+        "context_window",
+        "window_source",
+        "effective_input_budget",
+    ]
     list_filter = ["provider", "window_source"]
     search_fields = ["name", "model_id"]
+
+    class Media:
+        css = {"all": ["models_app/model_page.css"]}
+        js = ["models_app/discover.js"]
+
+    # --- what each caller sees -----------------------------------------------------------------
+
+    def get_queryset(self, request):
+        # Staff see their spaces' connections, as in the API; superusers, the platform's
+        # operators, see all of them, but change only those of spaces they administer.
+        if request.user.is_superuser:
+            return ModelConnection.objects.select_related("space")
+        return connections_for_user(request.user).select_related("space")
+
+    def _is_space_admin(self, request, obj) -> bool:
+        return obj is None or space_role(request.user, obj.space_id) == Membership.Role.ADMIN
+
+    def has_add_permission(self, request) -> bool:
+        return super().has_add_permission(request) and administered_spaces(request.user).exists()
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return super().has_change_permission(request, obj) and self._is_space_admin(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and self._is_space_admin(request, obj)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"user": request.user})
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = ["effective_budget"]
+        return ["space", *fields, "used_by"] if obj is not None else fields
+
+    def get_fieldsets(self, request, obj=None):
+        # A view-only page shows every field as text, which must not include the key.
+        key = "api_key" if self.has_change_permission(request, obj) else "api_key_status"
+        fieldsets = [
+            (None, {"fields": ["space", "name", "provider", "base_url", key]}),
+            ("Model", {"fields": ["model_id"]}),
+            (
+                "Context window",
+                {
+                    "fields": [
+                        "window_source",
+                        "context_window",
+                        "max_output_tokens",
+                        "max_output_cap",
+                        "safety_margin_tokens",
+                        "effective_budget",
+                        "source_url",
+                        "verified_on",
+                    ],
+                    "description": "Filled in from the provider's list, the official manifest or "
+                    "the 32K fallback; the badge shows which. The input budget is the window "
+                    "minus the output reservation and the safety margin.",
+                },
+            ),
+        ]
+        if obj is not None:
+            fieldsets.append(("Used by", {"fields": ["used_by"]}))
+        return fieldsets
+
+    # --- read-only rows ------------------------------------------------------------------------
+
+    @admin.display(description="Effective input budget")
+    def effective_budget(self, obj):
+        value = obj.effective_input_budget if obj is not None and obj.pk else ""
+        return format_html('<span id="effective-budget">{}</span> tokens', value)
+
+    @admin.display(description="API key")
+    def api_key_status(self, obj):
+        return "stored (write-only, never shown)" if obj is not None and obj.api_key else "none"
+
+    @admin.display(description="Agents and published versions")
+    def used_by(self, obj):
+        agents, versions = connection_usage(obj)
+        if not agents and not versions:
+            return "No agent uses this connection."
+        rows = [
+            (reverse("admin:context_app_agent_change", args=[agent.pk]), f"{agent} (draft)")
+            for agent in agents
+        ] + [
+            (
+                reverse("admin:context_app_agentversion_change", args=[version.pk]),
+                f"{version} (published)",
+            )
+            for version in versions
+        ]
+        return format_html(
+            '<ul class="connection-usage">{}</ul>',
+            format_html_join("", '<li><a href="{}">{}</a></li>', rows),
+        )
+
+    # --- writes go through the services --------------------------------------------------------
+
+    def save_form(self, request, form, change):
+        # Saved here rather than in save_model: the admin logs and redirects to this object.
+        fields = form.service_fields()
+        if change:
+            return connection_update(user=request.user, connection=form.instance, **fields)
+        return connection_create(user=request.user, space=form.cleaned_data["space"], **fields)
+
+    def save_model(self, request, obj, form, change):
+        # Already saved by the service in save_form.
+        pass
+
+    def save_related(self, request, form, formsets, change):
+        # No many-to-many fields or inlines; the form was never saved by ModelForm.save.
+        pass
+
+    def delete_model(self, request, obj):
+        # The delete page already lists protected agents; this catches one added meanwhile.
+        try:
+            connection_delete(user=request.user, connection=obj)
+        except ApplicationError as error:
+            self.message_user(request, error.detail, messages.ERROR)
+
+    def delete_queryset(self, request, queryset):
+        for connection in queryset:
+            try:
+                connection_delete(user=request.user, connection=connection)
+            except ApplicationError as error:
+                self.message_user(request, f"{connection}: {error.detail}", messages.ERROR)

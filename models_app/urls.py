@@ -1,3 +1,10 @@
-"""Model-connection API routes (mounted under /api/)."""
+"""Model-connection API routes (mounted under /api/), each with or without its final slash."""
 
-urlpatterns: list = []
+from agentloom.api import endpoint
+from models_app.api import ModelConnectionDetailApi, ModelConnectionListCreateApi, ModelDiscoverApi
+
+urlpatterns = [
+    endpoint("models/discover", ModelDiscoverApi, "api-models-discover"),
+    endpoint("v1/model-connections/", ModelConnectionListCreateApi, "api-model-connections"),
+    endpoint("v1/model-connections/{id}/", ModelConnectionDetailApi, "api-model-connection"),
+]

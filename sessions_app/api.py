@@ -204,7 +204,8 @@ class SessionMessagesApi(ApiView):
     def get(self, request, id):
         """Read the session journal."""
         session = session_get(user=request.user, session_id=object_id(id))
-        query = JournalQuerySerializer(data=request.query_params)
+        # A plain dict: DRF would read an empty `after=` or `instance=` as "not given".
+        query = JournalQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         page = journal_page(session=session, **query.validated_data)
         return Response(JournalPageSerializer(page).data)

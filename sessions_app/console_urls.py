@@ -1,8 +1,33 @@
 """Console pages (server-rendered): home, chat, session viewer, run context."""
 
-from django.urls import path
-from django.views.generic import RedirectView
+from django.urls import path, register_converter
+
+from agentloom.api import MAX_ID
+from sessions_app import console
+
+
+class ObjectIdConverter:
+    """A primary key: a number too large for the database is simply not found (404)."""
+
+    regex = "[0-9]{1,19}"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if number > MAX_ID:
+            raise ValueError("not a primary key")
+        return number
+
+    def to_url(self, value) -> str:
+        return str(value)
+
+
+register_converter(ObjectIdConverter, "pk")
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/admin/", permanent=False), name="home"),
+    path("", console.home, name="home"),
+    path("sessions/new/", console.session_new, name="console-session-new"),
+    path("sessions/<pk:session_id>/", console.chat, name="console-chat"),
+    path("sessions/<pk:session_id>/ask/", console.ask, name="console-ask"),
+    path("sessions/<pk:session_id>/journal/", console.journal, name="console-journal"),
+    path("runs/<pk:run_id>/context/", console.run_context_page, name="console-run-context"),
 ]

@@ -57,6 +57,8 @@ class Run(models.Model):
     # Set atomically when the engine's final drain finds the supplement queue empty.
     supplements_closed = models.BooleanField(default=False)
     error = models.TextField(blank=True, default="")
+    # A clear copy of the checkpoint's turn and step counters, so listing runs decrypts nothing.
+    counters = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -46,8 +46,8 @@ def session_get(*, user, session_id: int) -> Session:
 
 
 def runs_of(session: Session) -> QuerySet[Run]:
-    """Return the session's runs, newest first."""
-    return Run.objects.filter(session=session).order_by("-number")
+    """Return the session's runs, newest first (checkpoints are not loaded or decrypted)."""
+    return Run.objects.filter(session=session).defer("checkpoint").order_by("-number")
 
 
 def run_get(*, user, run_id: int) -> Run:
@@ -65,8 +65,8 @@ def run_get(*, user, run_id: int) -> Run:
 
 
 def run_counters(run: Run) -> dict[str, int]:
-    """Return the run's turn and step counters from its checkpoint (zeros before the first)."""
-    counters = ((run.checkpoint or {}).get("context") or {}).get("counters") or {}
+    """Return the run's turn and step counters as of its last save (zeros before the first)."""
+    counters = run.counters or {}
     return {name: int(counters.get(name) or 0) for name in COUNTER_NAMES}
 
 
@@ -137,10 +137,7 @@ def run_context(run: Run) -> dict[str, Any]:
     frame = run.checkpoint or {}
     snapshot = run.session.agent_version.snapshot
     binding = frame.get("binding") or {}
-    if "policy" in binding:
-        policy = load_policy(binding["policy"])
-    else:
-        policy = snapshot_policy(snapshot)
+    policy = load_policy(binding["policy"]) if "policy" in binding else snapshot_policy(snapshot)
     budget = (
         ModelBudget.from_dict(binding["budget"])
         if "budget" in binding

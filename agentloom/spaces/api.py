@@ -7,8 +7,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from agentloom.api import ApiView, api_schema, object_id
-from agentloom.errors import NotFound
-from agentloom.spaces.models import Membership
+from agentloom.spaces.models import Membership, Space
 from agentloom.spaces.selectors import require_space_admin, spaces_for_user
 from agentloom.spaces.serializers import (
     MembershipCreateSerializer,
@@ -56,11 +55,10 @@ class SpaceMemberCreateApi(ApiView):
     )
     def post(self, request, id):
         """Add a user to the space (space admins only)."""
-        space = spaces_for_user(request.user).filter(pk=object_id(id)).first()
-        if space is None:
-            raise NotFound("Not found.")
-        # A member is refused before their body is read: the action is not theirs at all.
-        require_space_admin(request.user, space)
+        space_id = object_id(id)
+        # 404 outside the space; a member is refused (403) before their body is even read.
+        require_space_admin(request.user, space_id)
+        space = Space.objects.get(pk=space_id)
         data = MembershipCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         membership = member_add(actor=request.user, space=space, **data.validated_data)

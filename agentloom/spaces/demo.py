@@ -31,6 +31,7 @@ def ensure_demo(*, owner) -> Space:
     from context_app.models import Agent
     from context_app.services import agent_create, agent_publish
     from models_app.models import ModelConnection
+    from models_app.services import connection_create
 
     space = Space.objects.filter(name=DEMO_SPACE_NAME).order_by("id").first()
     if space is None:
@@ -38,18 +39,19 @@ def ensure_demo(*, owner) -> Space:
     Membership.objects.get_or_create(
         space=space, user=owner, defaults={"role": Membership.Role.ADMIN}
     )
-    connection, _ = ModelConnection.objects.get_or_create(
-        space=space,
-        name=DEMO_CONNECTION_NAME,
-        defaults={
-            "provider": ModelConnection.Provider.LOCAL,
-            "model_id": "local-demo",
-            "context_window": 6_144,
-            "max_output_tokens": 512,
-            "safety_margin_tokens": 256,
-            "window_source": ModelConnection.WindowSource.MANUAL,
-        },
-    )
+    connection = ModelConnection.objects.filter(space=space, name=DEMO_CONNECTION_NAME).first()
+    if connection is None:
+        connection = connection_create(
+            user=owner,
+            space=space,
+            name=DEMO_CONNECTION_NAME,
+            provider=ModelConnection.Provider.LOCAL,
+            model_id="local-demo",
+            context_window=6_144,
+            max_output_tokens=512,
+            safety_margin_tokens=256,
+            window_source=ModelConnection.WindowSource.MANUAL,
+        )
     agent = Agent.objects.filter(space=space, name=DEMO_AGENT_NAME).first()
     if agent is None:
         agent = agent_create(

@@ -122,7 +122,8 @@ class JournalWriter:
                     RunSupplement.objects.filter(
                         run_id=self.run_id, pk__in=[int(k) for k in consumed if k.isdigit()]
                     ).update(consumed_at=timezone.now())
-            self._renew_lease(checkpoint=frame, **run_fields)
+            counters = (frame.get("context") or {}).get("counters") or {}
+            self._renew_lease(checkpoint=frame, counters=counters, **run_fields)
             result.view_revision, result.view_refusal = _maybe_save_view(
                 run_id=self.run_id,
                 session_id=self.session_id,

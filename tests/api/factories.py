@@ -56,3 +56,33 @@ def finish(run, status, **fields):
     )
     run.refresh_from_db()
     return run
+
+
+def compacted_frame(*, budget=(4_000, 500, 100)) -> dict:
+    """Return a real main-instance checkpoint frame with one successful and one failed compaction.
+
+    Built with the engine's own context manager, so the frame has the shape runs really save.
+    """
+    from agentloom.engine.budget import ModelBudget
+    from agentloom.engine.context import JournalContextManager
+    from agentloom.engine.gateway import ModelResponse
+    from agentloom.engine.policy import ContextPolicy
+
+    manager = JournalContextManager(policy=ContextPolicy(), budget=ModelBudget(*budget))
+    manager.create(
+        instance="main", system_prompt="You are helpful.", task="Question", run_number=1, attempt=1
+    )
+
+    def grow(label: str) -> None:
+        for step in range(8):
+            manager.add_assistant({"role": "assistant", "content": f"{label}{step} " + "w " * 150})
+            manager.add_feedback(f"Go on {step} " + "m " * 80)
+
+    def summary(text: str):
+        return lambda request: ModelResponse(message={"role": "assistant", "content": text})
+
+    grow("a")
+    assert manager.prepare("action", call_model=summary("Summary NONCE-1.")).compaction.succeeded
+    grow("b")
+    assert not manager.prepare("action", call_model=summary("")).compaction.succeeded
+    return manager.frame.to_dict()

@@ -75,7 +75,10 @@ def test_the_demo_model_calls_the_tool_named_in_the_latest_user_message():
 
 
 def test_the_demo_model_leaves_directives_inside_arguments_to_the_sub_agent():
-    task = '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"inner\\"}"} /tool echo {"text": "b"}'
+    task = (
+        '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"inner\\"}"} '
+        '/tool echo {"text": "b"}'
+    )
     reply = demo("action", {"role": "user", "content": task})
 
     names = [call["function"]["name"] for call in reply.message["tool_calls"]]

@@ -123,6 +123,7 @@ def test_resume_continues_the_original_run_without_later_questions(
     assert [m.get("content") for m in d_messages].count("NONCE-A2 retry") == 1
     # D's counters come from the journal: four user_input records before D, plus D's own.
     counters = d.checkpoint["context"]["counters"]
+    assert d.counters == counters  # the clear copy the API lists
     user_inputs = sum(1 for m in _journal(session) if m.kind == "user_input")
     assert counters["user_turns"] == user_inputs == 4
     assistant_steps = sum(1 for m in _journal(session) if m.kind == "assistant")

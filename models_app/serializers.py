@@ -1,0 +1,166 @@
+"""Shapes of model connections and discovered models in the REST API.
+
+Input serializers check types and ranges; `models_app.services` owns every other rule.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from agentloom.api import StrictSerializer, id_field
+from models_app.models import ModelConnection
+from models_app.services import MAX_API_KEY_CHARS, MAX_TOKENS
+
+_NULL_IS_DEFAULT = (
+    "Null (or omitted on create) means the default: the official manifest on the provider's "
+    "official endpoint, else the 32K platform fallback; the provider is not called."
+)
+
+
+class TextField(serializers.CharField):
+    """A string field that refuses numbers rather than turning them into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def _tokens(minimum: int, help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=minimum,
+        max_value=MAX_TOKENS,
+        required=False,
+        allow_null=True,
+        help_text=help_text,
+    )
+
+
+class ModelConnectionSerializer(serializers.Serializer):
+    """A model connection; the API key is never returned, only whether one is stored."""
+
+    id = serializers.IntegerField()
+    space = serializers.IntegerField(source="space_id")
+    name = serializers.CharField()
+    provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices)
+    demo = serializers.SerializerMethodField(
+        help_text="True for the built-in offline demo model (provider `local`), not a real LLM."
+    )
+    base_url = serializers.CharField(help_text="Empty for the local demo model.")
+    has_api_key = serializers.SerializerMethodField()
+    model_id = serializers.CharField()
+    context_window = serializers.IntegerField()
+    max_output_tokens = serializers.IntegerField(
+        help_text="Output reserved in the input budget and sent as the request's output limit."
+    )
+    max_output_cap = serializers.IntegerField(
+        allow_null=True, help_text="The provider's own output cap, when known."
+    )
+    safety_margin_tokens = serializers.IntegerField()
+    window_source = serializers.ChoiceField(choices=ModelConnection.WindowSource.choices)
+    source_url = serializers.SerializerMethodField()
+    verified_on = serializers.DateField(allow_null=True)
+    effective_input_budget = serializers.IntegerField(
+        help_text="context_window - max_output_tokens - safety_margin_tokens."
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def get_demo(self, connection: ModelConnection) -> bool:
+        return connection.provider == ModelConnection.Provider.LOCAL
+
+    def get_has_api_key(self, connection: ModelConnection) -> bool:
+        return bool(connection.api_key)
+
+    def get_source_url(self, connection: ModelConnection) -> str | None:
+        return connection.source_url or None
+
+
+class _ConnectionInput(StrictSerializer):
+    base_url = TextField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Required for openai_compatible; blank means the official URL for openai and "
+        "deepseek; ignored for local.",
+    )
+    api_key = TextField(
+        max_length=MAX_API_KEY_CHARS,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        style={"input_type": "password"},
+        help_text="Write-only; stored encrypted. Blank on update keeps the stored key, but only "
+        "while provider and base_url stay the same.",
+    )
+    model_id = TextField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text="A chat model ID; `local-demo` (the default) for local.",
+    )
+    context_window = _tokens(1, _NULL_IS_DEFAULT)
+    max_output_tokens = _tokens(
+        1, "Defaults to 4096, never above max_output_cap. " + _NULL_IS_DEFAULT
+    )
+    max_output_cap = _tokens(1, _NULL_IS_DEFAULT)
+    safety_margin_tokens = _tokens(0, "Defaults to 1024.")
+    window_source = serializers.ChoiceField(
+        choices=ModelConnection.WindowSource.choices,
+        required=False,
+        allow_null=True,
+        help_text="Where the window values come from; values sent without it are `manual`.",
+    )
+    source_url = TextField(max_length=500, required=False, allow_blank=True, allow_null=True)
+    verified_on = serializers.DateField(required=False, allow_null=True)
+
+
+class ModelConnectionCreateSerializer(_ConnectionInput):
+    space = id_field()
+    name = TextField(max_length=120)
+    provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices)
+
+
+class ModelConnectionUpdateSerializer(_ConnectionInput):
+    name = TextField(max_length=120, required=False)
+    provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices, required=False)
+
+
+class DiscoverSerializer(StrictSerializer):
+    provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices)
+    base_url = TextField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Required for openai_compatible; blank means the official URL.",
+    )
+    api_key = TextField(
+        max_length=MAX_API_KEY_CHARS,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        style={"input_type": "password"},
+        help_text="Used for this request only, never stored.",
+    )
+    resource_id = id_field(
+        required=False,
+        allow_null=True,
+        help_text="A connection of the caller's spaces whose stored key is used when api_key "
+        "is blank and provider and base_url are unchanged.",
+    )
+
+
+class DiscoveredModelSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    chat = serializers.BooleanField(help_text="False for models known not to serve chat.")
+    context_window = serializers.IntegerField()
+    max_output_tokens = serializers.IntegerField()
+    max_output_cap = serializers.IntegerField(allow_null=True)
+    window_source = serializers.ChoiceField(choices=ModelConnection.WindowSource.choices)
+    source_url = serializers.CharField(allow_null=True)
+    verified_on = serializers.DateField(allow_null=True)
+    demo = serializers.BooleanField(help_text="The built-in offline demo model.")
+
+
+class DiscoverResultSerializer(serializers.Serializer):
+    models = DiscoveredModelSerializer(many=True)

@@ -1,0 +1,563 @@
+"""Writes on model connections, and the rules every way of writing one (API, admin) goes through.
+
+`connection_validate` applies the rules without writing, so the admin form shows the same errors
+the API gives; `connection_create` and `connection_update` apply them again inside the write.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+
+from agentloom.errors import Conflict, InvalidInput
+from agentloom.providers import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    LOCAL_DEMO_MODEL_ID,
+    METADATA_HOSTNAMES,
+    OFFICIAL_ENDPOINTS,
+    PROVIDERS,
+    WINDOW_SOURCES,
+    ProviderError,
+    address_refusal,
+    is_chat_model_id,
+    is_official_endpoint,
+    model_defaults,
+    normalise_base_url,
+    numeric_host,
+)
+from agentloom.spaces.models import Space
+from agentloom.spaces.selectors import require_space_admin
+from models_app.models import ModelConnection
+
+__all__ = [
+    "CONNECTION_FIELDS",
+    "DEFAULT_BASE_URLS",
+    "DEFAULT_SAFETY_MARGIN_TOKENS",
+    "MAX_API_KEY_CHARS",
+    "MAX_TOKENS",
+    "WINDOW_VALUES",
+    "clean_api_key",
+    "clean_base_url",
+    "clean_provider",
+    "connection_create",
+    "connection_delete",
+    "connection_update",
+    "connection_validate",
+    "same_endpoint",
+]
+
+CONNECTION_FIELDS = (
+    "name",
+    "provider",
+    "base_url",
+    "api_key",
+    "model_id",
+    "context_window",
+    "max_output_tokens",
+    "max_output_cap",
+    "safety_margin_tokens",
+    "window_source",
+    "source_url",
+    "verified_on",
+)
+# The values a window source vouches for; sending any of them without a source makes it manual.
+WINDOW_VALUES = ("context_window", "max_output_tokens", "max_output_cap")
+DEFAULT_SAFETY_MARGIN_TOKENS = 1_024
+# Far above any real window; the column is a 32-bit integer on PostgreSQL.
+MAX_TOKENS = 100_000_000
+MAX_API_KEY_CHARS = 4_096
+MAX_NAME_CHARS = 120
+MAX_MODEL_ID_CHARS = 200
+MAX_URL_CHARS = 500
+
+# The official endpoint a connection gets when no base URL is given (both are in
+# OFFICIAL_ENDPOINTS, so the manifest applies to them).
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "deepseek": "https://api.deepseek.com",
+}
+assert all(url in OFFICIAL_ENDPOINTS[name] for name, url in DEFAULT_BASE_URLS.items())
+
+# Hosted providers answer nothing without a key; a self-hosted compatible server may not need one.
+_KEY_REQUIRED = frozenset({"openai", "deepseek"})
+_REQUIRED = "This field is required."
+
+
+# --- field cleaning (shared with discovery) ----------------------------------------------------
+
+
+def clean_provider(value: Any) -> str:
+    """Return `value` if it names a provider, else raise InvalidInput naming `provider`."""
+    if value is None or value == "":
+        raise InvalidInput(_REQUIRED, field="provider")
+    if not isinstance(value, str) or value not in PROVIDERS:
+        raise InvalidInput(f"Must be one of: {', '.join(PROVIDERS)}.", field="provider")
+    return value
+
+
+def clean_base_url(provider: str, value: Any) -> str:
+    """Return the normalised base URL for `provider`, its official URL when blank, "" for local."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidInput("Must be a string.", field="base_url")
+    value = value.strip()
+    if provider == "local":
+        return ""
+    if not value:
+        if provider in DEFAULT_BASE_URLS:
+            return DEFAULT_BASE_URLS[provider]
+        raise InvalidInput(
+            "An OpenAI-compatible connection needs the server's base URL.", field="base_url"
+        )
+    if len(value) > MAX_URL_CHARS:
+        raise InvalidInput(f"At most {MAX_URL_CHARS} characters.", field="base_url")
+    try:
+        url = normalise_base_url(value)
+    except ProviderError as error:
+        raise InvalidInput(error.message, field="base_url") from None
+    _refuse_known_unreachable(url)
+    return url
+
+
+def _refuse_known_unreachable(url: str) -> None:
+    # Names are resolved and checked on every call; a literal address or a metadata name can be
+    # refused now, so a connection that could never be used is not saved.
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host in METADATA_HOSTNAMES:
+        raise InvalidInput("The provider host is a cloud metadata service.", field="base_url")
+    literal = numeric_host(host)
+    if literal is not None:
+        reason = address_refusal(literal, allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS)
+        if reason:
+            raise InvalidInput(f"The provider address is refused: {reason}.", field="base_url")
+
+
+def clean_api_key(value: Any) -> str:
+    """Return the key stripped ("" when blank); the message never repeats the key."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInput("Must be a string.", field="api_key")
+    value = value.strip()
+    if len(value) > MAX_API_KEY_CHARS:
+        raise InvalidInput(f"At most {MAX_API_KEY_CHARS} characters.", field="api_key")
+    # It is sent in an HTTP header, which carries visible ASCII only (a line break would even
+    # inject headers); refusing here names the field instead of failing at the provider call.
+    if not all("!" <= char <= "~" for char in value):
+        raise InvalidInput(
+            "An API key is visible ASCII characters only, without spaces.", field="api_key"
+        )
+    return value
+
+
+def same_endpoint(connection: ModelConnection, provider: str, base_url: str) -> bool:
+    """Return whether `provider` at `base_url` is the endpoint `connection` stores a key for."""
+    return connection.provider == provider and _normalised(connection.base_url) == _normalised(
+        base_url
+    )
+
+
+def _normalised(base_url: str) -> str:
+    try:
+        return normalise_base_url(base_url) if base_url else ""
+    except ProviderError:
+        return base_url
+
+
+def _clean_text(value: Any, *, field: str, max_chars: int) -> str:
+    if value is None:
+        raise InvalidInput(_REQUIRED, field=field)
+    if not isinstance(value, str):
+        raise InvalidInput("Must be a string.", field=field)
+    value = value.strip()
+    if not value:
+        raise InvalidInput("This field may not be blank.", field=field)
+    if len(value) > max_chars:
+        raise InvalidInput(f"At most {max_chars} characters.", field=field)
+    if not value.isprintable():
+        raise InvalidInput("Must not contain control characters.", field=field)
+    return value
+
+
+def _clean_model_id(value: Any, provider: str) -> str:
+    if provider == "local":
+        if value is None or value == "":
+            return LOCAL_DEMO_MODEL_ID
+        if value != LOCAL_DEMO_MODEL_ID:
+            raise InvalidInput(
+                f"The local demo provider serves only {LOCAL_DEMO_MODEL_ID!r}.", field="model_id"
+            )
+        return value
+    model_id = _clean_text(value, field="model_id", max_chars=MAX_MODEL_ID_CHARS)
+    if not is_chat_model_id(provider, model_id):
+        raise InvalidInput(
+            "This model does not serve chat completions; choose a chat model.", field="model_id"
+        )
+    return model_id
+
+
+def _clean_tokens(value: Any, *, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput("Must be a whole number.", field=field)
+    if value < minimum:
+        raise InvalidInput(f"Must be at least {minimum}.", field=field)
+    if value > MAX_TOKENS:
+        raise InvalidInput(f"Must be at most {MAX_TOKENS}.", field=field)
+    return value
+
+
+def _clean_window_source(value: Any) -> str:
+    if not isinstance(value, str) or value not in WINDOW_SOURCES:
+        raise InvalidInput(f"Must be one of: {', '.join(WINDOW_SOURCES)}.", field="window_source")
+    return value
+
+
+def _clean_source_url(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput("Must be a string.", field="source_url")
+    value = value.strip()
+    if not value:
+        return ""
+    if len(value) > MAX_URL_CHARS:
+        raise InvalidInput(f"At most {MAX_URL_CHARS} characters.", field="source_url")
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(char.isspace() or not char.isprintable() for char in value)
+    ):
+        raise InvalidInput("Must be an http or https URL.", field="source_url")
+    return value
+
+
+def _clean_date(value: Any) -> datetime.date:
+    if isinstance(value, datetime.datetime) or not isinstance(value, datetime.date | str):
+        raise InvalidInput("Must be a date (YYYY-MM-DD).", field="verified_on")
+    if isinstance(value, str):
+        try:
+            value = datetime.date.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput("Must be a date (YYYY-MM-DD).", field="verified_on") from None
+    return value
+
+
+def _default_output(window: int, cap: int | None) -> int:
+    # As discovery fills it in: the default reservation, never above the cap or half the window.
+    limit = DEFAULT_MAX_OUTPUT_TOKENS if cap is None else min(DEFAULT_MAX_OUTPUT_TOKENS, cap)
+    return max(1, min(limit, window // 2))
+
+
+# --- resolving one connection's values ----------------------------------------------------------
+
+
+def _resolve(
+    *, space_id: int, current: ModelConnection | None, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Return every stored value of the connection `fields` describe (over `current` on update)."""
+    if "space" in fields and current is not None:
+        raise InvalidInput("A connection cannot move to another space.", field="space")
+    unknown = sorted(set(fields) - set(CONNECTION_FIELDS))
+    if unknown:
+        raise InvalidInput("Unknown field.", field=unknown[0])
+
+    def given(name: str) -> bool:
+        return name in fields
+
+    if given("provider") or current is None:
+        provider = clean_provider(fields.get("provider"))
+    else:
+        provider = current.provider
+    provider_changed = current is not None and provider != current.provider
+
+    if given("base_url") or current is None:
+        base_url = clean_base_url(provider, fields.get("base_url"))
+    elif provider_changed and (
+        not current.base_url or is_official_endpoint(current.provider, current.base_url)
+    ):
+        # The old provider's own endpoint means nothing to the new one.
+        base_url = clean_base_url(provider, "")
+    else:
+        base_url = clean_base_url(provider, current.base_url)
+
+    if given("name") or current is None:
+        name = _clean_text(fields.get("name"), field="name", max_chars=MAX_NAME_CHARS)
+    else:
+        name = current.name
+    clash = ModelConnection.objects.filter(space_id=space_id, name=name)
+    if current is not None:
+        clash = clash.exclude(pk=current.pk)
+    if clash.exists():
+        raise InvalidInput(
+            "A model connection with this name already exists in this space.", field="name"
+        )
+
+    if given("model_id") and fields["model_id"] not in (None, ""):
+        model_id = _clean_model_id(fields["model_id"], provider)
+    elif (
+        current is not None
+        and not given("model_id")
+        and "local" not in (provider, current.provider)
+    ):
+        model_id = _clean_model_id(current.model_id, provider)
+    else:
+        model_id = _clean_model_id(None, provider)
+
+    api_key = _resolve_key(current, fields, provider=provider, base_url=base_url)
+    window = _resolve_window(
+        current, fields, provider=provider, base_url=base_url, model_id=model_id
+    )
+    return {
+        "name": name,
+        "provider": provider,
+        "base_url": base_url,
+        "api_key": api_key,
+        "model_id": model_id,
+        **window,
+    }
+
+
+def _resolve_key(
+    current: ModelConnection | None, fields: dict[str, Any], *, provider: str, base_url: str
+) -> str:
+    key = clean_api_key(fields.get("api_key"))
+    if provider == "local":
+        return ""
+    if not key and current is not None and current.api_key:
+        # A stored key goes only to the endpoint it was entered for.
+        if not same_endpoint(current, provider, base_url):
+            raise InvalidInput(
+                "Enter the API key again: a stored key is reused only while the provider "
+                "and base URL stay the same.",
+                field="api_key",
+            )
+        key = current.api_key
+    if not key and provider in _KEY_REQUIRED:
+        raise InvalidInput("This provider needs an API key.", field="api_key")
+    return key
+
+
+def _resolve_window(
+    current: ModelConnection | None,
+    fields: dict[str, Any],
+    *,
+    provider: str,
+    base_url: str,
+    model_id: str,
+) -> dict[str, Any]:
+    """Return the window values, their source, source link and verification date.
+
+    A value sent is used as sent; null means "the default" (what the manifest or the fallback
+    gives, never asking the provider); an omitted value is kept on update while the model stays
+    the same, else it is the default too.
+    """
+    defaults = model_defaults(provider, base_url, model_id)
+    sent: dict[str, int] = {}
+    for name in (*WINDOW_VALUES, "safety_margin_tokens"):
+        if fields.get(name) is not None:
+            minimum = 0 if name == "safety_margin_tokens" else 1
+            sent[name] = _clean_tokens(fields[name], field=name, minimum=minimum)
+
+    same_model = current is not None and (
+        current.provider,
+        _normalised(current.base_url),
+        current.model_id,
+    ) == (provider, base_url, model_id)
+    kept = {
+        name: getattr(current, name) for name in WINDOW_VALUES if same_model and name not in fields
+    }
+
+    def value(name: str, default: Any) -> Any:
+        if name in sent:
+            return sent[name]
+        if name in kept:
+            return kept[name]
+        return default
+
+    context_window = value("context_window", defaults.context_window)
+    max_output_cap = value("max_output_cap", defaults.max_output_cap)
+    if "max_output_cap" in sent and max_output_cap > context_window:
+        raise InvalidInput(
+            f"The output cap cannot exceed the context window ({context_window}).",
+            field="max_output_cap",
+        )
+    max_output_tokens = value("max_output_tokens", _default_output(context_window, max_output_cap))
+    if max_output_cap is not None and max_output_tokens > max_output_cap:
+        if "max_output_tokens" in sent:
+            raise InvalidInput(
+                f"Must not exceed max_output_cap ({max_output_cap}).", field="max_output_tokens"
+            )
+        # Not chosen in this request (a default, or the old value under a lowered cap).
+        max_output_tokens = max_output_cap
+
+    if "safety_margin_tokens" in sent:
+        margin = sent["safety_margin_tokens"]
+    elif current is not None and "safety_margin_tokens" not in fields:
+        margin = current.safety_margin_tokens
+    else:
+        margin = DEFAULT_SAFETY_MARGIN_TOKENS
+    budget = context_window - max_output_tokens - margin
+    if budget <= 0:
+        named = [name for name in (*WINDOW_VALUES, "safety_margin_tokens") if name in sent]
+        raise InvalidInput(
+            "The effective input budget (context_window - max_output_tokens - "
+            f"safety_margin_tokens = {context_window} - {max_output_tokens} - {margin} = "
+            f"{budget}) must be positive.",
+            field=named[0] if named else "context_window",
+        )
+
+    source, source_url, verified_on = _resolve_source(
+        current, fields, defaults=defaults, sent=sent, kept=kept
+    )
+    return {
+        "context_window": context_window,
+        "max_output_tokens": max_output_tokens,
+        "max_output_cap": max_output_cap,
+        "safety_margin_tokens": margin,
+        "window_source": source,
+        "source_url": source_url,
+        "verified_on": verified_on,
+    }
+
+
+def _resolve_source(current, fields, *, defaults, sent, kept) -> tuple[str, str, Any]:
+    sent_window = any(name in sent for name in WINDOW_VALUES)
+    if sent_window:
+        derived = ("manual", "", None)
+    elif not kept:
+        derived = (
+            defaults.window_source,
+            defaults.source_url or "",
+            defaults.verified_on and _clean_date(defaults.verified_on),
+        )
+    elif len(kept) == len(WINDOW_VALUES) or current.window_source == defaults.window_source:
+        derived = (current.window_source, current.source_url, current.verified_on)
+    else:
+        # Some values kept, some reset to defaults of another source: nobody vouches for the mix.
+        derived = ("manual", "", None)
+
+    requested = fields.get("window_source")
+    if requested in (None, ""):
+        source, source_url, verified_on = derived
+    else:
+        source = _clean_window_source(requested)
+        if not sent_window and source not in ("manual", derived[0]):
+            raise InvalidInput(
+                f"Send the window values that come from {source}; without them the values "
+                f"come from {derived[0]}.",
+                field="window_source",
+            )
+        source_url, verified_on = derived[1:] if source == derived[0] else ("", None)
+
+    if fields.get("source_url") is not None:
+        source_url = _clean_source_url(fields["source_url"])
+    if fields.get("verified_on") not in (None, ""):
+        verified_on = _clean_date(fields["verified_on"])
+    return source, source_url, verified_on
+
+
+# --- writes -------------------------------------------------------------------------------------
+
+
+def connection_validate(
+    *,
+    user,
+    space: Space | None = None,
+    connection: ModelConnection | None = None,
+    fields: dict[str, Any],
+) -> dict[str, Any]:
+    """Return the values a create in `space` (or an update of `connection`) would store.
+
+    Raise what the write would raise; write nothing.
+    """
+    if connection is not None:
+        require_space_admin(user, connection.space_id)
+        return _resolve(space_id=connection.space_id, current=connection, fields=fields)
+    if space is None:
+        raise InvalidInput(_REQUIRED, field="space")
+    require_space_admin(user, space)
+    return _resolve(space_id=space.pk, current=None, fields=fields)
+
+
+@transaction.atomic
+def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
+    """Create a model connection in `space` (space admins only)."""
+    values = connection_validate(user=user, space=space, fields=fields)
+    connection = ModelConnection(space=space, **values)
+    _save(connection)
+    return connection
+
+
+@transaction.atomic
+def connection_update(*, user, connection: ModelConnection, **changes: Any) -> ModelConnection:
+    """Change a model connection (space admins only); a blank key keeps the stored one."""
+    require_space_admin(user, connection.space_id)
+    # Compare with the stored row, not with whatever the caller's instance holds in memory.
+    current = ModelConnection.objects.select_for_update().get(pk=connection.pk)
+    values = _resolve(space_id=current.space_id, current=current, fields=changes)
+    for name, value in values.items():
+        setattr(current, name, value)
+    _save(current)
+    return current
+
+
+@transaction.atomic
+def connection_delete(*, user, connection: ModelConnection) -> None:
+    """Delete a connection no agent uses (space admins only); else raise Conflict."""
+    require_space_admin(user, connection.space_id)
+    versions = list(
+        connection.agent_versions.select_related("agent").order_by("agent_id", "number")[:6]
+    )
+    if versions:
+        raise Conflict(
+            f"Published agent versions use this connection ({_listing(versions)}); a published "
+            "version is frozen, so the connection cannot be deleted."
+        )
+    agents = list(connection.agents.order_by("id")[:6])
+    if agents:
+        raise Conflict(
+            f"Draft agents use this connection ({_listing(agents)}); choose another connection "
+            "for them first."
+        )
+    try:
+        connection.delete()
+    except ProtectedError:
+        # Something started using it between the check and the delete.
+        raise Conflict("Agents use this connection; it cannot be deleted.") from None
+
+
+def _listing(rows: list) -> str:
+    names = ", ".join(str(row) for row in rows[:5])
+    return names + (", …" if len(rows) > 5 else "")
+
+
+def _save(connection: ModelConnection) -> None:
+    try:
+        # Base and source URLs were checked by the provider layer's parser above; Django's
+        # URLValidator would refuse single-label hosts (`http://vllm:8000/v1`) that it accepts.
+        connection.full_clean(
+            exclude=["space", "base_url", "source_url"],
+            validate_unique=False,
+            validate_constraints=False,
+        )
+    except DjangoValidationError as error:
+        field, messages = next(iter(error.message_dict.items()))
+        raise InvalidInput(" ".join(messages), field=field) from None
+    try:
+        with transaction.atomic():
+            connection.save()
+    except IntegrityError:
+        # Another request saved the same name since the check.
+        raise InvalidInput(
+            "A model connection with this name already exists in this space.", field="name"
+        ) from None

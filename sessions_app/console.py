@@ -1,0 +1,435 @@
+"""Console pages: the start page, a session's chat, its journal viewer and a run's context.
+
+Pages read through the selectors the REST API uses, so the access rule is the same: a session and
+everything in it exists only for its creator while a member of its space; anyone else gets 404.
+Writes go through the run services. What changes while a run is active is fetched from the REST
+API by static/console/console.js.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count, Min, OuterRef, Subquery
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from agentloom.engine.protocol import message_text
+from agentloom.errors import ApplicationError, NotFound
+from agentloom.spaces.selectors import spaces_for_user
+from context_app.models import AgentVersion
+from context_app.selectors import agent_get, agents_for_user
+from context_app.services import latest_version
+from models_app.models import ModelConnection
+from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
+from sessions_app.selectors import (
+    JOURNAL_LIMIT_MAX,
+    journal_page,
+    model_calls_of,
+    run_context,
+    run_counters,
+    run_get,
+    runs_of,
+    session_get,
+    sessions_for_user,
+    views_of,
+)
+from sessions_app.serializers import JournalQuerySerializer
+from sessions_app.services.runs import run_ask, session_create
+
+SESSIONS_PER_PAGE = 25
+# The chat shows the latest runs in full; older ones are read in the journal viewer.
+CHAT_RUNS = 20
+JOURNAL_PAGE = 50
+# View messages longer than this are shown collapsed on the context page.
+LONG_MESSAGE_CHARS = 800
+EMPTY_CONTEXT = {
+    "messages": [],
+    "estimate": 0,
+    "effective_budget": 0,
+    "trigger_at": 0,
+    "target_at": 0,
+    "compactions": [],
+}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _or_404(read, **kwargs):
+    """Call a selector; its NotFound (someone else's or a missing object) becomes Django's 404."""
+    try:
+        return read(**kwargs)
+    except NotFound:
+        raise Http404("Not found.") from None
+
+
+def _pretty_arguments(raw: Any) -> str:
+    if not isinstance(raw, str):
+        return json.dumps(raw, indent=2, ensure_ascii=False)
+    try:
+        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+    except ValueError:
+        return raw  # shown as the model wrote it: malformed arguments are worth seeing
+
+
+def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str, Any]:
+    """Return what the pages show of one journal item; remember tool call names in `call_names`.
+
+    static/console/console.js `present` does the same for records fetched live.
+    """
+    message = item.get("message") or {}
+    shown = {**item, "text": message_text(message), "tool_calls": []}
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        name = str(function.get("name") or "?")
+        call_names[str(call.get("id"))] = name
+        shown["tool_calls"].append(
+            {
+                "id": call.get("id"),
+                "name": name,
+                "arguments": _pretty_arguments(function.get("arguments")),
+            }
+        )
+    if message.get("role") == "tool":
+        call_id = str(message.get("tool_call_id"))
+        shown["tool_call_id"] = call_id
+        shown["tool_name"] = call_names.get(call_id, "tool")
+    if item["kind"] == SessionMessage.Kind.STATUS:
+        shown["status"] = message.get("status")
+        shown["error"] = message.get("error") or ""
+    shown["chars"] = len(shown["text"])
+    return shown
+
+
+def _all_records(session: Session, *, after: int, instance: str | None) -> Iterator[dict]:
+    """Yield the session's journal items after `after`, page by page through `journal_page`."""
+    while True:
+        page = journal_page(
+            session=session, after=after, limit=JOURNAL_LIMIT_MAX, instance=instance
+        )
+        yield from page["items"]
+        if len(page["items"]) < JOURNAL_LIMIT_MAX:
+            return
+        after = page["next_after"]
+
+
+def _meter(context: dict[str, Any]) -> dict[str, Any]:
+    """Return the context meter's numbers: sizes and their positions on one common scale."""
+    scale = max(context["effective_budget"], context["estimate"], context["trigger_at"], 1)
+
+    def percent(value: int) -> float:
+        return round(100 * value / scale, 2)
+
+    estimate = context["estimate"]
+    return {
+        **context,
+        "fill": percent(estimate),
+        "trigger_pos": percent(context["trigger_at"]),
+        "target_pos": percent(context["target_at"]),
+        "budget_pos": percent(context["effective_budget"]),
+        "share": round(100 * estimate / max(context["effective_budget"], 1)),
+        "level": (
+            "over"
+            if estimate > context["effective_budget"]
+            else "high"
+            if estimate >= context["trigger_at"]
+            else "ok"
+        ),
+        "compaction_count": len(context["compactions"]),
+    }
+
+
+def _binding(session: Session) -> dict[str, Any]:
+    """Return the agent version the session is bound to and the model it froze."""
+    version = session.agent_version
+    budget = version.snapshot.get("budget") or {}
+    connection = version.model_connection
+    return {
+        "agent": session.agent,
+        "version": version,
+        "connection": connection,
+        "provider": budget.get("provider") or (connection.provider if connection else ""),
+        "model_id": budget.get("model_id") or (connection.model_id if connection else ""),
+        "context_window": budget.get("context_window"),
+        "is_demo": (budget.get("provider") or "") == ModelConnection.Provider.LOCAL,
+        "legacy_policy": version.snapshot.get("context_policy") is None,
+    }
+
+
+def _usage_text(usage: Any) -> str:
+    """Return the token usage a provider reported, as `prompt / completion / total` if it can."""
+    if not isinstance(usage, dict) or not usage:
+        return "–"
+    names = ("prompt_tokens", "completion_tokens", "total_tokens")
+    if all(isinstance(usage.get(name), int) for name in names):
+        return " / ".join(str(usage[name]) for name in names)
+    # Other shapes are shown as reported, minus nested details.
+    return ", ".join(
+        f"{key} {value}" for key, value in usage.items() if isinstance(value, int | float | str)
+    )
+
+
+def _counters(run: Run) -> dict[str, int]:
+    counters = run_counters(run)
+    counters["steps_since_compaction"] = counters["model_steps"] - counters["baseline_model_steps"]
+    return counters
+
+
+def _run_json(run: Run) -> dict[str, Any]:
+    return {"id": run.pk, "number": run.number, "status": run.status}
+
+
+def _context_url_template() -> str:
+    # The script fills in run ids; the route itself stays defined in console_urls only.
+    return reverse("console-run-context", args=[0]).replace("/0/", "/{id}/")
+
+
+# --- pages ---------------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def home(request):
+    """Show the caller's spaces, the agents they can talk to, and their own sessions."""
+    user = request.user
+    agents = (
+        agents_for_user(user)
+        .filter(versions__isnull=False)
+        .distinct()
+        .select_related("space", "model_connection")
+        .order_by("space__name", "name")
+    )
+    latest = {}
+    for version in AgentVersion.objects.filter(agent__in=agents).order_by("agent_id", "number"):
+        latest[version.agent_id] = version  # ascending, so the last one wins
+    agents_by_space: dict[int, list] = {}
+    for agent in agents:
+        version = latest[agent.pk]
+        provider = (version.snapshot.get("budget") or {}).get("provider", "")
+        agents_by_space.setdefault(agent.space_id, []).append(
+            {"agent": agent, "version": version, "is_demo": provider == "local"}
+        )
+    spaces = [
+        {"space": space, "agents": agents_by_space.get(space.pk, [])}
+        for space in spaces_for_user(user).order_by("name", "id")
+    ]
+    latest_run = Run.objects.filter(session=OuterRef("pk")).order_by("-number")
+    sessions = (
+        sessions_for_user(user)
+        .select_related("agent", "agent_version")
+        .annotate(
+            latest_status=Subquery(latest_run.values("status")[:1]),
+            latest_number=Subquery(latest_run.values("number")[:1]),
+            run_count=Count("runs", distinct=True),
+        )
+    )
+    page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "console/home.html", {"spaces": spaces, "sessions": page})
+
+
+@require_POST
+@login_required
+def session_new(request):
+    """Open a session with the latest published version of the chosen agent."""
+    try:
+        agent_id = int(request.POST.get("agent", ""))
+    except ValueError:
+        raise Http404("Not found.") from None
+    agent = _or_404(agent_get, user=request.user, agent_id=agent_id)
+    try:
+        session = session_create(user=request.user, agent_version=latest_version(agent))
+    except NotFound:
+        raise Http404("Not found.") from None
+    except ApplicationError as error:
+        messages.error(request, error.detail)
+        return redirect("home")
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_GET
+@login_required
+def chat(request, session_id: int):
+    """Show a session as a conversation, with the live controls of its active run."""
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    shown = list(runs_of(session)[:CHAT_RUNS])
+    older = session.runs.count() - len(shown)
+    after = 0
+    if older:
+        first = SessionMessage.objects.filter(run__in=shown).aggregate(first=Min("seq"))["first"]
+        after = (first - 1) if first else session.next_seq - 1
+    active = runs_of(session).filter(status__in=Run.ACTIVE_STATUSES).first()
+
+    call_names: dict[str, str] = {}
+    records: dict[int, list] = {}
+    last_seq = after
+    for item in _all_records(session, after=after, instance=MAIN_INSTANCE):
+        last_seq = item["seq"]
+        shown_item = present_record(item, call_names)
+        # The question heads its run's block; its journal copy would repeat it.
+        if item["kind"] != SessionMessage.Kind.USER_INPUT:
+            records.setdefault(item["run_id"], []).append(shown_item)
+    # A run resumed after newer runs, or an active one, is shown even when it is older.
+    extra = (set(records) | {active.pk if active else None}) - {run.pk for run in shown} - {None}
+    runs = sorted([*shown, *Run.objects.filter(pk__in=extra)], key=lambda run: run.number)
+    blocks = [{"run": run, "records": records.get(run.pk, [])} for run in runs]
+
+    focus = active or (runs[-1] if runs else None)
+    # Before the first run the meter is drawn empty; the script fills it once a run starts.
+    context = run_context(focus) if focus else EMPTY_CONTEXT
+    config = {
+        "session": session.pk,
+        "activeRun": active.pk if active else None,
+        "focusRun": _run_json(focus) if focus else None,
+        "lastSeq": last_seq,
+        "callNames": call_names,
+        "contextUrl": _context_url_template(),
+    }
+    return render(
+        request,
+        "console/chat.html",
+        {
+            "session": session,
+            "binding": _binding(session),
+            "blocks": blocks,
+            "older_runs": older,
+            "active": active,
+            "focus": focus,
+            "counters": _counters(focus) if focus else None,
+            "meter": _meter(context),
+            "config": config,
+        },
+    )
+
+
+@require_POST
+@login_required
+def ask(request, session_id: int):
+    """Ask a question from the plain form (the script uses the REST API instead)."""
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    try:
+        run_ask(user=request.user, session=session, question=request.POST.get("question", ""))
+    except NotFound:
+        raise Http404("Not found.") from None
+    except ApplicationError as error:
+        messages.error(request, error.detail)
+    return redirect("console-chat", session_id=session.pk)
+
+
+def _instances(session: Session) -> list[str]:
+    """Return the instances that have records in the session: main, then children in order."""
+    found = set(
+        SessionMessage.objects.filter(session=session).values_list("instance", flat=True).distinct()
+    )
+    children = sorted(
+        (name for name in found if name != MAIN_INSTANCE),
+        key=lambda name: tuple(int(part) for part in name.split(".") if part.isdigit()),
+    )
+    return [MAIN_INSTANCE, *children] if MAIN_INSTANCE in found else children
+
+
+@require_GET
+@login_required
+def journal(request, session_id: int):
+    """Show the session journal as a timeline in seq order, filterable by instance."""
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    query = JournalQuerySerializer(
+        data={"limit": JOURNAL_PAGE, **{key: request.GET[key] for key in request.GET}}
+    )
+    invalid = not query.is_valid()
+    params = query.validated_data if not invalid else {"after": 0, "limit": JOURNAL_PAGE}
+    instance = params.get("instance")
+    # One record more than the page tells whether "Load more" has anything to load.
+    items = journal_page(
+        session=session, after=params["after"], limit=params["limit"] + 1, instance=instance
+    )["items"]
+    has_more = len(items) > params["limit"]
+    items = items[: params["limit"]]
+    call_names: dict[str, str] = {}
+    records = [present_record(item, call_names) for item in items]
+    runs = {run.pk: _run_json(run) for run in runs_of(session)}
+    for record in records:
+        record["run"] = runs.get(record["run_id"])
+    next_after = items[-1]["seq"] if items else params["after"]
+    config = {
+        "session": session.pk,
+        "instance": instance,
+        "limit": params["limit"],
+        "nextAfter": next_after,
+        "lastRun": records[-1]["run_id"] if records else None,
+        "runs": runs,
+        "callNames": call_names,
+    }
+    return render(
+        request,
+        "console/journal.html",
+        {
+            "session": session,
+            "binding": _binding(session),
+            "records": records,
+            "instances": _instances(session),
+            "instance": instance,
+            "invalid_query": invalid,
+            "after": params["after"],
+            "limit": params["limit"],
+            "has_more": has_more,
+            "focus": runs_of(session).first(),
+            "next_after": next_after,
+            "config": config,
+        },
+    )
+
+
+@require_GET
+@login_required
+def run_context_page(request, run_id: int):
+    """Show what the model sees in a run, how it measures against the budget, and its history."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    session = run.session
+    context = run_context(run)
+    call_names: dict[str, str] = {}
+    view = []
+    for index, message in enumerate(context["messages"], start=1):
+        shown = present_record({"kind": "view", "message": message}, call_names)
+        shown.update(
+            index=index,
+            role=message.get("role", ""),
+            tool_call_id=message.get("tool_call_id"),
+            long=shown["chars"] > LONG_MESSAGE_CHARS,
+        )
+        view.append(shown)
+    run_numbers = dict(runs_of(session).values_list("pk", "number"))
+    views = [
+        {"view": item, "run_number": run_numbers.get(item.run_id)} for item in views_of(session)
+    ]
+    config = {
+        "session": session.pk,
+        "activeRun": run.pk if run.is_active else None,
+        "focusRun": _run_json(run),
+        "compactions": len(context["compactions"]),
+    }
+    return render(
+        request,
+        "console/context.html",
+        {
+            "session": session,
+            "run": run,
+            "binding": _binding(session),
+            "counters": _counters(run),
+            "meter": _meter(context),
+            "view": view,
+            "compactions": context["compactions"],
+            "views": views,
+            "model_calls": [
+                {"call": call, "usage": _usage_text(call.usage)} for call in model_calls_of(run)
+            ],
+            "config": config,
+        },
+    )

@@ -1,0 +1,178 @@
+"""A run's context, the session's reusable views and the run's model calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentloom.engine.budget import JsonBytesEstimator
+from agentloom.engine.tools import builtin_tools
+from context_app.models import AgentVersion
+from sessions_app.models import ModelCall, SessionView
+from tests.api.factories import ask, compacted_frame, make_agent, open_session, publish
+
+pytestmark = pytest.mark.django_db
+
+EFFECTIVE = 32_768 - 4_096 - 1_024  # the default connection's window, output and margin
+
+
+def _context(api, run):
+    response = api.get(f"/api/v1/runs/{run.pk}/context")
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
+    assert _context(api, run) == {
+        "messages": [],
+        "estimate": 0,
+        "effective_budget": EFFECTIVE,
+        "trigger_at": int(EFFECTIVE * 0.8),
+        "target_at": int(EFFECTIVE * 0.6),
+        "compactions": [],
+    }
+
+
+def test_the_version_policy_sets_the_thresholds(api, space, alice):
+    agent = make_agent(space, alice, context_policy={"context_ratio": 0.5, "target_ratio": 0.25})
+    run = ask(open_session(publish(agent, alice), alice), alice)
+    context = _context(api, run)
+    assert (context["trigger_at"], context["target_at"]) == (
+        int(EFFECTIVE * 0.5),
+        int(EFFECTIVE * 0.25),
+    )
+
+
+def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
+    frame = compacted_frame(budget=(4_000, 500, 100))
+    run.checkpoint = frame
+    run.save()
+    context = _context(api, run)
+    assert context["messages"] == frame["messages"]
+    # The checkpoint's binding, not the version's budget, is what the run measures with.
+    assert context["effective_budget"] == 3_400
+    assert (context["trigger_at"], context["target_at"]) == (int(3_400 * 0.8), int(3_400 * 0.6))
+    assert context["estimate"] == JsonBytesEstimator().estimate(frame["messages"], [])
+    succeeded, failed = context["compactions"]
+    assert succeeded == {
+        "revision": 1,
+        "covered_seq": 17,
+        "before": succeeded["before"],
+        "after": succeeded["after"],
+        "target_reached": True,
+        "calls": succeeded["calls"],
+        "outcome": "succeeded",
+        "reason": "compacted",
+    }
+    assert succeeded["after"] < succeeded["before"]
+    assert failed["revision"] is None
+    assert (failed["outcome"], failed["reason"], failed["target_reached"]) == (
+        "failed",
+        "empty_summary",
+        False,
+    )
+    assert failed["before"] == failed["after"]
+
+
+def test_the_estimate_includes_the_tools_the_version_offers(api, space, alice):
+    sub = {"name": "helper", "description": "Helps.", "system_prompt": "", "tools": []}
+    agent = make_agent(space, alice, tools=["echo", "calculator"], sub_agents=[sub])
+    run = ask(open_session(publish(agent, alice), alice), alice)
+    frame = compacted_frame()
+    run.checkpoint = frame
+    run.save()
+    estimate = _context(api, run)["estimate"]
+    tools = builtin_tools()
+    plain = JsonBytesEstimator().estimate(frame["messages"], [])
+    with_builtins = JsonBytesEstimator().estimate(
+        frame["messages"], [tools["echo"].schema(), tools["calculator"].schema()]
+    )
+    assert estimate > with_builtins > plain
+
+
+def test_a_frame_without_an_attempt_log_lists_its_successes(api, run):
+    frame = compacted_frame()
+    frame["state"]["compaction_log"] = []
+    run.checkpoint = frame
+    run.save()
+    (only,) = _context(api, run)["compactions"]
+    assert (only["revision"], only["outcome"], only["covered_seq"]) == (1, "succeeded", 17)
+
+
+def test_a_legacy_version_compacts_by_characters(api, run, settings):
+    # Versions published before context policies existed froze none.
+    snapshot = dict(run.session.agent_version.snapshot, context_policy=None)
+    legacy = AgentVersion.objects.create(
+        agent=run.session.agent, number=99, snapshot=snapshot, model_connection=None
+    )
+    session = open_session(legacy, run.session.created_by)
+    legacy_run = ask(session, run.session.created_by)
+    context = _context(api, legacy_run)
+    assert context["trigger_at"] == settings.LEGACY_CONTEXT_CHARS + 1
+    assert context["effective_budget"] == EFFECTIVE
+
+
+# --- views -------------------------------------------------------------------------------------
+
+
+def _view(run, revision, watermark):
+    return SessionView.objects.create(
+        session=run.session,
+        revision=revision,
+        watermark=watermark,
+        messages=[{"role": "user", "content": "NONCE-secret summary"}],
+        user_turns=3 * revision,
+        model_steps=5 * revision,
+        baseline_user_turns=revision,
+        baseline_model_steps=2 * revision,
+        run=run,
+    )
+
+
+def test_views_are_listed_by_revision(api, run):
+    _view(run, 2, 40)
+    _view(run, 1, 17)
+    page = api.get(f"/api/v1/sessions/{run.session_id}/views/").json()
+    assert page["count"] == 2
+    first, second = page["results"]
+    assert first == {
+        "revision": 1,
+        "watermark": 17,
+        "run": run.pk,
+        "user_turns": 3,
+        "model_steps": 5,
+        "baselines": {"user_turns": 1, "model_steps": 2},
+        "created_at": first["created_at"],
+    }
+    assert (second["revision"], second["watermark"]) == (2, 40)
+    assert "NONCE" not in str(page)
+
+
+# --- model calls -------------------------------------------------------------------------------
+
+
+def test_model_calls_are_listed_without_their_responses(api, run):
+    ModelCall.objects.create(
+        run=run,
+        purpose="action",
+        request_estimate=1_234,
+        response={"message": {"content": "NONCE-reply"}},
+        usage={"prompt_tokens": 900, "completion_tokens": 12},
+        latency_ms=321,
+    )
+    ModelCall.objects.create(
+        run=run, instance="1.1", purpose="compaction", error="gateway_error: timeout"
+    )
+    page = api.get(f"/api/v1/runs/{run.pk}/model-calls").json()
+    assert page["count"] == 2
+    first, second = page["results"]
+    assert first == {
+        "purpose": "action",
+        "instance": "main",
+        "request_estimate": 1_234,
+        "usage": {"prompt_tokens": 900, "completion_tokens": 12},
+        "latency_ms": 321,
+        "error": "",
+        "created_at": first["created_at"],
+    }
+    assert (second["purpose"], second["instance"], second["usage"]) == ("compaction", "1.1", None)
+    assert "NONCE" not in str(page)

@@ -1,0 +1,340 @@
+"""The console in headless Chromium against a live server, with an in-process worker.
+
+Runs are not sent to a broker in tests (`queued_runs` collects their ids); the `console_worker`
+fixture executes them in a thread, as a Celery worker would, so pages see runs progress live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+
+import pytest
+from django.db import connections
+from playwright.sync_api import expect
+
+from agentloom.engine.tools import SleepTool
+from agentloom.spaces.demo import DEMO_AGENT_NAME, ensure_demo
+from context_app.models import Agent
+from sessions_app.models import SessionMessage
+from sessions_app.services.execution import run_execute
+from sessions_app.services.runs import session_create
+from tests.factories import make_user
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+RUN_TIMEOUT_MS = 30_000
+
+
+class Worker:
+    """What `console_worker` yields: the run ids it executed, and `db()` for the test's reads."""
+
+    def __init__(self, gate: threading.RLock | None):
+        self.executed: list[int] = []
+        self.failures: list[BaseException] = []
+        self._gate = gate
+
+    def db(self):
+        """Return a context in which the test thread may use the database."""
+        return self._gate if self._gate is not None else contextlib.nullcontext()
+
+
+@pytest.fixture
+def console_worker(transactional_db, live_server, queued_runs, monkeypatch):
+    """Execute queued runs in a thread beside the live server, as a Celery worker would.
+
+    With a file database or PostgreSQL the thread has its own connection, like a real worker.
+    An in-memory SQLite database cannot be opened twice: the live server, its request threads
+    and this thread all share the test's one connection, and one connection used by two threads
+    at once fails ("database table is locked"). So in that case a gate lets one thread at a
+    time use it: a whole request, or a run between tool calls. Sleeping in the `sleep` tool
+    opens the gate, so pages can poll and send supplements while a run waits.
+    """
+    shared = {
+        conn.alias: conn
+        for conn in connections.all()
+        if conn.vendor == "sqlite" and conn.is_in_memory_db()
+    }
+    gate = threading.RLock() if shared else None
+    worker = Worker(gate)
+    if gate is not None:
+        httpd = live_server.thread.httpd
+        app = httpd.get_app()
+
+        def gated_app(environ, start_response):
+            with gate:
+                return app(environ, start_response)
+
+        slow_run = SleepTool.run
+
+        def sleep_with_gate_open(self, arguments):
+            gate.release()
+            try:
+                return slow_run(self, arguments)
+            finally:
+                gate.acquire()
+
+        httpd.set_app(gated_app)
+        monkeypatch.setattr(SleepTool, "run", sleep_with_gate_open)
+        for conn in shared.values():
+            conn.inc_thread_sharing()
+    stop = threading.Event()
+
+    def work() -> None:
+        for alias, conn in shared.items():
+            connections[alias] = conn
+        try:
+            while not stop.is_set():
+                try:
+                    run_id = queued_runs.pop(0)
+                except IndexError:
+                    stop.wait(0.05)
+                    continue
+                try:
+                    with worker.db():
+                        run_execute(run_id=run_id)
+                except BaseException as error:  # reported by the test, not lost in a thread
+                    worker.failures.append(error)
+                worker.executed.append(run_id)
+        finally:
+            if not shared:
+                connections.close_all()
+
+    thread = threading.Thread(target=work, name="console-worker", daemon=True)
+    thread.start()
+    yield worker
+    stop.set()
+    thread.join(timeout=60)
+    if gate is not None:
+        httpd.set_app(app)
+        for conn in shared.values():
+            conn.dec_thread_sharing()
+    assert not thread.is_alive(), "the worker thread did not stop"
+    assert not worker.failures, worker.failures
+
+
+@pytest.fixture
+def demo_session(transactional_db):
+    """Return a staff user (the admin login form admits staff only) and a demo session.
+
+    The demo agent has every built-in tool, a `researcher` sub-agent, and a window small enough
+    to compact within a few questions.
+    """
+    user = make_user("dora", staff=True)
+    space = ensure_demo(owner=user)
+    version = Agent.objects.get(space=space, name=DEMO_AGENT_NAME).versions.get()
+    return user, session_create(user=user, agent_version=version, title="Demo chat")
+
+
+@pytest.fixture
+def chat(page, login, demo_session):
+    """Return the demo session's chat page, signed in as its creator."""
+    user, session = demo_session
+    login(user)
+    page.goto(f"/sessions/{session.pk}/")
+    return page
+
+
+def ask(page, question: str) -> None:
+    page.fill("#question", question)
+    page.click("#ask-form button[type=submit]")
+
+
+def run_block(page, number: int):
+    return page.locator(".run", has=page.locator("h3", has_text=f"Run #{number}"))
+
+
+def wait_for_run(page, number: int, status: str = "succeeded") -> None:
+    badge = run_block(page, number).locator("[data-run-status]")
+    expect(badge).to_have_text(status, timeout=RUN_TIMEOUT_MS)
+
+
+def unexpected(errors: list[str]) -> list[str]:
+    """Return browser errors other than the refusals a test provoked on purpose (409)."""
+    return [error for error in errors if "status of 409" not in error]
+
+
+def test_an_answer_appears_without_reload(chat, console_worker, browser_errors):
+    page = chat
+    page.evaluate("window.sameDocument = true")
+
+    ask(page, '/tool echo {"text": "NONCE-ECHO <b>bold</b>"}')
+
+    wait_for_run(page, 1)
+    answer = run_block(page, 1).locator(".msg.answer")
+    expect(answer).to_contain_text("NONCE-ECHO <b>bold</b>")  # as text, not markup
+    expect(page.locator("#conversation b")).to_have_count(0)
+    expect(page.locator("[data-live-status]")).to_have_text("succeeded")
+    expect(page.locator("[data-live-tools]")).to_have_text("1 (last: echo)")
+    expect(page.locator("[data-context-link]")).to_be_visible()
+    assert page.evaluate("window.sameDocument") is True
+    assert unexpected(browser_errors) == []
+
+
+def test_a_supplement_sent_during_a_run_follows_the_tool_group(
+    chat, console_worker, demo_session, screenshot, browser_errors
+):
+    page = chat
+    _, session = demo_session
+
+    ask(page, '/tool sleep {"seconds": 2}')
+    # The call is journaled before the tool runs: the page shows it while the run sleeps.
+    expect(page.locator(".records .tool-calls")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+    expect(page.locator("[data-live-tools]")).to_have_text("1 (running sleep)")
+    page.fill("#supplement-text", "NONCE-SUPP consider this too")
+    page.click("#supplement-form button[type=submit]")
+    expect(page.locator("#notice")).to_contain_text("Supplement 1 queued")
+
+    # A second question while the run is active is refused, and the page says why.
+    ask(page, "a second question")
+    expect(page.locator("#notice")).to_have_text(
+        "Not asked: A run of this session is still active; wait for it or cancel it."
+    )
+    expect(page.locator("#notice")).to_have_class("notice error")
+
+    wait_for_run(page, 1)
+    expect(page.locator(".msg.supplement")).to_contain_text("NONCE-SUPP")
+    shown = run_block(page, 1).locator(".records > *")
+    classes = shown.evaluate_all("nodes => nodes.map(n => n.className)")
+    assert classes == [
+        "tool-calls",
+        "tool-result",
+        "msg supplement",
+        "msg answer",
+        "status-line",
+    ], classes
+    screenshot("console-chat")
+
+    with console_worker.db():
+        kinds = list(
+            SessionMessage.objects.filter(session=session)
+            .order_by("seq")
+            .values_list("kind", flat=True)
+        )
+        assert session.runs.count() == 1
+    assert kinds == ["user_input", "assistant", "tool_result", "supplement", "assistant", "status"]
+
+    page.click("nav.tabs >> text=Journal")
+    badges = page.locator("#timeline li.rec .badge.kind")
+    expect(badges).to_have_count(6)
+    assert badges.all_text_contents() == kinds
+    assert unexpected(browser_errors) == []
+
+
+def test_a_cancelled_run_can_be_resumed_from_the_chat(chat, console_worker, browser_errors):
+    page = chat
+    ask(page, '/tool sleep {"seconds": 2}')
+    expect(page.locator(".records .tool-calls")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+
+    page.click("#cancel-run")
+    expect(page.locator("#notice")).to_have_text(
+        "Cancel requested: the run stops at its next safe point."
+    )
+    wait_for_run(page, 1, "cancelled")  # after the tool: a call is never cut off
+    expect(page.locator("#run-controls")).to_be_hidden()
+    resume = run_block(page, 1).locator("[data-resume]")
+    expect(resume).to_be_visible()
+
+    resume.click()
+    wait_for_run(page, 1)
+    block = run_block(page, 1)
+    expect(block.locator("[data-run-attempt]")).to_have_text("attempt 2")
+    expect(block.locator(".status-line .badge")).to_have_text(["cancelled", "succeeded"])
+    expect(block.locator(".msg.answer")).to_contain_text("sleep: slept 2 seconds")
+    expect(resume).to_be_hidden()
+    assert unexpected(browser_errors) == []
+
+
+def test_the_viewer_filters_a_child_instance_and_loads_more(
+    chat, console_worker, demo_session, screenshot, browser_errors
+):
+    page = chat
+    _, session = demo_session
+    ask(page, '/tool delegate_researcher {"task": "/tool echo {\\"text\\": \\"NONCE-CHILD\\"}"}')
+    wait_for_run(page, 1)
+
+    page.click("nav.tabs >> text=Journal")
+    rows = page.locator("#timeline li.rec")
+    expect(rows).to_have_count(10)  # main: 5 records; child 1.1: 5 records
+    expect(page.locator("#timeline li.run-boundary")).to_have_count(1)
+    page.select_option("#instance", "1.1")  # the script submits the filter form
+    page.wait_for_url("**/journal/?instance=1.1")
+    # The child's question, tool call, tool result, answer and status.
+    expect(rows).to_have_count(5)
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.instance)") == ["1.1"] * 5
+    result = page.locator("li.rec.kind-tool_result details")
+    expect(result.locator("pre")).not_to_be_visible()  # collapsed until asked for
+    result.locator("summary").click()
+    expect(result.locator("pre")).to_have_text("NONCE-CHILD")
+    screenshot("console-journal-child")
+
+    # Paging: two records a page; "Load more" appends the next ones through the API.
+    page.goto(f"/sessions/{session.pk}/journal/?limit=2")
+    expect(rows).to_have_count(2)
+    for shown in (4, 6, 8, 10):
+        page.click("#load-more")
+        expect(rows).to_have_count(shown)
+    page.click("#load-more")  # an empty page: the end of the journal
+    expect(page.locator("#journal-end")).to_be_visible()
+    expect(page.locator("#load-more")).to_be_hidden()
+    seqs = rows.evaluate_all("rows => rows.map(r => Number(r.dataset.seq))")
+    assert seqs == list(range(1, 11))
+    assert unexpected(browser_errors) == []
+
+
+def test_the_context_page_shows_the_meter_and_compaction_history(
+    chat, console_worker, screenshot, browser_errors
+):
+    page = chat
+    # The demo window is small: a few large tool results make the run compact its view.
+    for number in range(1, 6):
+        ask(page, '/tool big_output {"chars": 600}')
+        wait_for_run(page, number)
+        run_id = run_block(page, number).get_attribute("data-run-id")
+        context = page.request.get(f"/api/v1/runs/{run_id}/context").json()
+        if any(item["outcome"] == "succeeded" for item in context["compactions"]):
+            break
+    else:
+        pytest.fail("the demo agent never compacted")
+    expect(page.locator("[data-meter-compactions]")).not_to_have_text("0")
+
+    page.click("[data-context-link]")
+    expect(page.locator("h1")).to_contain_text(f"Context of run #{number}")
+    meter = page.locator("[data-meter]")
+    expect(meter.locator("[data-meter-estimate]")).to_have_text(str(context["estimate"]))
+    expect(meter.locator("[data-meter-budget]")).to_have_text(str(context["effective_budget"]))
+    expect(meter.locator("[data-meter-trigger-at]")).to_have_text(str(context["trigger_at"]))
+    expect(meter.locator("[data-meter-target-at]")).to_have_text(str(context["target_at"]))
+    width = meter.locator("[data-meter-fill]").evaluate("node => parseFloat(node.style.width)")
+    assert 0 < width <= 100
+    history = page.locator("#compactions tbody tr")
+    expect(history).to_have_count(len(context["compactions"]))
+    expect(history.first.locator(".badge")).to_have_text("succeeded")
+    expect(page.locator("#session-views tbody tr").first).to_contain_text("r1")
+    expect(page.locator("#model-calls")).to_contain_text("compaction")
+    expect(page.locator(".view-messages")).to_contain_text("handoff summary")
+    screenshot("console-context")
+    assert unexpected(browser_errors) == []
+
+
+def test_pages_keep_hostile_text_inert(chat, console_worker, demo_session, browser_errors):
+    """Markup in a question and a tool result stays text, live and as rendered by the server."""
+    page = chat
+    _, session = demo_session
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    hostile = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    ask(page, f"/tool echo {json.dumps({'text': hostile})} {hostile}")
+    wait_for_run(page, 1)
+    run_block(page, 1).locator(".tool-result summary").click()
+    for path in (None, "", "journal/"):
+        if path is not None:
+            page.goto(f"/sessions/{session.pk}/{path}")
+        expect(page.locator("#content")).to_contain_text("<script>alert(2)</script>")
+        markup = page.locator('#content img, #content script:not([type="application/json"])')
+        expect(markup).to_have_count(0)
+    time.sleep(0.5)  # an injected handler would have fired by now
+    assert dialogs == []
+    assert unexpected(browser_errors) == []

@@ -1,0 +1,276 @@
+"""Console pages: who may see them, what they show, and that user content stays text."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from agentloom.engine.gateway import ScriptedGateway, text_response, tool_call_response
+from agentloom.spaces.demo import ensure_demo
+from agentloom.spaces.models import Membership
+from context_app import engine_adapter
+from context_app.models import Agent
+from sessions_app.models import Run
+from sessions_app.services.runs import session_create
+from tests.console.conftest import ask
+from tests.factories import make_agent
+
+pytestmark = pytest.mark.django_db
+
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def page_urls(session, run) -> list[str]:
+    return [
+        reverse("console-chat", args=[session.pk]),
+        reverse("console-journal", args=[session.pk]),
+        reverse("console-run-context", args=[run.pk]),
+    ]
+
+
+# --- access ----------------------------------------------------------------------------------
+
+
+def test_anonymous_users_are_sent_to_the_admin_login(client_for, session, alice):
+    run = ask(session, alice, "hello")
+    for url in ["/", *page_urls(session, run)]:
+        response = client_for().get(url)
+        assert response.status_code == 302
+        assert response["Location"] == f"/admin/login/?next={url}"
+
+
+def test_the_creator_sees_every_page(client_for, session, alice):
+    run = ask(session, alice, '/tool echo {"text": "NONCE-1"}')
+    client = client_for(alice)
+    for url in ["/", *page_urls(session, run)]:
+        assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.parametrize("who", ["carol", "bob"])
+def test_anyone_else_gets_404(request, client_for, session, alice, other_space, who):
+    """A member of the same space (carol) and a user of another space (bob) alike."""
+    run = ask(session, alice, "hello")
+    client = client_for(request.getfixturevalue(who))
+    for url in page_urls(session, run):
+        assert client.get(url).status_code == 404, url
+    ask_url = reverse("console-ask", args=[session.pk])
+    assert client.post(ask_url, {"question": "mine now?"}).status_code == 404
+    assert Run.objects.filter(session=session).count() == 1
+
+
+def test_a_creator_who_left_the_space_gets_404(client_for, session, alice, space):
+    run = ask(session, alice, "hello")
+    Membership.objects.filter(space=space, user=alice).delete()
+    for url in page_urls(session, run):
+        assert client_for(alice).get(url).status_code == 404
+
+
+def test_ids_too_large_for_the_database_are_not_found(client_for, alice):
+    assert client_for(alice).get(f"/sessions/{2**64}/").status_code == 404
+    assert client_for(alice).get("/runs/99999999999999999999/context/").status_code == 404
+
+
+# --- start page ------------------------------------------------------------------------------
+
+
+def test_home_lists_spaces_published_agents_and_own_sessions(
+    client_for, session, alice, carol, space
+):
+    make_agent(space, alice, name="Unpublished draft")
+    ask(session, alice, "first")
+    ask(session, alice, '/tool fail {"message": "boom"}')
+    carol_session = session_create(user=carol, agent_version=session.agent_version, title="Carol's")
+
+    html = client_for(alice).get("/").content.decode()
+    assert "Research" in html
+    assert "Helper" in html and "New session" in html
+    assert "Unpublished draft" not in html
+    assert "Alice&#x27;s chat" in html
+    assert "#2" in html and "status-succeeded" in html
+    assert "Carol&#x27;s" not in html
+    assert "offline <em>demo model</em>" in html
+    assert reverse("console-chat", args=[session.pk]) in html
+    assert reverse("console-chat", args=[carol_session.pk]) not in html
+
+
+def test_home_shows_the_admin_link_to_staff_only(client_for, alice, carol, space):
+    alice.is_staff = True
+    alice.save()
+    assert 'href="/admin/"' in client_for(alice).get("/").content.decode()
+    assert 'href="/admin/"' not in client_for(carol).get("/").content.decode()
+
+
+def test_new_session_opens_the_latest_version_and_shows_its_chat(client_for, version, carol):
+    response = client_for(carol).post(reverse("console-session-new"), {"agent": version.agent_id})
+    session = carol.agent_sessions.get()
+    assert session.agent_version == version
+    assert response.status_code == 302
+    assert response["Location"] == reverse("console-chat", args=[session.pk])
+
+
+def test_new_session_refuses_agents_out_of_reach(client_for, version, bob, other_space):
+    response = client_for(bob).post(reverse("console-session-new"), {"agent": version.agent_id})
+    assert response.status_code == 404
+    assert client_for(bob).post(reverse("console-session-new"), {"agent": "x"}).status_code == 404
+
+
+def test_new_session_of_an_unpublished_agent_says_why(client_for, alice, space):
+    draft = make_agent(space, alice, name="Draft")
+    response = client_for(alice).post(
+        reverse("console-session-new"), {"agent": draft.pk}, follow=True
+    )
+    assert "no published version" in response.content.decode()
+
+
+# --- chat ------------------------------------------------------------------------------------
+
+
+def test_chat_shows_questions_tool_calls_results_and_answers(client_for, session, alice):
+    ask(session, alice, '/tool echo {"text": "NONCE-42"}')
+    html = client_for(alice).get(reverse("console-chat", args=[session.pk])).content.decode()
+    assert "Run #1" in html
+    assert "/tool echo" in html  # the question
+    assert 'class="tool-calls"' in html and "<code>echo</code>" in html
+    assert 'class="tool-result"' in html and "NONCE-42" in html
+    assert 'class="msg answer"' in html and "Based on the tool results" in html
+    assert "Local demo" in html and "demo model" in html
+
+
+def test_chat_links_the_bound_version_agent_and_connection_for_staff(client_for, session, alice):
+    alice.is_staff = True
+    alice.save()
+    version = session.agent_version
+    html = client_for(alice).get(reverse("console-chat", args=[session.pk])).content.decode()
+    assert reverse("admin:context_app_agentversion_change", args=[version.pk]) in html
+    assert reverse("admin:context_app_agent_change", args=[version.agent_id]) in html
+    assert (
+        reverse("admin:models_app_modelconnection_change", args=[version.model_connection_id])
+        in html
+    )
+
+
+def test_asking_from_the_form_queues_a_run(
+    client_for, session, alice, queued_runs, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(alice).post(
+            reverse("console-ask", args=[session.pk]), {"question": "What is 2+2?"}
+        )
+    assert response.status_code == 302
+    run = session.runs.get()
+    assert run.status == Run.Status.QUEUED and queued_runs == [run.pk]
+
+
+def test_a_question_refused_while_a_run_is_active_says_why(client_for, session, alice):
+    client = client_for(alice)
+    url = reverse("console-ask", args=[session.pk])
+    client.post(url, {"question": "first"})
+    response = client.post(url, {"question": "second"}, follow=True)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "A run of this session is still active" in html
+    assert 'class="error"' in html
+    assert session.runs.count() == 1
+    # The page knows the run is active, so the script polls it and offers cancel/supplement.
+    assert f'"activeRun": {session.runs.get().pk}' in html
+
+
+def test_a_blank_question_is_refused_with_a_message(client_for, session, alice):
+    response = client_for(alice).post(
+        reverse("console-ask", args=[session.pk]), {"question": "  "}, follow=True
+    )
+    assert "may not be blank" in response.content.decode()
+    assert not session.runs.exists()
+
+
+def test_user_content_is_escaped_on_every_page(client_for, session, alice):
+    run = ask(session, alice, f'/tool echo {{"text": "{XSS.replace(chr(34), chr(39))}"}} {XSS}')
+    client = client_for(alice)
+    for url in page_urls(session, run):
+        html = client.get(url).content.decode()
+        assert "&lt;script&gt;alert(" in html, url
+        assert "<script>alert(" not in html, url
+        assert "<img src=x" not in html, url
+
+
+@pytest.fixture
+def hostile_model():
+    """A model that names a tool with markup (a real provider could return anything)."""
+    script = ScriptedGateway([tool_call_response(("</script><b>x", {})), text_response("done")])
+    engine_adapter.set_gateway_factory(lambda version, connection: script)
+    yield script
+    engine_adapter.set_gateway_factory(None)
+
+
+def test_the_page_data_for_the_script_is_escaped_json(client_for, session, alice, hostile_model):
+    """Tool call names travel to the script in a json_script block, never as markup."""
+    ask(session, alice, "call your tool")
+    html = client_for(alice).get(reverse("console-chat", args=[session.pk])).content.decode()
+    config = html.split('id="console-config"', 1)[1].split("</script>", 1)[0]
+    assert "<b>" not in config and "\\u003C/script\\u003E\\u003Cb\\u003Ex" in config
+
+
+# --- journal viewer --------------------------------------------------------------------------
+
+
+def test_journal_shows_every_instance_with_kinds_and_run_boundaries(client_for, session, alice):
+    ask(session, alice, "plain")
+    ask(session, alice, '/tool delegate_researcher {"task": "/tool echo {\\"text\\": \\"hi\\"}"}')
+    html = client_for(alice).get(reverse("console-journal", args=[session.pk])).content.decode()
+    assert html.count('class="run-boundary"') == 2
+    for kind in ("user_input", "assistant", "tool_result", "status"):
+        assert f"kind-{kind}" in html
+    assert 'data-instance="2.1"' in html and 'data-instance="main"' in html
+    assert '<option value="2.1"' in html
+
+
+def test_journal_filters_by_child_instance(client_for, session, alice):
+    ask(session, alice, '/tool delegate_researcher {"task": "/tool echo {\\"text\\": \\"hi\\"}"}')
+    url = reverse("console-journal", args=[session.pk])
+    html = client_for(alice).get(url, {"instance": "1.1"}).content.decode()
+    assert 'data-instance="1.1"' in html
+    assert 'data-instance="main"' not in html
+    assert '<option value="1.1" selected>' in html
+
+
+def test_journal_refuses_a_malformed_filter_and_shows_everything(client_for, session, alice):
+    ask(session, alice, "plain")
+    url = reverse("console-journal", args=[session.pk])
+    html = client_for(alice).get(url, {"instance": "main; drop"}).content.decode()
+    assert "That filter is not valid" in html
+    assert 'data-instance="main"' in html
+
+
+def test_journal_pages_with_load_more(client_for, session, alice):
+    ask(session, alice, '/tool echo {"text": "a"}')  # five records
+    url = reverse("console-journal", args=[session.pk])
+    client = client_for(alice)
+    first = client.get(url, {"limit": 2}).content.decode()
+    assert first.count('class="rec ') == 2
+    assert 'id="load-more"' in first and "after=2&amp;limit=2" in first
+    last = client.get(url, {"limit": 2, "after": 4}).content.decode()
+    assert last.count('class="rec ') == 1
+    assert 'id="load-more"' not in last and "End of the journal." in last
+
+
+# --- context page ----------------------------------------------------------------------------
+
+
+def test_context_page_shows_meter_view_calls_and_compaction_history(client_for, alice):
+    space = ensure_demo(owner=alice)
+    version = Agent.objects.get(space=space).versions.get()
+    session = session_create(user=alice, agent_version=version)
+    runs = [ask(session, alice, '/tool big_output {"chars": 600}') for _ in range(3)]
+    assert runs[-1].status == Run.Status.SUCCEEDED
+
+    html = (
+        client_for(alice).get(reverse("console-run-context", args=[runs[-1].pk])).content.decode()
+    )
+    assert "Context meter" in html and "data-meter-fill" in html
+    assert 'id="compactions"' in html and "outcome-succeeded" in html
+    assert 'id="session-views"' in html and "r1" in html
+    assert 'id="model-calls"' in html and "purpose-compaction" in html
+    assert "handoff summary" in html  # the compacted view's summary message
+    assert re.search(r"<td class=\"nowrap\">\d+ / \d+ / \d+</td>", html)  # reported usage
