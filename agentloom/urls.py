@@ -1,6 +1,7 @@
 """Top-level URL routes: admin, console pages, REST API and its schema."""
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -12,6 +13,9 @@ def healthz(request):
 
 urlpatterns = [
     path("", include("sessions_app.console_urls")),
+    # Console users need not be staff, so they log in here rather than through the admin.
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("api/", include("agentloom.api_urls")),

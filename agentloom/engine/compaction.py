@@ -15,7 +15,9 @@
    consumed one after another. Units not fully consumed when the calls run out are kept verbatim.
 5. Builds `[system…, handoff summary, kept units in order]`, where the current task keeps its
    place: right after the summary when everything before it was summarised, otherwise after the
-   kept history units that precede it. The plan is carried verbatim inside the summary message.
+   kept history units that precede it. When the summary also covers the run's own progress
+   (units after the task), it comes right after the task instead: `[system…, task, summary,
+   kept units]`. The plan is carried verbatim inside the summary message.
 
 The result is accepted only if it keeps the tool-call protocol, is smaller than before and is below
 the trigger; `target_reached` says whether it also reached the target. An empty summary, a failed
@@ -37,7 +39,12 @@ from agentloom.engine.errors import (
     ModelCallLimitReached,
 )
 from agentloom.engine.policy import SIZE_TRIGGERS, TriggerPolicy
-from agentloom.engine.protocol import protocol_problems, render_message, tool_calls_of
+from agentloom.engine.protocol import (
+    HANDOFF_MARK,
+    protocol_problems,
+    render_message,
+    tool_calls_of,
+)
 
 __all__ = [
     "HANDOFF_HEADER",
@@ -56,7 +63,7 @@ SUMMARY_INSTRUCTIONS = (
     "unless the material shows it. Reply with the updated summary as plain text."
 )
 HANDOFF_HEADER = (
-    "[handoff summary] Earlier context was compacted into this summary by the system; "
+    f"{HANDOFF_MARK} Earlier context was compacted into this summary by the system; "
     "it is not a new request."
 )
 PLAN_HEADER = "[current plan, kept as written]"
@@ -263,13 +270,23 @@ class BudgetCompactionPolicy(CompactionPolicy):
         summary_text = f"{HANDOFF_HEADER}\n{summary[0]}"
         if request.plan:
             summary_text += f"\n\n{PLAN_HEADER}\n{request.plan}"
-        new_view = [*view[:head_end], {"role": "user", "content": summary_text}]
+        summary_message = {"role": "user", "content": summary_text}
+        # Units are consumed oldest first, so the summary covers the run's own progress exactly
+        # when a consumed unit comes after the task. Then it follows the task: the model reads
+        # the task, then what has been done about it, and does not start the task over.
+        task_position = items.index(_TASK) if _TASK in items else len(items)
+        covers_progress = consumed > sum(1 for item in items[:task_position] if item != _TASK)
+        new_view = list(view[:head_end])
+        if not covers_progress:
+            new_view.append(summary_message)
         new_task_index = None
         unit_number = 0
         for item in items:
             if item == _TASK:
                 new_task_index = len(new_view)
                 new_view.append(view[request.task_index])
+                if covers_progress:
+                    new_view.append(summary_message)
                 continue
             if unit_number >= consumed:
                 new_view.extend(view[item.start : item.end])

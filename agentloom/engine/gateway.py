@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine.errors import EngineError, GatewayError
-from agentloom.engine.protocol import message_text
+from agentloom.engine.protocol import HANDOFF_MARK, message_text
 
 __all__ = [
     "DEMO_LABEL",
@@ -237,18 +237,32 @@ class LocalDemoGateway(ModelGateway):
 
     def _action(self, request: ModelRequest) -> ModelResponse:
         messages = request.messages
-        # Feedback notes are the engine talking, not the user: answer the user's latest message.
+        # Feedback notes and handoff summaries are the engine talking, not the user: answer the
+        # user's latest message.
         asked = max(
             (
                 index
                 for index, m in enumerate(messages)
-                if m.get("role") == "user" and not message_text(m).startswith("[feedback]")
+                if m.get("role") == "user"
+                and not message_text(m).startswith(("[feedback]", HANDOFF_MARK))
             ),
             default=-1,
         )
         results = [i for i in range(asked + 1, len(messages)) if messages[i].get("role") == "tool"]
         if results:
             return self._cite_results(messages, results[-1] + 1)
+        progress = [
+            message_text(m)
+            for m in messages[asked + 1 :]
+            if m.get("role") == "user" and message_text(m).startswith(HANDOFF_MARK)
+        ]
+        if progress:
+            # The work on this question was compacted: report from the summary instead of
+            # starting the task over.
+            facts = [line for line in progress[-1].splitlines()[1:] if line.strip()][-8:]
+            return text_response(
+                "\n".join([f"{DEMO_LABEL} From the compacted progress on this question:", *facts])
+            )
         question = message_text(messages[asked]) if asked >= 0 else ""
         calls = []
         position = 0

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "FEEDBACK_PREFIX",
+    "HANDOFF_MARK",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "cap_tool_result",
@@ -26,6 +27,8 @@ __all__ = [
 TOOL_RESULT_VIEW_CHARS = 24_000
 
 FEEDBACK_PREFIX = "[feedback] "
+# How every handoff summary in a view begins, so readers (and the demo model) can tell it apart.
+HANDOFF_MARK = "[handoff summary]"
 
 # What a call without a recorded result is answered with: never re-executed, never assumed done.
 UNKNOWN_RESULT = json.dumps(

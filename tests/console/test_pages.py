@@ -38,7 +38,7 @@ def test_anonymous_users_are_sent_to_the_admin_login(client_for, session, alice)
     for url in ["/", *page_urls(session, run)]:
         response = client_for().get(url)
         assert response.status_code == 302
-        assert response["Location"] == f"/admin/login/?next={url}"
+        assert response["Location"] == f"/accounts/login/?next={url}"
 
 
 def test_the_creator_sees_every_page(client_for, session, alice):
@@ -274,3 +274,14 @@ def test_context_page_shows_meter_view_calls_and_compaction_history(client_for, 
     assert 'id="model-calls"' in html and "purpose-compaction" in html
     assert "handoff summary" in html  # the compacted view's summary message
     assert re.search(r"<td class=\"nowrap\">\d+ / \d+ / \d+</td>", html)  # reported usage
+
+
+def test_a_user_who_is_not_staff_logs_in_to_the_console(client, django_user_model):
+    django_user_model.objects.create_user(username="enduser", password="pw-enduser-123")
+    page = client.get("/accounts/login/?next=/")
+    assert page.status_code == 200 and b'name="username"' in page.content
+    response = client.post(
+        "/accounts/login/", {"username": "enduser", "password": "pw-enduser-123", "next": "/"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/").status_code == 200

@@ -166,3 +166,16 @@ def test_a_demo_run_compacts_with_an_extractive_summary_and_keeps_every_fact():
     assert "NONCE-0 is code 0\\nplain filler words" not in view
     assert view.count("plain filler words") < 25 * 10 / 2
     assert outcome.frame["state"]["compaction_log"][0]["outcome"] == "succeeded"
+
+
+def test_the_demo_model_reports_compacted_progress_instead_of_starting_over():
+    reply = demo(
+        "action",
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": '/tool big_output {"chars": 1500}'},
+        {"role": "user", "content": "[handoff summary] Earlier context…\nbig_output gave 1500 x"},
+    )
+
+    assert "tool_calls" not in reply.message
+    assert "compacted progress" in reply.message["content"]
+    assert "1500" in reply.message["content"]

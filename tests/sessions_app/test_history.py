@@ -364,3 +364,23 @@ def test_two_concurrent_asks_yield_one_run_and_one_conflict(alice, make_demo_ses
         thread.join(timeout=30)
     assert sorted(outcomes) == ["conflict", "run"]
     assert Run.objects.filter(session=session).count() == 1
+
+
+def test_the_demo_agent_compacts_and_keeps_answering(alice):
+    """The shipped demo: a small window, big tool outputs, several questions in a row."""
+    from agentloom.spaces.demo import ensure_demo
+    from sessions_app.services.runs import session_create
+
+    space = ensure_demo(owner=alice)
+    version = space.agents.get().versions.get()
+    session = session_create(user=alice, agent_version=version)
+    for n in range(5):
+        run = ask(session, alice, f'/tool big_output {{"chars": 1500}} round {n}')
+        assert run.status == "succeeded", run.error
+        assert ModelCall.objects.filter(run=run).count() <= 6, "no compaction loop"
+    logs = [
+        entry
+        for run in Run.objects.filter(session=session)
+        for entry in run.checkpoint["state"]["compaction_log"]
+    ]
+    assert any(entry["outcome"] == "succeeded" for entry in logs)
