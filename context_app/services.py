@@ -12,6 +12,7 @@ from agentloom.engine.errors import ConfigurationError
 from agentloom.engine.policy import ContextPolicy
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.spaces.selectors import require_space_admin
+from agentloom.validation import clean_text
 from context_app.engine_adapter import builtin_tool_names, default_estimator_binding
 from context_app.models import Agent, AgentVersion
 from models_app.models import ModelConnection
@@ -21,19 +22,6 @@ SUB_AGENT_FIELDS = ("name", "description", "system_prompt", "tools")
 SUB_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 MAX_SUB_AGENTS = 8
 MAX_PROMPT_CHARS = 100_000
-
-
-def _clean_text(value: Any, *, field: str, max_chars: int, required: bool = False) -> str:
-    if value is None:
-        value = ""
-    if not isinstance(value, str):
-        raise InvalidInput("Must be a string.", field=field)
-    value = value.strip() if required else value
-    if required and not value:
-        raise InvalidInput("This field may not be blank.", field=field)
-    if len(value) > max_chars:
-        raise InvalidInput(f"At most {max_chars} characters.", field=field)
-    return value
 
 
 def _clean_tools(value: Any, *, field: str = "tools") -> list[str]:
@@ -79,11 +67,14 @@ def _clean_sub_agents(value: Any) -> list[dict]:
         cleaned.append(
             {
                 "name": name,
-                "description": _clean_text(
-                    item.get("description"), field="sub_agents", max_chars=2_000
+                "description": clean_text(
+                    item.get("description"), field="sub_agents", max_chars=2_000, required=False
                 ),
-                "system_prompt": _clean_text(
-                    item.get("system_prompt"), field="sub_agents", max_chars=MAX_PROMPT_CHARS
+                "system_prompt": clean_text(
+                    item.get("system_prompt"),
+                    field="sub_agents",
+                    max_chars=MAX_PROMPT_CHARS,
+                    required=False,
                 ),
                 "tools": _clean_tools(item.get("tools"), field="sub_agents"),
             }
@@ -131,10 +122,13 @@ def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
     if unknown:
         raise InvalidInput("Unknown field.", field=unknown[0])
     if "name" in changes:
-        agent.name = _clean_text(changes["name"], field="name", max_chars=120, required=True)
+        agent.name = clean_text(changes["name"], field="name", max_chars=120)
     if "system_prompt" in changes:
-        agent.system_prompt = _clean_text(
-            changes["system_prompt"], field="system_prompt", max_chars=MAX_PROMPT_CHARS
+        agent.system_prompt = clean_text(
+            changes["system_prompt"],
+            field="system_prompt",
+            max_chars=MAX_PROMPT_CHARS,
+            required=False,
         )
     if "model_connection" in changes:
         agent.model_connection = _clean_connection(

@@ -33,6 +33,7 @@ from agentloom.providers import (
 )
 from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
+from agentloom.validation import clean_text
 from models_app.models import ModelConnection
 
 __all__ = [
@@ -171,21 +172,6 @@ def _normalised(base_url: str) -> str:
         return base_url
 
 
-def _clean_text(value: Any, *, field: str, max_chars: int) -> str:
-    if value is None:
-        raise InvalidInput(_REQUIRED, field=field)
-    if not isinstance(value, str):
-        raise InvalidInput("Must be a string.", field=field)
-    value = value.strip()
-    if not value:
-        raise InvalidInput("This field may not be blank.", field=field)
-    if len(value) > max_chars:
-        raise InvalidInput(f"At most {max_chars} characters.", field=field)
-    if not value.isprintable():
-        raise InvalidInput("Must not contain control characters.", field=field)
-    return value
-
-
 def _clean_model_id(value: Any, provider: str) -> str:
     if provider == "local":
         if value is None or value == "":
@@ -195,7 +181,7 @@ def _clean_model_id(value: Any, provider: str) -> str:
                 f"The local demo provider serves only {LOCAL_DEMO_MODEL_ID!r}.", field="model_id"
             )
         return value
-    model_id = _clean_text(value, field="model_id", max_chars=MAX_MODEL_ID_CHARS)
+    model_id = clean_text(value, field="model_id", max_chars=MAX_MODEL_ID_CHARS, single_line=True)
     if not is_chat_model_id(provider, model_id):
         raise InvalidInput(
             "This model does not serve chat completions; choose a chat model.", field="model_id"
@@ -291,7 +277,9 @@ def _resolve(
         base_url = clean_base_url(provider, current.base_url)
 
     if given("name") or current is None:
-        name = _clean_text(fields.get("name"), field="name", max_chars=MAX_NAME_CHARS)
+        name = clean_text(
+            fields.get("name"), field="name", max_chars=MAX_NAME_CHARS, single_line=True
+        )
     else:
         name = current.name
     clash = ModelConnection.objects.filter(space_id=space_id, name=name)

@@ -30,13 +30,12 @@ def main_records_after(session: Session, watermark: int) -> list[JournalRecord]:
     ]
 
 
-def history_for_new_run(session: Session, binding: dict[str, Any]) -> ProjectedHistory:
-    """Return what a new run of `session` inherits under `binding` (DESIGN.md §5)."""
-    view = compliant_view(session, binding)
+def project_after_view(records: list[JournalRecord], view: SessionView | None) -> ProjectedHistory:
+    """Return `view` (if any) followed by the projection of `records` (those after it)."""
     if view is None:
-        return project_history(main_records_after(session, 0))
+        return project_history(records)
     return project_history(
-        main_records_after(session, view.watermark),
+        records,
         view={
             "revision": view.revision,
             "watermark": view.watermark,
@@ -47,3 +46,9 @@ def history_for_new_run(session: Session, binding: dict[str, Any]) -> ProjectedH
             "baseline_model_steps": view.baseline_model_steps,
         },
     )
+
+
+def history_for_new_run(session: Session, binding: dict[str, Any]) -> ProjectedHistory:
+    """Return what a new run of `session` inherits under `binding` (DESIGN.md §5)."""
+    view = compliant_view(session, binding)
+    return project_after_view(main_records_after(session, view.watermark if view else 0), view)

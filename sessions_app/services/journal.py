@@ -8,6 +8,7 @@ journaled supplements consumed and saves a reusable view when the prefix rule al
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -65,6 +66,51 @@ def _record_time(record: dict[str, Any]) -> datetime:
     return moment or timezone.now()
 
 
+JournalEntry = tuple[str, str, str, Any, datetime]  # instance, kind, entry_key, message, at
+
+
+def append_records(
+    *,
+    run_id: int,
+    session_id: int,
+    records: Iterable[JournalEntry],
+    known: set[tuple[str, str]] | None = None,
+) -> list[SessionMessage]:
+    """Append the run's records that are not journaled yet, in order; return the new rows.
+
+    Call inside a transaction. Seqs come from `Session.next_seq` read under SELECT … FOR UPDATE,
+    never from an unlocked max(seq)+1; (run, instance, entry_key) makes a repeat a no-op.
+    `known` (the run's journaled (instance, entry_key) pairs) spares the query when the caller
+    already has it.
+    """
+    session = Session.objects.select_for_update().get(pk=session_id)
+    if known is None:
+        known = set(
+            SessionMessage.objects.filter(run_id=run_id).values_list("instance", "entry_key")
+        )
+    rows, seq = [], session.next_seq
+    for instance, kind, entry_key, message, at in records:
+        if (instance, entry_key) in known:
+            continue
+        rows.append(
+            SessionMessage(
+                session_id=session_id,
+                seq=seq,
+                run_id=run_id,
+                instance=instance,
+                kind=kind,
+                entry_key=entry_key,
+                message=message,
+                created_at=at,
+            )
+        )
+        seq += 1
+    if rows:
+        SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
+        Session.objects.filter(pk=session_id).update(next_seq=seq)
+    return rows
+
+
 class JournalWriter:
     """Syncs one run's checkpoints into the journal for the worker holding its lease."""
 
@@ -91,27 +137,17 @@ class JournalWriter:
     def sync(self, frame: dict[str, Any], **run_fields: Any) -> SyncResult:
         """Persist `frame` (and `run_fields`) atomically; return what was written."""
         with transaction.atomic():
-            session = Session.objects.select_for_update().get(pk=self.session_id)
             result = SyncResult()
-            new_rows = []
-            next_seq = session.next_seq
-            for instance, record in new_frame_records(frame, self.known):
-                new_rows.append(
-                    SessionMessage(
-                        session_id=self.session_id,
-                        seq=next_seq,
-                        run_id=self.run_id,
-                        instance=instance,
-                        kind=record["kind"],
-                        entry_key=record["entry_key"],
-                        message=record["message"],
-                        created_at=_record_time(record),
-                    )
-                )
-                next_seq += 1
+            new_rows = append_records(
+                run_id=self.run_id,
+                session_id=self.session_id,
+                records=(
+                    (instance, r["kind"], r["entry_key"], r["message"], _record_time(r))
+                    for instance, r in new_frame_records(frame, self.known)
+                ),
+                known=self.known,
+            )
             if new_rows:
-                SessionMessage.objects.bulk_create(new_rows, ignore_conflicts=True)
-                Session.objects.filter(pk=self.session_id).update(next_seq=next_seq)
                 result.inserted = len(new_rows)
                 consumed = [
                     row.entry_key[len(SUPPLEMENT_KEY_PREFIX) :]

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agentloom.engine.records import USER_INPUT_KEY, status_key
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
+from sessions_app.services.journal import append_records
 
 _KIND_BY_ROLE = {"user": "supplement", "assistant": "assistant", "tool": "tool_result"}
 
@@ -81,29 +82,12 @@ def adopt_legacy_run(run: Run) -> int:
     if not _needs_adoption(run):
         return 0
     records = _legacy_records(run)
-    existing = set(
-        SessionMessage.objects.filter(run=run, instance=MAIN_INSTANCE).values_list(
-            "entry_key", flat=True
-        )
+    at = run.created_at or timezone.now()
+    new = append_records(
+        run_id=run.pk,
+        session_id=run.session_id,
+        records=((MAIN_INSTANCE, r["kind"], r["entry_key"], r["message"], at) for r in records),
     )
-    session = Session.objects.select_for_update().get(pk=run.session_id)
-    new = [r for r in records if r["entry_key"] not in existing]
-    SessionMessage.objects.bulk_create(
-        [
-            SessionMessage(
-                session=session,
-                seq=session.next_seq + offset,
-                run=run,
-                instance=MAIN_INSTANCE,
-                kind=record["kind"],
-                entry_key=record["entry_key"],
-                message=record["message"],
-                created_at=run.created_at or timezone.now(),
-            )
-            for offset, record in enumerate(new)
-        ]
-    )
-    Session.objects.filter(pk=session.pk).update(next_seq=session.next_seq + len(new))
     if isinstance(run.checkpoint, dict):
         frame = dict(run.checkpoint)
         context = dict(frame.get("context") or {})

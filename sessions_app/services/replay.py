@@ -24,12 +24,17 @@ from agentloom.engine.engine import ExecutionLimits, create_engine
 from agentloom.engine.errors import GatewayError, ToolError
 from agentloom.engine.frame import iter_frame_records
 from agentloom.engine.gateway import ModelResponse, ScriptedGateway
-from agentloom.engine.projection import ProjectedHistory, project_history
+from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import UNKNOWN_RESULT
 from agentloom.engine.tools import SubAgent, Tool, builtin_tools
 from context_app.engine_adapter import snapshot_budget, snapshot_policy, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
-from sessions_app.services.history import compliant_view, history_for_new_run, main_records_after
+from sessions_app.services.history import (
+    compliant_view,
+    history_for_new_run,
+    main_records_after,
+    project_after_view,
+)
 from sessions_app.services.runs import WORKER_LOST
 
 ERROR_PREFIX = "ERROR: "
@@ -173,20 +178,7 @@ def _inherited_history(run: Run) -> ProjectedHistory:
     records = [
         r for r in main_records_after(run.session, floor) if r.seq <= run.inherited_watermark
     ]
-    if view is None:
-        return project_history(records)
-    return project_history(
-        records,
-        view={
-            "revision": view.revision,
-            "watermark": view.watermark,
-            "messages": view.messages,
-            "user_turns": view.user_turns,
-            "model_steps": view.model_steps,
-            "baseline_user_turns": view.baseline_user_turns,
-            "baseline_model_steps": view.baseline_model_steps,
-        },
-    )
+    return project_after_view(records, view)
 
 
 def _row_text(instance: str, kind: str, entry_key: str, message: Any) -> str:

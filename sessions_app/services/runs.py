@@ -15,8 +15,9 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agentloom.engine.records import USER_INPUT_KEY, status_key
-from agentloom.errors import Conflict, InvalidInput, NotFound
+from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import require_member
+from agentloom.validation import clean_text
 from context_app.models import AgentVersion
 from sessions_app.models import (
     MAIN_INSTANCE,
@@ -25,6 +26,7 @@ from sessions_app.models import (
     Session,
     SessionMessage,
 )
+from sessions_app.services.journal import append_records
 
 MAX_QUESTION_CHARS = 100_000
 MAX_SUPPLEMENT_CHARS = 20_000
@@ -36,17 +38,6 @@ def _enqueue(run: Run) -> None:
 
     run_id = run.pk
     transaction.on_commit(lambda: execute_run.delay(run_id))
-
-
-def _clean_text(value, *, field: str, max_chars: int) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput("Must be a string.", field=field)
-    value = value.strip()
-    if not value:
-        raise InvalidInput("This field may not be blank.", field=field)
-    if len(value) > max_chars:
-        raise InvalidInput(f"At most {max_chars} characters.", field=field)
-    return value
 
 
 # --- sessions ------------------------------------------------------------------------------
@@ -76,48 +67,18 @@ def _status_record(run: Run, *, status: str, error: str) -> None:
     unable to build its engine) has not journaled its question yet; it is journaled first, so
     that every question stays in the session's history.
     """
-    existing = set(
-        SessionMessage.objects.filter(run=run, instance=MAIN_INSTANCE).values_list(
-            "entry_key", flat=True
-        )
-    )
-    rows = []
-    if USER_INPUT_KEY not in existing and run.checkpoint is None:
-        rows.append(
-            (
-                SessionMessage.Kind.USER_INPUT,
-                USER_INPUT_KEY,
-                {"role": "user", "content": run.question},
-            )
-        )
-    if status_key(run.attempt) not in existing:
-        rows.append(
-            (
-                SessionMessage.Kind.STATUS,
-                status_key(run.attempt),
-                {"status": status, "error": error or None},
-            )
-        )
-    if not rows:
-        return
-    session = Session.objects.select_for_update().get(pk=run.session_id)
     now = timezone.now()
-    SessionMessage.objects.bulk_create(
-        [
-            SessionMessage(
-                session=session,
-                seq=session.next_seq + offset,
-                run=run,
-                instance=MAIN_INSTANCE,
-                kind=kind,
-                entry_key=entry_key,
-                message=message,
-                created_at=now,
-            )
-            for offset, (kind, entry_key, message) in enumerate(rows)
-        ]
+    records = []
+    if run.checkpoint is None:
+        question = {"role": "user", "content": run.question}
+        records.append(
+            (MAIN_INSTANCE, SessionMessage.Kind.USER_INPUT, USER_INPUT_KEY, question, now)
+        )
+    terminal = {"status": status, "error": error or None}
+    records.append(
+        (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now)
     )
-    Session.objects.filter(pk=session.pk).update(next_seq=session.next_seq + len(rows))
+    append_records(run_id=run.pk, session_id=run.session_id, records=records)
 
 
 def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[int]:
@@ -164,7 +125,7 @@ def _queue_deadline():
 
 def run_ask(*, user, session: Session, question) -> Run:
     """Start a new run of `session` with `question`; 409 while another run is active."""
-    question = _clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
+    question = clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
     if session.created_by_id != user.pk:
         raise NotFound("Not found.")
     sweep_expired_leases(session=session)
@@ -244,7 +205,7 @@ def run_cancel(*, user, run: Run) -> Run:
 @transaction.atomic
 def supplement_add(*, user, run: Run, text) -> RunSupplement:
     """Queue a supplement; it enters the run's view at its next safe point (or on resume)."""
-    text = _clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
+    text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     run = Run.objects.select_for_update().get(pk=run.pk)
