@@ -384,3 +384,67 @@ def test_the_demo_agent_compacts_and_keeps_answering(alice):
         for entry in run.checkpoint["state"]["compaction_log"]
     ]
     assert any(entry["outcome"] == "succeeded" for entry in logs)
+
+
+def test_a_supplement_to_a_failed_run_waits_for_its_resume(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = ask(session, alice, "NONCE-Q [boom]")
+    assert run.status == "failed"
+    waiting = supplement_add(user=alice, run=run, text="NONCE-WAITING detail")
+    assert waiting.consumed_at is None
+    assert not SessionMessage.objects.filter(run=run, kind="supplement").exists()
+    run_resume(user=alice, run=run)
+    run_execute(run_id=run.pk)
+    waiting.refresh_from_db()
+    assert waiting.consumed_at is not None
+    assert SessionMessage.objects.filter(run=run, kind="supplement").get().message == {
+        "role": "user",
+        "content": "NONCE-WAITING detail",
+    }
+
+
+def test_an_expired_lease_is_swept_before_a_new_question_is_refused(
+    alice, gateway, make_demo_session
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = make_demo_session()
+    stale = run_ask(user=alice, session=session, question="left behind")
+    Run.objects.filter(pk=stale.pk).update(
+        status="running", lease_owner="dead-worker", lease_expires_at=timezone.now() - timedelta(1)
+    )
+    fresh = run_ask(user=alice, session=session, question="next")  # no 409
+    stale.refresh_from_db()
+    assert (stale.status, stale.error) == ("failed", "worker_lost")
+    assert fresh.status == "queued"
+    assert SessionMessage.objects.filter(run=stale, kind="status").get().message == {
+        "status": "failed",
+        "error": "worker_lost",
+    }
+
+
+def test_a_version_published_without_a_policy_runs_on_the_character_threshold(
+    alice, gateway, make_demo_session, settings
+):
+    from context_app.models import AgentVersion
+
+    settings.LEGACY_CONTEXT_CHARS = 1_000
+    session = make_demo_session()
+    legacy_snapshot = {**session.agent_version.snapshot, "context_policy": None}
+    legacy = AgentVersion.objects.create(
+        agent=session.agent,
+        number=99,
+        snapshot=legacy_snapshot,
+        model_connection=session.agent_version.model_connection,
+    )
+    from sessions_app.services.runs import session_create
+
+    legacy_session = session_create(user=alice, agent_version=legacy)
+    run = ask(legacy_session, alice, '/tool big_output {"chars": 3000}')
+    assert run.status == "succeeded"
+    assert run.checkpoint["binding"]["policy"] == {"legacy_context_chars": 1_000}
+    log = run.checkpoint["state"]["compaction_log"]
+    # Only the character threshold fires: no budget, turn or step trigger exists for it.
+    assert log and {tuple(entry["trigger"]) for entry in log} == {("characters",)}
