@@ -84,9 +84,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
     try:
         if run.checkpoint is None:
-            history = history_for_new_run(run.session, version_binding(version))
-            Run.objects.filter(pk=run_id).update(inherited_watermark=history.watermark)
-            writer.inherited_watermark = history.watermark
+            history = history_for_new_run(run.session, version_binding(version), as_of=run)
             outcome = engine.start(
                 run_number=run.number,
                 attempt=run.attempt,

@@ -5,24 +5,35 @@ from __future__ import annotations
 from typing import Any
 
 from agentloom.engine.projection import JournalRecord, ProjectedHistory, project_history
-from sessions_app.models import MAIN_INSTANCE, Session, SessionMessage, SessionView
+from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
 
 
-def compliant_view(session: Session, binding: dict[str, Any]) -> SessionView | None:
-    """Return the highest-watermark reusable view saved under `binding`, or None."""
-    for view in SessionView.objects.filter(session=session).order_by("-watermark", "-revision"):
+def compliant_view(
+    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
+) -> SessionView | None:
+    """Return the highest-watermark reusable view saved under `binding`, or None.
+
+    `as_of` limits the choice to what existed when that run's question was asked.
+    """
+    views = SessionView.objects.filter(session=session)
+    if as_of is not None:
+        views = views.filter(
+            watermark__lte=as_of.inherited_watermark, created_at__lt=as_of.created_at
+        )
+    for view in views.order_by("-watermark", "-revision"):
         if view.binding == binding:
             return view
     return None
 
 
-def main_records_after(session: Session, watermark: int) -> list[JournalRecord]:
-    """Return the session's main-instance journal records with seq > watermark, in order."""
-    rows = (
-        SessionMessage.objects.filter(session=session, instance=MAIN_INSTANCE, seq__gt=watermark)
-        .order_by("seq")
-        .values_list("seq", "run__number", "kind", "message")
-    )
+def main_records_after(
+    session: Session, watermark: int, *, up_to: int | None = None
+) -> list[JournalRecord]:
+    """Return the session's main-instance journal records with watermark < seq <= up_to."""
+    rows = SessionMessage.objects.filter(session=session, instance=MAIN_INSTANCE, seq__gt=watermark)
+    if up_to is not None:
+        rows = rows.filter(seq__lte=up_to)
+    rows = rows.order_by("seq").values_list("seq", "run__number", "kind", "message")
     # Projected notes name runs by their number in the session ("[run 3 failed: …]").
     return [
         JournalRecord(seq=seq, run_id=number, instance=MAIN_INSTANCE, kind=kind, message=message)
@@ -48,7 +59,16 @@ def project_after_view(records: list[JournalRecord], view: SessionView | None) -
     )
 
 
-def history_for_new_run(session: Session, binding: dict[str, Any]) -> ProjectedHistory:
-    """Return what a new run of `session` inherits under `binding` (DESIGN.md §5)."""
-    view = compliant_view(session, binding)
-    return project_after_view(main_records_after(session, view.watermark if view else 0), view)
+def history_for_new_run(
+    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
+) -> ProjectedHistory:
+    """Return what a new run of `session` inherits under `binding` (DESIGN.md §5).
+
+    With `as_of`, the session as it was when that run's question was asked (its inherited
+    watermark): a question that waited in the queue, or was cancelled and resumed, still never
+    sees what came after it.
+    """
+    view = compliant_view(session, binding, as_of=as_of)
+    up_to = as_of.inherited_watermark if as_of is not None else None
+    records = main_records_after(session, view.watermark if view else 0, up_to=up_to)
+    return project_after_view(records, view)

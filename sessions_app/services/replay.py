@@ -24,18 +24,15 @@ from agentloom.engine.engine import ExecutionLimits, create_engine
 from agentloom.engine.errors import GatewayError, ToolError
 from agentloom.engine.frame import iter_frame_records
 from agentloom.engine.gateway import ModelResponse, ScriptedGateway
-from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import UNKNOWN_RESULT
 from agentloom.engine.tools import SubAgent, Tool, builtin_tools
 from context_app.engine_adapter import snapshot_budget, snapshot_policy, version_binding
-from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
+from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.services.history import (
     compliant_view,
     history_for_new_run,
     main_records_after,
-    project_after_view,
 )
-from sessions_app.services.runs import WORKER_LOST
 
 ERROR_PREFIX = "ERROR: "
 
@@ -102,6 +99,11 @@ class _Attempt:
     error: str | None = None
     # Main-instance records of the run's frame before this attempt's status row.
     records_before_status: int = 0
+    # The status row was written outside the engine (lease sweep, cancel while queued, a run
+    # that could not build its engine), so the frame does not hold it.
+    outside_engine: bool = False
+    # No engine ever ran this attempt: nothing was journaled between it and the one before.
+    never_ran: bool = False
 
 
 @dataclass
@@ -146,39 +148,32 @@ def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
     return results
 
 
-def _attempts(run: Run, main_rows: list[SessionMessage]) -> list[_Attempt]:
-    """Return each execution of the run with how it ended and how far the journal got."""
+def _attempts(run: Run, main_rows: list[SessionMessage], engine_keys: set[str]) -> list[_Attempt]:
+    """Return each execution of the run with how it ended and how far the journal got.
+
+    `engine_keys` are the entry keys of the stored checkpoint's main records: a status row
+    missing from them was written outside the engine.
+    """
     attempts = {n: _Attempt(n) for n in range(1, run.attempt + 1)}
-    count = 0
+    count, since_previous = 0, 0
     for row in main_rows:
-        if row.kind == "status":
-            number = int(row.entry_key.split(":", 1)[1].split(".", 1)[0])
-            attempt = attempts.setdefault(number, _Attempt(number))
-            attempt.status = row.message.get("status")
-            attempt.error = row.message.get("error")
-            attempt.records_before_status = count
-            if attempt.error == WORKER_LOST:
-                continue  # written by the lease sweep, not by the engine: not in the frame
-        count += 1
+        if row.kind != "status":
+            count += 1
+            # The question alone is no sign of engine work: it is also journaled when a queued
+            # run is cancelled or swept before any worker started it.
+            since_previous += row.kind != "user_input"
+            continue
+        number = int(row.entry_key.split(":", 1)[1].split(".", 1)[0])
+        attempt = attempts.setdefault(number, _Attempt(number))
+        attempt.status = row.message.get("status")
+        attempt.error = row.message.get("error")
+        attempt.records_before_status = count
+        attempt.outside_engine = row.entry_key not in engine_keys
+        attempt.never_ran = attempt.outside_engine and since_previous == 0
+        since_previous = 0
+        if not attempt.outside_engine:
+            count += 1
     return [attempts[n] for n in sorted(attempts)]
-
-
-def _inherited_history(run: Run) -> ProjectedHistory:
-    """Return the history the run was started with: the best view it could see, then records."""
-    binding = version_binding(run.session.agent_version)
-    views = SessionView.objects.filter(
-        session_id=run.session_id,
-        watermark__lte=run.inherited_watermark,
-        created_at__lte=run.started_at or run.created_at,
-    ).exclude(run=run)
-    view = next(
-        (v for v in views.order_by("-watermark", "-revision") if v.binding == binding), None
-    )
-    floor = view.watermark if view else 0
-    records = [
-        r for r in main_records_after(run.session, floor) if r.seq <= run.inherited_watermark
-    ]
-    return project_after_view(records, view)
 
 
 def _row_text(instance: str, kind: str, entry_key: str, message: Any) -> str:
@@ -269,7 +264,7 @@ def replay_run(run: Run) -> ReplayReport:
         state["last_frame"] = frame
         attempt = state["attempt"]
         records = (frame.get("context") or {}).get("records") or []
-        if attempt.error == WORKER_LOST and len(records) >= attempt.records_before_status:
+        if attempt.outside_engine and len(records) >= attempt.records_before_status:
             raise _StopAttempt
 
     engine = create_engine(
@@ -288,7 +283,10 @@ def replay_run(run: Run) -> ReplayReport:
         verify_completion=bool(snapshot.get("verify_completion")),
     )
     frame = None
-    for attempt in _attempts(run, main_rows):
+    engine_keys = {record["entry_key"] for record in stored_main}
+    for attempt in _attempts(run, main_rows, engine_keys):
+        if attempt.never_ran:
+            continue
         state["attempt"] = attempt
         main_managers.clear()
         report.attempts += 1
@@ -299,7 +297,9 @@ def replay_run(run: Run) -> ReplayReport:
                     attempt=attempt.number,
                     system_prompt=snapshot.get("system_prompt", ""),
                     question=run.question,
-                    history=_inherited_history(run),
+                    history=history_for_new_run(
+                        run.session, version_binding(run.session.agent_version), as_of=run
+                    ),
                 )
             else:
                 outcome = engine.resume(frame, attempt=attempt.number)
@@ -313,7 +313,8 @@ def replay_run(run: Run) -> ReplayReport:
     stored = _by_instance(
         (row.instance, row.kind, row.entry_key, row.message)
         for row in rows
-        if not (row.kind == "status" and row.message.get("error") == WORKER_LOST)
+        if not (row.instance == MAIN_INSTANCE and row.kind == "status")
+        or row.entry_key in engine_keys
     )
     replayed = _by_instance(
         (instance, record["kind"], record["entry_key"], record["message"])

@@ -134,11 +134,15 @@ def run_ask(*, user, session: Session, question) -> Run:
             if Run.objects.filter(session=session, status__in=Run.ACTIVE_STATUSES).exists():
                 raise Conflict("A run of this session is still active; wait for it or cancel it.")
             number = (session.runs.aggregate(top=Max("number"))["top"] or 0) + 1
+            # The question inherits the journal as it stands now (no run is active), even if
+            # it waits in the queue or is cancelled and resumed later.
+            journaled = Session.objects.values_list("next_seq", flat=True).get(pk=session.pk) - 1
             run = Run.objects.create(
                 session=session,
                 number=number,
                 status=Run.Status.QUEUED,
                 question=question,
+                inherited_watermark=journaled,
                 lease_expires_at=_queue_deadline(),
             )
             _enqueue(run)

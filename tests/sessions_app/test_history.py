@@ -11,6 +11,7 @@ from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, S
 from sessions_app.services.execution import run_execute
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter
+from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import (
     run_ask,
     run_cancel,
@@ -448,3 +449,21 @@ def test_a_version_published_without_a_policy_runs_on_the_character_threshold(
     log = run.checkpoint["state"]["compaction_log"]
     # Only the character threshold fires: no budget, turn or step trigger exists for it.
     assert log and {tuple(entry["trigger"]) for entry in log} == {("characters",)}
+
+
+def test_a_question_cancelled_in_the_queue_and_resumed_never_sees_later_runs(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    ask(session, alice, "NONCE-BEFORE")
+    early = run_ask(user=alice, session=session, question="NONCE-EARLY question")
+    run_cancel(user=alice, run=early)  # cancelled before any worker started it
+    ask(session, alice, "NONCE-LATER question")
+    gateway.requests.clear()
+    run_resume(user=alice, run=Run.objects.get(pk=early.pk))
+    run_execute(run_id=early.pk)
+    seen = _texts(gateway.action_requests()[0])
+    assert "NONCE-BEFORE" in seen
+    assert "NONCE-LATER" not in seen
+    assert seen.count("NONCE-EARLY question") == 1
+    assert replay_run(Run.objects.get(pk=early.pk)).ok
