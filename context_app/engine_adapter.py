@@ -14,9 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from agentloom.engine.budget import JsonBytesEstimator, ModelBudget, estimator_from_binding
+from agentloom.engine.budget import (
+    JsonBytesEstimator,
+    ModelBudget,
+    TokenEstimator,
+    estimator_from_binding,
+)
 from agentloom.engine.gateway import ModelGateway
-from agentloom.engine.policy import LegacyCharPolicy, load_policy
+from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
 from agentloom.engine.tools import BUILTIN_TOOL_NAMES, SubAgent
 from agentloom.errors import ApplicationError
 from context_app.models import AgentVersion
@@ -104,20 +109,25 @@ class RunHooks:
     supplements: Callable[[bool], list[tuple[str, str]]]
 
 
-def snapshot_policy(snapshot: dict[str, Any]):
-    """Return the trigger policy a snapshot froze (legacy character threshold without one)."""
-    if snapshot.get("context_policy") is None:
-        return LegacyCharPolicy(context_chars=settings.LEGACY_CONTEXT_CHARS)
-    return load_policy(snapshot["context_policy"])
+def run_measures(
+    snapshot: dict[str, Any], binding: dict[str, Any] | None = None
+) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
+    """Return the policy, budget and estimator a run measures its context with.
 
-
-def snapshot_budget(snapshot: dict[str, Any]) -> ModelBudget:
-    budget = snapshot["budget"]
-    return ModelBudget(
-        context_window=budget["context_window"],
-        max_output_tokens=budget["max_output_tokens"],
-        safety_margin_tokens=budget["safety_margin_tokens"],
-    )
+    What a checkpoint's `binding` names wins (a run keeps what it started with); anything it
+    does not name comes from the version's frozen snapshot. A snapshot without a context policy
+    is a legacy version and gets the character threshold.
+    """
+    binding = binding or {}
+    if "policy" in binding:
+        policy = load_policy(binding["policy"])
+    elif snapshot.get("context_policy") is None:
+        policy = LegacyCharPolicy(context_chars=settings.LEGACY_CONTEXT_CHARS)
+    else:
+        policy = load_policy(snapshot["context_policy"])
+    budget = ModelBudget.from_dict(binding.get("budget") or snapshot["budget"])
+    estimator = estimator_from_binding(binding.get("estimator") or snapshot.get("estimator"))
+    return policy, budget, estimator
 
 
 def version_binding(version: AgentVersion) -> dict[str, Any]:
@@ -126,11 +136,11 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
     one run can be matched against the binding of the next.
     """
-    snapshot = version.snapshot
+    policy, budget, estimator = run_measures(version.snapshot)
     return {
-        "policy": snapshot_policy(snapshot).to_dict(),
-        "budget": snapshot_budget(snapshot).to_dict(),
-        "estimator": estimator_from_binding(snapshot.get("estimator")).binding(),
+        "policy": policy.to_dict(),
+        "budget": budget.to_dict(),
+        "estimator": estimator.binding(),
     }
 
 
@@ -140,12 +150,13 @@ def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
 
     snapshot = version.snapshot
     gateway, secrets = gateway_for(version)
+    policy, budget, estimator = run_measures(snapshot)
     return create_engine(
         gateway,
         [name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES],
-        snapshot_policy(snapshot),
-        snapshot_budget(snapshot),
-        estimator=estimator_from_binding(snapshot.get("estimator")),
+        policy,
+        budget,
+        estimator=estimator,
         limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
         save=hooks.save,
         on_model_call=hooks.on_model_call,

@@ -10,11 +10,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from agentloom.engine.budget import ModelBudget, estimator_from_binding
-from agentloom.engine.policy import load_policy
 from agentloom.engine.tools import DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import NotFound
-from context_app.engine_adapter import snapshot_budget, snapshot_policy
+from context_app.engine_adapter import run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
 
 JOURNAL_LIMIT_DEFAULT = 100
@@ -136,14 +134,7 @@ def run_context(run: Run) -> dict[str, Any]:
     """
     frame = run.checkpoint or {}
     snapshot = run.session.agent_version.snapshot
-    binding = frame.get("binding") or {}
-    policy = load_policy(binding["policy"]) if "policy" in binding else snapshot_policy(snapshot)
-    budget = (
-        ModelBudget.from_dict(binding["budget"])
-        if "budget" in binding
-        else snapshot_budget(snapshot)
-    )
-    estimator = estimator_from_binding(binding.get("estimator") or snapshot.get("estimator"))
+    policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
     messages = list(frame.get("messages") or [])
     estimate = estimator.estimate(messages, _offered_tools(snapshot)) if messages else 0
     return {

@@ -18,7 +18,6 @@ from typing import Any
 
 from django.conf import settings
 
-from agentloom.engine.budget import estimator_from_binding
 from agentloom.engine.context import JournalContextManager
 from agentloom.engine.engine import ExecutionLimits, create_engine
 from agentloom.engine.errors import GatewayError, ToolError
@@ -26,7 +25,7 @@ from agentloom.engine.frame import iter_frame_records
 from agentloom.engine.gateway import ModelResponse, ScriptedGateway
 from agentloom.engine.protocol import UNKNOWN_RESULT
 from agentloom.engine.tools import SubAgent, Tool, builtin_tools
-from context_app.engine_adapter import snapshot_budget, snapshot_policy, version_binding
+from context_app.engine_adapter import run_measures, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.services.history import (
     compliant_view,
@@ -267,12 +266,13 @@ def replay_run(run: Run) -> ReplayReport:
         if attempt.outside_engine and len(records) >= attempt.records_before_status:
             raise _StopAttempt
 
+    policy, budget, estimator = run_measures(snapshot)
     engine = create_engine(
         gateway,
         tools,
-        snapshot_policy(snapshot),
-        snapshot_budget(snapshot),
-        estimator=estimator_from_binding(snapshot.get("estimator")),
+        policy,
+        budget,
+        estimator=estimator,
         limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
         context_manager=manager_factory,
         save=save,

@@ -97,3 +97,28 @@ def test_importing_the_engine_loads_neither_django_nor_celery():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_sqlite_is_shared_safely_by_web_and_worker(tmp_path):
+    """WAL, BEGIN IMMEDIATE and a 20 s busy timeout, so two processes can write in turn."""
+    code = (
+        "import django; django.setup();"
+        "from django.db import connection;"
+        "cursor = connection.cursor();"
+        "print(cursor.execute('PRAGMA journal_mode').fetchone()[0],"
+        " connection.settings_dict['OPTIONS']['transaction_mode'],"
+        " connection.settings_dict['OPTIONS']['timeout'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(
+        {
+            "AGENTLOOM_VAR_DIR": str(tmp_path / "var"),
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "agentloom.settings",
+        }
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["wal", "IMMEDIATE", "20"]
