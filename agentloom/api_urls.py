@@ -1,4 +1,4 @@
-"""REST API routes under /api/ (see ../shared/API.md).
+"""REST API routes under /api/ (the contract is listed in README.md).
 
 Every path matches with or without its trailing slash; the schema shows the contract's spelling.
 """

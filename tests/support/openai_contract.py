@@ -15,12 +15,8 @@ from typing import Any
 
 import jsonschema
 
-SCHEMA_PATH = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "vendor"
-    / ("openai-chat-and-models.schema.json")
-)
+# Vendored with its origin and licence noted in vendor/README.md.
+SCHEMA_PATH = Path(__file__).resolve().parent / "vendor" / "openai-chat-and-models.schema.json"
 
 
 @functools.cache
