@@ -198,7 +198,14 @@ def bench_history_load() -> list[tuple]:
 
 
 def bench_journal_sync(run_length: int, runs: int) -> float:
-    """Return records/s syncing `runs` runs of `run_length` records, 10 new records per save."""
+    """Return records/s syncing `runs` runs of `run_length` records, 10 new records per save.
+
+    The frame grows as the engine grows it (every record shown in the view); each save hands
+    over the checkpoint by reference and the records added since the last one.
+    """
+    from agentloom.engine.engine import Checkpoint
+    from agentloom.engine.frame import InstanceFrame
+    from agentloom.engine.records import Record
     from sessions_app.models import Run
     from sessions_app.services.journal import JournalWriter
 
@@ -207,30 +214,16 @@ def bench_journal_sync(run_length: int, runs: int) -> float:
     for number in range(1, runs + 1):
         run = Run.objects.create(session=session, number=number, status="succeeded", question="q")
         writer = JournalWriter(run, lease_owner=None)
-        records: list[dict] = []
-        frame = {
-            "format": 1,
-            "instance": "main",
-            "messages": [],
-            "state": {},
-            "context": {"records": records, "compactions": []},
-            "binding": {},
-        }
+        frame = InstanceFrame(instance="main", messages=[{"role": "system", "content": "s"}])
         started = time.perf_counter()
         for n in range(run_length):
-            records.append(
-                {
-                    "seq": n + 1,
-                    "kind": "assistant",
-                    "entry_key": f"assistant:{n + 1}",
-                    "message": {"role": "assistant", "content": f"step {n} " + "y" * 200},
-                    "at": f"2026-11-30T00:{n // 60 % 60:02d}:{n % 60:02d}+00:00",
-                }
-            )
-            if len(records) % batch == 0:
-                # The engine saves the whole frame (view + records) at every step.
-                frame["messages"] = [r["message"] for r in records[-40:]]
-                writer.sync(frame)
+            message = {"role": "assistant", "content": f"step {n} " + "y" * 200}
+            at = f"2026-11-30T00:{n // 60 % 60:02d}:{n % 60:02d}+00:00"
+            frame.add_record(Record(n + 1, "assistant", message, f"assistant:{n + 1}", at))
+            frame.show(message, {"own": n + 1})
+            if n % batch == batch - 1:
+                writer.sync(Checkpoint.of(frame))
+                frame.mark_saved()
         elapsed += time.perf_counter() - started
         total += run_length
     return total / elapsed

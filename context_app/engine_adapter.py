@@ -20,8 +20,10 @@ from agentloom.engine.budget import (
     TokenEstimator,
     estimator_from_binding,
 )
+from agentloom.engine.engine import Checkpoint
 from agentloom.engine.gateway import ModelGateway
 from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
+from agentloom.engine.refs import RecordStore
 from agentloom.engine.tools import BUILTIN_TOOL_NAMES, SubAgent
 from agentloom.errors import ApplicationError
 from context_app.models import AgentVersion
@@ -103,10 +105,12 @@ def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
 class RunHooks:
     """What the application service plugs into an engine for one run execution."""
 
-    save: Callable[[dict[str, Any]], None]
+    save: Callable[[Checkpoint], None]
     on_model_call: Callable[[Any], None]
     should_cancel: Callable[[], bool]
     supplements: Callable[[bool], list[tuple[str, str]]]
+    # Where the run's by-reference checkpoints find the records they refer to.
+    record_store: RecordStore | None = None
 
 
 def run_measures(
@@ -146,7 +150,7 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
 
 def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with `hooks` plugged in."""
-    from agentloom.engine.engine import ExecutionLimits, create_engine
+    from agentloom.engine.engine import EngineConfig, ExecutionLimits, create_engine
 
     snapshot = version.snapshot
     gateway, secrets = gateway_for(version)
@@ -165,4 +169,5 @@ def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
         secrets=secrets,
         sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
         verify_completion=bool(snapshot.get("verify_completion")),
+        config=EngineConfig(record_store=hooks.record_store),
     )

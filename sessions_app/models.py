@@ -106,6 +106,9 @@ class SessionMessage(models.Model):
     instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     entry_key = models.CharField(max_length=200)
+    # The record's seq within its instance, for records an engine frame holds (by-reference
+    # frames find their own records by it); null for rows written outside the engine.
+    local_seq = models.PositiveIntegerField(null=True, blank=True)
     message = encrypt(models.JSONField())
     created_at = models.DateTimeField()
 
@@ -119,6 +122,7 @@ class SessionMessage(models.Model):
         ]
         indexes = [
             models.Index(fields=["session", "instance", "seq"], name="journal_instance_seq"),
+            models.Index(fields=["run", "instance", "local_seq"], name="journal_local_seq"),
         ]
 
     def __str__(self) -> str:
@@ -126,12 +130,20 @@ class SessionMessage(models.Model):
 
 
 class SessionView(models.Model):
-    """A reusable compacted main-instance view, valid for the journal prefix up to `watermark`."""
+    """A reusable compacted main-instance view, valid for the journal prefix up to `watermark`.
+
+    Stored by reference: `entries` (clear) lists the view in order, each item either a reference
+    to a journal record with how it is shown (`{"s": seq, "as": …}`, see `agentloom.engine.refs`)
+    or `{"i": n}`, the n-th of the `messages` that exist nowhere else (the handoff summary,
+    placeholders, notes), which alone are stored, encrypted. Views saved before references
+    existed have no entries and hold every message in `messages`.
+    """
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="views")
     revision = models.PositiveIntegerField()
     watermark = models.PositiveBigIntegerField()
     messages = encrypt(models.JSONField())
+    entries = models.JSONField(default=list, blank=True)
     user_turns = models.PositiveIntegerField(default=0)
     model_steps = models.PositiveIntegerField(default=0)
     baseline_user_turns = models.PositiveIntegerField(default=0)
@@ -141,12 +153,19 @@ class SessionView(models.Model):
     snapshot_revision = models.PositiveIntegerField(default=0)
     # Policy, budget and estimator the view was made under; reused only under an equal binding.
     binding = models.JSONField(default=dict)
+    # A digest of `binding`, so a new run finds its views by index without reading any other.
+    binding_key = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["session_id", "revision"]
         constraints = [
             models.UniqueConstraint(fields=["session", "revision"], name="unique_view_revision"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["session", "binding_key", "watermark"], name="view_binding_watermark"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -195,3 +214,35 @@ class ModelCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} call of run {self.run_id}"
+
+
+class JournalReference(models.Model):
+    """A journal record that a saved view refers to, so the database keeps it while it is used.
+
+    One row per record referenced one by one by a reusable view or by a run's compaction
+    snapshot. `RESTRICT` makes deleting a referenced record fail unless its referrer goes in the
+    same deletion (a whole session).
+    """
+
+    message = models.ForeignKey(
+        SessionMessage, on_delete=models.RESTRICT, related_name="references"
+    )
+    view = models.ForeignKey(
+        SessionView, null=True, blank=True, on_delete=models.CASCADE, related_name="references"
+    )
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="references"
+    )
+    snapshot_revision = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(view__isnull=False, run__isnull=True)
+                | models.Q(view__isnull=True, run__isnull=False, snapshot_revision__isnull=False),
+                name="reference_has_one_referrer",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reference to #{self.message_id}"

@@ -14,6 +14,7 @@ from agentloom.engine.tools import DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import NotFound
 from context_app.engine_adapter import run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
+from sessions_app.services.checkpoints import full_checkpoint
 
 JOURNAL_LIMIT_DEFAULT = 100
 JOURNAL_LIMIT_MAX = 200
@@ -95,7 +96,11 @@ def journal_page(
 
 def views_of(session: Session) -> QuerySet[SessionView]:
     """Return the session's reusable views without their (encrypted) messages."""
-    return SessionView.objects.filter(session=session).defer("messages").order_by("revision")
+    return (
+        SessionView.objects.filter(session=session)
+        .defer("messages", "entries")
+        .order_by("revision")
+    )
 
 
 def model_calls_of(run: Run) -> QuerySet[ModelCall]:
@@ -132,7 +137,7 @@ def run_context(run: Run) -> dict[str, Any]:
     uses); before the first checkpoint they come from the frozen version snapshot. `estimate`
     measures the next action request: the view plus the tool schemas the version offers.
     """
-    frame = run.checkpoint or {}
+    frame = full_checkpoint(run) or {}
     snapshot = run.session.agent_version.snapshot
     policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
     messages = list(frame.get("messages") or [])

@@ -21,7 +21,9 @@ from agentloom.engine.compaction import (
 from agentloom.engine.context import ContextManager, JournalContextManager, PreparedContext
 from agentloom.engine.engine import (
     DEFAULT_MAX_MODEL_CALLS,
+    Checkpoint,
     Engine,
+    EngineConfig,
     ExecutionLimits,
     ModelCallRecord,
     RunOutcome,
@@ -70,6 +72,7 @@ from agentloom.engine.projection import (
 )
 from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS, protocol_problems
 from agentloom.engine.records import KINDS, MAIN_INSTANCE, Counters, Record
+from agentloom.engine.refs import RecordStore, materialize
 from agentloom.engine.tools import (
     BUILTIN_TOOL_NAMES,
     SubAgent,
@@ -91,6 +94,7 @@ __all__ = [
     "PURPOSES",
     "TOOL_RESULT_VIEW_CHARS",
     "BudgetCompactionPolicy",
+    "Checkpoint",
     "CompactionOutcome",
     "CompactionPolicy",
     "CompactionRequest",
@@ -100,6 +104,7 @@ __all__ = [
     "ContextPolicy",
     "Counters",
     "Engine",
+    "EngineConfig",
     "EngineError",
     "ExecutionLimits",
     "ExecutionState",
@@ -121,6 +126,7 @@ __all__ = [
     "PreparedContext",
     "ProjectedHistory",
     "Record",
+    "RecordStore",
     "ReusableView",
     "RunOutcome",
     "ScriptedGateway",
@@ -136,6 +142,7 @@ __all__ = [
     "estimator_from_binding",
     "iter_frame_records",
     "load_policy",
+    "materialize",
     "project_history",
     "protocol_problems",
     "reusable_views",

@@ -32,7 +32,7 @@ from agentloom.engine.compaction import (
     CompactionRequest,
 )
 from agentloom.engine.errors import ConfigurationError, ContextBudgetExceeded, EngineError
-from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext
+from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
 from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine.policy import TriggerPolicy
 from agentloom.engine.projection import ProjectedHistory
@@ -40,7 +40,6 @@ from agentloom.engine.protocol import (
     FEEDBACK_PREFIX,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
-    cap_tool_result,
     clean_assistant_message,
     message_text,
     protocol_problems,
@@ -59,6 +58,7 @@ from agentloom.engine.records import (
     tool_key,
 )
 from agentloom.engine.redaction import Redactor
+from agentloom.engine.refs import Origin, materialize
 
 __all__ = [
     "VERIFIER_INSTRUCTIONS",
@@ -209,9 +209,13 @@ class JournalContextManager(ContextManager):
         if problems:
             raise ConfigurationError("history", f"breaks the tool-call protocol: {problems[0]}")
         system = {"role": "system", "content": self.redactor.text(system_prompt)}
+        # History projected from the journal is stored as one reference to its block.
+        origins = block_origins(history.origins) if history.from_journal else []
         self._frame = InstanceFrame(
             instance=instance,
             messages=[system, *inherited],
+            origins=[None, *origins],
+            history=history.block() if history.from_journal else None,
             state=ExecutionState(run_number=run_number, attempt=attempt),
             counters=Counters(
                 user_turns=history.user_turns,
@@ -225,9 +229,9 @@ class JournalContextManager(ContextManager):
         self._index_records()
         self._frame.state.task_index = len(self._frame.messages)
         message = {"role": "user", "content": self.redactor.text(task)}
-        self._append("user_input", message, USER_INPUT_KEY)
+        record = self._append("user_input", message, USER_INPUT_KEY)
         self._frame.counters.user_turns += 1
-        self._show(message)
+        self._show(message, {"own": record.seq})
 
     def restore(self, frame: InstanceFrame) -> None:
         self._frame = frame
@@ -264,7 +268,7 @@ class JournalContextManager(ContextManager):
             raise EngineError(f"entry key {entry_key!r} is already used in {frame.instance}")
         seq = frame.records[-1].seq + 1 if frame.records else 1
         record = Record(seq, kind, message, entry_key, iso_utc(self.clock()))
-        frame.records.append(record)
+        frame.add_record(record)
         self._keys.add(entry_key)
         self._kinds[kind] = self._kinds.get(kind, 0) + 1
         return record
@@ -272,8 +276,8 @@ class JournalContextManager(ContextManager):
     def _count(self, kind: str) -> int:
         return self._kinds.get(kind, 0)
 
-    def _show(self, message: dict[str, Any]) -> None:
-        self.frame.messages.append(message)
+    def _show(self, message: dict[str, Any], origin: Origin = None) -> None:
+        self.frame.show(message, origin)
 
     def add_assistant(self, message: dict[str, Any]) -> Record:
         if self.has_open_group:
@@ -287,7 +291,7 @@ class JournalContextManager(ContextManager):
             call["id"] = f"{prefix}-{step}-{number}"
         record = self._append("assistant", cleaned, assistant_key(step))
         frame.counters.model_steps += 1
-        self._show(cleaned)
+        self._show(cleaned, {"own": record.seq})
         state.pending_tool_calls = [
             {
                 "id": call["id"],
@@ -305,8 +309,8 @@ class JournalContextManager(ContextManager):
             raise EngineError(f"tool call {call_id!r} is not pending")
         message = {"role": "tool", "tool_call_id": call_id, "content": self.redactor.text(content)}
         record = self._append("tool_result", message, tool_key(call_id))
-        shown = cap_tool_result(message["content"], self.tool_result_chars)
-        self._show({**message, "content": shown})
+        origin = {"own": record.seq, "cap": self.tool_result_chars}
+        self._show(materialize(origin, message), origin)
         state.pending_tool_calls = [c for c in state.pending_tool_calls if c["id"] != call_id]
         if not state.pending_tool_calls:
             state.call_boundary = None
@@ -321,7 +325,7 @@ class JournalContextManager(ContextManager):
         if self.has_open_group:
             self.frame.state.deferred_messages = [*self.frame.state.deferred_messages, message]
         else:
-            self._show(message)
+            self._show(message, {"own": record.seq})
         return record
 
     def add_status(self, status: str, error: str | None) -> Record:
@@ -353,8 +357,9 @@ class JournalContextManager(ContextManager):
         queued, state.queued_supplements = state.queued_supplements, []
         for item in queued:
             message = {"role": "user", "content": item["text"]}
-            accepted.append(self._append("supplement", message, supplement_key(item["source_key"])))
-            self._show(message)
+            record = self._append("supplement", message, supplement_key(item["source_key"]))
+            accepted.append(record)
+            self._show(message, {"own": record.seq})
         return accepted
 
     def settle_pending(self) -> list[Record]:
@@ -474,10 +479,16 @@ class JournalContextManager(ContextManager):
         if outcome.succeeded and outcome.messages is not None:
             revision = len(frame.compactions) + 1
             frame.counters.advance_baselines()
-            frame.messages = list(self.redactor.value(outcome.messages))
+            # Kept messages are the view's own dicts, so they keep their origins; the summary
+            # (and anything else a policy made) is new and stored inline.
+            known = {
+                id(message): origin
+                for message, origin in zip(frame.messages, frame.origins, strict=True)
+            }
+            origins = [known.get(id(message)) for message in outcome.messages]
+            frame.replace_view(list(self.redactor.value(outcome.messages)), origins)
             frame.state.task_index = outcome.task_index
-            frame.compactions = [
-                *frame.compactions,
+            frame.add_snapshot(
                 {
                     "revision": revision,
                     "covered_seq": covered_seq,
@@ -486,7 +497,8 @@ class JournalContextManager(ContextManager):
                     "counters": frame.counters.to_dict(),
                     "metrics": outcome.metrics(),
                 },
-            ]
+                list(origins),
+            )
         metrics = outcome.metrics()
         frame.state.compaction_log = [
             *frame.state.compaction_log,

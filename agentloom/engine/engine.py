@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine.budget import (
@@ -32,6 +32,7 @@ from agentloom.engine.context import ContextManager, JournalContextManager
 from agentloom.engine.errors import (
     ConfigurationError,
     ContextBudgetExceeded,
+    EngineError,
     GatewayError,
     ModelCallLimitReached,
     ToolError,
@@ -41,8 +42,9 @@ from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine.policy import TriggerPolicy, load_policy
 from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import message_text
-from agentloom.engine.records import MAIN_INSTANCE
+from agentloom.engine.records import MAIN_INSTANCE, Record
 from agentloom.engine.redaction import Redactor
+from agentloom.engine.refs import RecordStore
 from agentloom.engine.tools import (
     DelegateTool,
     SubAgent,
@@ -55,7 +57,9 @@ from agentloom.engine.tools import (
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
+    "Checkpoint",
     "Engine",
+    "EngineConfig",
     "ExecutionLimits",
     "ModelCallRecord",
     "RunOutcome",
@@ -78,6 +82,45 @@ class ExecutionLimits:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    """Options of an engine beyond its model, tools, policy and budget.
+
+    `record_store` is where `format: 2` checkpoints find the journal records and inherited
+    history they refer to; without it only self-contained `format: 1` frames can be resumed.
+    """
+
+    record_store: RecordStore | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one save hands the application: the frame by reference and the records it adds.
+
+    `frame` is `format: 2` (no records, views as references); `records` are the
+    `(instance, Record)` pairs not journaled yet, in journal order. Storing both in one
+    transaction keeps every reference resolvable.
+    """
+
+    frame: dict[str, Any]
+    records: list[tuple[str, Record]]
+    _source: InstanceFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return (self.frame.get("context") or {}).get("counters") or {}
+
+    def full(self) -> dict[str, Any]:
+        """Return the same moment as a self-contained `format: 1` frame (call it during save)."""
+        if self._source is None:
+            raise EngineError("this checkpoint has no frame to expand")
+        return self._source.to_dict()
+
+    @classmethod
+    def of(cls, frame: InstanceFrame) -> Checkpoint:
+        return cls(frame=frame.encode(), records=frame.unsaved(), _source=frame)
+
+
+@dataclass(frozen=True)
 class ModelCallRecord:
     """One gateway call as reported to `on_model_call`, redacted."""
 
@@ -97,8 +140,13 @@ class RunOutcome:
     status: str  # "succeeded" | "failed" | "cancelled"
     answer: str | None
     error: str | None
-    frame: dict[str, Any]
+    checkpoint: Checkpoint
     candidate_answer: str | None = None
+
+    @property
+    def frame(self) -> dict[str, Any]:
+        """Return the final frame as self-contained `format: 1` data."""
+        return self.checkpoint.full()
 
 
 ContextManagerFactory = Callable[..., ContextManager]
@@ -118,7 +166,7 @@ class Engine:
         compaction_policy: CompactionPolicy | None,
         estimator: TokenEstimator,
         limits: ExecutionLimits,
-        save: Callable[[dict[str, Any]], None] | None,
+        save: Callable[[Checkpoint], None] | None,
         on_model_call: Callable[[ModelCallRecord], None] | None,
         should_cancel: Callable[[], bool] | None,
         supplements: Callable[[bool], list[tuple[str, str]]] | None,
@@ -127,8 +175,10 @@ class Engine:
         sleeper: Callable[[float], None],
         sub_agents: Iterable[SubAgent],
         verify_completion: bool,
+        config: EngineConfig,
     ):
         self.gateway = gateway
+        self.config = config
         self.policy = policy
         self.budget = budget
         self.context_manager = context_manager
@@ -182,7 +232,9 @@ class Engine:
         Pending tool calls get an `unknown` result and are not re-executed; the model-call limit
         starts again; counters and baselines come from the checkpoint.
         """
-        frame = InstanceFrame.from_dict(self.redactor.value(frame_dict))
+        frame = InstanceFrame.from_dict(
+            self.redactor.value(frame_dict), store=self.config.record_store
+        )
         policy, budget, estimator = self._bound(frame.binding)
         execution = _Execution(self, policy, budget, estimator)
         context = execution.new_context()
@@ -244,13 +296,15 @@ class _Execution:
             status=status,
             answer=answer if status == "succeeded" else None,
             error=error,
-            frame=context.frame.to_dict(),
+            checkpoint=Checkpoint.of(context.frame),
             candidate_answer=state.candidate_answer,
         )
 
     def save_main(self) -> None:
         if self.engine.save is not None and self.main is not None:
-            self.engine.save(self.main.frame.to_dict())
+            frame = self.main.frame
+            self.engine.save(Checkpoint.of(frame))
+            frame.mark_saved()
 
     def cancel_requested(self) -> bool:
         return bool(self.engine.should_cancel and self.engine.should_cancel())
@@ -329,6 +383,7 @@ class _Execution:
             run_number=state.run_number,
             attempt=state.attempt,
         )
+        main.frame.children[child_id] = child.frame
         toolset = build_toolset(sub_agent.tools, self.engine.registry)
         status, answer, error = _InstanceLoop(self, child, toolset, parent=main).run()
         if status != "succeeded":
@@ -357,9 +412,7 @@ class _InstanceLoop:
         return self.parent is None
 
     def save(self) -> None:
-        if self.parent is not None:
-            frame = self.context.frame
-            self.parent.managed.state.children[frame.instance] = frame.to_dict()
+        # A child's frame hangs in its parent's, so saving the main frame saves every instance.
         self.execution.save_main()
 
     def take_supplements(self, *, final: bool) -> int:
@@ -494,7 +547,7 @@ def create_engine(
     compaction_policy: CompactionPolicy | None = None,
     estimator: TokenEstimator | None = None,
     limits: ExecutionLimits | None = None,
-    save: Callable[[dict[str, Any]], None] | None = None,
+    save: Callable[[Checkpoint], None] | None = None,
     on_model_call: Callable[[ModelCallRecord], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None,
@@ -503,6 +556,7 @@ def create_engine(
     sub_agents: Iterable[SubAgent | Mapping[str, Any]] = (),
     verify_completion: bool = False,
     sleeper: Callable[[float], None] = time.sleep,
+    config: EngineConfig | None = None,
 ) -> Engine:
     """Return an engine for one published version.
 
@@ -533,4 +587,5 @@ def create_engine(
         sleeper=sleeper,
         sub_agents=[s if isinstance(s, SubAgent) else SubAgent.from_dict(s) for s in sub_agents],
         verify_completion=verify_completion,
+        config=config or EngineConfig(),
     )

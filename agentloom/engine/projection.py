@@ -20,14 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.protocol import (
-    FEEDBACK_PREFIX,
-    TOOL_RESULT_VIEW_CHARS,
-    UNKNOWN_RESULT,
-    cap_tool_result,
-    message_text,
-)
+from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS, UNKNOWN_RESULT
 from agentloom.engine.records import MAIN_INSTANCE
+from agentloom.engine.refs import Origin, materialize
 
 __all__ = ["JournalRecord", "ProjectedHistory", "ReusableView", "project_history"]
 
@@ -54,12 +49,15 @@ class ReusableView:
     baseline_user_turns: int = 0
     baseline_model_steps: int = 0
     revision: int | None = None
+    # Where each message came from (see `refs`); None when the view was stored inline.
+    origins: list[Origin] | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ReusableView:
         return cls(
             watermark=int(data["watermark"]),
             messages=list(data["messages"]),
+            origins=list(data["origins"]) if data.get("origins") is not None else None,
             user_turns=int(data.get("user_turns", 0)),
             model_steps=int(data.get("model_steps", 0)),
             baseline_user_turns=int(data.get("baseline_user_turns", 0)),
@@ -79,10 +77,28 @@ class ProjectedHistory:
     baseline_user_turns: int = 0
     baseline_model_steps: int = 0
     view_revision: int | None = None
+    # Where each message came from (see `refs`), aligned with `messages`.
+    origins: list[Origin] = field(default_factory=list)
+    # The view's watermark: the records projected after the view are those in (after, watermark].
+    after: int = 0
+    tool_result_chars: int = TOOL_RESULT_VIEW_CHARS
+    # True when made by `project_history`: a store can then rebuild it from `block()`.
+    from_journal: bool = False
 
+    def __post_init__(self) -> None:
+        if len(self.origins) < len(self.messages):
+            # History given as plain messages (tests, legacy callers) is stored inline.
+            self.origins = [*self.origins, *([None] * (len(self.messages) - len(self.origins)))]
 
-def _tool_message(call_id: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+    def block(self) -> dict[str, Any]:
+        """Return how a checkpoint names this history, so a store can rebuild it exactly."""
+        return {
+            "view": self.view_revision,
+            "after": self.after,
+            "upto": self.watermark,
+            "count": len(self.messages),
+            "cap": self.tool_result_chars,
+        }
 
 
 class _OpenGroup:
@@ -95,15 +111,24 @@ class _OpenGroup:
 
 
 class _Projector:
-    def __init__(self, messages: list[dict[str, Any]], cap: int):
-        self.out = messages
+    def __init__(self, history: ProjectedHistory, cap: int):
+        self.out = history.messages
+        self.origins = history.origins
         self.cap = cap
         self.group: _OpenGroup | None = None
-        self.deferred: list[dict[str, Any]] = []
+        self.deferred: list[tuple[dict[str, Any], Origin]] = []
         # (run id, original call id) -> (rewritten id, tool name), to describe late results.
         self.calls: dict[tuple[Any, str], tuple[str, str]] = {}
         # Calls whose recorded result has been placed, in their group or as a late note.
         self.answered: set[tuple[Any, str]] = set()
+
+    def emit(self, message: dict[str, Any], origin: Origin) -> None:
+        self.out.append(message)
+        self.origins.append(origin)
+
+    def made(self, record: JournalRecord, origin: dict[str, Any]) -> None:
+        """Show `record` as `origin` says (the one transform a rebuilt view also uses)."""
+        self.emit(materialize(origin, record.message), origin)
 
     def close_group(self) -> None:
         group = self.group
@@ -111,53 +136,39 @@ class _Projector:
             return
         for original, rewritten in group.ids.items():
             if original not in group.answered:
-                self.out.append(_tool_message(rewritten, UNKNOWN_RESULT))
+                placeholder = {"role": "tool", "tool_call_id": rewritten, "content": UNKNOWN_RESULT}
+                self.emit(placeholder, None)
         self.group = None
-        self.out.extend(self.deferred)
+        for message, origin in self.deferred:
+            self.emit(message, origin)
         self.deferred.clear()
 
-    def note(self, text: str) -> None:
-        message = {"role": "user", "content": text}
+    def note(self, message: dict[str, Any], origin: Origin) -> None:
         if self.group is None:
-            self.out.append(message)
+            self.emit(message, origin)
         else:
-            self.deferred.append(message)
+            self.deferred.append((message, origin))
+
+    def note_of(self, record: JournalRecord, origin: dict[str, Any]) -> None:
+        self.note(materialize(origin, record.message), origin)
 
     def assistant(self, record: JournalRecord) -> None:
         self.close_group()
-        message = record.message
-        calls = message.get("tool_calls") or []
-        content = message.get("content")
-        if content is not None and not isinstance(content, str):
-            content = message_text(message)
+        origin = {"s": record.seq, "as": "assistant"}
+        message = materialize(origin, record.message)
+        self.emit(message, origin)
+        calls = record.message.get("tool_calls") or []
         if not calls:
-            self.out.append({"role": "assistant", "content": content or ""})
             return
         ids: dict[str, str] = {}
-        rewritten_calls = []
-        for number, call in enumerate(calls, start=1):
-            function = call.get("function") or {}
-            arguments = function.get("arguments", "")
-            if not isinstance(arguments, str):
-                arguments = json.dumps(arguments, ensure_ascii=False)
-            new_id = f"h{record.seq}_{number}"
-            original = str(call.get("id") or new_id)
-            ids[original] = new_id
-            name = str(function.get("name") or "")
-            self.calls[(record.run_id, original)] = (new_id, name)
-            rewritten_calls.append(
-                {
-                    "id": new_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-            )
-        self.out.append({"role": "assistant", "content": content, "tool_calls": rewritten_calls})
+        for call, rewritten in zip(calls, message["tool_calls"], strict=True):
+            original = str(call.get("id") or rewritten["id"])
+            ids[original] = rewritten["id"]
+            self.calls[(record.run_id, original)] = (rewritten["id"], rewritten["function"]["name"])
         self.group = _OpenGroup(record.run_id, ids)
 
     def tool_result(self, record: JournalRecord) -> None:
         original = str(record.message.get("tool_call_id") or "")
-        content = cap_tool_result(message_text(record.message), self.cap)
         key = (record.run_id, original)
         group = self.group
         if (
@@ -168,7 +179,8 @@ class _Projector:
         ):
             group.answered.add(original)
             self.answered.add(key)
-            self.out.append(_tool_message(group.ids[original], content))
+            origin = {"s": record.seq, "as": "tool", "id": group.ids[original], "cap": self.cap}
+            self.made(record, origin)
             if len(group.answered) == len(group.ids):
                 self.close_group()
             return
@@ -176,12 +188,13 @@ class _Projector:
             rewritten, name = self.calls[key]
             which = "another" if key in self.answered else "late"
             self.answered.add(key)
-            self.note(
+            prefix = (
                 f"[{which} tool result of call {rewritten} ({name}) from run {record.run_id}; "
-                f"recorded after its turn had closed]\n{content}"
+                f"recorded after its turn had closed]\n"
             )
-            return
-        self.note(f"[tool result of unknown call {original!r} from run {record.run_id}]\n{content}")
+        else:
+            prefix = f"[tool result of unknown call {original!r} from run {record.run_id}]\n"
+        self.note_of(record, {"s": record.seq, "as": "note", "prefix": prefix, "cap": self.cap})
 
     def add(self, record: JournalRecord) -> None:
         kind = record.kind
@@ -191,19 +204,19 @@ class _Projector:
             self.tool_result(record)
         elif kind == "user_input":
             self.close_group()
-            self.out.append({"role": "user", "content": message_text(record.message)})
+            self.made(record, {"s": record.seq, "as": "user"})
         elif kind == "supplement":
-            self.note(message_text(record.message))
+            self.note_of(record, {"s": record.seq, "as": "user"})
         elif kind == "feedback":
-            text = message_text(record.message)
-            self.note(text if text.startswith(FEEDBACK_PREFIX) else FEEDBACK_PREFIX + text)
+            self.note_of(record, {"s": record.seq, "as": "feedback"})
         elif kind == "status":
             status = record.message.get("status")
             error = record.message.get("error")
             suffix = f": {error}" if error else ""
-            self.note(f"[run {record.run_id} {status}{suffix}]")
+            self.note({"role": "user", "content": f"[run {record.run_id} {status}{suffix}]"}, None)
         else:
-            self.note(f"[{kind} record] {json.dumps(record.message, ensure_ascii=False)}")
+            text = json.dumps(record.message, ensure_ascii=False)
+            self.note({"role": "user", "content": f"[{kind} record] {text}"}, None)
 
 
 def project_history(
@@ -219,18 +232,22 @@ def project_history(
     """
     if view is not None and not isinstance(view, ReusableView):
         view = ReusableView.from_mapping(view)
-    history = ProjectedHistory()
+    history = ProjectedHistory(tool_result_chars=tool_result_chars, from_journal=True)
     if view is not None:
         history = ProjectedHistory(
             messages=list(view.messages),
+            origins=list(view.origins) if view.origins is not None else [],
             watermark=view.watermark,
+            after=view.watermark,
             user_turns=view.user_turns,
             model_steps=view.model_steps,
             baseline_user_turns=view.baseline_user_turns,
             baseline_model_steps=view.baseline_model_steps,
             view_revision=view.revision,
+            tool_result_chars=tool_result_chars,
+            from_journal=True,
         )
-    projector = _Projector(history.messages, tool_result_chars)
+    projector = _Projector(history, tool_result_chars)
     floor = history.watermark
     for record in records:
         # Child instances' inner messages are not inherited; only the main instance's are.

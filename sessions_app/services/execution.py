@@ -16,6 +16,7 @@ from django.utils import timezone
 from agentloom.errors import ApplicationError
 from context_app.engine_adapter import RunHooks, build_engine, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
@@ -75,6 +76,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         on_model_call=lambda call: _record_model_call(run_id, call),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
+        record_store=JournalStore(run),
     )
     try:
         engine = build_engine(version, hooks)
@@ -106,7 +108,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
     try:
         writer.sync(
-            outcome.frame,
+            outcome.checkpoint,
             status=outcome.status,
             answer=outcome.answer,
             error=outcome.error or "",

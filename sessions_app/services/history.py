@@ -1,29 +1,23 @@
-"""The history a new run inherits: best compliant view + main-instance records after it."""
+"""The history a new run inherits: best compliant view + main-instance records after it.
+
+With a reusable view, loading costs the view's references plus the records after its watermark;
+without one, one query and one decryption per main-instance record.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentloom.engine.projection import JournalRecord, ProjectedHistory, project_history
+from agentloom.engine.projection import (
+    JournalRecord,
+    ProjectedHistory,
+    ReusableView,
+    project_history,
+)
+from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS
+from agentloom.engine.refs import Origin
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
-
-
-def compliant_view(
-    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
-) -> SessionView | None:
-    """Return the highest-watermark reusable view saved under `binding`, or None.
-
-    `as_of` limits the choice to what existed when that run's question was asked.
-    """
-    views = SessionView.objects.filter(session=session)
-    if as_of is not None:
-        views = views.filter(
-            watermark__lte=as_of.inherited_watermark, created_at__lt=as_of.created_at
-        )
-    for view in views.order_by("-watermark", "-revision"):
-        if view.binding == binding:
-            return view
-    return None
+from sessions_app.services.views import compliant_view, view_content
 
 
 def main_records_after(
@@ -41,21 +35,29 @@ def main_records_after(
     ]
 
 
-def project_after_view(records: list[JournalRecord], view: SessionView | None) -> ProjectedHistory:
+def project_after_view(
+    records: list[JournalRecord],
+    view: SessionView | None,
+    *,
+    tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
+) -> ProjectedHistory:
     """Return `view` (if any) followed by the projection of `records` (those after it)."""
     if view is None:
-        return project_history(records)
+        return project_history(records, tool_result_chars=tool_result_chars)
+    messages, origins = view_content(view)
     return project_history(
         records,
-        view={
-            "revision": view.revision,
-            "watermark": view.watermark,
-            "messages": view.messages,
-            "user_turns": view.user_turns,
-            "model_steps": view.model_steps,
-            "baseline_user_turns": view.baseline_user_turns,
-            "baseline_model_steps": view.baseline_model_steps,
-        },
+        view=ReusableView(
+            revision=view.revision,
+            watermark=view.watermark,
+            messages=messages,
+            origins=origins,
+            user_turns=view.user_turns,
+            model_steps=view.model_steps,
+            baseline_user_turns=view.baseline_user_turns,
+            baseline_model_steps=view.baseline_model_steps,
+        ),
+        tool_result_chars=tool_result_chars,
     )
 
 
@@ -72,3 +74,16 @@ def history_for_new_run(
     up_to = as_of.inherited_watermark if as_of is not None else None
     records = main_records_after(session, view.watermark if view else 0, up_to=up_to)
     return project_after_view(records, view)
+
+
+def history_block(
+    session_id: int, block: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[Origin]]:
+    """Rebuild the inherited history a checkpoint names: the same view and the same records."""
+    view = None
+    if block.get("view") is not None:
+        view = SessionView.objects.get(session_id=session_id, revision=block["view"])
+    session = Session(pk=session_id)
+    records = main_records_after(session, block["after"], up_to=block["upto"])
+    history = project_after_view(records, view, tool_result_chars=block["cap"])
+    return history.messages, history.origins

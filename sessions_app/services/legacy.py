@@ -22,8 +22,10 @@ _KIND_BY_ROLE = {"user": "supplement", "assistant": "assistant", "tool": "tool_r
 
 
 def is_legacy_checkpoint(checkpoint: Any) -> bool:
-    context = (checkpoint or {}).get("context") if isinstance(checkpoint, dict) else None
-    return isinstance(checkpoint, dict) and not (context or {}).get("records")
+    """Return True for a format-1 frame without records (by-reference frames hold none)."""
+    if not isinstance(checkpoint, dict) or checkpoint.get("format", 1) != 1:
+        return False
+    return not (checkpoint.get("context") or {}).get("records")
 
 
 def _own_suffix(run: Run, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -86,7 +88,9 @@ def adopt_legacy_run(run: Run) -> int:
     new = append_records(
         run_id=run.pk,
         session_id=run.session_id,
-        records=((MAIN_INSTANCE, r["kind"], r["entry_key"], r["message"], at) for r in records),
+        records=(
+            (MAIN_INSTANCE, r["kind"], r["entry_key"], r["message"], at, r["seq"]) for r in records
+        ),
     )
     if isinstance(run.checkpoint, dict):
         frame = dict(run.checkpoint)

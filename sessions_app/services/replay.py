@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from agentloom.engine.context import JournalContextManager
-from agentloom.engine.engine import ExecutionLimits, create_engine
+from agentloom.engine.engine import Checkpoint, ExecutionLimits, create_engine
 from agentloom.engine.errors import GatewayError, ToolError
 from agentloom.engine.frame import iter_frame_records
 from agentloom.engine.gateway import ModelResponse, ScriptedGateway
@@ -27,11 +27,9 @@ from agentloom.engine.protocol import UNKNOWN_RESULT
 from agentloom.engine.tools import SubAgent, Tool, builtin_tools
 from context_app.engine_adapter import run_measures, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
-from sessions_app.services.history import (
-    compliant_view,
-    history_for_new_run,
-    main_records_after,
-)
+from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.services.history import history_for_new_run, main_records_after
+from sessions_app.services.views import compliant_view, view_content
 
 ERROR_PREFIX = "ERROR: "
 
@@ -51,7 +49,7 @@ def describe_session_history(session) -> str:
     else:
         lines.append(
             f"view r{view.revision} (saved by run {view.run.number}) · watermark {view.watermark}"
-            f" · {len(view.messages)} message(s)"
+            f" · {len(view_content(view)[0])} message(s)"
         )
     appended = main_records_after(session, watermark)
     lines.append(f"records appended after seq {watermark}: {len(appended)}")
@@ -223,8 +221,9 @@ def replay_run(run: Run) -> ReplayReport:
         for name in snapshot.get("tools", [])
         if name in originals
     ]
+    stored_checkpoint = full_checkpoint(run) or {}
     # Where each supplement entered the main instance, by its local record seq.
-    stored_main = ((run.checkpoint or {}).get("context") or {}).get("records") or []
+    stored_main = (stored_checkpoint.get("context") or {}).get("records") or []
     position = {record["entry_key"]: record["seq"] for record in stored_main}
     supplements = deque(
         row for row in main_rows if row.kind == "supplement" and row.entry_key in position
@@ -259,7 +258,8 @@ def replay_run(run: Run) -> ReplayReport:
             attempt.records_before_status
         )
 
-    def save(frame: dict[str, Any]) -> None:
+    def save(checkpoint: Checkpoint) -> None:
+        frame = checkpoint.full()
         state["last_frame"] = frame
         attempt = state["attempt"]
         records = (frame.get("context") or {}).get("records") or []
@@ -324,7 +324,7 @@ def replay_run(run: Run) -> ReplayReport:
         report.differences += _diff(
             f"journal of instance {instance}", stored.get(instance, []), replayed.get(instance, [])
         )
-    checkpoint = run.checkpoint or {}
+    checkpoint = stored_checkpoint
     report.differences += _diff(
         "model view",
         [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in checkpoint.get("messages", [])],

@@ -72,11 +72,11 @@ def _status_record(run: Run, *, status: str, error: str) -> None:
     if run.checkpoint is None:
         question = {"role": "user", "content": run.question}
         records.append(
-            (MAIN_INSTANCE, SessionMessage.Kind.USER_INPUT, USER_INPUT_KEY, question, now)
+            (MAIN_INSTANCE, SessionMessage.Kind.USER_INPUT, USER_INPUT_KEY, question, now, None)
         )
     terminal = {"status": status, "error": error or None}
     records.append(
-        (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now)
+        (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
     )
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
 
@@ -224,7 +224,8 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
 def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
     """Return queued supplements not yet handed out; on an empty final call, close the queue."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        # Only the flag is read: the checkpoint stays on disk, undecrypted.
+        run = Run.objects.select_for_update().only("pk", "supplements_closed").get(pk=run_id)
         pending = list(
             RunSupplement.objects.filter(run=run, consumed_at__isnull=True)
             .exclude(pk__in=exclude)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentloom.engine import (
+    Checkpoint,
     ContextPolicy,
+    InstanceFrame,
     JournalRecord,
     ModelBudget,
     ModelRequest,
@@ -15,6 +18,7 @@ from agentloom.engine import (
     create_engine,
     iter_frame_records,
 )
+from agentloom.engine.testing import MemoryJournal
 from tests.support.openai_contract import assert_valid_request
 
 
@@ -42,16 +46,46 @@ class FakeClock:
         return self.now
 
 
+def _frame_diff(expected: dict[str, Any], actual: dict[str, Any]) -> str:
+    lines = difflib.unified_diff(
+        json.dumps(expected, indent=1).splitlines(),
+        json.dumps(actual, indent=1).splitlines(),
+        "saved",
+        "rebuilt",
+        lineterm="",
+    )
+    return "a format 2 frame rebuilt differently:\n" + "\n".join(list(lines)[:80])
+
+
 class Recorder:
-    """Collects what an engine hands out: saved frames and model-call records."""
+    """Collects what an engine hands out: saved frames and model-call records.
 
-    def __init__(self):
+    Every save is also journaled in memory and its by-reference frame is rebuilt at once and
+    compared with the live frame, so every engine test checks the `format: 2` round trip.
+    """
+
+    def __init__(self, journal: MemoryJournal | None = None, run_id: Any = 1):
         self.saves: list[dict[str, Any]] = []
+        self.stored: list[dict[str, Any]] = []
         self.calls: list[Any] = []
+        self.journal = journal or MemoryJournal()
+        self.history_from_journal = journal is not None
+        self.run_id = run_id
 
-    def save(self, frame: dict[str, Any]) -> None:
+    def store(self):
+        return self.journal.store(self.run_id)
+
+    def save(self, checkpoint: Checkpoint) -> None:
         # A round trip through JSON proves the frame is serialisable and freezes this moment.
-        self.saves.append(json.loads(json.dumps(frame)))
+        full = json.loads(json.dumps(checkpoint.full()))
+        self.saves.append(full)
+        self.journal.sync(self.run_id, checkpoint)
+        stored = json.loads(json.dumps(checkpoint.frame))
+        self.stored.append(stored)
+        if stored["context"]["inherited"]["history"] and not self.history_from_journal:
+            return  # history projected from a journal this recorder does not hold
+        rebuilt = InstanceFrame.from_dict(stored, store=self.store()).to_dict()
+        assert json.dumps(rebuilt) == json.dumps(full), _frame_diff(full, rebuilt)
 
     def on_model_call(self, record) -> None:
         self.calls.append(record)

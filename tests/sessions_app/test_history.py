@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from agentloom.engine import Checkpoint
 from context_app.engine_adapter import version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
+from sessions_app.services.checkpoints import frame_of
 from sessions_app.services.execution import run_execute
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter
@@ -18,6 +20,7 @@ from sessions_app.services.runs import (
     run_resume,
     supplement_add,
 )
+from sessions_app.services.views import view_content
 from tests.sessions_app.conftest import SECRET, ask
 
 pytestmark = pytest.mark.django_db
@@ -74,8 +77,11 @@ def test_redelivered_checkpoint_saves_change_nothing(alice, gateway, make_demo_s
     run = ask(session, alice, '/tool echo {"text": "hello"}')
     before = [(m.seq, m.entry_key, m.message) for m in _journal(session)]
     next_seq = type(session).objects.get(pk=session.pk).next_seq
+    frame = frame_of(run)
+    # Every record handed over again, as a save redelivered after a crash would.
+    redelivered = Checkpoint(run.checkpoint, [("main", record) for record in frame.records])
     for _ in range(100):
-        JournalWriter(run, lease_owner=None).sync(run.checkpoint)
+        JournalWriter(run, lease_owner=None).sync(redelivered)
     after = [(m.seq, m.entry_key, m.message) for m in _journal(session)]
     assert after == before
     assert type(session).objects.get(pk=session.pk).next_seq == next_seq
@@ -165,7 +171,8 @@ def test_a_compacted_view_is_saved_and_reused_by_the_next_run(alice, gateway, ma
     history = history_for_new_run(session, version_binding(session.agent_version))
     # The next run starts from the best view, then the records after its watermark.
     assert history.view_revision == best.revision
-    assert history.messages[: len(best.messages)] == best.messages
+    view_messages, _ = view_content(best)
+    assert history.messages[: len(view_messages)] == view_messages
     after = SessionMessage.objects.filter(session=session, instance="main", seq__gt=best.watermark)
     assert history.user_turns == best.user_turns + after.filter(kind="user_input").count()
     assert (history.baseline_user_turns, history.baseline_model_steps) == (
@@ -179,7 +186,7 @@ def test_a_compacted_view_is_saved_and_reused_by_the_next_run(alice, gateway, ma
 
 
 def test_views_are_refused_with_queued_supplements_or_terminal_records(alice, make_demo_session):
-    from sessions_app.services.journal import view_refusal_reason
+    from sessions_app.services.views import view_refusal_reason
     from tests.factories import make_run
 
     session = make_demo_session()
@@ -206,6 +213,7 @@ def test_views_are_refused_with_queued_supplements_or_terminal_records(alice, ma
         instance="main",
         kind="user_input",
         entry_key="user_input",
+        local_seq=1,
         message={"role": "user", "content": "q"},
         created_at=run.created_at,
     )

@@ -1,0 +1,264 @@
+"""Views by reference: every view message knows where it came from, so it is stored once.
+
+A view message has an *origin*:
+
+- `None`: made here and stored inline (system prompt, handoff summary, `unknown` placeholder,
+  run-status note);
+- `{"own": seq}`: the instance's own record `seq`, as recorded;
+- `{"own": seq, "cap": N}`: its own tool result, shown capped at N characters;
+- `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
+
+`how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
+rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback` and
+`note` (`prefix` + the text capped at `cap`). `materialize` is the only place each transform is
+defined: projection builds history messages with it, and a saved view is rebuilt with it, so a
+rebuilt view is byte-identical to the one that was saved.
+
+Stored views are lists of *entries*, which compress runs of origins:
+
+- `{"m": message}`: one inline message;
+- `{"own": [a, b], "cap": N}`: own records a..b in order, status records skipped (a view never
+  shows them), tool results capped at N;
+- `{"hist": [i, j]}`: messages i..j-1 of the inherited history block (the checkpoint names the
+  block; the store rebuilds it);
+- `{"s": seq, "as": how, ...}`: one session record, as its origin says;
+- `{"snap": revision}`: the whole view saved by compaction snapshot `revision`.
+
+A checkpoint's view uses every form; a compaction snapshot never uses `hist` or `snap`, so a
+reusable view saved from it needs no inherited block to be read.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from agentloom.engine.errors import FrameError
+from agentloom.engine.protocol import (
+    FEEDBACK_PREFIX,
+    cap_tool_result,
+    message_text,
+)
+from agentloom.engine.records import Record
+
+__all__ = [
+    "Origin",
+    "RecordStore",
+    "ViewEncoder",
+    "decode_entries",
+    "history_assistant",
+    "materialize",
+    "session_seqs",
+]
+
+Origin = dict[str, Any] | None
+
+
+def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
+    """Return an assistant record as history shows it: call ids rewritten to `h<seq>_<n>`."""
+    calls = message.get("tool_calls") or []
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        content = message_text(message)
+    if not calls:
+        return {"role": "assistant", "content": content or ""}
+    rewritten = []
+    for number, call in enumerate(calls, start=1):
+        function = call.get("function") or {}
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        rewritten.append(
+            {
+                "id": f"h{seq}_{number}",
+                "type": "function",
+                "function": {"name": str(function.get("name") or ""), "arguments": arguments},
+            }
+        )
+    return {"role": "assistant", "content": content, "tool_calls": rewritten}
+
+
+def _as_recorded(message: dict[str, Any], cap: int | None) -> dict[str, Any]:
+    if cap is not None and message.get("role") == "tool":
+        return {**message, "content": cap_tool_result(message_text(message), cap)}
+    return message
+
+
+def materialize(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+    """Return the view message that `origin` makes of its record's `message`."""
+    if "own" in origin:
+        return _as_recorded(message, origin.get("cap"))
+    how = origin.get("as")
+    if how == "own":
+        return _as_recorded(message, origin.get("cap"))
+    if how == "assistant":
+        return history_assistant(origin["s"], message)
+    text = message_text(message)
+    if how == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": origin["id"],
+            "content": cap_tool_result(text, origin["cap"]),
+        }
+    if how == "user":
+        return {"role": "user", "content": text}
+    if how == "feedback":
+        return {
+            "role": "user",
+            "content": text if text.startswith(FEEDBACK_PREFIX) else FEEDBACK_PREFIX + text,
+        }
+    if how == "note":
+        return {"role": "user", "content": origin["prefix"] + cap_tool_result(text, origin["cap"])}
+    raise FrameError(f"unknown view reference {origin!r}")
+
+
+class RecordStore(abc.ABC):
+    """Where a by-reference frame finds what it refers to (the session journal, on the app side)."""
+
+    @abc.abstractmethod
+    def records(self, instance: str) -> list[Record]:
+        """Return the instance's own records of this run, in local seq order."""
+
+    @abc.abstractmethod
+    def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
+        """Return the messages of the session journal records `seqs`, by seq."""
+
+    @abc.abstractmethod
+    def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
+        """Return the inherited history block a checkpoint names, with each message's origin."""
+
+
+class ViewEncoder:
+    """Turns a growing view into entries, appending to the last entry when it can.
+
+    Appending is O(1), so a save costs what was added since the last one, not the whole view.
+    `status_seqs` are the instance's status records, which a view never shows.
+    """
+
+    def __init__(self, *, block: bool, status_seqs: Callable[[], Collection[int]]):
+        # With `block`, history messages are stored as ranges of the inherited block; without
+        # it (snapshots), as references to their session records.
+        self.block = block
+        self.status_seqs = status_seqs
+        self.entries: list[dict[str, Any]] = []
+        self.count = 0
+
+    def extend(self, messages: Iterable[dict[str, Any]], origins: Iterable[Origin]) -> None:
+        for message, origin in zip(messages, origins, strict=True):
+            self.add(message, origin)
+
+    def add(self, message: dict[str, Any], origin: Origin) -> None:
+        self.count += 1
+        last = self.entries[-1] if self.entries else None
+        if origin is None:
+            self.entries.append({"m": message})
+        elif "own" in origin:
+            seq, cap = origin["own"], origin.get("cap")
+            if (
+                last is not None
+                and "own" in last
+                and (cap is None or last.get("cap") in (None, cap))
+                and self._follows(last["own"][1], seq)
+            ):
+                last["own"][1] = seq
+                if cap is not None:
+                    last["cap"] = cap
+            else:
+                entry: dict[str, Any] = {"own": [seq, seq]}
+                if cap is not None:
+                    entry["cap"] = cap
+                self.entries.append(entry)
+        elif "b" in origin and self.block:
+            index = origin["b"]
+            if last is not None and "hist" in last and last["hist"][1] == index:
+                last["hist"][1] = index + 1
+            else:
+                self.entries.append({"hist": [index, index + 1]})
+        elif "s" in origin:
+            self.entries.append({k: v for k, v in origin.items() if k != "b"})
+        else:
+            # A message of an inherited view that was stored inline there.
+            self.entries.append({"m": message})
+
+    def _follows(self, last: int, seq: int) -> bool:
+        if seq == last + 1:
+            return True
+        if seq <= last:
+            return False
+        skipped = self.status_seqs()
+        return all(between in skipped for between in range(last + 1, seq))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Return a copy of the entries (later appends must not change what was saved)."""
+        return [dict(entry, **_copied_ranges(entry)) for entry in self.entries]
+
+
+def _copied_ranges(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: list(entry[key]) for key in ("own", "hist") if key in entry}
+
+
+def session_seqs(entries: Iterable[dict[str, Any]]) -> set[int]:
+    """Return the session seqs that `entries` refer to one by one."""
+    return {entry["s"] for entry in entries if "s" in entry}
+
+
+def decode_entries(
+    entries: list[dict[str, Any]],
+    *,
+    own: dict[int, Record],
+    journal: dict[int, dict[str, Any]],
+    block: Callable[[], tuple[list[dict[str, Any]], list[Origin]]] | None = None,
+    snapshots: Callable[[int], tuple[list[dict[str, Any]], list[Origin]]] | None = None,
+) -> tuple[list[dict[str, Any]], list[Origin]]:
+    """Return the messages and origins that stored `entries` stand for.
+
+    `own` maps the instance's local seqs to its records, `journal` session seqs to messages;
+    `block` and `snapshots` rebuild the inherited history block and earlier snapshot views.
+    A reference to anything missing is a `FrameError`: a view is never rebuilt with a gap.
+    """
+    messages: list[dict[str, Any]] = []
+    origins: list[Origin] = []
+    for entry in entries:
+        if "m" in entry:
+            messages.append(entry["m"])
+            origins.append(None)
+        elif "own" in entry:
+            start, end = entry["own"]
+            for seq in range(start, end + 1):
+                record = own.get(seq)
+                if record is None:
+                    raise FrameError(f"the view refers to record {seq}, which is not journaled")
+                if record.kind == "status":
+                    continue
+                origin: dict[str, Any] = {"own": seq}
+                if record.kind == "tool_result" and "cap" in entry:
+                    origin["cap"] = entry["cap"]
+                messages.append(materialize(origin, record.message))
+                origins.append(origin)
+        elif "hist" in entry:
+            if block is None:
+                raise FrameError("the view refers to an inherited block it does not name")
+            block_messages, block_origins = block()
+            start, end = entry["hist"]
+            if end > len(block_messages):
+                raise FrameError("the inherited history block is shorter than the view says")
+            messages.extend(block_messages[start:end])
+            origins.extend(block_origins[start:end])
+        elif "s" in entry:
+            message = journal.get(entry["s"])
+            if message is None:
+                missing = entry["s"]
+                raise FrameError(f"the view refers to journal record {missing}, which is missing")
+            messages.append(materialize(entry, message))
+            origins.append(dict(entry))
+        elif "snap" in entry:
+            if snapshots is None:
+                raise FrameError("the view refers to a snapshot that is not available")
+            snap_messages, snap_origins = snapshots(entry["snap"])
+            messages.extend(snap_messages)
+            origins.extend(snap_origins)
+        else:
+            raise FrameError(f"unknown view entry {sorted(entry)}")
+    return messages, origins

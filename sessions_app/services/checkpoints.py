@@ -1,0 +1,86 @@
+"""Checkpoints by reference: the journal-backed record store, and reading a run's frame.
+
+A `format: 2` checkpoint refers to the run's own journal records (by instance and local seq),
+to session records (by seq) and to the inherited history block (a view revision and a seq
+range); `JournalStore` resolves them with one indexed query each. `format: 1` checkpoints are
+self-contained; they still load, and a resumed one is written back in `format: 2` at its first
+save (`migrate_checkpoint` converts one without running it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from django.db import transaction
+
+from agentloom.engine.clock import iso_utc
+from agentloom.engine.engine import Checkpoint
+from agentloom.engine.frame import InstanceFrame
+from agentloom.engine.records import Record
+from agentloom.engine.refs import Origin, RecordStore
+from sessions_app.models import Run, SessionMessage
+from sessions_app.services.history import history_block
+from sessions_app.services.journal import JournalWriter
+
+
+class JournalStore(RecordStore):
+    """Resolves a run's by-reference frames against the session journal."""
+
+    def __init__(self, run: Run):
+        self.run_id = run.pk
+        self.session_id = run.session_id
+        self._records: dict[str, list[Record]] | None = None
+
+    def records(self, instance: str) -> list[Record]:
+        if self._records is None:
+            # Every instance of the run at once: one query on (run, instance, local_seq).
+            self._records = {}
+            rows = (
+                SessionMessage.objects.filter(run_id=self.run_id, local_seq__isnull=False)
+                .order_by("instance", "local_seq")
+                .values_list("instance", "local_seq", "kind", "entry_key", "message", "created_at")
+            )
+            for name, local_seq, kind, entry_key, message, created_at in rows:
+                self._records.setdefault(name, []).append(
+                    Record(local_seq, kind, message, entry_key, iso_utc(created_at))
+                )
+        return list(self._records.get(instance, []))
+
+    def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
+        rows = SessionMessage.objects.filter(session_id=self.session_id, seq__in=list(seqs))
+        return dict(rows.values_list("seq", "message"))
+
+    def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
+        return history_block(self.session_id, block)
+
+
+def frame_of(run: Run) -> InstanceFrame | None:
+    """Return the run's checkpoint as a frame in memory (None before its first save)."""
+    if run.checkpoint is None:
+        return None
+    return InstanceFrame.from_dict(run.checkpoint, store=JournalStore(run))
+
+
+def full_checkpoint(run: Run) -> dict[str, Any] | None:
+    """Return the run's checkpoint as self-contained `format: 1` data, for reading and replay."""
+    frame = frame_of(run)
+    return frame.to_dict() if frame is not None else None
+
+
+def migrate_checkpoint(run: Run) -> bool:
+    """Rewrite a `format: 1` checkpoint by reference; return False when there was nothing to do.
+
+    Its records are journaled already; their rows learn their local seqs, and its snapshots'
+    references are recorded, in one transaction.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        checkpoint = run.checkpoint
+        if not isinstance(checkpoint, dict) or checkpoint.get("format", 1) != 1:
+            return False
+        if not (checkpoint.get("context") or {}).get("records"):
+            return False  # legacy: adopted first, when resumed or by adopt_legacy_journal
+        frame = InstanceFrame.from_dict(checkpoint)
+        JournalWriter(run, lease_owner=None).sync(Checkpoint.of(frame))
+    return True

@@ -1,0 +1,240 @@
+"""Reusable views: the one home of the rule that says which view a new run may reuse.
+
+The observed-prefix rule (DESIGN.md §5, seed §4): a run may save a compaction snapshot as a
+reusable view only if its inherited watermark plus its own main-instance records up to the
+snapshot's `covered_seq` form a contiguous prefix of the session's main-instance records, and only
+with no pending tool calls, no queued supplements and no terminal records outside the runtime
+view. The view then stands for the session prefix up to its `watermark`; a new run reuses the
+highest-watermark view saved under a binding equal to its own.
+
+Views are stored by reference (`SessionView.entries`): the handoff summary and other messages
+that exist nowhere else are stored encrypted, everything else as references to journal records,
+each backed by a `JournalReference` row so the database keeps what a view refers to. Choosing a
+view reads clear index columns only; only the chosen view is decrypted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.db.models import Max
+
+from agentloom.engine.refs import Origin, materialize
+from sessions_app.models import (
+    MAIN_INSTANCE,
+    JournalReference,
+    Run,
+    RunSupplement,
+    Session,
+    SessionMessage,
+    SessionView,
+)
+
+
+def binding_key(binding: dict[str, Any]) -> str:
+    """Return the digest under which views saved with `binding` are found."""
+    text = json.dumps(binding, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compliant_view(
+    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
+) -> SessionView | None:
+    """Return the highest-watermark reusable view saved under `binding`, or None.
+
+    `as_of` limits the choice to what existed when that run's question was asked. Candidates are
+    matched on clear columns; nothing is decrypted.
+    """
+    views = SessionView.objects.filter(session=session, binding_key=binding_key(binding))
+    if as_of is not None:
+        views = views.filter(
+            watermark__lte=as_of.inherited_watermark, created_at__lt=as_of.created_at
+        )
+    return views.defer("messages").order_by("-watermark", "-revision").first()
+
+
+def view_content(view: SessionView) -> tuple[list[dict[str, Any]], list[Origin]]:
+    """Return the messages of `view` and where each came from (one query for its references)."""
+    inline = view.messages
+    if not view.entries:
+        return list(inline), [None] * len(inline)
+    seqs = [entry["s"] for entry in view.entries if "s" in entry]
+    found = dict(
+        SessionMessage.objects.filter(session_id=view.session_id, seq__in=seqs).values_list(
+            "seq", "message"
+        )
+    )
+    messages: list[dict[str, Any]] = []
+    origins: list[Origin] = []
+    for entry in view.entries:
+        if "i" in entry:
+            messages.append(inline[entry["i"]])
+            origins.append(None)
+        else:
+            messages.append(materialize(entry, found[entry["s"]]))
+            origins.append(dict(entry))
+    return messages, origins
+
+
+def session_refs(
+    *, run_id: int, instance: str, entries: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return `entries` with the run's own-record ranges turned into session references.
+
+    Returns (entries, inline messages): each entry is `{"s": seq, "as": …}` or `{"i": n}`.
+    """
+    wanted = [(start, end) for entry in entries if "own" in entry for start, end in [entry["own"]]]
+    rows: dict[int, tuple[int, str]] = {}
+    if wanted:
+        low = min(start for start, _ in wanted)
+        high = max(end for _, end in wanted)
+        rows = {
+            local: (seq, kind)
+            for local, seq, kind in SessionMessage.objects.filter(
+                run_id=run_id, instance=instance, local_seq__gte=low, local_seq__lte=high
+            ).values_list("local_seq", "seq", "kind")
+        }
+    refs: list[dict[str, Any]] = []
+    inline: list[dict[str, Any]] = []
+    for entry in entries:
+        if "m" in entry:
+            refs.append({"i": len(inline)})
+            inline.append(entry["m"])
+        elif "own" in entry:
+            start, end = entry["own"]
+            for local in range(start, end + 1):
+                seq, kind = rows[local]
+                if kind == SessionMessage.Kind.STATUS:
+                    continue
+                ref: dict[str, Any] = {"s": seq, "as": "own"}
+                if kind == SessionMessage.Kind.TOOL_RESULT and "cap" in entry:
+                    ref["cap"] = entry["cap"]
+                refs.append(ref)
+        else:
+            refs.append(dict(entry))
+    return refs, inline
+
+
+def _without_system_head(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # A new run brings its own system prompt, so a reusable view starts after it.
+    start = 0
+    while start < len(entries) and (entries[start].get("m") or {}).get("role") == "system":
+        start += 1
+    return entries[start:]
+
+
+def reference_rows(session_id: int, refs: list[dict[str, Any]], **referrer: Any) -> None:
+    """Insert one `JournalReference` per journal record in `refs`, for `referrer`."""
+    seqs = {ref["s"] for ref in refs if "s" in ref}
+    if not seqs:
+        return
+    ids = SessionMessage.objects.filter(session_id=session_id, seq__in=seqs).values_list(
+        "pk", flat=True
+    )
+    JournalReference.objects.bulk_create(
+        [JournalReference(message_id=pk, **referrer) for pk in ids]
+    )
+
+
+def view_refusal_reason(
+    *,
+    run_id: int,
+    session_id: int,
+    inherited_watermark: int,
+    frame: dict[str, Any],
+    snapshot: dict[str, Any],
+) -> tuple[str | None, int | None]:
+    """Return (reason, watermark): why `snapshot` may not become a reusable view, or (None, W)."""
+    state = frame.get("state") or {}
+    if state.get("pending_tool_calls"):
+        return "pending tool calls", None
+    if state.get("queued_supplements"):
+        return "supplements are still queued", None
+    covered = snapshot.get("covered_seq") or 0
+    if not covered:
+        return "the view covers no record of this run", None
+    rows = SessionMessage.objects.filter(
+        run_id=run_id, instance=MAIN_INSTANCE, local_seq__gte=1, local_seq__lte=covered
+    )
+    if rows.count() != covered:
+        return "covered records are not all journaled", None
+    watermark = rows.aggregate(top=Max("seq"))["top"]
+    interleaved = (
+        SessionMessage.objects.filter(
+            session_id=session_id,
+            instance=MAIN_INSTANCE,
+            seq__gt=inherited_watermark,
+            seq__lte=watermark,
+        )
+        .exclude(run_id=run_id)
+        .exists()
+    )
+    if interleaved:
+        return "other runs' records lie inside the covered range (not an observed prefix)", None
+    if SessionMessage.objects.filter(
+        run_id=run_id,
+        instance=MAIN_INSTANCE,
+        kind=SessionMessage.Kind.STATUS,
+        seq__gt=inherited_watermark,
+        seq__lte=watermark,
+    ).exists():
+        return "terminal records inside the covered range are not in the view", None
+    if RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).exists():
+        return "supplements are still queued", None
+    return None, watermark
+
+
+def snapshot_saved(
+    *, run_id: int, session_id: int, inherited_watermark: int, frame: dict[str, Any]
+) -> tuple[int | None, str | None]:
+    """Record the references of the frame's newest snapshot; save it as a view when allowed.
+
+    Returns (view revision, refusal reason). Call inside the save's transaction, after the
+    snapshot's records are journaled.
+    """
+    snapshots = (frame.get("context") or {}).get("compactions") or []
+    if not snapshots or "view" not in snapshots[-1]:
+        return None, None
+    snapshot = snapshots[-1]
+    revision = snapshot["revision"]
+    if SessionView.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
+        return None, None
+    refs, inline = session_refs(
+        run_id=run_id, instance=frame["instance"], entries=_without_system_head(snapshot["view"])
+    )
+    if not JournalReference.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
+        reference_rows(session_id, refs, run_id=run_id, snapshot_revision=revision)
+    reason, watermark = view_refusal_reason(
+        run_id=run_id,
+        session_id=session_id,
+        inherited_watermark=inherited_watermark,
+        frame=frame,
+        snapshot=snapshot,
+    )
+    if reason is not None:
+        return None, reason
+    binding = frame.get("binding") or {}
+    counters = snapshot["counters"]
+    view = SessionView.objects.create(
+        session_id=session_id,
+        revision=(
+            SessionView.objects.filter(session_id=session_id).aggregate(top=Max("revision"))["top"]
+            or 0
+        )
+        + 1,
+        watermark=watermark,
+        messages=inline,
+        entries=refs,
+        user_turns=counters["user_turns"],
+        model_steps=counters["model_steps"],
+        baseline_user_turns=counters["baseline_user_turns"],
+        baseline_model_steps=counters["baseline_model_steps"],
+        run_id=run_id,
+        binding=binding,
+        binding_key=binding_key(binding),
+        snapshot_revision=revision,
+    )
+    reference_rows(session_id, refs, view=view)
+    return view.revision, None

@@ -1,0 +1,172 @@
+"""Checkpoints and views by reference: nothing copied, everything rebuilt exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import IntegrityError, connection, transaction
+from django.db.models import RestrictedError
+
+from context_app.engine_adapter import version_binding
+from sessions_app.models import JournalReference, Run, SessionMessage, SessionView
+from sessions_app.services.checkpoints import frame_of, full_checkpoint
+from sessions_app.services.execution import run_execute
+from sessions_app.services.replay import replay_run
+from sessions_app.services.runs import run_resume
+from sessions_app.services.views import compliant_view
+from tests.sessions_app.conftest import ask
+
+pytestmark = pytest.mark.django_db
+
+
+def _stored(run: Run) -> str:
+    return json.dumps(Run.objects.get(pk=run.pk).checkpoint, ensure_ascii=False)
+
+
+def test_a_checkpoint_holds_no_record_and_no_copy_of_inherited_history(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    ask(session, alice, '/tool echo {"text": "NONCE-FIRST-RESULT"}')
+    ask(session, alice, "NONCE-SECOND-QUESTION")
+    third = ask(session, alice, '/tool echo {"text": "NONCE-THIRD"} NONCE-QUESTION-3')
+    stored = Run.objects.get(pk=third.pk).checkpoint
+    assert stored["format"] == 2
+    assert "records" not in stored["context"]
+    text = _stored(third)
+    # Neither the inherited history nor the run's own records are copied into the checkpoint
+    # (its execution state keeps the candidate answer, which cites the tool result).
+    for marker in ("NONCE-FIRST-RESULT", "NONCE-SECOND-QUESTION", "NONCE-QUESTION-3"):
+        assert marker not in text
+    # Yet the model saw them, and the frame rebuilt from the journal shows them again.
+    rebuilt = json.dumps(frame_of(third).messages)
+    for marker in ("NONCE-FIRST-RESULT", "NONCE-SECOND-QUESTION", "NONCE-QUESTION-3"):
+        assert marker in rebuilt
+    assert stored["context"]["inherited"]["history"]["count"] > 0
+
+
+def test_the_rebuilt_view_is_the_view_the_model_was_last_shown(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    ask(session, alice, '/tool echo {"text": "one"}')
+    run = ask(session, alice, '/tool echo {"text": "two"}')
+    last_request = gateway.action_requests()[-1].messages
+    rebuilt = frame_of(run).messages
+    # The final answer was appended after the last request; everything before is identical.
+    assert json.dumps(rebuilt[: len(last_request)]) == json.dumps(last_request)
+
+
+def test_compacting_sessions_replay_exactly_from_checkpoints_by_reference(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session(context_window=9_000)
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(5)]
+    assert SessionView.objects.filter(session=session).exists(), "views are reused"
+    assert any(full_checkpoint(run)["context"]["compactions"] for run in runs)
+    for run in runs:
+        assert Run.objects.get(pk=run.pk).checkpoint["format"] == 2
+        report = replay_run(Run.objects.get(pk=run.pk))
+        assert report.ok, "\n".join(report.differences)
+
+
+def test_views_store_only_what_exists_nowhere_else(alice, gateway, make_demo_session):
+    session = make_demo_session(context_window=9_000)
+    for n in range(5):
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+    view = SessionView.objects.filter(session=session).order_by("-revision").first()
+    assert view.entries, "the view is stored by reference"
+    inline = json.dumps(view.messages)
+    assert "[handoff summary]" in inline
+    assert "NONCE-4" not in inline  # kept records are referenced, not copied
+    referenced = {entry["s"] for entry in view.entries if "s" in entry}
+    rows = set(view.references.values_list("message__seq", flat=True))
+    assert referenced and rows == referenced
+
+
+def test_choosing_a_view_decrypts_no_candidate(alice, gateway, make_demo_session):
+    session = make_demo_session(context_window=9_000)
+    for n in range(5):
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+    chosen = compliant_view(session, version_binding(session.agent_version))
+    assert chosen is not None
+    assert {"messages"} <= chosen.get_deferred_fields()
+
+
+def test_a_referenced_journal_record_cannot_be_deleted(alice, gateway, make_demo_session):
+    session = make_demo_session(context_window=9_000)
+    for n in range(5):
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+    reference = JournalReference.objects.filter(view__isnull=False).first()
+    assert reference is not None
+    message = reference.message
+    with pytest.raises(RestrictedError):
+        message.delete()
+    # Below the ORM too: the database's foreign key refuses it (checked at once, not at commit).
+    with pytest.raises(IntegrityError), transaction.atomic():
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(
+                f"DELETE FROM {SessionMessage._meta.db_table} WHERE id = %s", [message.pk]
+            )
+        if connection.vendor == "sqlite":
+            connection.check_constraints()
+    assert SessionMessage.objects.filter(pk=message.pk).exists()
+
+
+def _as_format_1(run: Run) -> None:
+    """Store the run's checkpoint as the code before references did."""
+    Run.objects.filter(pk=run.pk).update(checkpoint=full_checkpoint(run))
+    SessionMessage.objects.filter(run=run).update(local_seq=None)
+    JournalReference.objects.filter(run=run).delete()
+
+
+def test_a_format_1_checkpoint_resumes_and_is_rewritten_by_reference(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    ask(session, alice, "NONCE-BEFORE")
+    run = ask(session, alice, "NONCE-FAILING [boom]")
+    assert run.status == Run.Status.FAILED
+    _as_format_1(run)
+    assert Run.objects.get(pk=run.pk).checkpoint["format"] == 1
+    before = full_checkpoint(Run.objects.get(pk=run.pk))
+
+    run_resume(user=alice, run=run)
+    Run.objects.filter(pk=run.pk).update(question="NONCE-FAILING")  # the retry succeeds
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.checkpoint["format"] == 2
+    after = full_checkpoint(run)
+    # The old view continues unchanged, and every record is journaled once, in order.
+    assert after["messages"][: len(before["messages"])] == before["messages"]
+    keys = list(
+        SessionMessage.objects.filter(run=run).order_by("seq").values_list("entry_key", flat=True)
+    )
+    assert len(keys) == len(set(keys))
+    assert (
+        not SessionMessage.objects.filter(run=run, local_seq=None)
+        .exclude(kind="status", entry_key="status:1")
+        .exists()
+    )
+
+
+def test_migrate_checkpoints_rewrites_format_1_without_changing_the_frame(
+    alice, gateway, make_demo_session, capsys
+):
+    session = make_demo_session(context_window=9_000)
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)]
+    frames = {}
+    for run in runs:
+        frames[run.pk] = full_checkpoint(run)
+        _as_format_1(run)
+    call_command("migrate_checkpoints")
+    assert "migrated 4 checkpoint(s)" in capsys.readouterr().out
+    for run in runs:
+        run.refresh_from_db()
+        assert run.checkpoint["format"] == 2
+        assert json.dumps(full_checkpoint(run)) == json.dumps(frames[run.pk])
+    call_command("migrate_checkpoints")
+    assert "migrated 0 checkpoint(s)" in capsys.readouterr().out
