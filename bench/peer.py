@@ -1,0 +1,415 @@
+"""Benchmark a long session the way a LangGraph peer would drive it: one question per run.
+
+    .venv/bin/python bench/peer.py
+    .venv/bin/python bench/peer.py --turns 1,10 --backends sqlite --windows 128000   # smoke run
+
+One session receives N questions; each is a new run, asked with `run_ask` and driven inline with
+`run_execute` (nothing goes to a broker). A scripted model answers each 150-character question
+with one call to the built-in `echo` tool carrying a 2,000-character text, then with a
+300-character final answer; a compaction request gets a deterministic ~1,500-character summary.
+
+Every (backend, window) combination runs in a fresh process (Django settings are per process) on
+a freshly migrated scratch database: PostgreSQL `agentloom_peer_bench` next to the database named
+by DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test), created and dropped by the
+script, and SQLite in a temporary directory. The model budget is the window given with
+max_output_tokens=4,096 and safety_margin_tokens=1,024 under the default context policy; with
+100,000,000 nothing compacts, with 128,000 compaction and reusable views happen.
+
+At every checkpoint turn count it prints, per combination:
+- the wall time of one turn (run_ask + run_execute), median of the last 10 turns;
+- the new-run history load time (`history_for_new_run`, mean of 5 calls);
+- reusable views (SessionView rows) and compaction calls so far;
+- the journaled conversation (JSON bytes of the decrypted journal messages), the database growth
+  since just after migration (PostgreSQL: pg_database_size; SQLite: the file plus its -wal) and
+  the ratio growth / conversation;
+and a summary of the last checkpoint of every combination, with the median turn time of turns
+1-10 and the ratio of the last 10 turns to it.
+
+Query logging is switched off after start-up (as with DEBUG=false in production), so that the
+development default DEBUG=true does not add its own cost to every query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BENCH_DB = "agentloom_peer_bench"
+DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+
+QUESTION_CHARS = 150
+ECHO_CHARS = 2_000
+ANSWER_CHARS = 300
+SUMMARY_CHARS = 1_500
+MAX_OUTPUT_TOKENS = 4_096
+SAFETY_MARGIN_TOKENS = 1_024
+HISTORY_CALLS = 5
+MB = 1_000_000
+
+
+# --- databases -------------------------------------------------------------------------------
+
+
+def _admin_url() -> str:
+    url = os.environ.get("DATABASE_URL", "")
+    return url if url.startswith(("postgres://", "postgresql://")) else DEFAULT_POSTGRES_URL
+
+
+def _bench_url(admin_url: str) -> str:
+    return admin_url.rsplit("/", 1)[0] + "/" + BENCH_DB
+
+
+def _admin_execute(admin_url: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        admin_url.replace("postgres://", "postgresql://", 1), autocommit=True
+    ) as c:
+        for statement in statements:
+            c.execute(statement)
+
+
+def _recreate_database(admin_url: str) -> None:
+    _admin_execute(
+        admin_url,
+        f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)',
+        f'CREATE DATABASE "{BENCH_DB}"',
+    )
+
+
+def _drop_database(admin_url: str) -> None:
+    _admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+
+
+def _setup_django(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentloom.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    # Django logs every query (with its parameters, megabytes of ciphertext here) under DEBUG.
+    settings.DEBUG = False
+
+
+def _database_bytes(backend: str, sqlite_path: str | None) -> int:
+    if backend == "sqlite":
+        assert sqlite_path is not None
+        return sum(
+            os.path.getsize(path)
+            for path in (sqlite_path, sqlite_path + "-wal")
+            if os.path.exists(path)
+        )
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        return cursor.fetchone()[0]
+
+
+# --- the scripted peer model -----------------------------------------------------------------
+
+
+def _exact(text: str, size: int) -> str:
+    """Return `text` padded with filler words (or cut) to exactly `size` characters."""
+    filler = " lorem ipsum dolor sit amet"
+    if len(text) < size:
+        text += filler * ((size - len(text)) // len(filler) + 1)
+    return text[:size]
+
+
+def _question(turn: int) -> str:
+    return _exact(
+        f"Q{turn:05d}: call the echo tool with a {ECHO_CHARS:,}-character text, then answer in "
+        f"{ANSWER_CHARS} characters.",
+        QUESTION_CHARS,
+    )
+
+
+class PeerGateway:
+    """A scripted peer model: one echo call per question, then the answer; fixed summaries."""
+
+    provider, model_id = "bench", "peer"
+
+    def complete(self, request):
+        from agentloom.engine.gateway import text_response, tool_call_response
+        from agentloom.engine.protocol import message_text
+
+        last = request.messages[-1] if request.messages else {}
+        if request.purpose == "compaction":
+            header = "[bench summary] The earlier turns asked for echoes and got them.\n"
+            return text_response(_exact(header + message_text(last), SUMMARY_CHARS))
+        if request.purpose == "verification":
+            return text_response("PASS")
+        if last.get("role") == "tool":
+            answer = f"Answer: the echo tool returned {message_text(last)[:40]!r}."
+            return text_response(_exact(answer, ANSWER_CHARS))
+        tag = message_text(last)[:6]  # "Q00042" when the last message is the question
+        return tool_call_response(("echo", {"text": _exact(f"{tag} echo payload.", ECHO_CHARS)}))
+
+
+# --- one combination, in its own process -----------------------------------------------------
+
+
+def _peer_session(window: int):
+    from django.contrib.auth import get_user_model
+
+    from context_app.services import agent_create, agent_publish
+    from models_app.models import ModelConnection
+    from sessions_app.services.runs import session_create
+    from tests.factories import make_space
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-peer")
+    space = make_space(name="bench peer", admin=user)
+    connection = ModelConnection.objects.create(
+        space=space,
+        name="peer",
+        provider="local",
+        model_id="local-demo",
+        context_window=window,
+        max_output_tokens=MAX_OUTPUT_TOKENS,
+        safety_margin_tokens=SAFETY_MARGIN_TOKENS,
+    )
+    agent = agent_create(
+        user=user,
+        space=space,
+        name="peer",
+        system_prompt="You are a peer benchmark agent.",
+        model_connection=connection.pk,
+        tools=["echo"],
+    )
+    return user, session_create(user=user, agent_version=agent_publish(user=user, agent=agent))
+
+
+class _ConversationMeter:
+    """Sums the JSON bytes of the decrypted journal messages, reading only new rows each time."""
+
+    def __init__(self, session):
+        self.session = session
+        self.last_seq = 0
+        self.bytes = 0
+        self.records = 0
+
+    def update(self) -> None:
+        from sessions_app.models import SessionMessage
+
+        rows = (
+            SessionMessage.objects.filter(session=self.session, seq__gt=self.last_seq)
+            .order_by("seq")
+            .values_list("seq", "message")
+        )
+        for seq, message in rows.iterator(chunk_size=500):
+            self.bytes += len(json.dumps(message, ensure_ascii=False).encode())
+            self.records += 1
+            self.last_seq = seq
+
+
+def _history_ms(session, version) -> float:
+    from context_app.engine_adapter import version_binding
+    from sessions_app.services.history import history_for_new_run
+
+    started = time.perf_counter()
+    for _ in range(HISTORY_CALLS):
+        history_for_new_run(session, version_binding(version))
+    return (time.perf_counter() - started) / HISTORY_CALLS * 1000
+
+
+def _median_ms(durations: list[float], first: int, last: int) -> float:
+    """Return the median of turns first..last (1-based, inclusive), in milliseconds."""
+    return statistics.median(durations[first - 1 : last]) * 1000
+
+
+def _label(backend: str, window: int) -> str:
+    name = {"postgres": "PostgreSQL", "sqlite": "SQLite"}[backend]
+    return f"{name}, context_window={window:,}"
+
+
+HEADER = (
+    f"{'turns':>6} | {'turn ms':>8} | {'history ms':>10} | {'views':>5} | {'compactions':>11} | "
+    f"{'records':>7} | {'conv MB':>8} | {'growth MB':>9} | {'growth/conv':>11}"
+)
+
+
+def _format_row(row: dict) -> str:
+    return (
+        f"{row['turns']:>6,} | {row['turn_ms']:>8.1f} | {row['history_ms']:>10.1f} | "
+        f"{row['views']:>5,} | {row['compactions']:>11,} | {row['records']:>7,} | "
+        f"{row['conversation'] / MB:>8.2f} | {row['growth'] / MB:>9.2f} | "
+        f"{row['growth'] / row['conversation']:>10.2f}x"
+    )
+
+
+def run_combination(
+    backend: str, url: str, sqlite_path: str | None, window: int, turns: list[int], results
+) -> None:
+    """Drive one session up to max(turns) runs and put the checkpoint rows on `results`."""
+    _setup_django(url)
+    from django.core.management import call_command
+    from django.db import connections
+
+    from context_app import engine_adapter
+    from sessions_app.models import ModelCall, Run, SessionView
+    from sessions_app.services import runs
+    from sessions_app.services.execution import run_execute
+
+    call_command("migrate", verbosity=0)
+    baseline = _database_bytes(backend, sqlite_path)
+    # Runs are driven inline below; the Celery task that run_ask queues on commit is not.
+    runs._enqueue = lambda run: None
+    engine_adapter.set_gateway_factory(lambda version, connection: PeerGateway())
+
+    user, session = _peer_session(window)
+    version = session.agent_version
+    meter = _ConversationMeter(session)
+    durations: list[float] = []
+    rows: list[dict] = []
+    print(f"\n{_label(backend, window)}", flush=True)
+    print(HEADER, flush=True)
+    started_all = time.perf_counter()
+    for turn in range(1, max(turns) + 1):
+        started = time.perf_counter()
+        run = runs.run_ask(user=user, session=session, question=_question(turn))
+        outcome = run_execute(run_id=run.pk)
+        durations.append(time.perf_counter() - started)
+        run.refresh_from_db(fields=["status", "error"])
+        if outcome != Run.Status.SUCCEEDED or run.status != Run.Status.SUCCEEDED:
+            sys.exit(
+                f"bench/peer.py: {_label(backend, window)}: turn {turn} (run {run.pk}) ended "
+                f"{outcome!r} with status {run.status!r}, error {run.error!r}; aborting"
+            )
+        meter.update()
+        if turn not in turns:
+            continue
+        row = {
+            "backend": backend,
+            "window": window,
+            "turns": turn,
+            "turn_ms": _median_ms(durations, max(1, turn - 9), turn),
+            "first_ms": _median_ms(durations, 1, min(10, turn)),
+            "history_ms": _history_ms(session, version),
+            "views": SessionView.objects.filter(session=session).count(),
+            "compactions": ModelCall.objects.filter(
+                run__session=session, purpose=ModelCall.Purpose.COMPACTION
+            ).count(),
+            "records": meter.records,
+            "conversation": meter.bytes,
+            "growth": _database_bytes(backend, sqlite_path) - baseline,
+            "elapsed_s": time.perf_counter() - started_all,
+        }
+        rows.append(row)
+        print(_format_row(row), flush=True)
+    last = rows[-1]
+    print(
+        f"turn ms, median of turns 1-{min(10, last['turns'])}: {last['first_ms']:.1f}; "
+        f"last 10 / first 10: {last['turn_ms'] / last['first_ms']:.2f}x; "
+        f"{last['turns']:,} turns in {last['elapsed_s']:.0f} s",
+        flush=True,
+    )
+    connections.close_all()
+    results.put(rows)
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = sorted({int(item.replace("_", "")) for item in text.split(",") if item.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _backend_list(text: str) -> list[str]:
+    names = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = sorted(set(names) - {"postgres", "sqlite"})
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"backends are postgres and sqlite, got {text!r}")
+    return list(dict.fromkeys(names))
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--turns", type=_int_list, default=_int_list("1,50,200,500,1000"))
+    parser.add_argument("--backends", type=_backend_list, default=["postgres", "sqlite"])
+    parser.add_argument("--windows", type=_int_list, default=[100_000_000, 128_000])
+    arguments = parser.parse_args()
+    arguments.windows = sorted(arguments.windows, reverse=True)
+    return arguments
+
+
+def _run_in_process(context, *args) -> list[dict]:
+    results = context.Queue()
+    process = context.Process(target=run_combination, args=(*args, results))
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        sys.exit(f"bench/peer.py: a combination failed (exit code {process.exitcode})")
+    return results.get(timeout=30)
+
+
+def main() -> None:
+    arguments = _arguments()
+    context = multiprocessing.get_context("spawn")
+    admin_url = _admin_url()
+    started = time.perf_counter()
+    print(
+        f"Peer workload: one session, one run per question ({QUESTION_CHARS}-char question, one "
+        f"echo call of {ECHO_CHARS:,} chars, {ANSWER_CHARS}-char answer); "
+        f"turns {', '.join(f'{t:,}' for t in arguments.turns)}"
+    )
+    summary: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="agentloom-peer-") as scratch:
+        for backend in arguments.backends:
+            for window in arguments.windows:
+                if backend == "postgres":
+                    _recreate_database(admin_url)
+                    try:
+                        rows = _run_in_process(
+                            context, backend, _bench_url(admin_url), None, window, arguments.turns
+                        )
+                    finally:
+                        _drop_database(admin_url)
+                else:
+                    path = os.path.join(scratch, f"peer-{window}.sqlite3")
+                    rows = _run_in_process(
+                        context, backend, f"sqlite:///{path}", path, window, arguments.turns
+                    )
+                    for leftover in (path, path + "-wal", path + "-shm"):
+                        if os.path.exists(leftover):
+                            os.remove(leftover)
+                summary.append(rows[-1])
+
+    print(f"\nSummary at {arguments.turns[-1]:,} turns")
+    print(
+        f"{'combination':<38} | {'turn ms 1-10':>12} | {'last 10':>8} | {'ratio':>6} | "
+        f"{'history ms':>10} | {'views':>5} | {'conv MB':>8} | {'growth MB':>9} | "
+        f"{'growth/conv':>11} | {'time s':>6}"
+    )
+    for row in summary:
+        print(
+            f"{_label(row['backend'], row['window']):<38} | {row['first_ms']:>12.1f} | "
+            f"{row['turn_ms']:>8.1f} | {row['turn_ms'] / row['first_ms']:>5.2f}x | "
+            f"{row['history_ms']:>10.1f} | {row['views']:>5,} | "
+            f"{row['conversation'] / MB:>8.2f} | {row['growth'] / MB:>9.2f} | "
+            f"{row['growth'] / row['conversation']:>10.2f}x | {row['elapsed_s']:>6.0f}"
+        )
+    print(f"\nTotal: {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
