@@ -107,6 +107,7 @@ class JournalWriter:
         self.session_id = run.session_id
         self.inherited_watermark = run.inherited_watermark
         self.lease_owner = lease_owner
+        self.written: dict[str, Any] | None = None
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -169,7 +170,11 @@ class JournalWriter:
                     RunSupplement.objects.filter(
                         run_id=self.run_id, pk__in=[int(k) for k in consumed if k.isdigit()]
                     ).update(consumed_at=timezone.now())
-            self._renew_lease(checkpoint=frame, counters=checkpoint.counters, **run_fields)
+            if frame != self.written:
+                # An unchanged checkpoint (the final save repeats the engine's last) is not
+                # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum.
+                run_fields.update(checkpoint=frame, counters=checkpoint.counters)
+            self._renew_lease(**run_fields)
             result.view_revision, result.view_refusal = snapshot_saved(
                 run_id=self.run_id,
                 session_id=self.session_id,
@@ -177,4 +182,5 @@ class JournalWriter:
                 frame=frame,
             )
         self.known.update((row.instance, row.entry_key) for row in new_rows)
+        self.written = frame
         return result
