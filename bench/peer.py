@@ -32,9 +32,11 @@ development default DEBUG=true does not add its own cost to every query.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -117,15 +119,50 @@ def _database_bytes(backend: str, sqlite_path: str | None) -> int:
         return cursor.fetchone()[0]
 
 
+def _table_bytes(backend: str) -> list[tuple[str, int]]:
+    """Return the app tables by size on PostgreSQL (tables, TOAST and indexes), largest first."""
+    if backend != "postgres":
+        return []
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
+            "WHERE relkind = 'r' AND relname LIKE 'sessions_app_%' ORDER BY 2 DESC"
+        )
+        return list(cursor.fetchall())
+
+
 # --- the scripted peer model -----------------------------------------------------------------
 
 
-def _exact(text: str, size: int) -> str:
-    """Return `text` padded with filler words (or cut) to exactly `size` characters."""
-    filler = " lorem ipsum dolor sit amet"
-    if len(text) < size:
-        text += filler * ((size - len(text)) // len(filler) + 1)
-    return text[:size]
+# Filler words drawn from a fixed vocabulary with English letter and word frequencies: zlib
+# shrinks 2,000 characters of it to about half, as it does English prose, so storage that
+# compresses is measured on text as compressible as real conversations, not on repetition.
+_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+_LETTER_WEIGHTS = [12.7, 9.1, 8.2, 7.5, 7.0, 6.7, 6.3, 6.1, 6.0, 4.3, 4.0, 2.8, 2.8]
+_LETTER_WEIGHTS += [2.4, 2.4, 2.2, 2.0, 2.0, 1.9, 1.5, 1.0, 0.8, 0.2, 0.2, 0.1, 0.1]
+_VOCABULARY_RNG = random.Random(7)
+_VOCABULARY = [
+    "".join(_VOCABULARY_RNG.choices(_LETTERS, _LETTER_WEIGHTS, k=_VOCABULARY_RNG.randint(2, 9)))
+    for _ in range(8_000)
+]
+_WORD_CUMULATIVE = list(itertools.accumulate(1 / (rank + 1) ** 0.9 for rank in range(8_000)))
+
+
+def _exact(text: str, size: int, seed: int = 0) -> str:
+    """Return `text` followed by filler words (or cut) to exactly `size` characters."""
+    rng = random.Random(f"{seed}:{text[:16]}")
+    words = [text]
+    length = len(text)
+    while length < size:
+        # Words average six characters: draw enough for the rest in one call.
+        for word in rng.choices(_VOCABULARY, cum_weights=_WORD_CUMULATIVE, k=size // 4 + 1):
+            words.append(word)
+            length += len(word) + 1
+            if length >= size:
+                break
+    return " ".join(words)[:size]
 
 
 def _question(turn: int) -> str:
@@ -315,6 +352,8 @@ def run_combination(
         f"{last['turns']:,} turns in {last['elapsed_s']:.0f} s",
         flush=True,
     )
+    for table, size in _table_bytes(backend):
+        print(f"  {table:<32} {size / MB:>8.2f} MB", flush=True)
     connections.close_all()
     results.put(rows)
 

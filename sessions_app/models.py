@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django_cryptography.fields import encrypt
 
+from agentloom.fields import CompressedEncryptedJSONField
 from agentloom.spaces.models import Space
 from context_app.models import Agent, AgentVersion
 
@@ -47,7 +48,7 @@ class Run(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     question = encrypt(models.TextField())
     answer = encrypt(models.TextField(null=True, blank=True))
-    checkpoint = encrypt(models.JSONField(null=True, blank=True))
+    checkpoint = CompressedEncryptedJSONField(null=True, blank=True)
     # Session seq of the last journal record this run's history was built from.
     inherited_watermark = models.PositiveBigIntegerField(default=0)
     attempt = models.PositiveIntegerField(default=1)
@@ -100,16 +101,19 @@ class SessionMessage(models.Model):
         FEEDBACK = "feedback"
         STATUS = "status"
 
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    # No index of their own: (session, seq) and (run, instance, entry_key) lead with them.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     seq = models.PositiveBigIntegerField()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
     instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     entry_key = models.CharField(max_length=200)
     # The record's seq within its instance, for records an engine frame holds (by-reference
     # frames find their own records by it); null for rows written outside the engine.
     local_seq = models.PositiveIntegerField(null=True, blank=True)
-    message = encrypt(models.JSONField())
+    message = CompressedEncryptedJSONField()
     created_at = models.DateTimeField()
 
     class Meta:
@@ -122,7 +126,6 @@ class SessionMessage(models.Model):
         ]
         indexes = [
             models.Index(fields=["session", "instance", "seq"], name="journal_instance_seq"),
-            models.Index(fields=["run", "instance", "local_seq"], name="journal_local_seq"),
         ]
 
     def __str__(self) -> str:
@@ -142,7 +145,7 @@ class SessionView(models.Model):
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="views")
     revision = models.PositiveIntegerField()
     watermark = models.PositiveBigIntegerField()
-    messages = encrypt(models.JSONField())
+    messages = CompressedEncryptedJSONField()
     entries = models.JSONField(default=list, blank=True)
     user_turns = models.PositiveIntegerField(default=0)
     model_steps = models.PositiveIntegerField(default=0)
@@ -203,7 +206,7 @@ class ModelCall(models.Model):
     instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     request_estimate = models.PositiveIntegerField(default=0)
-    response = encrypt(models.JSONField(null=True, blank=True))
+    response = CompressedEncryptedJSONField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")

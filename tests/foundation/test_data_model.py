@@ -4,7 +4,7 @@ published versions."""
 import threading
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, connections, models, transaction
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
@@ -77,6 +77,33 @@ def test_journal_message_and_api_key_are_encrypted_at_rest(session):
     assert _raw("SELECT kind FROM sessions_app_sessionmessage WHERE id = %s", [row.pk]) == (
         "user_input"
     )
+
+
+def test_large_payloads_are_compressed_before_they_are_encrypted(session):
+    run = make_run(session)
+    text = " ".join(f"word{n % 97} NONCE-{n % 13}" for n in range(2_000))
+    row = _journal_row(session, run, "user_input", 1, {"role": "user", "content": text})
+    row.save()
+    raw = _raw("SELECT message FROM sessions_app_sessionmessage WHERE id = %s", [row.pk])
+    assert b"NONCE" not in raw and b"word" not in raw
+    # The token is far smaller than the text: compressed first, since ciphertext cannot be.
+    assert len(raw) < len(text) / 4
+    assert SessionMessage.objects.get(pk=row.pk).message["content"] == text
+
+
+def test_payloads_written_before_compression_are_still_read(session):
+    from django_cryptography.fields import encrypt
+
+    run = make_run(session)
+    plain_field = encrypt(models.JSONField())  # how the journal column was written before
+    old = plain_field.get_db_prep_value({"role": "user", "content": SECRET_TEXT}, connection)
+    row = _journal_row(session, run, "user_input", 1)
+    row.save()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sessions_app_sessionmessage SET message = %s WHERE id = %s", [old, row.pk]
+        )
+    assert SessionMessage.objects.get(pk=row.pk).message["content"] == SECRET_TEXT
 
 
 def test_duplicate_entry_key_is_refused_by_the_database(session):

@@ -170,3 +170,37 @@ def test_migrate_checkpoints_rewrites_format_1_without_changing_the_frame(
         assert json.dumps(full_checkpoint(run)) == json.dumps(frames[run.pk])
     call_command("migrate_checkpoints")
     assert "migrated 0 checkpoint(s)" in capsys.readouterr().out
+
+
+def _save_cost(make_demo_session, alice, records: int) -> tuple[int, int]:
+    """Return (queries, stored checkpoint bytes) of one save of a run that has `records`."""
+    from django.test.utils import CaptureQueriesContext
+
+    from agentloom.engine import Checkpoint
+    from agentloom.engine.frame import InstanceFrame
+    from agentloom.engine.records import Record
+    from sessions_app.services.journal import JournalWriter
+    from tests.factories import make_run
+
+    session = make_demo_session()
+    run = make_run(session, status="running", number=1)
+    writer = JournalWriter(run, lease_owner=None)
+    frame = InstanceFrame(instance="main", messages=[{"role": "system", "content": "s"}])
+    for n in range(1, records + 2):
+        message = {"role": "assistant", "content": f"step {n}"}
+        frame.add_record(Record(n, "assistant", message, f"assistant:{n}", "2026-11-30T00:00:00+00:00"))
+        frame.show(message, {"own": n})
+        if n == records:
+            writer.sync(Checkpoint.of(frame))
+            frame.mark_saved()
+    with CaptureQueriesContext(connection) as queries:
+        writer.sync(Checkpoint.of(frame))  # one new record
+    return len(queries), len(_stored(run))
+
+
+def test_a_save_costs_the_same_on_a_long_run_as_on_a_short_one(alice, make_demo_session):
+    short_queries, short_bytes = _save_cost(make_demo_session, alice, 5)
+    long_queries, long_bytes = _save_cost(make_demo_session, alice, 2_000)
+    assert long_queries == short_queries
+    # Only the numbers grow (a seq of 2,001 instead of 6); nothing is copied per record.
+    assert long_bytes - short_bytes < 32
