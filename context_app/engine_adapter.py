@@ -14,12 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from agentloom.engine.budget import (
-    JsonBytesEstimator,
-    ModelBudget,
-    TokenEstimator,
-    estimator_from_binding,
-)
+from agentloom.engine.budget import ModelBudget, TokenEstimator, estimator_from_binding
+from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.engine import Checkpoint
 from agentloom.engine.gateway import ModelGateway
 from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
@@ -44,9 +40,18 @@ def builtin_tool_names() -> tuple[str, ...]:
     return BUILTIN_TOOL_NAMES
 
 
-def default_estimator_binding() -> dict[str, Any]:
-    """Return the estimator binding frozen into new versions."""
-    return JsonBytesEstimator().binding()
+def estimator_binding(name: str) -> dict[str, Any]:
+    """Return the binding of estimator `name` (`bytes`, `o200k`, `deepseek`), frozen at publish."""
+    return estimator_named(name).binding()
+
+
+# Short names by module id, as the API and the console show them.
+_NAMES = {factory.module_id: name for name, factory in ESTIMATORS.items()}
+
+
+def estimator_name(module_id: str | None) -> str:
+    """Return the short name of the estimator with `module_id` (`bytes` when not known)."""
+    return _NAMES.get(module_id or "", "bytes")
 
 
 def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:

@@ -13,7 +13,7 @@ from agentloom.engine.policy import ContextPolicy
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.validation import clean_text
-from context_app.engine_adapter import builtin_tool_names, default_estimator_binding
+from context_app.engine_adapter import builtin_tool_names, estimator_binding
 from context_app.models import Agent, AgentVersion
 from models_app.models import ModelConnection
 
@@ -193,7 +193,7 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
             "safety_margin_tokens": connection.safety_margin_tokens,
         },
         "context_policy": clean_context_policy(agent.context_policy),
-        "estimator": default_estimator_binding(),
+        "estimator": estimator_binding(connection.estimator),
     }
 
 

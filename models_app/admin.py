@@ -152,10 +152,18 @@ class ModelConnectionForm(forms.ModelForm):
         widget=admin_widgets.AdminTextInputWidget,
     )
     verified_on = forms.DateField(required=False, widget=admin_widgets.AdminDateWidget)
+    estimator = forms.ChoiceField(
+        required=False,
+        choices=[("", "— automatic —"), *ModelConnection.Estimator.choices],
+        help_text="Automatic: the model's own tokenizer when the manifest lists this exact model "
+        "on its official endpoint, else UTF-8 bytes (conservative). New versions freeze it at "
+        "publish.",
+    )
 
     class Meta:
         model = ModelConnection
-        fields = ["space", *CONNECTION_FIELDS]
+        # estimator_source follows from the estimator field: blank is automatic.
+        fields = ["space", *(name for name in CONNECTION_FIELDS if name != "estimator_source")]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -182,6 +190,8 @@ class ModelConnectionForm(forms.ModelForm):
             self.fields[
                 "provider"
             ].help_text = "“Local demo model” is the built-in offline demo, not a real LLM."
+        if instance.pk is not None and instance.estimator_source != "manual":
+            self.initial["estimator"] = ""
 
     def service_fields(self) -> dict[str, Any]:
         """Return what the service gets: every filled field on add, the changed ones on edit."""
@@ -200,6 +210,9 @@ class ModelConnectionForm(forms.ModelForm):
         fields = {name: data.get(name) for name in CONNECTION_FIELDS if name in changed}
         if not fields.get("api_key"):
             fields.pop("api_key", None)
+        if "estimator" in fields and not fields["estimator"]:
+            del fields["estimator"]
+            fields["estimator_source"] = "auto"
         return fields
 
     def clean(self):
@@ -239,6 +252,7 @@ class ModelConnectionAdmin(admin.ModelAdmin):
         "context_window",
         "window_source",
         "effective_input_budget",
+        "estimator",
     ]
     list_filter = ["provider", "window_source"]
     search_fields = ["name", "model_id"]
@@ -273,7 +287,7 @@ class ModelConnectionAdmin(admin.ModelAdmin):
         return type(form.__name__, (form,), {"user": request.user})
 
     def get_readonly_fields(self, request, obj=None):
-        fields = ["effective_budget"]
+        fields = ["effective_budget", "estimator_status"]
         return ["space", *fields, "used_by"] if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
@@ -301,6 +315,15 @@ class ModelConnectionAdmin(admin.ModelAdmin):
                 },
             ),
         ]
+        fieldsets.append(
+            (
+                "Estimator",
+                {
+                    "fields": ["estimator", "estimator_status"],
+                    "description": "How requests are measured against the input budget.",
+                },
+            )
+        )
         if obj is not None:
             fieldsets.append(("Used by", {"fields": ["used_by"]}))
         return fieldsets
@@ -311,6 +334,17 @@ class ModelConnectionAdmin(admin.ModelAdmin):
     def effective_budget(self, obj):
         value = obj.effective_input_budget if obj is not None and obj.pk else ""
         return format_html('<span id="effective-budget">{}</span> tokens', value)
+
+    @admin.display(description="Measured with")
+    def estimator_status(self, obj):
+        if obj is None or obj.pk is None:
+            return "chosen on save"
+        return format_html(
+            '{} <span class="badge estimator-source-{}">{}</span>',
+            obj.get_estimator_display(),
+            obj.estimator_source,
+            obj.get_estimator_source_display(),
+        )
 
     @admin.display(description="API key")
     def api_key_status(self, obj):

@@ -19,6 +19,15 @@ class ModelConnection(models.Model):
         PLATFORM_DEFAULT = "platform_default", "Platform default (32K fallback)"
         MANUAL = "manual", "Manual"
 
+    class Estimator(models.TextChoices):
+        BYTES = "bytes", "UTF-8 bytes (conservative)"
+        O200K = "o200k", "OpenAI o200k tokenizer"
+        DEEPSEEK = "deepseek", "DeepSeek tokenizer"
+
+    class EstimatorSource(models.TextChoices):
+        AUTO = "auto", "Automatic"
+        MANUAL = "manual", "Manual"
+
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="model_connections")
     name = models.CharField(max_length=120)
     provider = models.CharField(max_length=32, choices=Provider.choices)
@@ -34,6 +43,12 @@ class ModelConnection(models.Model):
     )
     source_url = models.URLField(max_length=500, blank=True)
     verified_on = models.DateField(null=True, blank=True)
+    # How requests are measured against the budget: `bytes` (conservative) unless the manifest
+    # names the exact model's tokenizer on its official endpoint, or an admin picks one.
+    estimator = models.CharField(max_length=16, choices=Estimator.choices, default="bytes")
+    estimator_source = models.CharField(
+        max_length=16, choices=EstimatorSource.choices, default="auto"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -60,6 +60,11 @@ class ModelConnectionSerializer(serializers.Serializer):
     window_source = serializers.ChoiceField(choices=ModelConnection.WindowSource.choices)
     source_url = serializers.SerializerMethodField()
     verified_on = serializers.DateField(allow_null=True)
+    estimator = serializers.ChoiceField(
+        choices=ModelConnection.Estimator.choices,
+        help_text="How requests are measured against the budget.",
+    )
+    estimator_source = serializers.ChoiceField(choices=ModelConnection.EstimatorSource.choices)
     effective_input_budget = serializers.IntegerField(
         help_text="context_window - max_output_tokens - safety_margin_tokens."
     )
@@ -113,6 +118,20 @@ class _ConnectionInput(StrictSerializer):
     )
     source_url = TextField(max_length=500, required=False, allow_blank=True, allow_null=True)
     verified_on = serializers.DateField(required=False, allow_null=True)
+    estimator = serializers.ChoiceField(
+        choices=ModelConnection.Estimator.choices,
+        required=False,
+        allow_null=True,
+        help_text="Pick how requests are measured (then `manual`); omitted: `o200k` or "
+        "`deepseek` when the manifest lists this exact model on its official endpoint, else "
+        "`bytes`.",
+    )
+    estimator_source = serializers.ChoiceField(
+        choices=ModelConnection.EstimatorSource.choices,
+        required=False,
+        allow_null=True,
+        help_text="`auto` alone returns to the automatic choice.",
+    )
 
 
 class ModelConnectionCreateSerializer(_ConnectionInput):
@@ -160,6 +179,13 @@ class DiscoveredModelSerializer(serializers.Serializer):
     source_url = serializers.CharField(allow_null=True)
     verified_on = serializers.DateField(allow_null=True)
     demo = serializers.BooleanField(help_text="The built-in offline demo model.")
+    tokenizer = serializers.CharField(
+        allow_null=True, help_text="The manifest's tokenizer family for this exact model."
+    )
+    estimator = serializers.ChoiceField(
+        choices=ModelConnection.Estimator.choices,
+        help_text="The estimator a connection to this model gets automatically.",
+    )
 
 
 class DiscoverResultSerializer(serializers.Serializer):

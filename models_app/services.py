@@ -18,6 +18,7 @@ from django.db.models import ProtectedError
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.providers import (
     DEFAULT_MAX_OUTPUT_TOKENS,
+    ESTIMATOR_NAMES,
     LOCAL_DEMO_MODEL_ID,
     METADATA_HOSTNAMES,
     OFFICIAL_ENDPOINTS,
@@ -66,6 +67,8 @@ CONNECTION_FIELDS = (
     "window_source",
     "source_url",
     "verified_on",
+    "estimator",
+    "estimator_source",
 )
 # The values a window source vouches for; sending any of them without a source makes it manual.
 WINDOW_VALUES = ("context_window", "max_output_tokens", "max_output_cap")
@@ -305,6 +308,9 @@ def _resolve(
     window = _resolve_window(
         current, fields, provider=provider, base_url=base_url, model_id=model_id
     )
+    estimator = _resolve_estimator(
+        current, fields, provider=provider, base_url=base_url, model_id=model_id
+    )
     return {
         "name": name,
         "provider": provider,
@@ -312,7 +318,54 @@ def _resolve(
         "api_key": api_key,
         "model_id": model_id,
         **window,
+        **estimator,
     }
+
+
+def _resolve_estimator(
+    current: ModelConnection | None,
+    fields: dict[str, Any],
+    *,
+    provider: str,
+    base_url: str,
+    model_id: str,
+) -> dict[str, str]:
+    """Return the estimator and whether it was chosen by hand.
+
+    An estimator sent is `manual`; `estimator_source: auto` (or a new model) takes what the
+    manifest knows for this exact model on its official endpoint, else `bytes`; an update that
+    changes neither keeps a hand-picked estimator.
+    """
+    requested = fields.get("estimator")
+    source = fields.get("estimator_source")
+    if source not in (None, "", *ModelConnection.EstimatorSource.values):
+        raise InvalidInput(
+            f"Must be one of: {', '.join(ModelConnection.EstimatorSource.values)}.",
+            field="estimator_source",
+        )
+    if requested not in (None, ""):
+        if requested not in ESTIMATOR_NAMES:
+            raise InvalidInput(
+                f"Must be one of: {', '.join(ESTIMATOR_NAMES)}.", field="estimator"
+            )
+        if source == "auto":
+            raise InvalidInput(
+                "An estimator picked by hand is `manual`; send estimator_source auto alone to "
+                "go back to the automatic choice.",
+                field="estimator_source",
+            )
+        return {"estimator": requested, "estimator_source": "manual"}
+    same_model = current is not None and (
+        current.provider,
+        _normalised(current.base_url),
+        current.model_id,
+    ) == (provider, base_url, model_id)
+    if source != "auto" and same_model and current.estimator_source == "manual":
+        return {"estimator": current.estimator, "estimator_source": "manual"}
+    if source == "manual":
+        raise InvalidInput("Send the estimator you pick.", field="estimator")
+    automatic = model_defaults(provider, base_url, model_id).estimator
+    return {"estimator": automatic, "estimator_source": "auto"}
 
 
 def _resolve_key(

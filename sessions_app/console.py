@@ -144,7 +144,32 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
             else "ok"
         ),
         "compaction_count": len(context["compactions"]),
+        "last_reported": _last_reported(context.get("last_reported")),
     }
+
+
+def _last_reported(reported: dict[str, Any] | None) -> dict[str, Any] | None:
+    if reported is None:
+        return None
+    return {**reported, "error_percent": _signed_percent(reported["estimate_error"])}
+
+
+def _signed_percent(fraction: float | None) -> str | None:
+    return None if fraction is None else f"{100 * fraction:+.1f}"
+
+
+def _cached_text(call) -> str | None:
+    if not call.cached_tokens or not call.reported_prompt_tokens:
+        return None
+    return f"{call.cached_tokens} ({round(100 * call.cached_tokens / call.reported_prompt_tokens)}%)"
+
+
+def _cached_share(calls) -> int | None:
+    """Return the share of the run's reported input tokens that came from the prompt cache."""
+    reported = sum(call.reported_prompt_tokens or 0 for call in calls)
+    if not reported:
+        return None
+    return round(100 * sum(call.cached_tokens or 0 for call in calls) / reported)
 
 
 def _binding(session: Session) -> dict[str, Any]:
@@ -405,6 +430,7 @@ def run_context_page(request, run_id: int):
             long=shown["chars"] > LONG_MESSAGE_CHARS,
         )
         view.append(shown)
+    calls = list(model_calls_of(run))
     run_numbers = dict(runs_of(session).values_list("pk", "number"))
     views = [
         {"view": item, "run_number": run_numbers.get(item.run_id)} for item in views_of(session)
@@ -428,8 +454,15 @@ def run_context_page(request, run_id: int):
             "compactions": context["compactions"],
             "views": views,
             "model_calls": [
-                {"call": call, "usage": _usage_text(call.usage)} for call in model_calls_of(run)
+                {
+                    "call": call,
+                    "usage": _usage_text(call.usage),
+                    "error": _signed_percent(call.estimate_error),
+                    "cached": _cached_text(call),
+                }
+                for call in calls
             ],
+            "cached_share": _cached_share(calls),
             "config": config,
         },
     )

@@ -206,9 +206,15 @@ class ModelCall(models.Model):
     instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     request_estimate = models.PositiveIntegerField(default=0)
+    # What measured the request (`bytes`, `o200k`, `deepseek`), and what the provider reported.
+    estimator = models.CharField(max_length=16, blank=True, default="")
+    reported_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # (estimate - reported) / reported; positive when the estimate was too high.
+    estimate_error = models.FloatField(null=True, blank=True)
     response = CompressedEncryptedJSONField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
-    latency_ms = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField(default=0)
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 

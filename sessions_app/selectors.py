@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 
 from agentloom.engine.tools import DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import NotFound
-from context_app.engine_adapter import run_measures
+from context_app.engine_adapter import estimator_name, run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
 from sessions_app.services.checkpoints import full_checkpoint
 
@@ -145,8 +145,28 @@ def run_context(run: Run) -> dict[str, Any]:
     return {
         "messages": messages,
         "estimate": estimate,
+        "estimator": estimator_name(estimator.module_id),
         "effective_budget": budget.effective_input_budget,
         "trigger_at": policy.trigger_at(budget),
         "target_at": policy.target_at(budget),
         "compactions": _compactions(frame),
+        "last_reported": last_reported(run),
+    }
+
+
+def last_reported(run: Run) -> dict[str, Any] | None:
+    """Return the input size the provider last reported for the run, with the estimate's error."""
+    call = (
+        ModelCall.objects.filter(run=run, reported_prompt_tokens__isnull=False)
+        .only("reported_prompt_tokens", "request_estimate", "estimate_error", "estimator")
+        .order_by("-id")
+        .first()
+    )
+    if call is None:
+        return None
+    return {
+        "tokens": call.reported_prompt_tokens,
+        "estimate": call.request_estimate,
+        "estimate_error": call.estimate_error,
+        "estimator": call.estimator,
     }

@@ -145,6 +145,13 @@ class CompactionSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_null=True, allow_blank=True)
 
 
+class LastReportedSerializer(serializers.Serializer):
+    tokens = serializers.IntegerField(help_text="Prompt tokens the provider reported.")
+    estimate = serializers.IntegerField(help_text="What the estimator said of that request.")
+    estimate_error = serializers.FloatField(allow_null=True)
+    estimator = serializers.CharField()
+
+
 class RunContextSerializer(serializers.Serializer):
     messages = serializers.ListField(
         child=serializers.DictField(), help_text="The model-visible view of the main instance."
@@ -160,13 +167,30 @@ class RunContextSerializer(serializers.Serializer):
     )
     target_at = serializers.IntegerField(help_text="Size compaction aims at.")
     compactions = CompactionSerializer(many=True)
+    estimator = serializers.CharField(help_text="What measures the run's requests.")
+    last_reported = LastReportedSerializer(
+        allow_null=True, help_text="The input size the provider last reported for this run."
+    )
 
 
 class ModelCallSerializer(serializers.Serializer):
     purpose = serializers.ChoiceField(choices=ModelCall.Purpose.choices)
     instance = serializers.CharField()
-    request_estimate = serializers.IntegerField()
+    request_estimate = serializers.IntegerField(
+        help_text="The request's size as the estimator measured it before it was sent."
+    )
+    estimator = serializers.CharField(help_text="`bytes`, `o200k` or `deepseek`.")
+    reported_prompt_tokens = serializers.IntegerField(
+        allow_null=True, help_text="Input tokens the provider reported for the call."
+    )
+    estimate_error = serializers.FloatField(
+        allow_null=True,
+        help_text="(request_estimate - reported_prompt_tokens) / reported_prompt_tokens.",
+    )
+    cached_tokens = serializers.IntegerField(
+        allow_null=True, help_text="Input tokens the provider served from its prompt cache."
+    )
     usage = serializers.DictField(allow_null=True, help_text="Usage as the provider reported.")
-    latency_ms = serializers.IntegerField()
+    latency_ms = serializers.FloatField(help_text="Wall time of the call, in milliseconds.")
     error = serializers.CharField(allow_blank=True)
     created_at = serializers.DateTimeField()

@@ -129,8 +129,10 @@ class ModelCallRecord:
     request_estimate: int
     response: dict[str, Any] | None
     usage: dict[str, Any] | None
-    latency_ms: int
+    latency_ms: float
     error: str | None
+    # The module id of the estimator that measured `request_estimate`.
+    estimator: str = ""
 
 
 @dataclass(frozen=True)
@@ -363,8 +365,9 @@ class _Execution:
                 request_estimate=estimate,
                 response=response.to_dict() if response else None,
                 usage=redactor.value(response.usage) if response else None,
-                latency_ms=int((time.perf_counter() - started) * 1000),
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 error=redactor.text(error) if error else None,
+                estimator=self.estimator.module_id,
             )
         )
 

@@ -3,6 +3,11 @@
 Window parameters come, in order, from the provider's own list (`provider`), from the manifest
 of exact model IDs when the base URL is the provider's official endpoint (`official_manifest`),
 or from the platform fallback (`platform_default`). The Django side adds `manual`.
+
+The estimator a connection measures its requests with follows the same rule: a tokenizer is
+chosen only for an exact model ID the manifest lists on the provider's official endpoint (no
+name prefixes, nothing for custom endpoints, where the same name may be another model); every
+other model is measured in `bytes`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
+    "ESTIMATOR_NAMES",
     "LOCAL_DEMO_MODEL_ID",
     "PLATFORM_DEFAULT_WINDOW",
     "WINDOW_SOURCES",
@@ -35,6 +41,10 @@ PLATFORM_DEFAULT_WINDOW = 32_768
 DEFAULT_MAX_OUTPUT_TOKENS = 4_096
 LOCAL_DEMO_MODEL_ID = "local-demo"
 WINDOW_SOURCES = ("provider", "official_manifest", "platform_default", "manual")
+# The estimators a connection may measure with; `bytes` is the conservative default.
+ESTIMATOR_NAMES = ("bytes", "o200k", "deepseek")
+# The manifest's tokenizer families that an estimator counts exactly.
+_ESTIMATOR_OF_TOKENIZER = {"o200k": "o200k", "deepseek": "deepseek"}
 
 # Return a fresh client for one discovery or one model call.
 ClientFactory = Callable[[], ProviderClient]
@@ -94,6 +104,9 @@ class DiscoveredModel:
     source_url: str | None
     verified_on: str | None
     demo: bool = False
+    # The manifest's tokenizer family (exact ID, official endpoint), and the estimator it gives.
+    tokenizer: str | None = None
+    estimator: str = "bytes"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -242,6 +255,7 @@ def _describe(
         )
     if cap is None and listed is not None:
         cap = listed.max_output_cap
+    tokenizer = listed.tokenizer if listed is not None else None
     return DiscoveredModel(
         id=model_id,
         chat=_is_chat(provider, model_id, entry, manifest),
@@ -251,6 +265,8 @@ def _describe(
         window_source=source,
         source_url=source_url,
         verified_on=verified_on,
+        tokenizer=tokenizer,
+        estimator=_ESTIMATOR_OF_TOKENIZER.get(tokenizer or "", "bytes"),
     )
 
 

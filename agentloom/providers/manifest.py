@@ -1,8 +1,9 @@
 """Load the versioned manifest of exact model IDs whose windows were checked by hand.
 
 `manifest.json` lists, per provider, models by their exact ID with `context_window`,
-`max_output_cap`, `chat`, `source_url` and `verified_on`. Lookups are by exact ID only: a dated
-snapshot or a fine-tune is another model and is listed separately or not at all.
+`max_output_cap`, `chat`, `source_url`, `verified_on` and, for chat models, the `tokenizer`
+family (`o200k`, `cl100k`, `deepseek`). Lookups are by exact ID only: a dated snapshot or a
+fine-tune is another model and is listed separately or not at all.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST_PATH", "Manifest", "ManifestEntry", "load_manifest"]
+__all__ = ["MANIFEST_PATH", "TOKENIZERS", "Manifest", "ManifestEntry", "load_manifest"]
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
+TOKENIZERS = ("o200k", "cl100k", "deepseek")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class ManifestEntry:
     source_url: str
     verified_on: str
     note: str | None = None
+    tokenizer: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,6 +110,9 @@ def _entry(provider: str, model_id: str, fields: Any) -> ManifestEntry:
     note = fields.get("note")
     if note is not None and not isinstance(note, str):
         raise ValueError(f"{where}: note must be a string")
+    tokenizer = fields.get("tokenizer")
+    if tokenizer is not None and tokenizer not in TOKENIZERS:
+        raise ValueError(f"{where}: tokenizer must be one of {TOKENIZERS}")
     return ManifestEntry(
         provider=provider,
         model_id=model_id,
@@ -116,6 +122,7 @@ def _entry(provider: str, model_id: str, fields: Any) -> ManifestEntry:
         source_url=source_url,
         verified_on=verified_on,
         note=note,
+        tokenizer=tokenizer,
     )
 
 

@@ -14,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentloom.errors import ApplicationError
-from context_app.engine_adapter import RunHooks, build_engine, version_binding
+from agentloom.engine.usage import cached_prompt_tokens, estimate_error, reported_prompt_tokens
+from context_app.engine_adapter import RunHooks, build_engine, estimator_name, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
@@ -26,14 +27,20 @@ log = logging.getLogger(__name__)
 
 
 def _record_model_call(run_id: int, call: Any) -> None:
+    estimate = max(0, int(call.request_estimate or 0))
+    reported = reported_prompt_tokens(call.usage)
     ModelCall.objects.create(
         run_id=run_id,
         instance=call.instance or MAIN_INSTANCE,
         purpose=call.purpose,
-        request_estimate=max(0, int(call.request_estimate or 0)),
+        request_estimate=estimate,
+        estimator=estimator_name(call.estimator),
+        reported_prompt_tokens=reported,
+        cached_tokens=cached_prompt_tokens(call.usage),
+        estimate_error=estimate_error(estimate, reported),
         response=call.response,
         usage=call.usage,
-        latency_ms=max(0, int(call.latency_ms or 0)),
+        latency_ms=max(0.0, float(call.latency_ms or 0)),
         error=call.error or "",
     )
 

@@ -1,0 +1,101 @@
+"""Every model call records its estimate beside what the provider reported, cache hits included."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentloom.engine.gateway import ModelGateway, text_response
+from agentloom.engine.usage import cached_prompt_tokens, estimate_error, reported_prompt_tokens
+from context_app import engine_adapter
+from sessions_app.models import ModelCall
+from sessions_app.selectors import run_context
+from tests.sessions_app.conftest import ask
+
+pytestmark = pytest.mark.django_db
+
+OPENAI_USAGE = {
+    "prompt_tokens": 200,
+    "completion_tokens": 5,
+    "total_tokens": 205,
+    "prompt_tokens_details": {"cached_tokens": 128},
+}
+DEEPSEEK_USAGE = {
+    "prompt_tokens": 300,
+    "completion_tokens": 5,
+    "total_tokens": 305,
+    "prompt_cache_hit_tokens": 256,
+    "prompt_cache_miss_tokens": 44,
+}
+
+
+class UsageGateway(ModelGateway):
+    provider, model_id = "local", "local-demo"
+
+    def __init__(self, usage):
+        self.usage = usage
+
+    def complete(self, request):
+        return text_response("done", usage=self.usage)
+
+
+@pytest.fixture
+def usage_gateway():
+    def install(usage):
+        engine_adapter.set_gateway_factory(lambda version, connection: UsageGateway(usage))
+
+    yield install
+    engine_adapter.set_gateway_factory(None)
+
+
+@pytest.mark.parametrize(("usage", "cached"), [(OPENAI_USAGE, 128), (DEEPSEEK_USAGE, 256)])
+def test_reported_and_cached_tokens_are_read_from_both_usage_shapes(
+    alice, make_demo_session, usage_gateway, usage, cached
+):
+    usage_gateway(usage)
+    run = ask(make_demo_session(), alice, "hello")
+    call = ModelCall.objects.get(run=run)
+    assert call.estimator == "bytes"
+    assert call.reported_prompt_tokens == usage["prompt_tokens"]
+    assert call.cached_tokens == cached
+    assert call.estimate_error == pytest.approx(
+        (call.request_estimate - usage["prompt_tokens"]) / usage["prompt_tokens"]
+    )
+    assert call.latency_ms > 0
+    context = run_context(run)
+    assert context["estimator"] == "bytes"
+    assert context["last_reported"]["tokens"] == usage["prompt_tokens"]
+
+
+def test_a_call_without_usage_reports_nothing_rather_than_zero(
+    alice, make_demo_session, usage_gateway
+):
+    usage_gateway(None)
+    run = ask(make_demo_session(), alice, "hello")
+    call = ModelCall.objects.get(run=run)
+    assert (call.reported_prompt_tokens, call.cached_tokens, call.estimate_error) == (None,) * 3
+    assert run_context(run)["last_reported"] is None
+
+
+def test_usage_parsing_refuses_junk():
+    assert reported_prompt_tokens({"prompt_tokens": -1}) is None
+    assert reported_prompt_tokens({"prompt_tokens": True}) is None
+    assert reported_prompt_tokens({"prompt_cache_hit_tokens": 3, "prompt_cache_miss_tokens": 4}) == 7
+    assert cached_prompt_tokens({"prompt_tokens_details": {"cached_tokens": "9"}}) is None
+    assert estimate_error(500, 0) is None
+    assert estimate_error(500, 100) == 4.0
+
+
+def test_the_model_calls_api_lists_the_new_fields(alice, make_demo_session, usage_gateway):
+    from rest_framework.test import APIClient
+
+    usage_gateway(OPENAI_USAGE)
+    run = ask(make_demo_session(), alice, "hello")
+    client = APIClient()
+    client.force_authenticate(alice)
+    body = client.get(f"/api/v1/runs/{run.pk}/model-calls").json()
+    item = body["results"][0] if isinstance(body, dict) else body[0]
+    assert item["estimator"] == "bytes"
+    assert item["reported_prompt_tokens"] == 200
+    assert item["cached_tokens"] == 128
+    assert isinstance(item["estimate_error"], float)
+    assert item["latency_ms"] > 0
