@@ -4,8 +4,9 @@
 
 The default estimator counts UTF-8 bytes of the JSON request plus an envelope per message and per
 tool. A byte is never less than a token, so it is conservative: it may compact well before a real
-tokenizer would, and it is not the `usage` a provider reports. Estimators are injectable; their
-`module_id` and `config` are bound into the checkpoint so a resumed run measures the same way.
+tokenizer would, and it is not the `usage` a provider reports. Tokenizer estimators
+(`agentloom.engine.estimators`) count real tokens. Estimators are injectable; their `module_id`
+and `config` are bound into the checkpoint so a resumed run measures the same way.
 
 The soft triggers (when to compact, how far) use `estimate`; the hard check that refuses to send
 a request over the effective input budget uses `upper_bound`.
@@ -84,6 +85,8 @@ class TokenEstimator(abc.ABC):
 
     module_id: str
     config: dict[str, Any]
+    # The keys `config` may hold; a binding with any other key is refused.
+    config_keys: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
@@ -115,6 +118,7 @@ class JsonBytesEstimator(TokenEstimator):
     """
 
     module_id = DEFAULT_ESTIMATOR_ID
+    config_keys = ("per_request", "per_message", "per_tool")
 
     def __init__(
         self,
@@ -160,11 +164,17 @@ def estimator_from_binding(binding: dict[str, Any] | None) -> TokenEstimator:
     """Return the estimator a checkpoint's binding names (the default when it names none)."""
     if not binding:
         return JsonBytesEstimator()
+    # Imported here because the tokenizer estimators build on this module.
+    from agentloom.engine.estimators import ESTIMATOR_CLASSES
+
     module_id = binding.get("module_id")
-    if module_id != DEFAULT_ESTIMATOR_ID:
+    estimator_class = ESTIMATOR_CLASSES.get(module_id) if isinstance(module_id, str) else None
+    if estimator_class is None:
         raise ConfigurationError("estimator", f"unknown estimator module {module_id!r}")
     config = binding.get("config") or {}
-    unknown = set(config) - {"per_request", "per_message", "per_tool"}
+    if not isinstance(config, dict):
+        raise ConfigurationError("estimator", "config must be an object")
+    unknown = set(config) - set(estimator_class.config_keys)
     if unknown:
         raise ConfigurationError("estimator", f"unknown config keys {sorted(unknown)}")
-    return JsonBytesEstimator(**config)
+    return estimator_class(**config)
