@@ -4,18 +4,22 @@
 
 The default estimator counts UTF-8 bytes of the JSON request plus an envelope per message and per
 tool. A byte is never less than a token, so it is conservative: it may compact well before a real
-tokenizer would, and it is not the `usage` a provider reports. Estimators are injectable; their
-`module_id` and `config` are bound into the checkpoint so a resumed run measures the same way.
+tokenizer would, and it is not the `usage` a provider reports. Tokenizer estimators
+(`agentloom.engine.estimators`) count real tokens. Estimators are injectable; their `module_id`
+and `config` are bound into the checkpoint so a resumed run measures the same way.
+
+The soft triggers (when to compact, how far) use `estimate`; the hard check that refuses to send
+a request over the effective input budget uses `upper_bound`.
 """
 
 from __future__ import annotations
 
 import abc
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine.errors import ConfigurationError
+from agentloom.engine.sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
 
 __all__ = [
     "DEFAULT_ESTIMATOR_ID",
@@ -81,10 +85,21 @@ class TokenEstimator(abc.ABC):
 
     module_id: str
     config: dict[str, Any]
+    # The keys `config` may hold; a binding with any other key is refused.
+    config_keys: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         """Return the estimated input size of a request with these messages and tools."""
+
+    def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        """Return the size the hard budget check compares with the effective input budget.
+
+        It is the estimator's best figure that the provider's count does not exceed: a tokenizer
+        estimator's count, the byte estimator's estimate (a token is at least one byte). An
+        estimator whose `estimate` may fall short of the real count overrides this.
+        """
+        return self.estimate(messages, tools)
 
     def binding(self) -> dict[str, Any]:
         """Return what the checkpoint records about this estimator."""
@@ -95,11 +110,24 @@ DEFAULT_ESTIMATOR_ID = "agentloom.engine.budget.JsonBytesEstimator/1"
 
 
 class JsonBytesEstimator(TokenEstimator):
-    """UTF-8 bytes of the JSON request plus an envelope per request, message and tool."""
+    """UTF-8 bytes of the JSON request plus an envelope per request, message and tool.
+
+    Each message's and tool's byte count is cached, so a view that grew by k messages costs k
+    serialisations: `len(json.dumps(items))` is 2 brackets, the items' own lengths and a comma
+    between each two.
+    """
 
     module_id = DEFAULT_ESTIMATOR_ID
+    config_keys = ("per_request", "per_message", "per_tool")
 
-    def __init__(self, *, per_request: int = 16, per_message: int = 12, per_tool: int = 16):
+    def __init__(
+        self,
+        *,
+        per_request: int = 16,
+        per_message: int = 12,
+        per_tool: int = 16,
+        cache_size: int = DEFAULT_CACHE_ITEMS,
+    ):
         for field, value in (
             ("per_request", per_request),
             ("per_message", per_message),
@@ -110,25 +138,43 @@ class JsonBytesEstimator(TokenEstimator):
         self._per_request = per_request
         self._per_message = per_message
         self._per_tool = per_tool
+        # Serialising is what a byte count costs, so a content hash would save nothing.
+        self._messages = SizeCache(max_items=cache_size, content_keys=False)
+        self._tools = SizeCache(max_items=cache_size, content_keys=False)
 
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         size = self._per_request + self._per_message * len(messages)
-        size += len(json.dumps(messages, ensure_ascii=False, separators=(",", ":")).encode())
+        size += _json_list_bytes(messages, self._messages)
         if tools:
             size += self._per_tool * len(tools)
-            size += len(json.dumps(tools, ensure_ascii=False, separators=(",", ":")).encode())
+            size += _json_list_bytes(tools, self._tools)
         return size
+
+
+def _json_bytes(item: Any) -> int:
+    return len(canonical_json(item).encode())
+
+
+def _json_list_bytes(items: list[Any], cache: SizeCache) -> int:
+    """Return the UTF-8 length of the compact JSON of `items`, from cached item lengths."""
+    return 2 + max(len(items) - 1, 0) + cache.total(items, _json_bytes)
 
 
 def estimator_from_binding(binding: dict[str, Any] | None) -> TokenEstimator:
     """Return the estimator a checkpoint's binding names (the default when it names none)."""
     if not binding:
         return JsonBytesEstimator()
+    # Imported here because the tokenizer estimators build on this module.
+    from agentloom.engine.estimators import ESTIMATOR_CLASSES
+
     module_id = binding.get("module_id")
-    if module_id != DEFAULT_ESTIMATOR_ID:
+    estimator_class = ESTIMATOR_CLASSES.get(module_id) if isinstance(module_id, str) else None
+    if estimator_class is None:
         raise ConfigurationError("estimator", f"unknown estimator module {module_id!r}")
     config = binding.get("config") or {}
-    unknown = set(config) - {"per_request", "per_message", "per_tool"}
+    if not isinstance(config, dict):
+        raise ConfigurationError("estimator", "config must be an object")
+    unknown = set(config) - set(estimator_class.config_keys)
     if unknown:
         raise ConfigurationError("estimator", f"unknown config keys {sorted(unknown)}")
-    return JsonBytesEstimator(**config)
+    return estimator_class(**config)

@@ -422,7 +422,7 @@ class JournalContextManager(ContextManager):
             max_output_tokens=self.budget.max_output_tokens,
             instance=self.frame.instance,
         )
-        estimate = self.estimator.estimate(request.messages, request.tools)
+        estimate = self.estimator.upper_bound(request.messages, request.tools)
         effective = self.budget.effective_input_budget
         if estimate > effective:
             reason = (

@@ -320,7 +320,7 @@ class _Execution:
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
                 f"execution (limit {limit})"
             )
-        estimate = self.estimator.estimate(request.messages, request.tools)
+        estimate = self.estimator.upper_bound(request.messages, request.tools)
         effective = self.budget.effective_input_budget
         if estimate > effective:
             raise ContextBudgetExceeded(

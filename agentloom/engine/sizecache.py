@@ -1,0 +1,112 @@
+"""A bounded cache of per-item sizes, so that measuring a grown view measures only the new items.
+
+An item (a message or a tool schema) is found first by its identity, checked against its
+top-level values, and then, when the cache was made with content keys, by a hash of its JSON.
+Items are treated as immutable once measured: a top-level field that is replaced is noticed, an
+in-place change deeper down is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["DEFAULT_CACHE_ITEMS", "DEFAULT_CACHE_WEIGHT", "SizeCache", "canonical_json"]
+
+DEFAULT_CACHE_ITEMS = 50_000
+# Characters of JSON the identity entries may keep alive between estimates.
+DEFAULT_CACHE_WEIGHT = 64_000_000
+
+
+def canonical_json(item: Any) -> str:
+    """Return the compact JSON of `item`, as the request body shows it."""
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+
+
+def _top_level(item: Any) -> Any:
+    return tuple(item.items()) if isinstance(item, dict) else None
+
+
+class SizeCache:
+    """An LRU of sizes by item identity and, optionally, by a hash of the item's JSON."""
+
+    def __init__(
+        self,
+        *,
+        max_items: int = DEFAULT_CACHE_ITEMS,
+        max_weight: int = DEFAULT_CACHE_WEIGHT,
+        content_keys: bool = True,
+    ):
+        self.max_items = max_items
+        self.max_weight = max_weight
+        self.content_keys = content_keys
+        # id(item) -> (item, top-level values, size, weight); holding the item keeps its id unique.
+        self._by_id: OrderedDict[int, tuple[Any, Any, int, int]] = OrderedDict()
+        self._weight = 0
+        self._by_content: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_id.clear()
+            self._by_content.clear()
+            self._weight = 0
+
+    def total(self, items: Iterable[Any], measure: Callable[[Any], int]) -> int:
+        """Return the sum of `measure(item)` over `items`, measuring only items not cached."""
+        if self.max_items <= 0:
+            return sum(measure(item) for item in items)
+        total = 0
+        misses = []
+        with self._lock:
+            by_id = self._by_id
+            for item in items:
+                entry = by_id.get(id(item))
+                if entry is not None and entry[0] is item and entry[1] == _top_level(item):
+                    by_id.move_to_end(id(item))
+                    total += entry[2]
+                else:
+                    misses.append(item)
+        for item in misses:
+            total += self._measure(item, measure)
+        return total
+
+    def _measure(self, item: Any, measure: Callable[[Any], int]) -> int:
+        if not self.content_keys:
+            size = measure(item)
+            self._remember(item, size, size)
+            return size
+        text = canonical_json(item)
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            size = self._by_content.get(key)
+            if size is not None:
+                self._by_content.move_to_end(key)
+        if size is None:
+            size = measure(item)
+            with self._lock:
+                self._by_content[key] = size
+                while len(self._by_content) > self.max_items:
+                    self._by_content.popitem(last=False)
+        self._remember(item, size, len(text))
+        return size
+
+    def _remember(self, item: Any, size: int, weight: int) -> None:
+        with self._lock:
+            old = self._by_id.pop(id(item), None)
+            if old is not None:
+                self._weight -= old[3]
+            self._by_id[id(item)] = (item, _top_level(item), size, weight)
+            self._weight += weight
+            while self._by_id and (
+                len(self._by_id) > self.max_items or self._weight > self.max_weight
+            ):
+                _, evicted = self._by_id.popitem(last=False)
+                self._weight -= evicted[3]
