@@ -172,6 +172,7 @@ def bench_history_load() -> list[tuple]:
     from context_app.engine_adapter import version_binding
     from sessions_app.models import SessionView
     from sessions_app.services.history import history_for_new_run
+    from sessions_app.services.views import binding_key
 
     rows = []
     for size in (1_000, 10_000, 100_000):
@@ -186,6 +187,7 @@ def bench_history_load() -> list[tuple]:
             watermark=size - 20,
             run=last_run,
             binding=binding,
+            binding_key=binding_key(binding),
             messages=[{"role": "user", "content": "[handoff summary] " + "fact 1. " * 200}],
             user_turns=size // 4 - 5,
             model_steps=size // 2 - 10,
@@ -335,7 +337,7 @@ def main() -> None:
         for size, without, with_view, ratio in bench_history_load():
             print(f"{size:>12,} | {without:>12.1f} | {with_view:>18.1f} | {ratio:5.1f}x")
 
-        print("\nJournal sync (10 new records per save; the whole checkpoint is re-encrypted)")
+        print("\nJournal sync (10 new records per save; the checkpoint holds no records)")
         for run_length, runs in ((100, 20), (1_000, 2), (5_000, 1)):
             rate = bench_journal_sync(run_length, runs)
             print(f"  runs of {run_length:>5,} records: {rate:>8,.0f} records/s")

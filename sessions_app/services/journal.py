@@ -2,7 +2,7 @@
 
 Called on every engine save with a `Checkpoint`: the frame by reference (`format: 2`) and the
 records added since the last save. In ONE transaction it allocates session seqs for the new
-records from `Session.next_seq` under SELECT … FOR UPDATE, inserts them (insert-or-ignore on
+records from `Session.next_seq` (bumped under the row's lock), inserts them (insert-or-ignore on
 (run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease, marks
 journaled supplements consumed, and records the references of a new compaction snapshot (saving
 it as a reusable view when the prefix rule allows). A save costs what was added since the last
@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -65,20 +65,23 @@ def append_records(
 ) -> list[SessionMessage]:
     """Append the run's records that are not journaled yet, in order; return the new rows.
 
-    Call inside a transaction. Seqs come from `Session.next_seq` read under SELECT … FOR UPDATE,
-    never from an unlocked max(seq)+1; (run, instance, entry_key) makes a repeat a no-op.
+    Call inside a transaction. Seqs come from `Session.next_seq`, bumped by one UPDATE … RETURNING
+    that locks the session row until commit, never from an unlocked max(seq)+1;
+    (run, instance, entry_key) makes a repeat a no-op.
     `known` (the run's journaled (instance, entry_key) pairs) spares the query when the caller
     already has it.
     """
-    session = Session.objects.select_for_update().get(pk=session_id)
     if known is None:
         known = set(
             SessionMessage.objects.filter(run_id=run_id).values_list("instance", "entry_key")
         )
-    rows, seq = [], session.next_seq
-    for instance, kind, entry_key, message, at, local_seq in records:
-        if (instance, entry_key) in known:
-            continue
+    fresh = [entry for entry in records if (entry[0], entry[2]) not in known]
+    if not fresh:
+        return []
+    # Reserving the seqs locks the session row until commit: one statement, no read before it.
+    seq = _reserve_seqs(session_id, len(fresh))
+    rows = []
+    for instance, kind, entry_key, message, at, local_seq in fresh:
         rows.append(
             SessionMessage(
                 session_id=session_id,
@@ -93,10 +96,22 @@ def append_records(
             )
         )
         seq += 1
-    if rows:
-        SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
-        Session.objects.filter(pk=session_id).update(next_seq=seq)
+    SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
     return rows
+
+
+def _reserve_seqs(session_id: int, count: int) -> int:
+    """Return the first of `count` session seqs, bumping `Session.next_seq` past them."""
+    table = Session._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET next_seq = next_seq + %s WHERE id = %s RETURNING next_seq",  # noqa: S608 - the table name is ours
+            [count, session_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Session.DoesNotExist(f"session {session_id} does not exist")
+    return row[0] - count
 
 
 class JournalWriter:

@@ -222,19 +222,29 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
 
 
 def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
-    """Return queued supplements not yet handed out; on an empty final call, close the queue."""
-    with transaction.atomic():
-        # Only the flag is read: the checkpoint stays on disk, undecrypted.
-        run = Run.objects.select_for_update().only("pk", "supplements_closed").get(pk=run_id)
-        pending = list(
-            RunSupplement.objects.filter(run=run, consumed_at__isnull=True)
+    """Return queued supplements not yet handed out; on an empty final call, close the queue.
+
+    Only the final call locks the run: closing the queue must not race `supplement_add`. At any
+    other safe point a supplement committed a moment too late is simply taken at the next one.
+    """
+
+    def pending() -> list[RunSupplement]:
+        return list(
+            RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True)
             .exclude(pk__in=exclude)
             .order_by("position")
         )
-        if final and not pending:
+
+    if not final:
+        return pending()
+    with transaction.atomic():
+        # Only the flag is read: the checkpoint stays on disk, undecrypted.
+        run = Run.objects.select_for_update().only("pk", "supplements_closed").get(pk=run_id)
+        waiting = pending()
+        if not waiting:
             run.supplements_closed = True
             run.save(update_fields=["supplements_closed", "updated_at"])
-        return pending
+        return waiting
 
 
 def claim_run(*, run_id: int, owner: str) -> bool:
