@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from agentloom.engine.budget import ModelBudget, TokenEstimator, estimator_from_binding
-from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.engine import Checkpoint
+from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.gateway import ModelGateway
 from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
 from agentloom.engine.refs import RecordStore

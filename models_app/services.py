@@ -345,9 +345,7 @@ def _resolve_estimator(
         )
     if requested not in (None, ""):
         if requested not in ESTIMATOR_NAMES:
-            raise InvalidInput(
-                f"Must be one of: {', '.join(ESTIMATOR_NAMES)}.", field="estimator"
-            )
+            raise InvalidInput(f"Must be one of: {', '.join(ESTIMATOR_NAMES)}.", field="estimator")
         if source == "auto":
             raise InvalidInput(
                 "An estimator picked by hand is `manual`; send estimator_source auto alone to "

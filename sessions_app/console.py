@@ -161,7 +161,9 @@ def _signed_percent(fraction: float | None) -> str | None:
 def _cached_text(call) -> str | None:
     if not call.cached_tokens or not call.reported_prompt_tokens:
         return None
-    return f"{call.cached_tokens} ({round(100 * call.cached_tokens / call.reported_prompt_tokens)}%)"
+    return (
+        f"{call.cached_tokens} ({round(100 * call.cached_tokens / call.reported_prompt_tokens)}%)"
+    )
 
 
 def _cached_share(calls) -> int | None:

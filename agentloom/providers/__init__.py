@@ -35,9 +35,9 @@ from agentloom.providers.chat import (
 )
 from agentloom.providers.discovery import (
     DEFAULT_MAX_OUTPUT_TOKENS,
+    ESTIMATOR_NAMES,
     LOCAL_DEMO_MODEL_ID,
     PLATFORM_DEFAULT_WINDOW,
-    ESTIMATOR_NAMES,
     WINDOW_SOURCES,
     ClientFactory,
     DiscoveredModel,
@@ -50,6 +50,7 @@ from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "ESTIMATOR_NAMES",
     "KINDS",
     "LOCAL_DEMO_MODEL_ID",
     "METADATA_HOSTNAMES",
@@ -57,7 +58,6 @@ __all__ = [
     "PLATFORM_DEFAULT_WINDOW",
     "PROVIDERS",
     "RETRYABLE_KINDS",
-    "ESTIMATOR_NAMES",
     "WINDOW_SOURCES",
     "ClientFactory",
     "DeepSeekChatGateway",

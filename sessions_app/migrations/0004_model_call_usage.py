@@ -23,35 +23,34 @@ def read_usage(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0003_journal_references'),
+        ("sessions_app", "0003_journal_references"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelcall',
-            name='cached_tokens',
+            model_name="modelcall",
+            name="cached_tokens",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='modelcall',
-            name='estimate_error',
+            model_name="modelcall",
+            name="estimate_error",
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='modelcall',
-            name='estimator',
-            field=models.CharField(blank=True, default='', max_length=16),
+            model_name="modelcall",
+            name="estimator",
+            field=models.CharField(blank=True, default="", max_length=16),
         ),
         migrations.AddField(
-            model_name='modelcall',
-            name='reported_prompt_tokens',
+            model_name="modelcall",
+            name="reported_prompt_tokens",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='modelcall',
-            name='latency_ms',
+            model_name="modelcall",
+            name="latency_ms",
             field=models.FloatField(default=0),
         ),
         migrations.RunPython(read_usage, migrations.RunPython.noop),

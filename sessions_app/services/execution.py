@@ -13,8 +13,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agentloom.errors import ApplicationError
 from agentloom.engine.usage import cached_prompt_tokens, estimate_error, reported_prompt_tokens
+from agentloom.errors import ApplicationError
 from context_app.engine_adapter import RunHooks, build_engine, estimator_name, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore

@@ -51,9 +51,9 @@ def test_a_custom_endpoint_serving_a_known_name_is_measured_in_bytes(alice, spac
         model_id="deepseek-chat",
     )
     assert connection.estimator == "bytes"
-    assert model_defaults("openai_compatible", "https://llm.example.com/v1", "gpt-4o").estimator == (
-        "bytes"
-    )
+    assert model_defaults(
+        "openai_compatible", "https://llm.example.com/v1", "gpt-4o"
+    ).estimator == ("bytes")
 
 
 def test_the_local_demo_model_is_measured_in_bytes(alice, space):

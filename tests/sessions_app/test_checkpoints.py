@@ -188,7 +188,9 @@ def _save_cost(make_demo_session, alice, records: int) -> tuple[int, int]:
     frame = InstanceFrame(instance="main", messages=[{"role": "system", "content": "s"}])
     for n in range(1, records + 2):
         message = {"role": "assistant", "content": f"step {n}"}
-        frame.add_record(Record(n, "assistant", message, f"assistant:{n}", "2026-11-30T00:00:00+00:00"))
+        frame.add_record(
+            Record(n, "assistant", message, f"assistant:{n}", "2026-11-30T00:00:00+00:00")
+        )
         frame.show(message, {"own": n})
         if n == records:
             writer.sync(Checkpoint.of(frame))

@@ -79,7 +79,9 @@ def test_a_call_without_usage_reports_nothing_rather_than_zero(
 def test_usage_parsing_refuses_junk():
     assert reported_prompt_tokens({"prompt_tokens": -1}) is None
     assert reported_prompt_tokens({"prompt_tokens": True}) is None
-    assert reported_prompt_tokens({"prompt_cache_hit_tokens": 3, "prompt_cache_miss_tokens": 4}) == 7
+    assert (
+        reported_prompt_tokens({"prompt_cache_hit_tokens": 3, "prompt_cache_miss_tokens": 4}) == 7
+    )
     assert cached_prompt_tokens({"prompt_tokens_details": {"cached_tokens": "9"}}) is None
     assert estimate_error(500, 0) is None
     assert estimate_error(500, 100) == 4.0
