@@ -29,6 +29,8 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
         "trigger_at": int(EFFECTIVE * 0.8),
         "target_at": int(EFFECTIVE * 0.6),
         "compactions": [],
+        "estimator": "bytes",
+        "last_reported": None,
     }
 
 
@@ -155,6 +157,9 @@ def test_model_calls_are_listed_without_their_responses(api, run):
         run=run,
         purpose="action",
         request_estimate=1_234,
+        estimator="bytes",
+        reported_prompt_tokens=900,
+        estimate_error=(1_234 - 900) / 900,
         response={"message": {"content": "NONCE-reply"}},
         usage={"prompt_tokens": 900, "completion_tokens": 12},
         latency_ms=321,
@@ -169,8 +174,12 @@ def test_model_calls_are_listed_without_their_responses(api, run):
         "purpose": "action",
         "instance": "main",
         "request_estimate": 1_234,
+        "estimator": "bytes",
+        "reported_prompt_tokens": 900,
+        "estimate_error": (1_234 - 900) / 900,
+        "cached_tokens": None,
         "usage": {"prompt_tokens": 900, "completion_tokens": 12},
-        "latency_ms": 321,
+        "latency_ms": 321.0,
         "error": "",
         "created_at": first["created_at"],
     }

@@ -31,6 +31,8 @@ FIELDS = {
     "window_source",
     "source_url",
     "verified_on",
+    "estimator",
+    "estimator_source",
     "effective_input_budget",
     "created_at",
     "updated_at",

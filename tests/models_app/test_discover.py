@@ -47,6 +47,8 @@ def test_lists_models_with_their_window_and_source(api, listed, caplog):
         "source_url": listed.base_url + "/models",
         "verified_on": models["qwen-72b"]["verified_on"],
         "demo": False,
+        "tokenizer": None,
+        "estimator": "bytes",
     }
     assert models["plain-model"]["window_source"] == "platform_default"
     assert models["plain-model"]["context_window"] == 32_768
