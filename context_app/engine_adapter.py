@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from agentloom.engine.budget import ModelBudget, TokenEstimator, estimator_from_binding
+from agentloom.engine.calibration import calibration_config
 from agentloom.engine.engine import Checkpoint
 from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.gateway import ModelGateway
@@ -146,11 +147,15 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     one run can be matched against the binding of the next.
     """
     policy, budget, estimator = run_measures(version.snapshot)
-    return {
+    binding = {
         "policy": policy.to_dict(),
         "budget": budget.to_dict(),
         "estimator": estimator.binding(),
     }
+    calibration = calibration_config(version.snapshot.get("calibration"))
+    if calibration is not None:
+        binding["calibration"] = calibration
+    return binding
 
 
 def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
@@ -174,5 +179,7 @@ def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
         secrets=secrets,
         sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
         verify_completion=bool(snapshot.get("verify_completion")),
-        config=EngineConfig(record_store=hooks.record_store),
+        config=EngineConfig(
+            record_store=hooks.record_store, calibration=snapshot.get("calibration")
+        ),
     )

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
+from agentloom.engine.calibration import DEFAULT_SAMPLES
 from agentloom.engine.errors import ConfigurationError
 from agentloom.engine.policy import ContextPolicy
 from agentloom.errors import Conflict, InvalidInput
@@ -194,6 +195,8 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         },
         "context_policy": clean_context_policy(agent.context_policy),
         "estimator": estimator_binding(connection.estimator),
+        # Bytes over-count tokens several times: triggers learn the provider's counts.
+        "calibration": {"samples": DEFAULT_SAMPLES} if connection.estimator == "bytes" else None,
     }
 
 

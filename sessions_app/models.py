@@ -212,6 +212,8 @@ class ModelCall(models.Model):
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
     # (estimate - reported) / reported; positive when the estimate was too high.
     estimate_error = models.FloatField(null=True, blank=True)
+    # For a calibrated estimator: {ratio, base_tokens, raw} the estimate was made with.
+    calibration = models.JSONField(null=True, blank=True)
     response = CompressedEncryptedJSONField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
     latency_ms = models.FloatField(default=0)

@@ -190,6 +190,11 @@ class ModelCallSerializer(serializers.Serializer):
     cached_tokens = serializers.IntegerField(
         allow_null=True, help_text="Input tokens the provider served from its prompt cache."
     )
+    calibration = serializers.DictField(
+        allow_null=True,
+        help_text="For a calibrated byte estimator: the ratio, the reported base and the raw "
+        "size the estimate was made with (the budget check used the raw size).",
+    )
     usage = serializers.DictField(allow_null=True, help_text="Usage as the provider reported.")
     latency_ms = serializers.FloatField(help_text="Wall time of the call, in milliseconds.")
     error = serializers.CharField(allow_blank=True)

@@ -316,22 +316,23 @@ class BudgetCompactionPolicy(CompactionPolicy):
         """Return ((summary, units fully summarised), calls made, failure reason or None)."""
         estimator, effective = request.estimator, request.budget.effective_input_budget
         material = "\n".join(texts)
-        empty = estimator.estimate([{"role": "user", "content": ""}], [])
-        full = estimator.estimate([{"role": "user", "content": material}], [])
+        # Summary requests are sized by the upper bound the hard check will apply to them.
+        empty = estimator.upper_bound([{"role": "user", "content": ""}], [])
+        full = estimator.upper_bound([{"role": "user", "content": material}], [])
         units_per_char = max((full - empty) / max(len(material), 1), 1e-6)
         fragments = _Fragments(texts)
         running = ""
         calls = 0
         while not fragments.done and calls < max_calls:
             probe = self.summary_messages(running, "")
-            room = effective - estimator.estimate(probe, []) - SEGMENT_SLACK
+            room = effective - estimator.upper_bound(probe, []) - SEGMENT_SLACK
             capacity = int(room / units_per_char)
             for _ in range(_SEGMENT_RETRIES):
                 if capacity < MIN_SEGMENT_CHARS:
                     return ("", 0), calls, "summary_request_over_budget"
                 segment, position = fragments.take(capacity)
                 messages = self.summary_messages(running, segment)
-                if estimator.estimate(messages, []) <= effective:
+                if estimator.upper_bound(messages, []) <= effective:
                     break
                 capacity = int(capacity * 0.7)
             else:

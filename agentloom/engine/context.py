@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine.budget import JsonBytesEstimator, ModelBudget, TokenEstimator
+from agentloom.engine.calibration import CalibratedEstimator
 from agentloom.engine.clock import Clock, iso_utc, system_clock
 from agentloom.engine.compaction import (
     BudgetCompactionPolicy,
@@ -187,11 +188,14 @@ class JournalContextManager(ContextManager):
 
     def binding(self) -> dict[str, Any]:
         """Return the policy, budget and estimator this context is measured with."""
-        return {
+        binding = {
             "policy": self.policy.to_dict(),
             "budget": self.budget.to_dict(),
             "estimator": self.estimator.binding(),
         }
+        if isinstance(self.estimator, CalibratedEstimator):
+            binding["calibration"] = {"samples": self.estimator.calibration.keep}
+        return binding
 
     def create(
         self,
@@ -216,7 +220,15 @@ class JournalContextManager(ContextManager):
             messages=[system, *inherited],
             origins=[None, *origins],
             history=history.block() if history.from_journal else None,
-            state=ExecutionState(run_number=run_number, attempt=attempt),
+            state=ExecutionState(
+                run_number=run_number,
+                attempt=attempt,
+                calibration=(
+                    self.estimator.calibration.to_dict()
+                    if isinstance(self.estimator, CalibratedEstimator)
+                    else None
+                ),
+            ),
             counters=Counters(
                 user_turns=history.user_turns,
                 model_steps=history.model_steps,

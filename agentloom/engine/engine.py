@@ -26,6 +26,7 @@ from agentloom.engine.budget import (
     TokenEstimator,
     estimator_from_binding,
 )
+from agentloom.engine.calibration import CalibratedEstimator, Calibration, calibration_config
 from agentloom.engine.clock import Clock, system_clock
 from agentloom.engine.compaction import CompactionPolicy
 from agentloom.engine.context import ContextManager, JournalContextManager
@@ -54,6 +55,7 @@ from agentloom.engine.tools import (
     build_toolset,
     builtin_tools,
 )
+from agentloom.engine.usage import reported_prompt_tokens
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
@@ -87,9 +89,15 @@ class EngineConfig:
 
     `record_store` is where `format: 2` checkpoints find the journal records and inherited
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
+    `calibration` (`{"samples": n}`, see `calibration`) measures triggers in the provider's
+    reported tokens; a resumed run follows its checkpoint's binding instead.
     """
 
     record_store: RecordStore | None = None
+    calibration: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calibration", calibration_config(self.calibration))
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,8 @@ class ModelCallRecord:
     error: str | None
     # The module id of the estimator that measured `request_estimate`.
     estimator: str = ""
+    # For a calibrated estimator: the ratio and reported base the estimate used (else None).
+    calibration: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -214,9 +224,19 @@ class Engine:
         system_prompt: str,
         question: str,
         history: ProjectedHistory | None = None,
+        calibration_start: float | None = None,
     ) -> RunOutcome:
-        """Run a new question: a new main instance with the inherited history and the task."""
-        execution = _Execution(self, self.policy, self.budget, self.estimator)
+        """Run a new question: a new main instance with the inherited history and the task.
+
+        `calibration_start` is the ratio a calibrated version starts from (the connection's
+        recent calls); it is kept in the checkpoint, so a replay can start from it too.
+        """
+        estimator = self.estimator
+        settings = self.config.calibration
+        if settings is not None:
+            start = Calibration(start=calibration_start, keep=settings["samples"])
+            estimator = CalibratedEstimator(estimator, start)
+        execution = _Execution(self, self.policy, self.budget, estimator)
         context = execution.new_context()
         context.create(
             instance=MAIN_INSTANCE,
@@ -238,6 +258,10 @@ class Engine:
             self.redactor.value(frame_dict), store=self.config.record_store
         )
         policy, budget, estimator = self._bound(frame.binding)
+        settings = calibration_config(frame.binding.get("calibration"))
+        if settings is not None:
+            learned = Calibration.from_dict(frame.state.calibration, keep=settings["samples"])
+            estimator = CalibratedEstimator(estimator, learned)
         execution = _Execution(self, policy, budget, estimator)
         context = execution.new_context()
         context.restore(frame)
@@ -320,12 +344,13 @@ class _Execution:
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
                 f"execution (limit {limit})"
             )
-        estimate = self.estimator.upper_bound(request.messages, request.tools)
+        measured = self._measure(request)
+        bound = measured["upper_bound"]
         effective = self.budget.effective_input_budget
-        if estimate > effective:
+        if bound > effective:
             raise ContextBudgetExceeded(
                 f"context_budget_exceeded: the {request.purpose} request is estimated at "
-                f"{estimate}, above the effective input budget of {effective}"
+                f"{bound}, above the effective input budget of {effective}"
             )
         self.model_calls += 1
         if self.main is not None:
@@ -336,7 +361,7 @@ class _Execution:
             if not isinstance(response.message, dict):
                 raise GatewayError("protocol", "The model's answer could not be understood.")
         except GatewayError as exc:
-            self._report(request, estimate, started, None, f"{exc.kind}: {exc.message}")
+            self._report(request, measured, started, None, f"{exc.kind}: {exc.message}")
             raise
         response = ModelResponse(
             message=engine.redactor.value(response.message),
@@ -344,13 +369,43 @@ class _Execution:
             finish_reason=response.finish_reason,
             model=response.model,
         )
-        self._report(request, estimate, started, response, None)
+        self._report(request, measured, started, response, None)
+        self._learn(request, response)
         return response
+
+    def _measure(self, request: ModelRequest) -> dict[str, Any]:
+        """Return the request's estimate, the upper bound the hard check uses, and calibration."""
+        estimator = self.estimator
+        if isinstance(estimator, CalibratedEstimator):
+            decision = estimator.decision(request.messages, request.tools)
+            return {
+                "estimate": decision["estimate"],
+                "upper_bound": estimator.upper_bound(request.messages, request.tools),
+                "calibration": {
+                    "ratio": decision["ratio"],
+                    "base_tokens": decision["base_tokens"],
+                    "raw": decision["raw"],
+                },
+            }
+        estimate = estimator.estimate(request.messages, request.tools)
+        bound = estimator.upper_bound(request.messages, request.tools)
+        return {"estimate": estimate, "upper_bound": bound, "calibration": None}
+
+    def _learn(self, request: ModelRequest, response: ModelResponse) -> None:
+        """Let a calibrated estimator learn from an action call's reported prompt tokens."""
+        estimator = self.estimator
+        reported = reported_prompt_tokens(response.usage)
+        if not isinstance(estimator, CalibratedEstimator) or request.purpose != "action":
+            return
+        if reported:
+            estimator.observe(request.messages, request.tools, reported)
+            if self.main is not None:
+                self.main.managed.state.calibration = estimator.calibration.to_dict()
 
     def _report(
         self,
         request: ModelRequest,
-        estimate: int,
+        measured: dict[str, Any],
         started: float,
         response: ModelResponse | None,
         error: str | None,
@@ -362,12 +417,13 @@ class _Execution:
             ModelCallRecord(
                 purpose=request.purpose,
                 instance=request.instance,
-                request_estimate=estimate,
+                request_estimate=measured["estimate"],
                 response=response.to_dict() if response else None,
                 usage=redactor.value(response.usage) if response else None,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 error=redactor.text(error) if error else None,
                 estimator=self.estimator.module_id,
+                calibration=measured["calibration"],
             )
         )
 

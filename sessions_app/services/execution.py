@@ -7,12 +7,14 @@ every save) instead, and every save checks that the lease is still its own.
 from __future__ import annotations
 
 import logging
+import statistics
 import uuid
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from agentloom.engine.calibration import DEFAULT_SAMPLES
 from agentloom.engine.usage import cached_prompt_tokens, estimate_error, reported_prompt_tokens
 from agentloom.errors import ApplicationError
 from context_app.engine_adapter import RunHooks, build_engine, estimator_name, version_binding
@@ -38,11 +40,35 @@ def _record_model_call(run_id: int, call: Any) -> None:
         reported_prompt_tokens=reported,
         cached_tokens=cached_prompt_tokens(call.usage),
         estimate_error=estimate_error(estimate, reported),
+        calibration=call.calibration,
         response=call.response,
         usage=call.usage,
         latency_ms=max(0.0, float(call.latency_ms or 0)),
         error=call.error or "",
     )
+
+
+def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> float | None:
+    """Return the median reported/raw-bytes ratio of the connection's recent byte-measured calls.
+
+    A calibrated run starts from it; the run then learns from its own calls.
+    """
+    rows = (
+        ModelCall.objects.filter(
+            run__session__agent_version__model_connection_id=connection_id,
+            purpose=ModelCall.Purpose.ACTION,
+            estimator="bytes",
+            reported_prompt_tokens__gt=0,
+        )
+        .order_by("-id")
+        .values_list("reported_prompt_tokens", "request_estimate", "calibration")[:calls]
+    )
+    ratios = []
+    for reported, estimate, calibration in rows:
+        raw = (calibration or {}).get("raw") or estimate
+        if raw:
+            ratios.append(reported / raw)
+    return statistics.median(ratios) if ratios else None
 
 
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
@@ -100,6 +126,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
                 system_prompt=version.snapshot.get("system_prompt", ""),
                 question=run.question,
                 history=history,
+                calibration_start=recent_ratio(version.model_connection_id),
             )
         else:
             outcome = engine.resume(run.checkpoint, attempt=run.attempt)

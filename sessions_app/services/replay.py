@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from agentloom.engine.context import JournalContextManager
-from agentloom.engine.engine import Checkpoint, ExecutionLimits, create_engine
+from agentloom.engine.engine import Checkpoint, EngineConfig, ExecutionLimits, create_engine
 from agentloom.engine.errors import GatewayError, ToolError
 from agentloom.engine.frame import iter_frame_records
 from agentloom.engine.gateway import ModelResponse, ScriptedGateway
@@ -281,6 +281,11 @@ def replay_run(run: Run) -> ReplayReport:
         secrets=[],
         sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
         verify_completion=bool(snapshot.get("verify_completion")),
+        config=EngineConfig(calibration=snapshot.get("calibration")),
+    )
+    # A calibrated run started from its connection's ratio of that moment, kept in its state.
+    calibration_start = ((stored_checkpoint.get("state") or {}).get("calibration") or {}).get(
+        "start"
     )
     frame = None
     engine_keys = {record["entry_key"] for record in stored_main}
@@ -300,6 +305,7 @@ def replay_run(run: Run) -> ReplayReport:
                     history=history_for_new_run(
                         run.session, version_binding(run.session.agent_version), as_of=run
                     ),
+                    calibration_start=calibration_start,
                 )
             else:
                 outcome = engine.resume(frame, attempt=attempt.number)

@@ -178,6 +178,7 @@ def test_model_calls_are_listed_without_their_responses(api, run):
         "reported_prompt_tokens": 900,
         "estimate_error": (1_234 - 900) / 900,
         "cached_tokens": None,
+        "calibration": None,
         "usage": {"prompt_tokens": 900, "completion_tokens": 12},
         "latency_ms": 321.0,
         "error": "",

@@ -101,3 +101,44 @@ def test_the_model_calls_api_lists_the_new_fields(alice, make_demo_session, usag
     assert item["cached_tokens"] == 128
     assert isinstance(item["estimate_error"], float)
     assert item["latency_ms"] > 0
+
+
+def test_new_byte_versions_calibrate_from_the_connections_recent_calls(
+    alice, make_demo_session, usage_gateway
+):
+    usage_gateway(DEEPSEEK_USAGE)
+    session = make_demo_session()
+    assert session.agent_version.snapshot["calibration"] == {"samples": 5}
+    first = ask(session, alice, "hello")
+    learned = ModelCall.objects.get(run=first)
+    assert learned.calibration["ratio"] is None  # nothing learned yet: plain bytes
+    second = ask(session, alice, "hello again")
+    call = ModelCall.objects.get(run=second)
+    expected = DEEPSEEK_USAGE["prompt_tokens"] / learned.calibration["raw"]
+    assert call.calibration["ratio"] == pytest.approx(expected)
+    assert call.request_estimate == round(expected * call.calibration["raw"])
+    assert second.checkpoint["state"]["calibration"]["start"] == pytest.approx(expected)
+
+
+def test_versions_published_before_calibration_keep_plain_bytes(
+    alice, make_demo_session, usage_gateway, monkeypatch
+):
+    from context_app import services
+
+    frozen = services.version_snapshot
+
+    def as_before(agent):
+        snapshot = frozen(agent)
+        del snapshot["calibration"]  # what versions published before calibration froze
+        return snapshot
+
+    monkeypatch.setattr(services, "version_snapshot", as_before)
+    usage_gateway(OPENAI_USAGE)
+    session = make_demo_session()
+    ask(session, alice, "hello")
+    run = ask(session, alice, "hello again")
+    call = ModelCall.objects.get(run=run)
+    assert call.calibration is None
+    assert "calibration" not in run.checkpoint["binding"]
+    raw = ModelCall.objects.filter(run__session=session).first()
+    assert raw.request_estimate > OPENAI_USAGE["prompt_tokens"]  # bytes, not the reported size

@@ -1,0 +1,143 @@
+"""Calibrate a byte estimator against the prompt tokens the provider reports.
+
+UTF-8 bytes over-count tokens several times, so on a `bytes` connection the budget trigger would
+fire at a fraction of the real window. A version published with calibration measures its
+requests for triggers and targets with `CalibratedEstimator`:
+
+- after each action call whose usage reports prompt tokens, the ratio reported / bytes of that
+  request is a sample; the run's ratio is the median of its last `samples` samples, or the ratio
+  the connection's recent calls gave when the run started;
+- a request that extends the last reported one (the same messages, then more) measures as the
+  reported tokens plus the ratio times the bytes appended since; any other request as the ratio
+  times its bytes.
+
+The hard budget check never uses the ratio: `upper_bound` is the raw byte count, and a token is
+never less than a byte. A ratio learned on English that meets Chinese or base64 may move a
+trigger, never let an over-budget request out.
+
+What a decision used is recorded: the run's samples and starting ratio live in the checkpoint
+(`state.calibration`), and every model call reports the ratio and reported base it was measured
+with, so a replay given the same starting ratio makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentloom.engine.budget import TokenEstimator
+from agentloom.engine.errors import ConfigurationError
+
+__all__ = ["DEFAULT_SAMPLES", "CalibratedEstimator", "Calibration", "calibration_config"]
+
+DEFAULT_SAMPLES = 5
+
+
+def calibration_config(data: Any) -> dict[str, int] | None:
+    """Return a version's calibration setting (None: not calibrated), validated."""
+    if data is None:
+        return None
+    if not isinstance(data, dict) or set(data) - {"samples"}:
+        raise ConfigurationError("calibration", "must be an object with `samples` only")
+    samples = data.get("samples", DEFAULT_SAMPLES)
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 50:
+        raise ConfigurationError("calibration", "samples must be an integer from 1 to 50")
+    return {"samples": samples}
+
+
+@dataclass
+class Calibration:
+    """A run's learned ratio of reported tokens to estimated bytes."""
+
+    start: float | None = None
+    samples: list[float] = field(default_factory=list)
+    keep: int = DEFAULT_SAMPLES
+
+    @property
+    def ratio(self) -> float | None:
+        """Return the ratio in force: the median of recent samples, else the starting one."""
+        if self.samples:
+            return statistics.median(self.samples)
+        return self.start
+
+    def add(self, sample: float) -> None:
+        self.samples = [*self.samples, sample][-self.keep :]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "samples": list(self.samples)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, *, keep: int) -> Calibration:
+        data = data or {}
+        start = data.get("start")
+        samples = [float(s) for s in data.get("samples") or [] if _positive(s)]
+        return cls(start=float(start) if _positive(start) else None, samples=samples, keep=keep)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+class CalibratedEstimator(TokenEstimator):
+    """An estimator measured in the provider's tokens for triggers, in its own units for limits."""
+
+    def __init__(self, inner: TokenEstimator, calibration: Calibration):
+        self.inner = inner
+        self.calibration = calibration
+        self.module_id = inner.module_id
+        self.config = inner.config
+        # The last reported action request: its first and last message (by identity), length,
+        # tool count, reported tokens and raw size.
+        self._base: tuple[Any, Any, int, int, int, int] | None = None
+
+    def binding(self) -> dict[str, Any]:
+        return self.inner.binding()
+
+    def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return self.inner.upper_bound(messages, tools)
+
+    def _extends_base(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]):
+        base = self._base
+        if base is None or not messages:
+            return None
+        first, last, length, tool_count, _, _ = base
+        if (
+            len(messages) >= length
+            and len(tools) == tool_count
+            and messages[0] is first
+            and messages[length - 1] is last
+        ):
+            return base
+        return None
+
+    def decision(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict:
+        """Return what measuring this request uses: raw size, ratio and reported base."""
+        raw = self.inner.estimate(messages, tools)
+        ratio = self.calibration.ratio
+        base = self._extends_base(messages, tools) if ratio is not None else None
+        if ratio is None:
+            size = raw
+        elif base is not None:
+            size = base[4] + round(ratio * max(raw - base[5], 0))
+        else:
+            size = round(ratio * raw)
+        return {
+            "raw": raw,
+            "ratio": ratio,
+            "base_tokens": base[4] if base is not None else None,
+            "estimate": max(size, 1),
+        }
+
+    def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return self.decision(messages, tools)["estimate"]
+
+    def observe(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], reported: int
+    ) -> None:
+        """Learn from the prompt tokens the provider reported for this request."""
+        raw = self.inner.estimate(messages, tools)
+        if raw <= 0 or reported <= 0 or not messages:
+            return
+        self.calibration.add(reported / raw)
+        self._base = (messages[0], messages[-1], len(messages), len(tools), reported, raw)
