@@ -342,6 +342,42 @@ def prepare_overhead(corpus: dict[str, list[dict]]) -> list[tuple[str, ...]]:
     return rows
 
 
+def calibrated(corpus: dict[str, list[dict]]) -> list[tuple[str, ...]]:
+    """Return the calibrated byte estimator's error on a fourth call, after three were reported.
+
+    A conversation of each corpus grows by a few messages per call; the provider double reports
+    the real o200k count of every request. "extending" is the run's own next request (reported
+    prefix plus the ratio on what was appended); "ratio only" is another request measured with
+    the learned ratio alone (a new run starting from the connection's ratio).
+    """
+    from agentloom.engine.calibration import CalibratedEstimator, Calibration
+
+    real = O200kEstimator()
+    rows = []
+    for label, messages in corpus.items():
+        estimator = CalibratedEstimator(JsonBytesEstimator(), Calibration())
+        requests = [list(messages[: 40 + 8 * n]) for n in range(4)]
+        # The same message objects, so each request extends the one before, as in a run.
+        for request in requests[:3]:
+            estimator.observe(request, [], real.estimate(request, []))
+        fourth = requests[3]
+        truth = real.estimate(fourth, [])
+        extending = estimator.estimate(fourth, [])
+        fresh = [dict(message) for message in messages[100:148]]
+        ratio_only = estimator.estimate(fresh, [])
+        fresh_truth = real.estimate(fresh, [])
+        raw = JsonBytesEstimator().estimate(fourth, [])
+        rows.append(
+            (
+                label,
+                f"{(raw - truth) / truth:+.1%}",
+                f"{(extending - truth) / truth:+.2%}",
+                f"{(ratio_only - fresh_truth) / fresh_truth:+.2%}",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     started = time.perf_counter()
     corpus = corpora()
@@ -366,6 +402,11 @@ def main() -> None:
         'prepare("action") on that view after one supplement (two estimates: trigger and bound)',
         ("estimator", "view", "prepare"),
         prepare_overhead(corpus),
+    )
+    table(
+        "Calibrated bytes after 3 reported calls (target within 10%): error against o200k",
+        ("corpus", "plain bytes", "extending", "ratio only"),
+        calibrated(corpus),
     )
     print(f"\ntotal {time.perf_counter() - started:.1f} s, Python {sys.version.split()[0]}")
 

@@ -195,8 +195,13 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         },
         "context_policy": clean_context_policy(agent.context_policy),
         "estimator": estimator_binding(connection.estimator),
-        # Bytes over-count tokens several times: triggers learn the provider's counts.
-        "calibration": {"samples": DEFAULT_SAMPLES} if connection.estimator == "bytes" else None,
+        # Bytes over-count tokens several times: triggers learn the provider's counts. The demo
+        # model's counts are made up, so it keeps its small byte window.
+        "calibration": (
+            {"samples": DEFAULT_SAMPLES}
+            if connection.estimator == "bytes" and connection.provider != "local"
+            else None
+        ),
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from agentloom.engine.calibration import Calibration
 from agentloom.engine.tools import DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import NotFound
 from context_app.engine_adapter import estimator_name, run_measures
@@ -142,6 +143,10 @@ def run_context(run: Run) -> dict[str, Any]:
     policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
     messages = list(frame.get("messages") or [])
     estimate = estimator.estimate(messages, _offered_tools(snapshot)) if messages else 0
+    ratio = _calibrated_ratio(frame)
+    if ratio is not None:
+        # A calibrated run measures in the provider's tokens: the ratio it last learned.
+        estimate = round(ratio * estimate)
     return {
         "messages": messages,
         "estimate": estimate,
@@ -152,6 +157,16 @@ def run_context(run: Run) -> dict[str, Any]:
         "compactions": _compactions(frame),
         "last_reported": last_reported(run),
     }
+
+
+def _calibrated_ratio(frame: dict[str, Any]) -> float | None:
+    settings = (frame.get("binding") or {}).get("calibration")
+    if settings is None:
+        return None
+    learned = Calibration.from_dict(
+        (frame.get("state") or {}).get("calibration"), keep=settings.get("samples", 5)
+    )
+    return learned.ratio
 
 
 def last_reported(run: Run) -> dict[str, Any] | None:

@@ -11,9 +11,12 @@ requests for triggers and targets with `CalibratedEstimator`:
   reported tokens plus the ratio times the bytes appended since; any other request as the ratio
   times its bytes.
 
-The hard budget check never uses the ratio: `upper_bound` is the raw byte count, and a token is
-never less than a byte. A ratio learned on English that meets Chinese or base64 may move a
-trigger, never let an over-budget request out.
+The hard budget check never uses the ratio. `upper_bound` is the reported tokens plus the raw
+bytes appended since, for a request that extends the last reported one, else the raw byte count:
+a token is never less than a byte. A ratio learned on English that meets Chinese or base64 may
+move a trigger, never let an over-budget request out. Compaction measures in the same upper-bound
+units (`bound_estimator`), so what it leaves can be sent by the hard check's own count, and a
+request the hard check would refuse triggers compaction whatever its calibrated size.
 
 What a decision used is recorded: the run's samples and starting ratio live in the checkpoint
 (`state.calibration`), and every model call reports the ratio and reported base it was measured
@@ -95,7 +98,17 @@ class CalibratedEstimator(TokenEstimator):
         return self.inner.binding()
 
     def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        return self.inner.upper_bound(messages, tools)
+        raw = self.inner.upper_bound(messages, tools)
+        base = self._extends_base(messages, tools)
+        if base is None:
+            return raw
+        # Exact for the reported prefix; bytes (never fewer than tokens) for what was appended.
+        return min(raw, base[4] + max(raw - base[5], 0))
+
+    @property
+    def bound_estimator(self) -> TokenEstimator:
+        """Return the estimator compaction measures with: the raw one, the hard check's unit."""
+        return self.inner
 
     def _extends_base(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]):
         base = self._base

@@ -35,7 +35,7 @@ from agentloom.engine.compaction import (
 from agentloom.engine.errors import ConfigurationError, ContextBudgetExceeded, EngineError
 from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
 from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
-from agentloom.engine.policy import TriggerPolicy
+from agentloom.engine.policy import TRIGGER_BUDGET, TriggerPolicy
 from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import (
     FEEDBACK_PREFIX,
@@ -448,7 +448,17 @@ class JournalContextManager(ContextManager):
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
         size = self.policy.measure(frame.messages, tools, self.estimator)
-        return size, self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
+        fired = self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
+        if (
+            isinstance(self.estimator, CalibratedEstimator)
+            and TRIGGER_BUDGET not in fired
+            and self.estimator.upper_bound(frame.messages, tools)
+            > self.budget.effective_input_budget
+        ):
+            # Small in the provider's tokens, but not provably under the budget: it could not
+            # be sent, so it is compacted first.
+            fired = (TRIGGER_BUDGET, *fired)
+        return size, fired
 
     def compact_if_triggered(
         self, tools: list[dict[str, Any]], call_model: CallModel | None
@@ -476,7 +486,7 @@ class JournalContextManager(ContextManager):
                 triggers=fired,
                 policy=self.policy,
                 budget=self.budget,
-                estimator=self.estimator,
+                estimator=getattr(self.estimator, "bound_estimator", self.estimator),
                 summarise=summarise,
             )
         )

@@ -217,3 +217,32 @@ def test_no_request_above_the_real_budget_ever_reaches_the_provider(name, window
         **({"calibration_start": start} if name == "calibrated" else {}),
     )
     assert outcome.status in ("succeeded", "failed")
+
+
+def test_a_calibrated_run_uses_the_window_and_a_resume_compacts_what_it_cannot_prove():
+    budget = ModelBudget(20_000, 1_000, 0)
+    steps = [ENGLISH * 14 for _ in range(12)]  # about 2,000 bytes and 400 tokens each
+    double = UsageDouble(steps, limit=budget.effective_input_budget)
+    recorder = Recorder()
+    outcome = _calibrated_engine(double, budget=budget, recorder=recorder).start(
+        run_number=1, attempt=1, system_prompt="sys", question=ENGLISH, history=None
+    )
+    assert outcome.status == "succeeded"
+    final = outcome.frame
+    raw = JsonBytesEstimator().estimate(final["messages"], [])
+    # Far past the byte budget, yet every request was proven to fit and nothing compacted:
+    # the reported prefix plus the bytes appended since bounds each one.
+    assert raw > budget.effective_input_budget
+    assert "compaction" not in [call.purpose for call in recorder.calls]
+    assert max(double.real) < 0.5 * budget.effective_input_budget
+
+    # Resumed, the first request has no reported prefix: too big to prove, so it compacts first.
+    again = UsageDouble([ENGLISH], limit=budget.effective_input_budget)
+    resumed_recorder = Recorder()
+    resumed = _calibrated_engine(again, budget=budget, recorder=resumed_recorder).resume(
+        {**final, "state": {**final["state"], "terminal": None}}, attempt=2
+    )
+    assert resumed.status == "succeeded"
+    purposes = [call.purpose for call in resumed_recorder.calls]
+    assert purposes[0] == "compaction"
+    assert resumed.frame["state"]["compaction_log"][0]["outcome"] == "succeeded"

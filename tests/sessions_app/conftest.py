@@ -63,10 +63,15 @@ def gateway():
 def make_demo_session(alice):
     """Return a factory of sessions of a freshly published demo agent."""
 
-    def factory(*, context_window=200_000, policy=None, tools=None, sub_agents=None):
+    def factory(
+        *, context_window=200_000, policy=None, tools=None, sub_agents=None, provider="local"
+    ):
         space = make_space(admin=alice)
+        endpoint = {} if provider == "local" else {"base_url": "http://127.0.0.1:9/v1"}
         connection = make_connection(
             space,
+            provider=provider,
+            **endpoint,
             api_key=SECRET,
             context_window=context_window,
             max_output_tokens=1_000,

@@ -29,7 +29,7 @@ DEEPSEEK_USAGE = {
 
 
 class UsageGateway(ModelGateway):
-    provider, model_id = "local", "local-demo"
+    provider, model_id = "double", "local-demo"
 
     def __init__(self, usage):
         self.usage = usage
@@ -107,7 +107,7 @@ def test_new_byte_versions_calibrate_from_the_connections_recent_calls(
     alice, make_demo_session, usage_gateway
 ):
     usage_gateway(DEEPSEEK_USAGE)
-    session = make_demo_session()
+    session = make_demo_session(provider="openai_compatible")
     assert session.agent_version.snapshot["calibration"] == {"samples": 5}
     first = ask(session, alice, "hello")
     learned = ModelCall.objects.get(run=first)
@@ -134,7 +134,7 @@ def test_versions_published_before_calibration_keep_plain_bytes(
 
     monkeypatch.setattr(services, "version_snapshot", as_before)
     usage_gateway(OPENAI_USAGE)
-    session = make_demo_session()
+    session = make_demo_session(provider="openai_compatible")
     ask(session, alice, "hello")
     run = ask(session, alice, "hello again")
     call = ModelCall.objects.get(run=run)
@@ -142,3 +142,7 @@ def test_versions_published_before_calibration_keep_plain_bytes(
     assert "calibration" not in run.checkpoint["binding"]
     raw = ModelCall.objects.filter(run__session=session).first()
     assert raw.request_estimate > OPENAI_USAGE["prompt_tokens"]  # bytes, not the reported size
+
+
+def test_the_demo_model_is_not_calibrated(alice, make_demo_session):
+    assert make_demo_session().agent_version.snapshot["calibration"] is None
