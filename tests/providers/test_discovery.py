@@ -215,6 +215,11 @@ def test_the_official_endpoint_gets_manifest_values_for_exact_ids_only(provider_
     assert models["gpt-4o-mini"].max_output_cap == 16_384
     assert not models["text-embedding-3-small"].chat
     assert not models["o1-pro"].chat
+    # The tokenizer family too comes from the manifest, for exact IDs only.
+    assert (models["gpt-4.1"].tokenizer, models["gpt-4.1"].estimator) == ("o200k", "o200k")
+    assert (models["gpt-4o-mini"].tokenizer, models["gpt-4o-mini"].estimator) == ("o200k", "o200k")
+    for near_miss in ("gpt-4o-2024-99-99", "gpt-4o-mini-foo"):
+        assert (models[near_miss].tokenizer, models[near_miss].estimator) == (None, "bytes")
 
 
 def test_deepseek_official_endpoint_uses_the_manifest(provider_double):
@@ -236,6 +241,7 @@ def test_deepseek_official_endpoint_uses_the_manifest(provider_double):
         )
         assert models["deepseek-reasoner"].max_output_cap == 65_536
         assert chat.source_url.startswith("https://api-docs.deepseek.com/")
+        assert (chat.tokenizer, chat.estimator) == ("deepseek", "deepseek")
 
 
 def test_a_custom_endpoint_never_gets_manifest_values(provider_double):
@@ -243,6 +249,7 @@ def test_a_custom_endpoint_never_gets_manifest_values(provider_double):
     for provider in ("openai", "openai_compatible"):
         models = by_id(discover(provider_double, provider))
         assert models["gpt-4.1"].window_source == "platform_default"
+        assert (models["gpt-4.1"].tokenizer, models["gpt-4.1"].estimator) == (None, "bytes")
         assert models["gpt-4.1"].context_window == 32_768
         assert models["gpt-4.1"].max_output_cap is None
         assert models["gpt-4o-mini"].max_output_cap is None
