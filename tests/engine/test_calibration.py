@@ -246,3 +246,23 @@ def test_a_calibrated_run_uses_the_window_and_a_resume_compacts_what_it_cannot_p
     purposes = [call.purpose for call in resumed_recorder.calls]
     assert purposes[0] == "compaction"
     assert resumed.frame["state"]["compaction_log"][0]["outcome"] == "succeeded"
+
+
+def test_a_resumed_run_measures_with_the_estimator_its_checkpoint_is_bound_to():
+    double = UsageDouble([ENGLISH])
+    recorder = Recorder()
+    make_engine(double, recorder=recorder, estimator=estimator_named("o200k")).start(
+        run_number=1, attempt=1, system_prompt="sys", question=ENGLISH, history=None
+    )
+    saved = recorder.saves[-1]
+    assert saved["binding"]["estimator"]["module_id"] == O200kEstimator.module_id
+    resumed_recorder = Recorder()
+    # An engine built with bytes resumes it: the checkpoint's binding decides, so the run keeps
+    # measuring in o200k tokens (the estimate equals the real count the double reports).
+    again = UsageDouble([])
+    make_engine(again, recorder=resumed_recorder).resume(
+        {**saved, "state": {**saved["state"], "terminal": None}}, attempt=2
+    )
+    call = resumed_recorder.calls[0]
+    assert call.estimator == O200kEstimator.module_id
+    assert call.request_estimate == again.real[0]

@@ -206,3 +206,17 @@ def test_a_save_costs_the_same_on_a_long_run_as_on_a_short_one(alice, make_demo_
     assert long_queries == short_queries
     # Only the numbers grow (a seq of 2,001 instead of 6); nothing is copied per record.
     assert long_bytes - short_bytes < 32
+
+
+def test_replay_matches_on_runs_stored_in_either_format(alice, gateway, make_demo_session):
+    session = make_demo_session(context_window=9_000)
+    runs = [
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)
+    ]
+    _as_format_1(runs[1])
+    _as_format_1(runs[3])
+    for run in runs:
+        run = Run.objects.get(pk=run.pk)
+        report = replay_run(run)
+        assert report.ok, "\n".join(report.differences)
+    assert [Run.objects.get(pk=r.pk).checkpoint["format"] for r in runs] == [2, 1, 2, 1]

@@ -146,3 +146,15 @@ def test_versions_published_before_calibration_keep_plain_bytes(
 
 def test_the_demo_model_is_not_calibrated(alice, make_demo_session):
     assert make_demo_session().agent_version.snapshot["calibration"] is None
+
+
+def test_a_calibrated_run_replays_exactly(alice, make_demo_session, usage_gateway):
+    from sessions_app.services.replay import replay_run
+
+    usage_gateway(DEEPSEEK_USAGE)
+    session = make_demo_session(provider="openai_compatible")
+    ask(session, alice, "hello")
+    run = ask(session, alice, "hello again")
+    assert ModelCall.objects.get(run=run).calibration["ratio"] is not None
+    report = replay_run(run)
+    assert report.ok, "\n".join(report.differences)
