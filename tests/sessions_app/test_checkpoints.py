@@ -210,9 +210,7 @@ def test_a_save_costs_the_same_on_a_long_run_as_on_a_short_one(alice, make_demo_
 
 def test_replay_matches_on_runs_stored_in_either_format(alice, gateway, make_demo_session):
     session = make_demo_session(context_window=9_000)
-    runs = [
-        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)
-    ]
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)]
     _as_format_1(runs[1])
     _as_format_1(runs[3])
     for run in runs:
