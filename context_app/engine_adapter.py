@@ -19,9 +19,10 @@ from agentloom.engine.calibration import calibration_config
 from agentloom.engine.engine import Checkpoint
 from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.gateway import ModelGateway
+from agentloom.engine.measure import InputCheck, check_input
 from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
 from agentloom.engine.refs import RecordStore
-from agentloom.engine.tools import BUILTIN_TOOL_NAMES, SubAgent
+from agentloom.engine.tools import BUILTIN_TOOL_NAMES, DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import ApplicationError
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
@@ -138,6 +139,30 @@ def run_measures(
     budget = ModelBudget.from_dict(binding.get("budget") or snapshot["budget"])
     estimator = estimator_from_binding(binding.get("estimator") or snapshot.get("estimator"))
     return policy, budget, estimator
+
+
+def offered_tools(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the tool schemas the main instance of a run of `snapshot` is offered."""
+    available = builtin_tools()
+    tools = [available[name] for name in snapshot.get("tools") or [] if name in available]
+    for sub in snapshot.get("sub_agents") or []:
+        # Only the schema is needed here; the runner is never called.
+        tools.append(DelegateTool(SubAgent.from_dict(sub), lambda _sub, _task: ""))
+    return [tool.schema() for tool in tools]
+
+
+def input_check(version: AgentVersion, text: str) -> InputCheck:
+    """Return how large `text` is as a question or supplement of `version`, and its limit."""
+    snapshot = version.snapshot
+    policy, budget, estimator = run_measures(snapshot)
+    return check_input(
+        policy=policy,
+        budget=budget,
+        estimator=estimator,
+        system_prompt=snapshot.get("system_prompt", ""),
+        tools=offered_tools(snapshot),
+        text=text,
+    )
 
 
 def version_binding(version: AgentVersion) -> dict[str, Any]:

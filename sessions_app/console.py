@@ -21,9 +21,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from agentloom.engine.budget import JsonBytesEstimator
 from agentloom.engine.protocol import message_text
 from agentloom.errors import ApplicationError, NotFound
 from agentloom.spaces.selectors import spaces_for_user
+from context_app.engine_adapter import estimator_name, input_check
 from context_app.models import AgentVersion
 from context_app.selectors import agent_get, agents_for_user
 from context_app.services import latest_version
@@ -152,6 +154,20 @@ def _last_reported(reported: dict[str, Any] | None) -> dict[str, Any] | None:
     if reported is None:
         return None
     return {**reported, "error_percent": _signed_percent(reported["estimate_error"])}
+
+
+def _input_limit(session: Session) -> dict[str, Any]:
+    """Return the largest question the session's version takes, and how the page counts it."""
+    version = session.agent_version
+    return {
+        "inputLimit": input_check(version, "").limit,
+        # The page counts bytes exactly as the byte estimator does; tokens only approximately.
+        "inputUnit": estimator_name(
+            (version.snapshot.get("estimator") or {}).get("module_id")
+            or JsonBytesEstimator.module_id
+        ),
+        "inputLegacy": version.snapshot.get("context_policy") is None,
+    }
 
 
 def _signed_percent(fraction: float | None) -> str | None:
@@ -318,6 +334,7 @@ def chat(request, session_id: int):
         "lastSeq": last_seq,
         "callNames": call_names,
         "contextUrl": _context_url_template(),
+        **_input_limit(session),
     }
     return render(
         request,

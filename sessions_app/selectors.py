@@ -11,9 +11,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from agentloom.engine.calibration import Calibration
-from agentloom.engine.tools import DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import NotFound
-from context_app.engine_adapter import estimator_name, run_measures
+from context_app.engine_adapter import estimator_name, offered_tools, run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
 from sessions_app.services.checkpoints import full_checkpoint
 
@@ -109,16 +108,6 @@ def model_calls_of(run: Run) -> QuerySet[ModelCall]:
     return ModelCall.objects.filter(run=run).defer("response").order_by("id")
 
 
-def _offered_tools(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return the tool schemas the main instance of a run of `snapshot` is offered."""
-    available = builtin_tools()
-    tools = [available[name] for name in snapshot.get("tools") or [] if name in available]
-    for sub in snapshot.get("sub_agents") or []:
-        # Only the schema is needed here; the runner is never called.
-        tools.append(DelegateTool(SubAgent.from_dict(sub), lambda _sub, _task: ""))
-    return [tool.schema() for tool in tools]
-
-
 def _compactions(frame: dict[str, Any]) -> list[dict[str, Any]]:
     """Return every compaction attempt of the frame: successes, skips and failures."""
     log = (frame.get("state") or {}).get("compaction_log")
@@ -142,7 +131,7 @@ def run_context(run: Run) -> dict[str, Any]:
     snapshot = run.session.agent_version.snapshot
     policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
     messages = list(frame.get("messages") or [])
-    estimate = estimator.estimate(messages, _offered_tools(snapshot)) if messages else 0
+    estimate = estimator.estimate(messages, offered_tools(snapshot)) if messages else 0
     ratio = _calibrated_ratio(frame)
     if ratio is not None:
         # A calibrated run measures in the provider's tokens: the ratio it last learned.

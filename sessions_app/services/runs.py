@@ -15,9 +15,10 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agentloom.engine.records import USER_INPUT_KEY, status_key
-from agentloom.errors import Conflict, NotFound
+from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
+from context_app.engine_adapter import input_check
 from context_app.models import AgentVersion
 from sessions_app.models import (
     MAIN_INSTANCE,
@@ -123,11 +124,24 @@ def _queue_deadline():
 # --- asking, resuming, cancelling ------------------------------------------------------------
 
 
+def _refuse_oversized(version, text: str, *, field: str, what: str) -> None:
+    """Refuse an input too large for the run to ever compact below its target (before any write)."""
+    check = input_check(version, text)
+    if not check.fits:
+        raise InvalidInput(
+            f"This {what} is estimated at {check.size}, above the limit of {check.limit} that "
+            "this agent's context budget leaves for one message (its compaction target, less "
+            "the system prompt, tool schemas and the plan). Shorten it, or split it.",
+            field=field,
+        )
+
+
 def run_ask(*, user, session: Session, question) -> Run:
     """Start a new run of `session` with `question`; 409 while another run is active."""
     question = clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
     if session.created_by_id != user.pk:
         raise NotFound("Not found.")
+    _refuse_oversized(session.agent_version, question, field="question", what="question")
     sweep_expired_leases(session=session)
     try:
         with transaction.atomic():
@@ -212,6 +226,7 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
+    _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status == Run.Status.SUCCEEDED or (
         run.status == Run.Status.RUNNING and run.supplements_closed

@@ -342,6 +342,25 @@
       timer = setTimeout(poll, 0);
     }
 
+    // The size of the question as the agent's estimator will count it, against its limit:
+    // exact for bytes (a user message's JSON plus its envelope), approximate for tokenizers.
+    const askField = askForm.querySelector("textarea[name=question]");
+    const askSize = document.getElementById("ask-size");
+    const utf8 = new TextEncoder();
+    function questionSize(text) {
+      if (cfg.inputLegacy) return text.length;
+      const bytes = utf8.encode(JSON.stringify({ role: "user", content: text })).length + 12;
+      return cfg.inputUnit === "bytes" ? bytes : Math.ceil(bytes / 4);
+    }
+    function showSize() {
+      const size = questionSize(askField.value);
+      const unit = cfg.inputLegacy ? "characters" : cfg.inputUnit === "bytes" ? "bytes" : "tokens (approx.)";
+      askSize.textContent = `${size.toLocaleString()} of ${cfg.inputLimit.toLocaleString()} ${unit}`;
+      askSize.classList.toggle("error-text", size > cfg.inputLimit);
+    }
+    askField.addEventListener("input", showSize);
+    showSize();
+
     askForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const field = askForm.querySelector("textarea[name=question]");
@@ -355,6 +374,7 @@
       }
       say("", false);
       field.value = "";
+      showSize();
       follow(answer.data);
       runBlock(answer.data).scrollIntoView({ block: "nearest" });
     });

@@ -1,0 +1,97 @@
+"""The measure of a context, and the largest input a run can take, in the policy's own unit.
+
+    input_limit = target_at - size([system prompt], offered tool schemas) - size(plan at its cap)
+
+A question or supplement is one message the run must carry until compaction can summarise it,
+and compaction can only work below its target once the pinned content (system prompt, tool
+schemas, the plan at its size cap) is counted. An input larger than what is left would leave a
+run that can never compact below its target, so it is refused before anything is journaled.
+
+The unit is the policy's: estimator units for a context policy, characters for the legacy
+character policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentloom.engine.budget import ModelBudget, TokenEstimator
+from agentloom.engine.policy import TriggerPolicy
+
+__all__ = [
+    "PLAN_MAX_CHARS",
+    "PLAN_MAX_SHARE",
+    "InputCheck",
+    "check_input",
+    "input_limit",
+    "input_size",
+    "plan_cap_chars",
+]
+
+# The largest plan an agent may keep (pinned through compaction): this many characters, and no
+# more than this share of the effective budget, so a small window keeps room for its inputs.
+PLAN_MAX_CHARS = 4_000
+PLAN_MAX_SHARE = 0.05
+
+
+def plan_cap_chars(budget: ModelBudget) -> int:
+    """Return the most characters a plan may hold under `budget`."""
+    return min(PLAN_MAX_CHARS, int(budget.effective_input_budget * PLAN_MAX_SHARE))
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    """An input's size against the largest the run can take, in the policy's unit."""
+
+    size: int
+    limit: int
+
+    @property
+    def fits(self) -> bool:
+        return self.size <= self.limit
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def input_size(*, policy: TriggerPolicy, estimator: TokenEstimator, text: str) -> int:
+    """Return what one user message of `text` adds to a request."""
+    return policy.measure([_user(text)], [], estimator) - policy.measure([], [], estimator)
+
+
+def input_limit(
+    *,
+    policy: TriggerPolicy,
+    budget: ModelBudget,
+    estimator: TokenEstimator,
+    system_prompt: str,
+    tools: list[dict[str, Any]],
+) -> int:
+    """Return the largest input a run of this configuration takes (never below zero)."""
+    pinned = policy.measure([{"role": "system", "content": system_prompt}], tools, estimator)
+    plan = input_size(policy=policy, estimator=estimator, text="x" * plan_cap_chars(budget))
+    return max(policy.target_at(budget) - pinned - plan, 0)
+
+
+def check_input(
+    *,
+    policy: TriggerPolicy,
+    budget: ModelBudget,
+    estimator: TokenEstimator,
+    system_prompt: str,
+    tools: list[dict[str, Any]],
+    text: str,
+) -> InputCheck:
+    """Return `text`'s size and the limit it must not exceed."""
+    return InputCheck(
+        size=input_size(policy=policy, estimator=estimator, text=text),
+        limit=input_limit(
+            policy=policy,
+            budget=budget,
+            estimator=estimator,
+            system_prompt=system_prompt,
+            tools=tools,
+        ),
+    )
