@@ -194,11 +194,11 @@ def id_field(**kwargs) -> serializers.IntegerField:
 def endpoint(route: str, view: type[APIView], name: str) -> URLPattern:
     """Return a URL pattern for `route` (contract spelling) that also matches the other slash form.
 
-    `{id}` takes any segment: the view parses it, so a malformed id answers a JSON 404 like a
-    missing one. `/?` renders as "/" and `(?:/)?` as nothing in the schema, which keeps the
-    contract's spelling there.
+    `{id}` (and any other `{name}`) takes any segment: the view parses it, so a malformed id
+    answers a JSON 404 like a missing one. `/?` renders as "/" and `(?:/)?` as nothing in the
+    schema, which keeps the contract's spelling there.
     """
-    regex = route.replace("{id}", "(?P<id>[^/]+)")
+    regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", route)
     regex = regex[:-1] + "/?" if regex.endswith("/") else regex + "(?:/)?"
     return re_path(f"^{regex}$", view.as_view(), name=name)
 

@@ -20,6 +20,7 @@ from sessions_app.api import (
     SessionListCreateApi,
     SessionMessagesApi,
     SessionRunsApi,
+    SessionViewRevokeApi,
     SessionViewsApi,
 )
 
@@ -42,6 +43,9 @@ urlpatterns = [
     endpoint("v1/sessions/{id}/runs", SessionRunsApi, "api-session-runs"),
     endpoint("v1/sessions/{id}/messages", SessionMessagesApi, "api-session-messages"),
     endpoint("v1/sessions/{id}/views/", SessionViewsApi, "api-session-views"),
+    endpoint(
+        "v1/sessions/{id}/views/{revision}/revoke", SessionViewRevokeApi, "api-session-view-revoke"
+    ),
     endpoint("v1/runs/{id}/", RunDetailApi, "api-run"),
     endpoint("v1/runs/{id}/supplements", RunSupplementsApi, "api-run-supplements"),
     endpoint("v1/runs/{id}/resume", RunResumeApi, "api-run-resume"),

@@ -7,6 +7,7 @@ a worker does the rest.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
 from rest_framework.response import Response
 
@@ -20,6 +21,7 @@ from sessions_app.selectors import (
     run_context,
     run_get,
     runs_of,
+    session_for_revocation,
     session_get,
     sessions_for_user,
     views_of,
@@ -44,6 +46,7 @@ from sessions_app.services.runs import (
     session_create,
     supplement_add,
 )
+from sessions_app.services.views import view_revoke
 
 SESSION_ID = "Session id (the caller's own session)."
 RUN_ID = "Run id (a run of the caller's own session)."
@@ -223,6 +226,27 @@ class SessionViewsApi(ApiView):
         """List the session's reusable compacted views."""
         session = session_get(user=request.user, session_id=object_id(id))
         return self.paginated(views_of(session), SessionViewSerializer)
+
+
+class SessionViewRevokeApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=SessionViewSerializer,
+        errors=(404, 409),
+        path_id=SESSION_ID,
+        parameters=[
+            OpenApiParameter("revision", int, OpenApiParameter.PATH, description="View revision.")
+        ],
+        operation_id="sessions_views_revoke",
+        description="Revoke a reusable view: later new runs fall back to the previous compliant "
+        "view or to full projection. The session's creator or a space admin may; the view "
+        "stays on record with who revoked it and when.",
+    )
+    def post(self, request, id, revision):
+        """Revoke a reusable view."""
+        session = session_for_revocation(user=request.user, session_id=object_id(id))
+        view = view_revoke(user=request.user, session=session, revision=object_id(revision))
+        return Response(SessionViewSerializer(view).data)
 
 
 class RunContextApi(ApiView):

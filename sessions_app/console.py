@@ -19,6 +19,7 @@ from django.db.models import Count, Min, OuterRef, Subquery
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agentloom.engine.budget import JsonBytesEstimator
@@ -39,12 +40,14 @@ from sessions_app.selectors import (
     run_counters,
     run_get,
     runs_of,
+    session_for_revocation,
     session_get,
     sessions_for_user,
     views_of,
 )
 from sessions_app.serializers import JournalQuerySerializer
 from sessions_app.services.runs import run_ask, session_create
+from sessions_app.services.views import view_revoke
 
 SESSIONS_PER_PAGE = 25
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
@@ -351,6 +354,25 @@ def chat(request, session_id: int):
             "config": config,
         },
     )
+
+
+@require_POST
+@login_required
+def revoke_view(request, session_id: int, revision: int):
+    """Revoke a reusable view from the Context page, then return to it."""
+    try:
+        session = session_for_revocation(user=request.user, session_id=session_id)
+        view = view_revoke(user=request.user, session=session, revision=revision)
+    except NotFound:
+        raise Http404("Not found.") from None
+    except ApplicationError as error:
+        messages.error(request, error.detail)
+    else:
+        messages.success(request, f"View r{view.revision} revoked: new runs no longer use it.")
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("console-chat", args=[session_id])
+    return redirect(target)
 
 
 @require_POST

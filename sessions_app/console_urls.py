@@ -29,5 +29,10 @@ urlpatterns = [
     path("sessions/<pk:session_id>/", console.chat, name="console-chat"),
     path("sessions/<pk:session_id>/ask/", console.ask, name="console-ask"),
     path("sessions/<pk:session_id>/journal/", console.journal, name="console-journal"),
+    path(
+        "sessions/<pk:session_id>/views/<pk:revision>/revoke/",
+        console.revoke_view,
+        name="console-view-revoke",
+    ),
     path("runs/<pk:run_id>/context/", console.run_context_page, name="console-run-context"),
 ]

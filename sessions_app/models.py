@@ -158,6 +158,15 @@ class SessionView(models.Model):
     binding = models.JSONField(default=dict)
     # A digest of `binding`, so a new run finds its views by index without reading any other.
     binding_key = models.CharField(max_length=64, blank=True, default="")
+    # A revoked view is never chosen again; the row and who revoked it stay on record.
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="revoked_views",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

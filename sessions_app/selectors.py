@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from agentloom.engine.calibration import Calibration
 from agentloom.errors import NotFound
@@ -39,6 +39,22 @@ def sessions_for_user(user) -> QuerySet[Session]:
 def session_get(*, user, session_id: int) -> Session:
     """Return the session if `user` may read it, else raise NotFound."""
     session = sessions_for_user(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
+def session_for_revocation(*, user, session_id: int) -> Session:
+    """Return a session whose views `user` may revoke: their own, or one in a space they admin."""
+    session = (
+        Session.objects.filter(pk=session_id)
+        .filter(
+            Q(created_by=user, space__memberships__user=user)
+            | Q(space__memberships__user=user, space__memberships__role="admin")
+        )
+        .distinct()
+        .first()
+    )
     if session is None:
         raise NotFound("Not found.")
     return session

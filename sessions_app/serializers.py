@@ -128,6 +128,12 @@ class SessionViewSerializer(serializers.Serializer):
     model_steps = serializers.IntegerField()
     baselines = ViewBaselinesSerializer(source="*")
     created_at = serializers.DateTimeField()
+    revoked = serializers.SerializerMethodField(help_text="A revoked view is never chosen.")
+    revoked_by = serializers.CharField(source="revoked_by.username", allow_null=True, default=None)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+    def get_revoked(self, view) -> bool:
+        return view.revoked_at is not None
 
 
 class CompactionSerializer(serializers.Serializer):

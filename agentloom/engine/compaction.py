@@ -20,7 +20,9 @@
    kept units]`. The plan is carried verbatim inside the summary message.
 
 The result is accepted only if it keeps the tool-call protocol, is smaller than before and is below
-the trigger; `target_reached` says whether it also reached the target. An empty summary, a failed
+the trigger; `target_reached` says whether it also reached the target. When the pinned content
+(system instructions, task and plan) alone is at or above the trigger, nothing can succeed: the
+attempt is skipped as `pinned_too_large` without a model call. An empty summary, a failed
 or refused call, no reduction or a broken boundary fail the compaction and the old view stays.
 """
 
@@ -242,11 +244,17 @@ class BudgetCompactionPolicy(CompactionPolicy):
         pinned = view[:head_end]
         if request.task_index is not None:
             pinned = [*pinned, view[request.task_index]]
-        keep_budget = (
-            target_at
-            - policy.measure(pinned, tools, estimator)
-            - int(target_at * SUMMARY_RESERVE_SHARE)
+        pinned_size = policy.measure(
+            [*pinned, {"role": "user", "content": f"{PLAN_HEADER}\n{request.plan}"}]
+            if request.plan
+            else pinned,
+            tools,
+            estimator,
         )
+        if pinned_size >= trigger_at:
+            # No summary can bring the view below the trigger: spend no call on trying.
+            return outcome("skipped", "pinned_too_large")
+        keep_budget = target_at - pinned_size - int(target_at * SUMMARY_RESERVE_SHARE)
         count_only = not SIZE_TRIGGERS.intersection(request.triggers)
         if count_only:
             keep_budget = min(keep_budget, sum(sizes) // 2)

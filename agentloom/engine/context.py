@@ -11,7 +11,9 @@ view under these rules:
 - feedback shows as a user message starting `[feedback] `; a supplement as a user message;
   status records are not shown;
 - `prepare("action")` compacts when a trigger holds; every request (action, compaction,
-  verification) is checked against the effective budget and is not sent when it is over it.
+  verification) is checked against the effective budget and is not sent when it is over it;
+- after a failed compaction, retries wait for growth or model steps (`THROTTLE_*`), logged as
+  `throttled` attempts.
 
 Every message is redacted before it is recorded or shown.
 """
@@ -62,6 +64,8 @@ from agentloom.engine.redaction import Redactor
 from agentloom.engine.refs import Origin, materialize
 
 __all__ = [
+    "THROTTLE_GROWTH_SHARE",
+    "THROTTLE_STEPS",
     "VERIFIER_INSTRUCTIONS",
     "CallModel",
     "ContextManager",
@@ -70,6 +74,12 @@ __all__ = [
 ]
 
 CallModel = Callable[[ModelRequest], ModelResponse]
+
+# After a failed compaction (or one skipped as pinned_too_large) the next attempt waits until the
+# view has grown by this share of the effective budget, or until this many model steps have been
+# taken: a retry on an unchanged view would fail the same way and pay for its calls again.
+THROTTLE_GROWTH_SHARE = 0.1
+THROTTLE_STEPS = 4
 
 VERIFIER_INSTRUCTIONS = (
     "You check whether an AI agent's candidate answer completes the task, using only the "
@@ -464,10 +474,22 @@ class JournalContextManager(ContextManager):
         self, tools: list[dict[str, Any]], call_model: CallModel | None
     ) -> CompactionOutcome | None:
         """Compact the view when a trigger holds; return the attempt's outcome, or None."""
-        _, fired = self.triggers(tools)
+        size, fired = self.triggers(tools)
         if not fired:
             return None
         frame = self.frame
+        if self._throttled(size):
+            outcome = CompactionOutcome(
+                outcome="skipped",
+                reason="throttled",
+                before=size,
+                after=size,
+                target_reached=False,
+                calls=0,
+                triggers=fired,
+            )
+            self._commit(outcome)
+            return outcome
 
         def summarise(summary_messages: list[dict[str, Any]]) -> str:
             prepared = self.prepare("compaction", messages=summary_messages)
@@ -491,7 +513,31 @@ class JournalContextManager(ContextManager):
             )
         )
         self._commit(outcome)
+        self._throttle_after(outcome, size)
         return outcome
+
+    def _throttled(self, size: int) -> bool:
+        """Return True while a failed compaction's retry waits for growth or model steps."""
+        throttle = self.frame.state.compaction_throttle
+        if not throttle:
+            return False
+        grown = size - throttle["size"] >= int(
+            self.budget.effective_input_budget * THROTTLE_GROWTH_SHARE
+        )
+        stepped = self.frame.counters.model_steps - throttle["model_steps"] >= THROTTLE_STEPS
+        return not (grown or stepped)
+
+    def _throttle_after(self, outcome: CompactionOutcome, size: int) -> None:
+        """Hold retries back after a failure (kept in the checkpoint, so across resumes too)."""
+        state = self.frame.state
+        if outcome.outcome == "failed" or outcome.reason == "pinned_too_large":
+            state.compaction_throttle = {
+                "size": size,
+                "model_steps": self.frame.counters.model_steps,
+                "reason": outcome.reason,
+            }
+        elif outcome.succeeded:
+            state.compaction_throttle = None
 
     def _commit(self, outcome: CompactionOutcome) -> None:
         """Adopt a successful compaction and log every attempt; records are never touched."""
@@ -522,8 +568,16 @@ class JournalContextManager(ContextManager):
                 list(origins),
             )
         metrics = outcome.metrics()
+        log = frame.state.compaction_log
+        if outcome.reason == "throttled" and log and log[-1].get("reason") == "throttled":
+            # One row for a stretch of throttled steps, counting them, not one row per step.
+            frame.state.compaction_log = [
+                *log[:-1],
+                {**log[-1], "after": metrics["after"], "repeats": log[-1].get("repeats", 1) + 1},
+            ]
+            return
         frame.state.compaction_log = [
-            *frame.state.compaction_log,
+            *log,
             {
                 "revision": revision,
                 "covered_seq": covered_seq,

@@ -5,7 +5,7 @@ reusable view only if its inherited watermark plus its own main-instance records
 snapshot's `covered_seq` form a contiguous prefix of the session's main-instance records, and only
 with no pending tool calls, no queued supplements and no terminal records outside the runtime
 view. The view then stands for the session prefix up to its `watermark`; a new run reuses the
-highest-watermark view saved under a binding equal to its own.
+highest-watermark view saved under a binding equal to its own that nobody has revoked.
 
 Views are stored by reference (`SessionView.entries`): the handoff summary and other messages
 that exist nowhere else are stored encrypted, everything else as references to journal records,
@@ -19,9 +19,13 @@ import hashlib
 import json
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from agentloom.engine.refs import Origin, materialize
+from agentloom.errors import Conflict, NotFound
+from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
     MAIN_INSTANCE,
     JournalReference,
@@ -47,7 +51,9 @@ def compliant_view(
     `as_of` limits the choice to what existed when that run's question was asked. Candidates are
     matched on clear columns; nothing is decrypted.
     """
-    views = SessionView.objects.filter(session=session, binding_key=binding_key(binding))
+    views = SessionView.objects.filter(
+        session=session, binding_key=binding_key(binding), revoked_at__isnull=True
+    )
     if as_of is not None:
         views = views.filter(
             watermark__lte=as_of.inherited_watermark, created_at__lt=as_of.created_at
@@ -238,3 +244,30 @@ def snapshot_saved(
     )
     reference_rows(session_id, refs, view=view)
     return view.revision, None
+
+
+@transaction.atomic
+def view_revoke(*, user, session: Session, revision: Any) -> SessionView:
+    """Revoke a reusable view: later new runs no longer use it (the row stays, on record).
+
+    The session's creator or an admin of its space may; a run already started keeps the history
+    it was given. Revoking twice is refused (409).
+    """
+    if session.created_by_id != user.pk and space_role(user, session.space_id) != "admin":
+        raise NotFound("Not found.")
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        raise NotFound("Not found.")
+    view = (
+        SessionView.objects.select_for_update()
+        .defer("messages")
+        .filter(session=session, revision=revision)
+        .first()
+    )
+    if view is None:
+        raise NotFound("Not found.")
+    if view.revoked_at is not None:
+        raise Conflict(f"View r{revision} was already revoked.")
+    view.revoked_at = timezone.now()
+    view.revoked_by = user
+    view.save(update_fields=["revoked_at", "revoked_by"])
+    return view

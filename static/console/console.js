@@ -520,6 +520,12 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    // Forms that change something for good ask first (revoking a view).
+    document.querySelectorAll("form[data-confirm]").forEach((form) => {
+      form.addEventListener("submit", (event) => {
+        if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+      });
+    });
     const cfg = config();
     if (!cfg) return;
     if (document.body.classList.contains("page-chat")) initChat(cfg);

@@ -1,0 +1,64 @@
+"""Compaction never thrashes: nothing is spent on a hopeless attempt or on an unchanged retry."""
+
+from __future__ import annotations
+
+from agentloom.engine import ContextPolicy, InstanceFrame, JournalContextManager, text_response
+from agentloom.engine.context import THROTTLE_GROWTH_SHARE, THROTTLE_STEPS
+from tests.engine.helpers import FakeClock, add_group
+from tests.engine.test_compaction import SMALL, grown_context, summariser
+
+
+def test_pinned_content_above_the_trigger_skips_without_a_model_call(scripted):
+    context = JournalContextManager(policy=ContextPolicy(), budget=SMALL, clock=FakeClock())
+    context.create(
+        instance="main",
+        system_prompt="s" * 6_000,  # alone above the 5,600 trigger
+        task="the task",
+        run_number=1,
+        attempt=1,
+    )
+    add_group(context, ["a result"])
+    gateway = summariser(scripted)
+    outcome = context.compact_if_triggered([], gateway.complete)
+    assert (outcome.outcome, outcome.reason, outcome.calls) == ("skipped", "pinned_too_large", 0)
+    assert gateway.requests == []
+
+
+def test_a_failed_compaction_is_not_retried_until_the_view_grows_or_steps_pass(scripted):
+    context = grown_context()
+    empty = scripted(*[text_response("   ")] * 20)
+    first = context.compact_if_triggered([], empty.complete)
+    assert (first.outcome, first.reason) == ("failed", "empty_summary")
+    calls = len(empty.requests)
+    # The same view again: skipped as throttled, no call; a stretch of skips is one log row.
+    for _ in range(3):
+        again = context.compact_if_triggered([], empty.complete)
+        assert (again.outcome, again.reason, again.calls) == ("skipped", "throttled", 0)
+    assert len(empty.requests) == calls
+    log = context.frame.state.compaction_log
+    assert [entry["reason"] for entry in log] == ["empty_summary", "throttled"]
+    assert log[-1]["repeats"] == 3
+
+    # The throttle is in the checkpoint: a resumed context keeps it.
+    restored = JournalContextManager(policy=ContextPolicy(), budget=SMALL, clock=FakeClock())
+    restored.restore(InstanceFrame.from_dict(context.frame.to_dict()))
+    assert restored.compact_if_triggered([], empty.complete).reason == "throttled"
+
+    # Enough growth lets the next attempt through, and a success lifts the throttle.
+    grown = int(SMALL.effective_input_budget * THROTTLE_GROWTH_SHARE) // 800 + 1
+    for n in range(grown):
+        add_group(restored, [f"more {n} " + "q" * 800])
+    works = summariser(scripted)
+    retried = restored.compact_if_triggered([], works.complete)
+    assert retried.outcome == "succeeded"
+    assert restored.frame.state.compaction_throttle is None
+
+
+def test_model_steps_also_release_the_throttle(scripted):
+    context = grown_context()
+    empty = scripted(*[text_response("   ")] * 20)
+    context.compact_if_triggered([], empty.complete)
+    for n in range(THROTTLE_STEPS):
+        assert context.compact_if_triggered([], empty.complete).reason == "throttled"
+        add_group(context, [f"x{n}"])  # a model step with a tiny result: hardly any growth
+    assert context.compact_if_triggered([], summariser(scripted).complete).outcome == "succeeded"

@@ -1,0 +1,117 @@
+"""Revoking a reusable view: never chosen again, recorded, never deleted."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentloom.errors import Conflict, NotFound
+from agentloom.spaces.models import Membership
+from context_app.engine_adapter import version_binding
+from sessions_app.models import SessionView
+from sessions_app.services.execution import run_execute
+from sessions_app.services.history import history_for_new_run
+from sessions_app.services.replay import replay_run
+from sessions_app.services.runs import run_resume
+from sessions_app.services.views import compliant_view, view_revoke
+from tests.sessions_app.conftest import ask
+
+pytestmark = pytest.mark.django_db
+
+
+def _compacting_session(alice, make_demo_session, runs=4, views=1):
+    session = make_demo_session(context_window=9_000)
+    for n in range(runs):
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+    assert SessionView.objects.filter(session=session).count() >= views
+    return session
+
+
+def test_a_revoked_view_is_never_chosen_and_stays_on_record(alice, gateway, make_demo_session):
+    session = _compacting_session(alice, make_demo_session, runs=8, views=2)
+    binding = version_binding(session.agent_version)
+    best = compliant_view(session, binding)
+    revoked = view_revoke(user=alice, session=session, revision=best.revision)
+    assert (revoked.revoked_by, revoked.revoked_at is not None) == (alice, True)
+    fallback = compliant_view(session, binding)
+    assert fallback is None or fallback.revision != best.revision
+    history = history_for_new_run(session, binding)
+    assert history.view_revision != best.revision
+    assert SessionView.objects.filter(pk=best.pk).exists()
+    with pytest.raises(Conflict):
+        view_revoke(user=alice, session=session, revision=best.revision)
+    # Every view revoked: a new run falls back to projecting the whole journal, and works.
+    for view in SessionView.objects.filter(session=session, revoked_at__isnull=True):
+        view_revoke(user=alice, session=session, revision=view.revision)
+    assert history_for_new_run(session, binding).view_revision is None
+    run = ask(session, alice, "after revocation")
+    assert run.status == "succeeded"
+    assert replay_run(run).ok
+
+
+def test_the_walk_still_holds_with_a_revoked_view_in_between(alice, gateway, make_demo_session):
+    session = make_demo_session(policy={"user_turns": 2})
+    a = ask(session, alice, "NONCE-A first question [boom]")
+    assert a.status == "failed"
+    ask(session, alice, "NONCE-B second question")
+    ask(session, alice, "NONCE-C third question")
+    for view in SessionView.objects.filter(session=session):
+        view_revoke(user=alice, session=session, revision=view.revision)
+    a.refresh_from_db()
+    run_resume(user=alice, run=a)
+    type(a).objects.filter(pk=a.pk).update(question="NONCE-A first question")
+    run_execute(run_id=a.pk)
+    gateway.requests.clear()
+    d = ask(session, alice, "NONCE-D fourth question")
+    assert d.status == "succeeded"
+    seen = " ".join(str(m.get("content")) for m in gateway.action_requests()[0].messages)
+    for marker in ("NONCE-B", "NONCE-C"):
+        assert marker in seen  # nothing is lost with the views revoked
+    assert replay_run(d).ok
+
+
+def test_who_may_revoke(alice, bob, gateway, make_demo_session):
+    session = _compacting_session(alice, make_demo_session, runs=3)
+    view = SessionView.objects.filter(session=session).first()
+    with pytest.raises(NotFound):
+        view_revoke(user=bob, session=session, revision=view.revision)
+    Membership.objects.create(space_id=session.space_id, user=bob, role="admin")
+    assert view_revoke(user=bob, session=session, revision=view.revision).revoked_by == bob
+
+
+def test_the_api_revokes_and_lists_the_revocation(alice, bob, gateway, make_demo_session):
+    session = _compacting_session(alice, make_demo_session, runs=3)
+    view = SessionView.objects.filter(session=session).first()
+    client = APIClient()
+    client.force_authenticate(alice)
+    url = f"/api/v1/sessions/{session.pk}/views/{view.revision}/revoke"
+    answer = client.post(url, format="json")
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["revoked"], answer.json()["revoked_by"]) == (True, "alice")
+    assert client.post(url, format="json").status_code == 409
+    assert client.post(f"/api/v1/sessions/{session.pk}/views/999/revoke").status_code == 404
+    assert client.post(f"/api/v1/sessions/{session.pk}/views/x/revoke").status_code == 404
+    listed = client.get(f"/api/v1/sessions/{session.pk}/views/").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert any(row["revoked"] and row["revision"] == view.revision for row in rows)
+    outsider = APIClient()
+    outsider.force_authenticate(bob)
+    assert outsider.post(url, format="json").status_code == 404
+
+
+def test_the_context_page_revokes_with_a_button(alice, gateway, make_demo_session, client):
+    session = _compacting_session(alice, make_demo_session, runs=3)
+    view = SessionView.objects.filter(session=session).first()
+    run = session.runs.order_by("-number").first()
+    client.force_login(alice)
+    page = client.get(f"/runs/{run.pk}/context/").content.decode()
+    assert f"/sessions/{session.pk}/views/{view.revision}/revoke/" in page
+    answer = client.post(
+        f"/sessions/{session.pk}/views/{view.revision}/revoke/",
+        {"next": f"/runs/{run.pk}/context/"},
+    )
+    assert answer.status_code == 302 and answer.url == f"/runs/{run.pk}/context/"
+    view.refresh_from_db()
+    assert view.revoked_by == alice
+    page = client.get(f"/runs/{run.pk}/context/").content.decode()
+    assert "revoked by alice" in page
