@@ -1,6 +1,6 @@
 """The measure of a context, and the largest input a run can take, in the policy's own unit.
 
-    input_limit = target_at - size([system prompt], offered tool schemas) - size(plan at its cap)
+    input_limit = target_at - size([system prompt], offered tool schemas) - plan_reserve
 
 A question or supplement is one message the run must carry until compaction can summarise it,
 and compaction can only work below its target once the pinned content (system prompt, tool
@@ -26,18 +26,20 @@ __all__ = [
     "check_input",
     "input_limit",
     "input_size",
-    "plan_cap_chars",
+    "plan_reserve",
 ]
 
-# The largest plan an agent may keep (pinned through compaction): this many characters, and no
-# more than this share of the effective budget, so a small window keeps room for its inputs.
+# The largest plan an agent may keep (pinned through compaction): the size of this many
+# characters, and no more than this share of the compaction target, so a small window (or a
+# legacy character threshold) keeps room for its inputs.
 PLAN_MAX_CHARS = 4_000
-PLAN_MAX_SHARE = 0.05
+PLAN_MAX_SHARE = 0.1
 
 
-def plan_cap_chars(budget: ModelBudget) -> int:
-    """Return the most characters a plan may hold under `budget`."""
-    return min(PLAN_MAX_CHARS, int(budget.effective_input_budget * PLAN_MAX_SHARE))
+def plan_reserve(*, policy: TriggerPolicy, budget: ModelBudget, estimator: TokenEstimator) -> int:
+    """Return the room kept for the plan, in the policy's unit: the most a plan may measure."""
+    longest = input_size(policy=policy, estimator=estimator, text="x" * PLAN_MAX_CHARS)
+    return min(longest, int(policy.target_at(budget) * PLAN_MAX_SHARE))
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def input_limit(
 ) -> int:
     """Return the largest input a run of this configuration takes (never below zero)."""
     pinned = policy.measure([{"role": "system", "content": system_prompt}], tools, estimator)
-    plan = input_size(policy=policy, estimator=estimator, text="x" * plan_cap_chars(budget))
+    plan = plan_reserve(policy=policy, budget=budget, estimator=estimator)
     return max(policy.target_at(budget) - pinned - plan, 0)
 
 

@@ -144,6 +144,9 @@ def test_views_are_listed_by_revision(api, run):
         "model_steps": 5,
         "baselines": {"user_turns": 1, "model_steps": 2},
         "created_at": first["created_at"],
+        "revoked": False,
+        "revoked_by": None,
+        "revoked_at": None,
     }
     assert (second["revision"], second["watermark"]) == (2, 40)
     assert "NONCE" not in str(page)

@@ -30,6 +30,7 @@ OPERATIONS = [
     ("POST", "/api/v1/sessions/{id}/runs"),
     ("GET", "/api/v1/sessions/{id}/messages"),
     ("GET", "/api/v1/sessions/{id}/views/"),
+    ("POST", "/api/v1/sessions/{id}/views/{revision}/revoke"),
     ("GET", "/api/v1/runs/{id}/"),
     ("POST", "/api/v1/runs/{id}/supplements"),
     ("POST", "/api/v1/runs/{id}/resume"),

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agentloom.engine import ContextPolicy, JsonBytesEstimator, ModelBudget
-from agentloom.engine.measure import PLAN_MAX_CHARS, check_input, input_limit, plan_cap_chars
+from agentloom.engine.measure import check_input, input_limit, input_size, plan_reserve
 from agentloom.errors import InvalidInput
 from context_app.engine_adapter import input_check
 from sessions_app.models import Run, RunSupplement, SessionMessage
@@ -28,9 +28,13 @@ def test_the_limit_is_the_target_less_what_is_pinned():
     )
     assert bare < policy.target_at(budget)
     assert pinned < bare - 1_000  # the system prompt and the schema are counted
-    assert plan_cap_chars(budget) == int(0.05 * budget.effective_input_budget)
-    assert plan_cap_chars(ModelBudget(128_000, 4_096, 1_024)) == PLAN_MAX_CHARS
-    assert plan_cap_chars(ModelBudget(6_144, 512, 256)) == 268  # a small window keeps room
+    four_thousand = input_size(policy=policy, estimator=estimator, text="x" * 4_000)
+    big = ModelBudget(128_000, 4_096, 1_024)
+    assert plan_reserve(policy=policy, budget=big, estimator=estimator) == four_thousand
+    small = ModelBudget(6_144, 512, 256)  # a small window keeps room for its inputs
+    assert plan_reserve(policy=policy, budget=small, estimator=estimator) == int(
+        0.1 * policy.target_at(small)
+    )
     fits = check_input(
         policy=policy, budget=budget, estimator=estimator, system_prompt="", tools=[], text="hi"
     )
