@@ -35,6 +35,7 @@ A legacy frame is a format-1 frame without `context.records`: it loads with no r
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 from collections.abc import Iterator
@@ -222,7 +223,9 @@ class InstanceFrame:
         reorder it.
         """
         floor = 0 if self.needs_backfill else self.saved_seq
-        streams = [[(self.instance, r) for r in self.records if r.seq > floor]]
+        # Records are in seq order: start at the first unsaved one, not at the beginning.
+        start = bisect.bisect_right(self.records, floor, key=lambda r: r.seq)
+        streams = [[(self.instance, r) for r in self.records[start:]]]
         streams += [child.unsaved() for child in self.children.values()]
         return list(heapq.merge(*streams, key=lambda item: item[1].at))
 
