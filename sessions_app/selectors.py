@@ -11,6 +11,8 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from agentloom.engine.calibration import Calibration
+from agentloom.engine.protocol import HANDOFF_MARK
+from agentloom.engine.refs import as_ranges
 from agentloom.errors import NotFound
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
@@ -124,8 +126,12 @@ def model_calls_of(run: Run) -> QuerySet[ModelCall]:
     return ModelCall.objects.filter(run=run).defer("response").order_by("id")
 
 
-def _compactions(frame: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return every compaction attempt of the frame: successes, skips and failures."""
+def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
+    """Return every compaction attempt of the frame: successes, skips and failures.
+
+    A success lists the journal seq ranges its summary replaced (`summarised_ranges`); the run's
+    own records are named in the frame by local seq and looked up here in one query.
+    """
     log = (frame.get("state") or {}).get("compaction_log")
     if not log:
         # Frames written before the attempt log existed only kept their successes.
@@ -133,7 +139,53 @@ def _compactions(frame: dict[str, Any]) -> list[dict[str, Any]]:
             {**(snapshot.get("metrics") or {}), **snapshot}
             for snapshot in (frame.get("context") or {}).get("compactions") or []
         ]
-    return [{name: entry.get(name) for name in COMPACTION_FIELDS} for entry in log]
+    local = {
+        seq
+        for entry in log
+        for first, last in ((entry.get("sources") or {}).get("own") or [])
+        for seq in range(first, last + 1)
+    }
+    by_local = dict(
+        SessionMessage.objects.filter(
+            run=run, instance=frame.get("instance") or "main", local_seq__in=local
+        ).values_list("local_seq", "seq")
+    )
+    summaries = {
+        snapshot["revision"]: _summary_text(snapshot.get("messages") or [])
+        for snapshot in (frame.get("context") or {}).get("compactions") or []
+    }
+    items = []
+    for entry in log:
+        item = {name: entry.get(name) for name in COMPACTION_FIELDS}
+        item["summary"] = summaries.get(entry.get("revision"))
+        item["repeats"] = entry.get("repeats")
+        sources = entry.get("sources")
+        item["stage"] = entry.get("stage") or ("summary" if entry.get("revision") else None)
+        item["summarised_ranges"] = _session_ranges(sources, by_local) if sources else []
+        item["masked_ranges"] = []
+        items.append(item)
+    return items
+
+
+def _summary_text(messages: list[dict[str, Any]]) -> str | None:
+    for message in messages:
+        text = message.get("content")
+        if isinstance(text, str) and text.startswith(HANDOFF_MARK):
+            return text
+    return None
+
+
+def _session_ranges(sources: dict[str, Any], by_local: dict[int, int]) -> list[list[int]]:
+    seqs = {
+        by_local[seq]
+        for first, last in sources.get("own") or []
+        for seq in range(first, last + 1)
+        if seq in by_local
+    }
+    seqs.update(
+        seq for first, last in sources.get("session") or [] for seq in range(first, last + 1)
+    )
+    return as_ranges(seqs)
 
 
 def run_context(run: Run) -> dict[str, Any]:
@@ -159,7 +211,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "effective_budget": budget.effective_input_budget,
         "trigger_at": policy.trigger_at(budget),
         "target_at": policy.target_at(budget),
-        "compactions": _compactions(frame),
+        "compactions": _compactions(frame, run),
         "last_reported": last_reported(run),
     }
 

@@ -150,6 +150,18 @@ class CompactionSerializer(serializers.Serializer):
     )
     reason = serializers.CharField(allow_null=True, allow_blank=True)
 
+    stage = serializers.CharField(
+        allow_null=True, help_text="`summary` for a summary; null when nothing was replaced."
+    )
+    summarised_ranges = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="Journal seq ranges `[from_seq, to_seq]` whose records the summary replaced.",
+    )
+    masked_ranges = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="Journal seq ranges shown as stubs instead of in full (none yet).",
+    )
+
 
 class LastReportedSerializer(serializers.Serializer):
     tokens = serializers.IntegerField(help_text="Prompt tokens the provider reported.")

@@ -315,7 +315,14 @@ class BudgetCompactionPolicy(CompactionPolicy):
             calls=calls,
             messages=new_view,
             task_index=new_task_index,
-            details={"summarised_units": consumed, "kept_units": len(units) - consumed},
+            details={
+                "summarised_units": consumed,
+                "kept_units": len(units) - consumed,
+                # Where in the old view the summarised messages were, for exact source ranges.
+                "summarised": [
+                    index for unit in units[:consumed] for index in range(unit.start, unit.end)
+                ],
+            },
         )
 
     def _summarise(

@@ -61,7 +61,7 @@ from agentloom.engine.records import (
     tool_key,
 )
 from agentloom.engine.redaction import Redactor
-from agentloom.engine.refs import Origin, materialize
+from agentloom.engine.refs import Origin, as_ranges, materialize
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -553,7 +553,10 @@ class JournalContextManager(ContextManager):
                 id(message): origin
                 for message, origin in zip(frame.messages, frame.origins, strict=True)
             }
-            origins = [known.get(id(message)) for message in outcome.messages]
+            origins = [
+                known.get(id(message), {"summary": revision}) for message in outcome.messages
+            ]
+            sources = self._summarised_sources(outcome)
             frame.replace_view(list(self.redactor.value(outcome.messages)), origins)
             frame.state.task_index = outcome.task_index
             frame.add_snapshot(
@@ -564,10 +567,13 @@ class JournalContextManager(ContextManager):
                     "inherited_watermark": frame.inherited_watermark,
                     "counters": frame.counters.to_dict(),
                     "metrics": outcome.metrics(),
+                    "sources": sources,
                 },
                 list(origins),
             )
         metrics = outcome.metrics()
+        if revision is not None:
+            metrics = {**metrics, "stage": "summary", "sources": sources}
         log = frame.state.compaction_log
         if outcome.reason == "throttled" and log and log[-1].get("reason") == "throttled":
             # One row for a stretch of throttled steps, counting them, not one row per step.
@@ -585,6 +591,30 @@ class JournalContextManager(ContextManager):
                 "at": iso_utc(self.clock()),
             },
         ]
+
+    def _summarised_sources(self, outcome: CompactionOutcome) -> dict[str, list[list[int]]]:
+        """Return the records a summary replaced: own local seqs and session seqs, as ranges.
+
+        A summary that summarises an earlier one covers what that one covered, so the ranges
+        stay exact through repeated compactions.
+        """
+        frame = self.frame
+        own: set[int] = set()
+        session: set[int] = set()
+        earlier = {s["revision"]: s.get("sources") or {} for s in frame.compactions}
+        for index in outcome.details.get("summarised", []):
+            origin = frame.origins[index] if index < len(frame.origins) else None
+            if not origin:
+                continue
+            if "own" in origin:
+                own.add(origin["own"])
+            elif "s" in origin:
+                session.add(origin["s"])
+            elif "summary" in origin:
+                before = earlier.get(origin["summary"], {})
+                own.update(seq for a, b in before.get("own", []) for seq in range(a, b + 1))
+                session.update(seq for a, b in before.get("session", []) for seq in range(a, b + 1))
+        return {"own": as_ranges(own), "session": as_ranges(session)}
 
     def verification_messages(self, candidate_answer: str) -> list[dict[str, Any]]:
         """Return the verification request: the task, the evidence and the candidate answer."""

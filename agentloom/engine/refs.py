@@ -2,8 +2,8 @@
 
 A view message has an *origin*:
 
-- `None`: made here and stored inline (system prompt, handoff summary, `unknown` placeholder,
-  run-status note);
+- `None`: made here and stored inline (system prompt, `unknown` placeholder, run-status note);
+- `{"summary": revision}`: the handoff summary made by compaction `revision`, stored inline;
 - `{"own": seq}`: the instance's own record `seq`, as recorded;
 - `{"own": seq, "cap": N}`: its own tool result, shown capped at N characters;
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
@@ -47,6 +47,7 @@ __all__ = [
     "Origin",
     "RecordStore",
     "ViewEncoder",
+    "as_ranges",
     "decode_entries",
     "history_assistant",
     "materialize",
@@ -154,6 +155,9 @@ class ViewEncoder:
         last = self.entries[-1] if self.entries else None
         if origin is None:
             self.entries.append({"m": message})
+        elif "summary" in origin:
+            # A handoff summary exists nowhere else; it remembers which compaction made it.
+            self.entries.append({"m": message, "summary": origin["summary"]})
         elif "own" in origin:
             seq, cap = origin["own"], origin.get("cap")
             if (
@@ -199,6 +203,17 @@ def _copied_ranges(entry: dict[str, Any]) -> dict[str, Any]:
     return {key: list(entry[key]) for key in ("own", "hist") if key in entry}
 
 
+def as_ranges(seqs: set[int] | list[int]) -> list[list[int]]:
+    """Return `seqs` as sorted, inclusive `[first, last]` runs of consecutive numbers."""
+    ranges: list[list[int]] = []
+    for seq in sorted(seqs):
+        if ranges and seq == ranges[-1][1] + 1:
+            ranges[-1][1] = seq
+        else:
+            ranges.append([seq, seq])
+    return ranges
+
+
 def session_seqs(entries: Iterable[dict[str, Any]]) -> set[int]:
     """Return the session seqs that `entries` refer to one by one."""
     return {entry["s"] for entry in entries if "s" in entry}
@@ -223,7 +238,7 @@ def decode_entries(
     for entry in entries:
         if "m" in entry:
             messages.append(entry["m"])
-            origins.append(None)
+            origins.append({"summary": entry["summary"]} if "summary" in entry else None)
         elif "own" in entry:
             start, end = entry["own"]
             for seq in range(start, end + 1):

@@ -62,3 +62,26 @@ def test_model_steps_also_release_the_throttle(scripted):
         assert context.compact_if_triggered([], empty.complete).reason == "throttled"
         add_group(context, [f"x{n}"])  # a model step with a tiny result: hardly any growth
     assert context.compact_if_triggered([], summariser(scripted).complete).outcome == "succeeded"
+
+
+def test_a_snapshot_names_exactly_the_records_its_summary_replaced(scripted):
+    context = grown_context()
+    records_before = {r.seq for r in context.frame.records}
+    first = context.compact_if_triggered([], summariser(scripted).complete)
+    assert first.succeeded
+    snapshot = context.frame.compactions[-1]
+    covered = {s for a, b in snapshot["sources"]["own"] for s in range(a, b + 1)}
+    # The summarised groups' records (assistant calls and results), never the task (seq 1).
+    assert covered and 1 not in covered and covered <= records_before
+    kept = {origin["own"] for origin in context.frame.origins if origin and "own" in origin}
+    assert not covered & kept
+    # A second compaction that summarises the first summary covers what it covered.
+    for n in range(12):
+        add_group(context, [f"later {n} " + "w" * 800])
+    second = context.compact_if_triggered([], summariser(scripted).complete)
+    assert second.succeeded
+    again = context.frame.compactions[-1]["sources"]["own"]
+    assert covered <= {s for a, b in again for s in range(a, b + 1)}
+    # Read back from its checkpoint, the snapshot keeps its sources.
+    restored = InstanceFrame.from_dict(context.frame.to_dict())
+    assert restored.compactions[-1]["sources"] == context.frame.compactions[-1]["sources"]

@@ -218,3 +218,29 @@ def test_replay_matches_on_runs_stored_in_either_format(alice, gateway, make_dem
         report = replay_run(run)
         assert report.ok, "\n".join(report.differences)
     assert [Run.objects.get(pk=r.pk).checkpoint["format"] for r in runs] == [2, 1, 2, 1]
+
+
+def test_compactions_list_the_journal_ranges_they_summarised(alice, gateway, make_demo_session):
+    from sessions_app.selectors import run_context
+
+    session = make_demo_session(context_window=9_000)
+    runs = [
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(5)
+    ]
+    succeeded = [
+        (run, item)
+        for run in runs
+        for item in run_context(Run.objects.get(pk=run.pk))["compactions"]
+        if item["outcome"] == "succeeded"
+    ]
+    assert succeeded
+    journal = dict(SessionMessage.objects.filter(session=session).values_list("seq", "kind"))
+    for run, item in succeeded:
+        assert item["stage"] == "summary" and item["masked_ranges"] == []
+        assert item["summarised_ranges"], item
+        seqs = [s for a, b in item["summarised_ranges"] for s in range(a, b + 1)]
+        # Every range names journal records, and the run's own question is never among them.
+        assert all(seq in journal for seq in seqs)
+        question = SessionMessage.objects.get(run=run, kind="user_input").seq
+        assert question not in seqs
+        assert item["summary"].startswith("[handoff summary]")
