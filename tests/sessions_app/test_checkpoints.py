@@ -224,9 +224,7 @@ def test_compactions_list_the_journal_ranges_they_summarised(alice, gateway, mak
     from sessions_app.selectors import run_context
 
     session = make_demo_session(context_window=9_000)
-    runs = [
-        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(5)
-    ]
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(5)]
     succeeded = [
         (run, item)
         for run in runs
