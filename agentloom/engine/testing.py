@@ -49,21 +49,21 @@ class MemoryJournal:
 
 class _Store(RecordStore):
     def __init__(self, journal: MemoryJournal, run_id: Any):
-        self.journal_ = journal
+        self.source = journal
         self.run_id = run_id
 
     def records(self, instance: str) -> list[Record]:
-        return list(self.journal_.records.get((self.run_id, instance), []))
+        return list(self.source.records.get((self.run_id, instance), []))
 
     def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
-        return {row.seq: row.message for row in self.journal_.rows if row.seq in seqs}
+        return {row.seq: row.message for row in self.source.rows if row.seq in seqs}
 
     def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
         if block.get("view") is not None:
             raise LookupError("the memory journal keeps no reusable views")
         rows = [
             row
-            for row in self.journal_.rows
+            for row in self.source.rows
             if block["after"] < row.seq <= block["upto"] and row.instance == MAIN_INSTANCE
         ]
         history = project_history(rows, tool_result_chars=block["cap"])
