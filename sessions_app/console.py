@@ -329,7 +329,8 @@ def chat(request, session_id: int):
 
     focus = active or (runs[-1] if runs else None)
     # Before the first run the meter is drawn empty; the script fills it once a run starts.
-    context = run_context(focus) if focus else EMPTY_CONTEXT
+    limits = _input_limit(session)
+    context = run_context(focus) if focus else {**EMPTY_CONTEXT, "estimator": limits["inputUnit"]}
     config = {
         "session": session.pk,
         "activeRun": active.pk if active else None,
@@ -337,7 +338,7 @@ def chat(request, session_id: int):
         "lastSeq": last_seq,
         "callNames": call_names,
         "contextUrl": _context_url_template(),
-        **_input_limit(session),
+        **limits,
     }
     return render(
         request,

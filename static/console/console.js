@@ -157,6 +157,7 @@
     set("[data-meter-trigger-at]", context.trigger_at);
     set("[data-meter-target-at]", context.target_at);
     set("[data-meter-compactions]", context.compactions.length);
+    if (context.estimator) set("[data-meter-estimator]", context.estimator);
     const level = context.estimate > budget ? "over" : context.estimate >= context.trigger_at ? "high" : "ok";
     root.className = `meter meter-${level}`;
   }
