@@ -21,6 +21,7 @@ from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.gateway import ModelGateway
 from agentloom.engine.measure import InputCheck, check_input
 from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
+from agentloom.engine.redaction import Redactor
 from agentloom.engine.refs import RecordStore
 from agentloom.engine.tools import BUILTIN_TOOL_NAMES, DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import ApplicationError
@@ -99,6 +100,17 @@ def set_gateway_factory(factory: GatewayFactory | None) -> None:
     """Replace how gateways are made (None restores the real providers)."""
     global _gateway_factory
     _gateway_factory = factory or _default_gateway
+
+
+def redactor_for(version: AgentVersion) -> Redactor:
+    """Return what removes `version`'s known credentials from anything about to be written.
+
+    Every path that writes a question, supplement or record redacts with it first, so a key
+    pasted into a question never reaches the journal, a run row or a checkpoint.
+    """
+    budget = version.snapshot.get("budget") or {}
+    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    return Redactor([connection.api_key] if connection and connection.api_key else [])
 
 
 def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:

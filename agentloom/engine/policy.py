@@ -1,6 +1,6 @@
 """When to compact: the context policy of a published version, or the legacy character policy.
 
-    budget trigger = estimated request >= effective_input_budget * context_ratio   (rounded down)
+    budget trigger = estimated request >= effective_input_budget * context_ratio   (exactly)
     turns trigger  = user_turns  - baseline_user_turns  >= policy.user_turns        (if set)
     steps trigger  = model_steps - baseline_model_steps >= policy.model_steps       (if set)
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, fields
+from fractions import Fraction
 from typing import Any
 
 from agentloom.engine.budget import ModelBudget, TokenEstimator
@@ -147,7 +148,9 @@ class ContextPolicy(TriggerPolicy):
         return estimator.estimate(messages, tools)
 
     def trigger_at(self, budget: ModelBudget) -> int:
-        return budget.share(self.context_ratio)
+        # The trigger holds when the estimate reaches the exact product: 27,648 x 0.8 = 22,118.4,
+        # so 22,118 does not fire and 22,119 does. Computed in exact fractions, never floats.
+        return math.ceil(Fraction(repr(self.context_ratio)) * budget.effective_input_budget)
 
     def target_at(self, budget: ModelBudget) -> int:
         return budget.share(self.target_ratio)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agentloom.engine.records import USER_INPUT_KEY, status_key
+from context_app.engine_adapter import redactor_for
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.services.journal import append_records
 
@@ -83,7 +85,11 @@ def adopt_legacy_run(run: Run) -> int:
     run = Run.objects.select_for_update().get(pk=run.pk)
     if not _needs_adoption(run):
         return 0
-    records = _legacy_records(run)
+    # Legacy frames were written before every path redacted: redact what is adopted.
+    redactor = redactor_for(run.session.agent_version)
+    records = [
+        {**record, "message": redactor.value(record["message"])} for record in _legacy_records(run)
+    ]
     at = run.created_at or timezone.now()
     new = append_records(
         run_id=run.pk,
@@ -92,13 +98,15 @@ def adopt_legacy_run(run: Run) -> int:
             (MAIN_INSTANCE, r["kind"], r["entry_key"], r["message"], at, r["seq"]) for r in records
         ),
     )
+    rewritten: dict[str, Any] = {"question": redactor.text(run.question)}
     if isinstance(run.checkpoint, dict):
-        frame = dict(run.checkpoint)
+        frame = redactor.value(dict(run.checkpoint))
         context = dict(frame.get("context") or {})
         context["records"] = records
         context["raw_complete"] = False
         frame["context"] = context
-        Run.objects.filter(pk=run.pk).update(checkpoint=frame)
+        rewritten["checkpoint"] = frame
+    Run.objects.filter(pk=run.pk).update(**rewritten)
     return len(new)
 
 
@@ -108,3 +116,17 @@ def adopt_legacy_runs(*, session: Session | None = None) -> int:
     if session is not None:
         runs = runs.filter(session=session)
     return sum(adopt_legacy_run(run) for run in runs if _needs_adoption(run))
+
+
+def adopt_unjournaled_runs(*, session: Session) -> int:
+    """Adopt the session's finished runs that have nothing in the journal (seed §8).
+
+    Called before a new question takes its watermark, so that question inherits them. Found in
+    one query on clear columns: no checkpoint is decrypted unless a run has no journal rows.
+    """
+    unjournaled = (
+        Run.objects.filter(session=session, status__in=Run.FINISHED_STATUSES)
+        .exclude(Exists(SessionMessage.objects.filter(run=OuterRef("pk"))))
+        .order_by("number")
+    )
+    return sum(adopt_legacy_run(run) for run in unjournaled)

@@ -18,7 +18,7 @@ from agentloom.engine.records import USER_INPUT_KEY, status_key
 from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
-from context_app.engine_adapter import input_check
+from context_app.engine_adapter import input_check, redactor_for
 from context_app.models import AgentVersion
 from sessions_app.models import (
     MAIN_INSTANCE,
@@ -28,6 +28,7 @@ from sessions_app.models import (
     SessionMessage,
 )
 from sessions_app.services.journal import append_records
+from sessions_app.services.legacy import adopt_unjournaled_runs
 
 MAX_QUESTION_CHARS = 100_000
 MAX_SUPPLEMENT_CHARS = 20_000
@@ -69,9 +70,11 @@ def _status_record(run: Run, *, status: str, error: str) -> None:
     that every question stays in the session's history.
     """
     now = timezone.now()
+    redactor = redactor_for(run.session.agent_version)
+    error = redactor.text(error) if error else error
     records = []
     if run.checkpoint is None:
-        question = {"role": "user", "content": run.question}
+        question = {"role": "user", "content": redactor.text(run.question)}
         records.append(
             (MAIN_INSTANCE, SessionMessage.Kind.USER_INPUT, USER_INPUT_KEY, question, now, None)
         )
@@ -141,8 +144,11 @@ def run_ask(*, user, session: Session, question) -> Run:
     question = clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
     if session.created_by_id != user.pk:
         raise NotFound("Not found.")
+    question = redactor_for(session.agent_version).text(question)
     _refuse_oversized(session.agent_version, question, field="question", what="question")
     sweep_expired_leases(session=session)
+    # Runs recorded before the journal existed join it first, after what it already holds.
+    adopt_unjournaled_runs(session=session)
     try:
         with transaction.atomic():
             if Run.objects.filter(session=session, status__in=Run.ACTIVE_STATUSES).exists():
@@ -226,6 +232,7 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
+    text = redactor_for(run.session.agent_version).text(text)
     _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status == Run.Status.SUCCEEDED or (

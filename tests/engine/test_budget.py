@@ -16,7 +16,8 @@ def test_worked_example_of_the_design_note():
     budget = ModelBudget(context_window=32_768, max_output_tokens=4_096, safety_margin_tokens=1_024)
 
     assert budget.effective_input_budget == 27_648
-    assert ContextPolicy().trigger_at(budget) == 22_118
+    # 27,648 x 0.8 = 22,118.4: the trigger is the first whole estimate at or above it.
+    assert ContextPolicy().trigger_at(budget) == 22_119
     assert ContextPolicy().target_at(budget) == 16_588
 
 

@@ -71,8 +71,18 @@ def test_budget_trigger_fires_at_eighty_percent_of_the_effective_budget():
     policy = ContextPolicy()
     counters = Counters(user_turns=1)
 
-    assert policy.fired(size=22_117, counters=counters, budget=BUDGET) == ()
-    assert policy.fired(size=22_118, counters=counters, budget=BUDGET) == ("budget",)
+    # 27,648 x 0.8 = 22,118.4 exactly: 22,118 is below it, 22,119 at or above it.
+    assert policy.fired(size=22_118, counters=counters, budget=BUDGET) == ()
+    assert policy.fired(size=22_119, counters=counters, budget=BUDGET) == ("budget",)
+
+
+@pytest.mark.parametrize(
+    ("window", "ratio", "trigger"),
+    [(10_000, 0.7, 7_000), (10_000, 0.8, 8_000), (1_000, 0.3, 300), (12_345, 0.8, 9_876)],
+)
+def test_a_whole_product_fires_at_itself_without_float_error(window, ratio, trigger):
+    budget = ModelBudget(window + 2, 1, 1)  # effective budget = window
+    assert ContextPolicy(context_ratio=ratio, target_ratio=0.1).trigger_at(budget) == trigger
 
 
 def test_turns_or_steps_fire_only_when_enabled_and_count_from_the_baselines():

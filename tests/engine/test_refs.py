@@ -177,3 +177,30 @@ def test_format_1_frames_still_resume_without_a_store(scripted):
         format_1, attempt=2
     )
     assert resumed.status == "succeeded"
+
+
+def test_a_clock_stepping_back_never_reorders_an_instances_records():
+    from datetime import UTC, datetime, timedelta
+
+    moments = iter(
+        datetime(2026, 10, 9, 12, 0, tzinfo=UTC) + timedelta(seconds=offset)
+        for offset in [0, 10, 20, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6] * 4
+    )
+    journal = MemoryJournal()
+    recorder = Recorder(journal=journal, run_id=1)
+    engine = make_engine(
+        PlannedGateway(["echo", "fail", "answer"]),
+        tools=("echo", "fail"),
+        recorder=recorder,
+        clock=lambda: next(moments),
+        config=EngineConfig(record_store=recorder.store()),
+    )
+    outcome = engine.start(run_number=1, attempt=1, system_prompt="s", question="q", history=None)
+    local = [record["entry_key"] for record in outcome.frame["context"]["records"]]
+    journaled = [row for row in journal.rows if row.instance == "main"]
+    stamps = [record["at"] for record in outcome.frame["context"]["records"]]
+    assert stamps != sorted(stamps), "the clock did step back"
+    # The journal keeps the instance's own order (local seq), whatever the timestamps say.
+    keys = [record.entry_key for record in journal.records[(1, "main")]]
+    assert keys == local
+    assert len(journaled) == len(local)

@@ -1,5 +1,7 @@
 """Legacy runs (checkpoints without records, or no checkpoint at all) join the journal."""
 
+import json
+
 import pytest
 from django.core.management import call_command
 
@@ -75,3 +77,23 @@ def test_adopt_command(alice, make_demo_session, capsys):
     make_run(session, status="succeeded", question="q")
     call_command("adopt_legacy_journal")
     assert "adopted 2 record(s)" in capsys.readouterr().out
+
+
+def test_a_new_question_adopts_unjournaled_runs_first(alice, gateway, make_demo_session):
+    from sessions_app.models import SessionMessage
+    from tests.factories import make_run
+
+    session = make_demo_session()
+    ask(session, alice, "NONCE-JOURNALED first")
+    top = SessionMessage.objects.filter(session=session).order_by("-seq").first().seq
+    # A run recorded before the journal existed: finished, with no journal rows.
+    legacy = make_run(session, status="succeeded", number=5, question="NONCE-OLD question")
+    Run.objects.filter(pk=legacy.pk).update(answer="NONCE-OLD answer")
+    gateway.requests.clear()
+    ask(session, alice, "NONCE-NEW question")
+    seen = json.dumps(gateway.action_requests()[0].messages)
+    assert "NONCE-OLD question" in seen and "NONCE-OLD answer" in seen
+    adopted = SessionMessage.objects.filter(run=legacy).order_by("seq")
+    # Adopted after what the journal already held, in adoption order, marked incomplete.
+    assert adopted.first().seq == top + 1
+    assert [row.kind for row in adopted] == ["user_input", "assistant", "status"]
