@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from agentloom.engine.policy import DEFAULT_POLICY
@@ -368,4 +370,4 @@ def test_publishing_freezes_the_version(api, agent, alice):
     old_run = api.post(f"/api/v1/sessions/{session_v1['id']}/runs", {"question": "Hi"}, "json")
     old_context = api.get(f"/api/v1/runs/{old_run.json()['id']}/context").json()
     assert old_context["effective_budget"] == 32_768 - 4_096 - 1_024
-    assert old_context["trigger_at"] == int((32_768 - 4_096 - 1_024) * 0.8)
+    assert old_context["trigger_at"] == math.ceil((32_768 - 4_096 - 1_024) * 0.8)

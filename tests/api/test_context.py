@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from agentloom.engine.budget import JsonBytesEstimator
@@ -26,7 +28,7 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
         "messages": [],
         "estimate": 0,
         "effective_budget": EFFECTIVE,
-        "trigger_at": int(EFFECTIVE * 0.8),
+        "trigger_at": math.ceil(EFFECTIVE * 0.8),
         "target_at": int(EFFECTIVE * 0.6),
         "compactions": [],
         "estimator": "bytes",
@@ -39,7 +41,7 @@ def test_the_version_policy_sets_the_thresholds(api, space, alice):
     run = ask(open_session(publish(agent, alice), alice), alice)
     context = _context(api, run)
     assert (context["trigger_at"], context["target_at"]) == (
-        int(EFFECTIVE * 0.5),
+        math.ceil(EFFECTIVE * 0.5),
         int(EFFECTIVE * 0.25),
     )
 
@@ -52,7 +54,10 @@ def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
     assert context["messages"] == frame["messages"]
     # The checkpoint's binding, not the version's budget, is what the run measures with.
     assert context["effective_budget"] == 3_400
-    assert (context["trigger_at"], context["target_at"]) == (int(3_400 * 0.8), int(3_400 * 0.6))
+    assert (context["trigger_at"], context["target_at"]) == (
+        math.ceil(3_400 * 0.8),
+        int(3_400 * 0.6),
+    )
     assert context["estimate"] == JsonBytesEstimator().estimate(frame["messages"], [])
     succeeded, failed = context["compactions"]
     assert succeeded == {
