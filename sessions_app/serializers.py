@@ -159,7 +159,7 @@ class CompactionSerializer(serializers.Serializer):
     )
     masked_ranges = serializers.ListField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
-        help_text="Journal seq ranges shown as stubs instead of in full (none yet).",
+        help_text="Journal seq ranges masked to one-line references (empty until masking exists).",
     )
 
 
