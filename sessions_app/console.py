@@ -22,7 +22,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agentloom.engine.budget import JsonBytesEstimator
 from agentloom.engine.protocol import message_text
 from agentloom.errors import ApplicationError, NotFound
 from agentloom.spaces.selectors import spaces_for_user
@@ -165,10 +164,7 @@ def _input_limit(session: Session) -> dict[str, Any]:
     return {
         "inputLimit": input_check(version, "").limit,
         # The page counts bytes exactly as the byte estimator does; tokens only approximately.
-        "inputUnit": estimator_name(
-            (version.snapshot.get("estimator") or {}).get("module_id")
-            or JsonBytesEstimator.module_id
-        ),
+        "inputUnit": estimator_name((version.snapshot.get("estimator") or {}).get("module_id")),
         "inputLegacy": version.snapshot.get("context_policy") is None,
     }
 

@@ -463,11 +463,9 @@ def infer_origins(messages: list[dict[str, Any]], records: list[Record]) -> list
         origin: Origin = None
         if message.get("role") == "tool":
             record = shown.get(f"tool:{message.get('tool_call_id')}")
-            if record is not None:
-                for cap in (TOOL_RESULT_VIEW_CHARS,):
-                    candidate = {"own": record.seq, "cap": cap}
-                    if materialize(candidate, record.message) == message:
-                        origin = candidate
+            candidate = {"own": record.seq, "cap": TOOL_RESULT_VIEW_CHARS} if record else None
+            if candidate is not None and materialize(candidate, record.message) == message:
+                origin = candidate
         else:
             record = by_content.get(_key(message))
             if record is not None:

@@ -22,6 +22,7 @@ from agentloom.engine.refs import Origin, RecordStore
 from sessions_app.models import Run, SessionMessage
 from sessions_app.services.history import history_block
 from sessions_app.services.journal import JournalWriter
+from sessions_app.services.views import journal_messages
 
 
 class JournalStore(RecordStore):
@@ -48,8 +49,7 @@ class JournalStore(RecordStore):
         return list(self._records.get(instance, []))
 
     def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
-        rows = SessionMessage.objects.filter(session_id=self.session_id, seq__in=list(seqs))
-        return dict(rows.values_list("seq", "message"))
+        return journal_messages(self.session_id, seqs)
 
     def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
         return history_block(self.session_id, block)

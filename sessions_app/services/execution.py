@@ -126,7 +126,11 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
                 system_prompt=version.snapshot.get("system_prompt", ""),
                 question=run.question,
                 history=history,
-                calibration_start=recent_ratio(version.model_connection_id),
+                calibration_start=(
+                    recent_ratio(version.model_connection_id)
+                    if version.snapshot.get("calibration")
+                    else None
+                ),
             )
         else:
             outcome = engine.resume(run.checkpoint, attempt=run.attempt)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from typing import Any
 
 from django.db import transaction
@@ -61,17 +62,19 @@ def compliant_view(
     return views.defer("messages").order_by("-watermark", "-revision").first()
 
 
+def journal_messages(session_id: int, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
+    """Return the messages of the session's journal records `seqs` (one query), by seq."""
+    rows = SessionMessage.objects.filter(session_id=session_id, seq__in=list(seqs))
+    return dict(rows.values_list("seq", "message"))
+
+
 def view_content(view: SessionView) -> tuple[list[dict[str, Any]], list[Origin]]:
     """Return the messages of `view` and where each came from (one query for its references)."""
     inline = view.messages
     if not view.entries:
         return list(inline), [None] * len(inline)
     seqs = [entry["s"] for entry in view.entries if "s" in entry]
-    found = dict(
-        SessionMessage.objects.filter(session_id=view.session_id, seq__in=seqs).values_list(
-            "seq", "message"
-        )
-    )
+    found = journal_messages(view.session_id, seqs)
     messages: list[dict[str, Any]] = []
     origins: list[Origin] = []
     for entry in view.entries:

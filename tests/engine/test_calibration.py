@@ -61,7 +61,7 @@ class UsageDouble(ModelGateway):
         return response
 
 
-def _calibrated_engine(double, *, budget=None, start=None, recorder=None):
+def _calibrated_engine(double, *, budget=None, recorder=None):
     return make_engine(
         double,
         budget=budget or ModelBudget(400_000, 1_000, 0),
