@@ -19,11 +19,18 @@ from agentloom.engine.calibration import calibration_config
 from agentloom.engine.engine import Checkpoint
 from agentloom.engine.estimators import ESTIMATORS, estimator_named
 from agentloom.engine.gateway import ModelGateway
+from agentloom.engine.large import LargeRecords
 from agentloom.engine.measure import InputCheck, check_input
 from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
 from agentloom.engine.redaction import Redactor
 from agentloom.engine.refs import RecordStore
-from agentloom.engine.tools import BUILTIN_TOOL_NAMES, DelegateTool, SubAgent, builtin_tools
+from agentloom.engine.tools import (
+    BUILTIN_TOOL_NAMES,
+    DelegateTool,
+    ReadRecordTool,
+    SubAgent,
+    builtin_tools,
+)
 from agentloom.errors import ApplicationError
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
@@ -153,13 +160,19 @@ def run_measures(
     return policy, budget, estimator
 
 
-def offered_tools(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return the tool schemas the main instance of a run of `snapshot` is offered."""
+def offered_tools(snapshot: dict[str, Any], *, reading: bool = True) -> list[dict[str, Any]]:
+    """Return the tool schemas the main instance of a run of `snapshot` may be offered.
+
+    `read_record` is offered to versions with a large-record policy whenever the view holds a
+    reference (`reading`); by default it is counted, so limits keep room for it.
+    """
     available = builtin_tools()
     tools = [available[name] for name in snapshot.get("tools") or [] if name in available]
     for sub in snapshot.get("sub_agents") or []:
-        # Only the schema is needed here; the runner is never called.
+        # Only the schema is needed here; the runner or reader is never called.
         tools.append(DelegateTool(SubAgent.from_dict(sub), lambda _sub, _task: ""))
+    if reading and snapshot.get("large_records") is not None:
+        tools.append(ReadRecordTool(lambda _ref, _offset, _limit: ""))
     return [tool.schema() for tool in tools]
 
 
@@ -192,6 +205,9 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     calibration = calibration_config(version.snapshot.get("calibration"))
     if calibration is not None:
         binding["calibration"] = calibration
+    large_records = LargeRecords.from_config(version.snapshot.get("large_records"))
+    if large_records is not None:
+        binding["large_records"] = large_records.to_dict()
     return binding
 
 
@@ -217,6 +233,8 @@ def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
         sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
         verify_completion=bool(snapshot.get("verify_completion")),
         config=EngineConfig(
-            record_store=hooks.record_store, calibration=snapshot.get("calibration")
+            record_store=hooks.record_store,
+            calibration=snapshot.get("calibration"),
+            large_records=snapshot.get("large_records"),
         ),
     )

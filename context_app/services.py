@@ -10,6 +10,7 @@ from django.db.models import Max
 
 from agentloom.engine.calibration import DEFAULT_SAMPLES
 from agentloom.engine.errors import ConfigurationError
+from agentloom.engine.large import LargeRecords
 from agentloom.engine.policy import ContextPolicy
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.spaces.selectors import require_space_admin
@@ -202,6 +203,9 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
             if connection.estimator == "bytes" and connection.provider != "local"
             else None
         ),
+        # Records too large for their share of the budget are shown as excerpts and read back
+        # with `read_record`; versions published before keep the 24,000-character truncation.
+        "large_records": LargeRecords().to_dict(),
     }
 
 

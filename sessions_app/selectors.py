@@ -16,7 +16,7 @@ from agentloom.engine.refs import as_ranges
 from agentloom.errors import NotFound
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
-from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.services.checkpoints import frame_of
 
 JOURNAL_LIMIT_DEFAULT = 100
 JOURNAL_LIMIT_MAX = 200
@@ -129,8 +129,9 @@ def model_calls_of(run: Run) -> QuerySet[ModelCall]:
 def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
     """Return every compaction attempt of the frame: successes, skips and failures.
 
-    A success lists the journal seq ranges its summary replaced (`summarised_ranges`); the run's
-    own records are named in the frame by local seq and looked up here in one query.
+    A success lists the journal seq ranges its summary replaced (`summarised_ranges`) and the
+    tool results it masked to one-line references (`masked_ranges`); the run's own records are
+    named in the frame by local seq and looked up here in one query.
     """
     log = (frame.get("state") or {}).get("compaction_log")
     if not log:
@@ -142,7 +143,8 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
     local = {
         seq
         for entry in log
-        for first, last in ((entry.get("sources") or {}).get("own") or [])
+        for sources in _own_and_masked(entry)
+        for first, last in (sources.get("own") or [])
         for seq in range(first, last + 1)
     }
     by_local = dict(
@@ -162,9 +164,15 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         sources = entry.get("sources")
         item["stage"] = entry.get("stage") or ("summary" if entry.get("revision") else None)
         item["summarised_ranges"] = _session_ranges(sources, by_local) if sources else []
-        item["masked_ranges"] = []
+        masked = (sources or {}).get("masked")
+        item["masked_ranges"] = _session_ranges(masked, by_local) if masked else []
         items.append(item)
     return items
+
+
+def _own_and_masked(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    sources = entry.get("sources") or {}
+    return [sources, sources.get("masked") or {}]
 
 
 def _summary_text(messages: list[dict[str, Any]]) -> str | None:
@@ -195,11 +203,14 @@ def run_context(run: Run) -> dict[str, Any]:
     uses); before the first checkpoint they come from the frozen version snapshot. `estimate`
     measures the next action request: the view plus the tool schemas the version offers.
     """
-    frame = full_checkpoint(run) or {}
+    loaded = frame_of(run)
+    frame = loaded.to_dict() if loaded is not None else {}
     snapshot = run.session.agent_version.snapshot
     policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
     messages = list(frame.get("messages") or [])
-    estimate = estimator.estimate(messages, offered_tools(snapshot)) if messages else 0
+    reading = loaded is not None and any(o and "ref" in o for o in loaded.origins)
+    tools = offered_tools(snapshot, reading=reading)
+    estimate = estimator.estimate(messages, tools) if messages else 0
     ratio = _calibrated_ratio(frame)
     if ratio is not None:
         # A calibrated run measures in the provider's tokens: the ratio it last learned.

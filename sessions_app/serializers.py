@@ -151,7 +151,11 @@ class CompactionSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_null=True, allow_blank=True)
 
     stage = serializers.CharField(
-        allow_null=True, help_text="`summary` for a summary; null when nothing was replaced."
+        allow_null=True,
+        help_text=(
+            "`mask` (older tool results replaced by one-line references, no model call) or "
+            "`summary` (older records summarised); null when nothing was replaced."
+        ),
     )
     summarised_ranges = serializers.ListField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
@@ -159,7 +163,10 @@ class CompactionSerializer(serializers.Serializer):
     )
     masked_ranges = serializers.ListField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
-        help_text="Journal seq ranges masked to one-line references (empty until masking exists).",
+        help_text=(
+            "Journal seq ranges of tool results this compaction masked to one-line references "
+            "(read back with `read_record`)."
+        ),
     )
 
 

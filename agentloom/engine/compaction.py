@@ -19,6 +19,12 @@
    (units after the task), it comes right after the task instead: `[system…, task, summary,
    kept units]`. The plan is carried verbatim inside the summary message.
 
+With a large-record policy, a first stage makes no model call: the tool results of the units that
+step 3 would not keep are masked to one-line references (`request.mask`). When that alone brings
+the view below the trigger, the compaction ends there (`masked`); otherwise steps 3 to 5 run on the
+masked view, summarising the older units from their unmasked text. Each stage reports its own
+before and after (`details["stages"]`).
+
 The result is accepted only if it keeps the tool-call protocol, is smaller than before and is below
 the trigger; `target_reached` says whether it also reached the target. When the pinned content
 (system instructions, task and plan) alone is at or above the trigger, nothing can succeed: the
@@ -96,6 +102,9 @@ class CompactionRequest:
     # Sends the messages as a `compaction` call and returns the reply text; raises EngineError
     # (GatewayError, ContextBudgetExceeded, ModelCallLimitReached) when nothing usable came back.
     summarise: Callable[[list[dict[str, Any]]], str]
+    # Returns the one-line stub for the tool result at a view index, or None when it has none;
+    # None: no masking stage (versions without a large-record policy).
+    mask: Callable[[int], dict[str, Any] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -218,7 +227,22 @@ class BudgetCompactionPolicy(CompactionPolicy):
         trigger_at = policy.trigger_at(budget)
         target_at = policy.target_at(budget)
 
+        stages: list[dict[str, Any]] = []
+
         def outcome(kind: str, reason: str, *, after: int = before, calls: int = 0, **extra):
+            if stages:
+                # The masking stage was applied; the summary stage decides what is kept.
+                extra.setdefault("details", {})["stages"] = [
+                    {**stages[0], "outcome": "applied" if kind == "succeeded" else "discarded"},
+                    {
+                        "stage": "summary",
+                        "before": stages[0]["after"],
+                        "after": after,
+                        "calls": calls,
+                        "outcome": kind,
+                        "reason": reason,
+                    },
+                ]
             return CompactionOutcome(
                 outcome=kind,
                 reason=reason,
@@ -240,7 +264,6 @@ class BudgetCompactionPolicy(CompactionPolicy):
         if not units:
             return outcome("skipped", "nothing_to_compact")
 
-        sizes = [policy.measure(view[u.start : u.end], [], estimator) for u in units]
         pinned = view[:head_end]
         if request.task_index is not None:
             pinned = [*pinned, view[request.task_index]]
@@ -256,19 +279,43 @@ class BudgetCompactionPolicy(CompactionPolicy):
             return outcome("skipped", "pinned_too_large")
         keep_budget = target_at - pinned_size - int(target_at * SUMMARY_RESERVE_SHARE)
         count_only = not SIZE_TRIGGERS.intersection(request.triggers)
-        if count_only:
-            keep_budget = min(keep_budget, sum(sizes) // 2)
-        kept_from, kept_size = len(units), 0
-        while kept_from > 0 and kept_size + sizes[kept_from - 1] <= keep_budget:
-            kept_from -= 1
-            kept_size += sizes[kept_from]
+        sizes, kept_from = self._kept(request, view, units, keep_budget, count_only)
+
+        masked_at: list[int] = []
+        if request.mask is not None and not count_only:
+            masked_view = list(view)
+            for unit in units[:kept_from]:
+                for index in range(unit.start, unit.end):
+                    stub = request.mask(index)
+                    if stub is not None:
+                        masked_view[index] = stub
+                        masked_at.append(index)
+            if masked_at:
+                masked_size = policy.measure(masked_view, tools, estimator)
+                stages.append({"stage": "mask", "before": before, "after": masked_size, "calls": 0})
+                if masked_size < before and masked_size < trigger_at:
+                    stages.clear()
+                    return outcome(
+                        "succeeded",
+                        "masked",
+                        after=masked_size,
+                        messages=masked_view,
+                        task_index=request.task_index,
+                        details={"stage": "mask", "masked": masked_at, "summarised": []},
+                    )
+                view = masked_view
+                sizes, kept_from = self._kept(request, view, units, keep_budget, count_only)
+
         if kept_from == 0:
             return outcome("skipped", "nothing_to_compact")
         if count_only and sum(sizes[:kept_from]) < MIN_COUNT_TRIGGER_GAIN:
             return outcome("skipped", "no_gain")
 
+        # Summaries read the units as they were before masking.
+        original = request.messages
         texts = [
-            "\n".join(render_message(m) for m in view[u.start : u.end]) for u in units[:kept_from]
+            "\n".join(render_message(m) for m in original[u.start : u.end])
+            for u in units[:kept_from]
         ]
         summary, calls, failure = self._summarise(request, policy.max_compaction_calls, texts)
         if failure:
@@ -308,6 +355,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
         if after >= trigger_at:
             return outcome("failed", "above_trigger", after=after, calls=calls)
         reason = "compacted" if consumed == kept_from else "compacted_partly"
+        summarised = [index for unit in units[:consumed] for index in range(unit.start, unit.end)]
         return outcome(
             "succeeded",
             reason,
@@ -316,14 +364,34 @@ class BudgetCompactionPolicy(CompactionPolicy):
             messages=new_view,
             task_index=new_task_index,
             details={
+                "stage": "summary",
                 "summarised_units": consumed,
                 "kept_units": len(units) - consumed,
-                # Where in the old view the summarised messages were, for exact source ranges.
-                "summarised": [
-                    index for unit in units[:consumed] for index in range(unit.start, unit.end)
-                ],
+                # Where in the old view the summarised and the (still shown) masked messages
+                # were, for exact source ranges.
+                "summarised": summarised,
+                "masked": sorted(set(masked_at) - set(summarised)),
             },
         )
+
+    @staticmethod
+    def _kept(
+        request: CompactionRequest,
+        view: list[dict[str, Any]],
+        units: list[_Unit],
+        keep_budget: int,
+        count_only: bool,
+    ) -> tuple[list[int], int]:
+        """Return each unit's size and the first unit of the longest recent run that is kept."""
+        policy, estimator = request.policy, request.estimator
+        sizes = [policy.measure(view[u.start : u.end], [], estimator) for u in units]
+        if count_only:
+            keep_budget = min(keep_budget, sum(sizes) // 2)
+        kept_from, kept_size = len(units), 0
+        while kept_from > 0 and kept_size + sizes[kept_from - 1] <= keep_budget:
+            kept_from -= 1
+            kept_size += sizes[kept_from]
+        return sizes, kept_from
 
     def _summarise(
         self, request: CompactionRequest, max_calls: int, texts: list[str]

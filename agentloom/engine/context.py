@@ -4,7 +4,9 @@
 view under these rules:
 
 - a tool result is kept whole in its record; the view shows at most its first 24,000 characters
-  followed by a marker saying how many were cut;
+  followed by a marker saying how many were cut — or, under a large-record policy (`large`), a
+  head-and-tail excerpt with its reference when it is too large for its share of the budget;
+  `read_record` reads such records back;
 - nothing is placed between a tool call and its results: feedback that arrives while a tool group
   is open waits in `state.deferred_messages`, and supplements wait in `state.queued_supplements`
   until the group is complete;
@@ -13,7 +15,10 @@ view under these rules:
 - `prepare("action")` compacts when a trigger holds; every request (action, compaction,
   verification) is checked against the effective budget and is not sent when it is over it;
 - after a failed compaction, retries wait for growth or model steps (`THROTTLE_*`), logged as
-  `throttled` attempts.
+  `throttled` attempts;
+- compaction works in stages: with a large-record policy, older tool results are first masked to
+  one-line references (no model call); a summary follows only when that is not enough. Each stage
+  is logged with its own before and after.
 
 Every message is redacted before it is recorded or shown.
 """
@@ -21,6 +26,7 @@ Every message is redacted before it is recorded or shown.
 from __future__ import annotations
 
 import abc
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +40,15 @@ from agentloom.engine.compaction import (
     CompactionPolicy,
     CompactionRequest,
 )
-from agentloom.engine.errors import ConfigurationError, ContextBudgetExceeded, EngineError
+from agentloom.engine.errors import (
+    ConfigurationError,
+    ContextBudgetExceeded,
+    EngineError,
+    ToolError,
+)
 from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
 from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
+from agentloom.engine.large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
 from agentloom.engine.policy import TRIGGER_BUDGET, TriggerPolicy
 from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import (
@@ -61,7 +73,7 @@ from agentloom.engine.records import (
     tool_key,
 )
 from agentloom.engine.redaction import Redactor
-from agentloom.engine.refs import Origin, as_ranges, materialize
+from agentloom.engine.refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -181,6 +193,8 @@ class JournalContextManager(ContextManager):
         clock: Clock = system_clock,
         redactor: Redactor | None = None,
         tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
+        large_records: LargeRecords | None = None,
+        record_store: RecordStore | None = None,
     ):
         self.policy = policy
         self.budget = budget
@@ -189,6 +203,11 @@ class JournalContextManager(ContextManager):
         self.clock = clock
         self.redactor = redactor or Redactor()
         self.tool_result_chars = tool_result_chars
+        self.large_records = large_records
+        self.record_store = record_store
+        self._sizer: RecordSizer | None = None
+        # Stubs made by the masking stage of the compaction under way, with their origins.
+        self._masks: dict[int, dict[str, Any]] = {}
         self._frame: InstanceFrame | None = None
         # Indexes over the records, so appending stays cheap on long instances.
         self._keys: set[str] = set()
@@ -205,6 +224,8 @@ class JournalContextManager(ContextManager):
         }
         if isinstance(self.estimator, CalibratedEstimator):
             binding["calibration"] = {"samples": self.estimator.calibration.keep}
+        if self.large_records is not None:
+            binding["large_records"] = self.large_records.to_dict()
         return binding
 
     def create(
@@ -331,7 +352,13 @@ class JournalContextManager(ContextManager):
             raise EngineError(f"tool call {call_id!r} is not pending")
         message = {"role": "tool", "tool_call_id": call_id, "content": self.redactor.text(content)}
         record = self._append("tool_result", message, tool_key(call_id))
-        origin = {"own": record.seq, "cap": self.tool_result_chars}
+        origin: dict[str, Any] = {"own": record.seq, "cap": self.tool_result_chars}
+        sizer = self.sizer
+        if sizer is not None:
+            ref = self.ref(record.seq)
+            chars = sizer.excerpt_chars(message["content"], ref)
+            if chars is not None:
+                origin = {"own": record.seq, "ex": chars, "ref": ref}
         self._show(materialize(origin, message), origin)
         state.pending_tool_calls = [c for c in state.pending_tool_calls if c["id"] != call_id]
         if not state.pending_tool_calls:
@@ -407,6 +434,77 @@ class JournalContextManager(ContextManager):
             for call in tool_calls_of(messages[start - 1])
             if call.get("id") not in answered
         ]
+
+    # -- large records ---------------------------------------------------------------------
+
+    @property
+    def sizer(self) -> RecordSizer | None:
+        """Return what measures records against the large-record limit (None: no policy)."""
+        if self.large_records is None:
+            return None
+        if self._sizer is None:
+            estimator = getattr(self.estimator, "bound_estimator", self.estimator)
+            self._sizer = RecordSizer(self.large_records.limit(self.budget), estimator)
+        return self._sizer
+
+    def ref(self, seq: int) -> str:
+        """Return the reference of this instance's own record `seq`."""
+        return run_ref(self.frame.state.run_number, self.frame.instance, seq)
+
+    def holds_references(self) -> bool:
+        """Return True when the view shows an excerpt or a masked result (`read_record` helps)."""
+        return any(origin and "ref" in origin for origin in self.frame.origins)
+
+    def read_record(self, ref: str, offset: int = 0, limit: int | None = None) -> str:
+        """Return a slice of a record this instance may see; ToolError for anything else."""
+        sizer = self.sizer
+        if sizer is None:
+            raise ToolError("this agent version does not read records back")
+        text = self._readable(ref)
+        if text is None:
+            raise ToolError(f"{ref} is not a record this agent can read")
+        return sizer.read(text, ref.strip(), offset, limit)
+
+    def _readable(self, ref: str) -> str | None:
+        frame = self.frame
+        parsed = parse_ref(ref)
+        if parsed.get("run") == frame.state.run_number and parsed["instance"] == frame.instance:
+            index = bisect.bisect_left(frame.records, parsed["seq"], key=lambda r: r.seq)
+            if index < len(frame.records) and frame.records[index].seq == parsed["seq"]:
+                record = frame.records[index]
+                return None if record.kind == "status" else message_text(record.message)
+            return None
+        if frame.instance != MAIN_INSTANCE or self.record_store is None:
+            # A sub-agent inherits nothing: it reads only its own records.
+            return None
+        if "s" in parsed:
+            found = self.record_store.main_record(up_to=frame.inherited_watermark, seq=parsed["s"])
+        elif parsed["instance"] == MAIN_INSTANCE and parsed["run"] != frame.state.run_number:
+            found = self.record_store.main_record(
+                up_to=frame.inherited_watermark, run=parsed["run"], local=parsed["seq"]
+            )
+        else:
+            found = None
+        return message_text(found) if found is not None else None
+
+    def _mask(self, index: int) -> dict[str, Any] | None:
+        """Return the one-line stub for the tool result at `index` of the view, if it has one."""
+        frame = self.frame
+        message, origin = frame.messages[index], frame.origins[index]
+        if self.large_records is None or not origin or message.get("role") != "tool":
+            return None
+        if "mask" in origin:
+            return None
+        if "own" in origin:
+            ref = self.ref(origin["own"])
+        elif "s" in origin:
+            ref = origin.get("ref") or f"s:{origin['s']}"
+        else:
+            return None
+        plain = {key: value for key, value in origin.items() if key not in (*LARGE_KEYS, "cap")}
+        stub = {**message, "content": masked(ref)}
+        self._masks[id(stub)] = {**plain, "mask": 1, "ref": ref}
+        return stub
 
     def set_plan(self, plan: str | None) -> None:
         """Replace the plan; compaction carries it verbatim into the handoff summary."""
@@ -499,6 +597,7 @@ class JournalContextManager(ContextManager):
                 raise EngineError("no model to summarise with")
             return message_text(call_model(prepared.request).message)
 
+        self._masks = {}
         outcome = self.compaction_policy.compact(
             CompactionRequest(
                 messages=list(frame.messages),
@@ -510,6 +609,7 @@ class JournalContextManager(ContextManager):
                 budget=self.budget,
                 estimator=getattr(self.estimator, "bound_estimator", self.estimator),
                 summarise=summarise,
+                mask=self._mask if self.large_records is not None else None,
             )
         )
         self._commit(outcome)
@@ -540,23 +640,30 @@ class JournalContextManager(ContextManager):
             state.compaction_throttle = None
 
     def _commit(self, outcome: CompactionOutcome) -> None:
-        """Adopt a successful compaction and log every attempt; records are never touched."""
+        """Adopt a successful compaction and log every attempt; records are never touched.
+
+        An attempt logs one row per stage it ran (masking, then summary), each with its own
+        before and after; the snapshot records the exact sources it summarised and masked.
+        """
         frame = self.frame
         covered_seq = frame.records[-1].seq if frame.records else 0
         revision = None
+        masks, self._masks = self._masks, {}
         if outcome.succeeded and outcome.messages is not None:
             revision = len(frame.compactions) + 1
             frame.counters.advance_baselines()
-            # Kept messages are the view's own dicts, so they keep their origins; the summary
-            # (and anything else a policy made) is new and stored inline.
+            # Kept messages are the view's own dicts, so they keep their origins; masked stubs
+            # carry theirs; the summary (and anything else a policy made) is new and inline.
             known = {
                 id(message): origin
                 for message, origin in zip(frame.messages, frame.origins, strict=True)
             }
+            known.update(masks)
             origins = [
                 known.get(id(message), {"summary": revision}) for message in outcome.messages
             ]
             sources = self._summarised_sources(outcome)
+            sources["masked"] = self._sources_at(outcome.details.get("masked", []))
             frame.replace_view(list(self.redactor.value(outcome.messages)), origins)
             frame.state.task_index = outcome.task_index
             frame.add_snapshot(
@@ -573,7 +680,11 @@ class JournalContextManager(ContextManager):
             )
         metrics = outcome.metrics()
         if revision is not None:
-            metrics = {**metrics, "stage": "summary", "sources": sources}
+            metrics = {
+                **metrics,
+                "stage": outcome.details.get("stage", "summary"),
+                "sources": sources,
+            }
         log = frame.state.compaction_log
         if outcome.reason == "throttled" and log and log[-1].get("reason") == "throttled":
             # One row for a stretch of throttled steps, counting them, not one row per step.
@@ -582,15 +693,41 @@ class JournalContextManager(ContextManager):
                 {**log[-1], "after": metrics["after"], "repeats": log[-1].get("repeats", 1) + 1},
             ]
             return
-        frame.state.compaction_log = [
-            *log,
-            {
-                "revision": revision,
-                "covered_seq": covered_seq,
-                **metrics,
-                "at": iso_utc(self.clock()),
-            },
-        ]
+        at = iso_utc(self.clock())
+        rows = []
+        stages = outcome.details.get("stages")
+        if stages:
+            mask, summary = stages
+            rows.append(
+                {
+                    "revision": None,
+                    "covered_seq": covered_seq,
+                    "before": mask["before"],
+                    "after": mask["after"],
+                    "target_reached": None,
+                    "calls": 0,
+                    "outcome": mask["outcome"],
+                    "reason": "masked",
+                    "trigger": list(outcome.triggers),
+                    "stage": "mask",
+                    "at": at,
+                }
+            )
+            metrics = {**metrics, "before": summary["before"], "stage": "summary"}
+        rows.append({"revision": revision, "covered_seq": covered_seq, **metrics, "at": at})
+        frame.state.compaction_log = [*log, *rows]
+
+    def _sources_at(self, indexes: list[int]) -> dict[str, list[list[int]]]:
+        """Return the own local seqs and session seqs of the view messages at `indexes`."""
+        own: set[int] = set()
+        session: set[int] = set()
+        for index in indexes:
+            origin = self.frame.origins[index] if index < len(self.frame.origins) else None
+            if origin and "own" in origin:
+                own.add(origin["own"])
+            elif origin and "s" in origin:
+                session.add(origin["s"])
+        return {"own": as_ranges(own), "session": as_ranges(session)}
 
     def _summarised_sources(self, outcome: CompactionOutcome) -> dict[str, list[list[int]]]:
         """Return the records a summary replaced: own local seqs and session seqs, as ranges.

@@ -40,6 +40,7 @@ from agentloom.engine.errors import (
 )
 from agentloom.engine.frame import InstanceFrame
 from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine.large import READ_RECORD, LargeRecords
 from agentloom.engine.policy import TriggerPolicy, load_policy
 from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import message_text
@@ -48,6 +49,7 @@ from agentloom.engine.redaction import Redactor
 from agentloom.engine.refs import RecordStore
 from agentloom.engine.tools import (
     DelegateTool,
+    ReadRecordTool,
     SubAgent,
     Tool,
     Toolset,
@@ -91,13 +93,18 @@ class EngineConfig:
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
     `calibration` (`{"samples": n}`, see `calibration`) measures triggers in the provider's
     reported tokens; a resumed run follows its checkpoint's binding instead.
+    `large_records` (`{"share": s}`, see `large`) shows records too large for their share of the
+    budget as excerpts, offers `read_record` and masks older tool results before summarising;
+    a resumed run follows its checkpoint's binding.
     """
 
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
+    large_records: LargeRecords | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
+        object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
 
 
 @dataclass(frozen=True)
@@ -236,7 +243,7 @@ class Engine:
         if settings is not None:
             start = Calibration(start=calibration_start, keep=settings["samples"])
             estimator = CalibratedEstimator(estimator, start)
-        execution = _Execution(self, self.policy, self.budget, estimator)
+        execution = _Execution(self, self.policy, self.budget, estimator, self.config.large_records)
         context = execution.new_context()
         context.create(
             instance=MAIN_INSTANCE,
@@ -262,7 +269,8 @@ class Engine:
         if settings is not None:
             learned = Calibration.from_dict(frame.state.calibration, keep=settings["samples"])
             estimator = CalibratedEstimator(estimator, learned)
-        execution = _Execution(self, policy, budget, estimator)
+        large_records = LargeRecords.from_config(frame.binding.get("large_records"))
+        execution = _Execution(self, policy, budget, estimator, large_records)
         context = execution.new_context()
         context.restore(frame)
         state = frame.state
@@ -291,11 +299,13 @@ class _Execution:
         policy: TriggerPolicy,
         budget: ModelBudget,
         estimator: TokenEstimator,
+        large_records: LargeRecords | None,
     ):
         self.engine = engine
         self.policy = policy
         self.budget = budget
         self.estimator = estimator
+        self.large_records = large_records
         self.model_calls = 0
         self.main: ContextManager | None = None
 
@@ -308,6 +318,8 @@ class _Execution:
             compaction_policy=engine.compaction_policy,
             clock=engine.clock,
             redactor=engine.redactor,
+            large_records=self.large_records,
+            record_store=engine.config.record_store,
         )
 
     def run(self, context: ContextManager) -> RunOutcome:
@@ -465,6 +477,18 @@ class _InstanceLoop:
         self.context = context
         self.toolset = toolset
         self.parent = parent
+        reader = getattr(context, "read_record", None)
+        self.reader = (
+            ReadRecordTool(reader)
+            if execution.large_records is not None and reader is not None
+            else None
+        )
+
+    def offered(self, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Return the tools of the next action request: `read_record` while the view needs it."""
+        if self.reader is not None and self.context.holds_references():
+            return [*schemas, self.reader.schema()]
+        return schemas
 
     @property
     def is_main(self) -> bool:
@@ -496,7 +520,7 @@ class _InstanceLoop:
             self.take_supplements(final=False)
             if self.execution.cancel_requested():
                 return self.finish("cancelled", None, None)
-            prepared = context.prepare("action", tools=schemas, call_model=call_model)
+            prepared = context.prepare("action", tools=self.offered(schemas), call_model=call_model)
             if prepared.request is None:
                 return self.finish("failed", None, prepared.stop_reason)
             try:
@@ -561,6 +585,8 @@ class _InstanceLoop:
             call_id = call["id"]
             name = call["function"]["name"]
             tool = self.toolset.get(name)
+            if tool is None and name == READ_RECORD:
+                tool = self.reader
             if tool is None:
                 self.context.add_tool_result(
                     call_id, f"ERROR: tool {name!r} is not available to this agent."

@@ -10,21 +10,27 @@ Projection repairs protocol and never changes sources:
   history ids cannot collide with each other or with the new run's ids;
 - notes (supplements, feedback, run states, late results) that arrive while a tool group is open
   wait until the group is complete, so nothing sits between a call and its results;
-- tool results are capped at the view's 24,000 characters, with a visible marker.
+- tool results are capped at the view's 24,000 characters, with a visible marker; under a
+  large-record policy (see `large`), any record too large for its share of the budget is shown as
+  an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
+  rebuilt history makes the same ones).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS, UNKNOWN_RESULT
+from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS, UNKNOWN_RESULT, message_text
 from agentloom.engine.records import MAIN_INSTANCE
 from agentloom.engine.refs import Origin, materialize
 
-__all__ = ["JournalRecord", "ProjectedHistory", "ReusableView", "project_history"]
+# Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
+ExcerptJudge = Callable[[str, str], int | None]
+
+__all__ = ["ExcerptJudge", "JournalRecord", "ProjectedHistory", "ReusableView", "project_history"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class ProjectedHistory:
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS
     # True when made by `project_history`: a store can then rebuild it from `block()`.
     from_journal: bool = False
+    # Session seq -> characters of the excerpt shown for it (large records only).
+    excerpts: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.origins) < len(self.messages):
@@ -92,13 +100,16 @@ class ProjectedHistory:
 
     def block(self) -> dict[str, Any]:
         """Return how a checkpoint names this history, so a store can rebuild it exactly."""
-        return {
+        block = {
             "view": self.view_revision,
             "after": self.after,
             "upto": self.watermark,
             "count": len(self.messages),
             "cap": self.tool_result_chars,
         }
+        if self.excerpts:
+            block["ex"] = {str(seq): chars for seq, chars in sorted(self.excerpts.items())}
+        return block
 
 
 class _OpenGroup:
@@ -111,10 +122,19 @@ class _OpenGroup:
 
 
 class _Projector:
-    def __init__(self, history: ProjectedHistory, cap: int):
+    def __init__(
+        self,
+        history: ProjectedHistory,
+        cap: int,
+        judge: ExcerptJudge | None,
+        excerpts: Mapping[int, int] | None,
+    ):
         self.out = history.messages
         self.origins = history.origins
+        self.decided = history.excerpts
         self.cap = cap
+        self.judge = judge
+        self.given = excerpts
         self.group: _OpenGroup | None = None
         self.deferred: list[tuple[dict[str, Any], Origin]] = []
         # (run id, original call id) -> (rewritten id, tool name), to describe late results.
@@ -126,8 +146,24 @@ class _Projector:
         self.out.append(message)
         self.origins.append(origin)
 
+    def sized(self, record: JournalRecord, origin: dict[str, Any]) -> dict[str, Any]:
+        """Return `origin`, turned into an excerpt when the record is large."""
+        ref = f"s:{record.seq}"
+        if self.given is not None:
+            chars = self.given.get(record.seq)
+        elif self.judge is not None:
+            whole = {key: value for key, value in origin.items() if key != "cap"}
+            chars = self.judge(message_text(materialize(whole, record.message)), ref)
+        else:
+            chars = None
+        if chars is None:
+            return origin
+        self.decided[record.seq] = chars
+        return {**{k: v for k, v in origin.items() if k != "cap"}, "ex": chars, "ref": ref}
+
     def made(self, record: JournalRecord, origin: dict[str, Any]) -> None:
         """Show `record` as `origin` says (the one transform a rebuilt view also uses)."""
+        origin = self.sized(record, origin)
         self.emit(materialize(origin, record.message), origin)
 
     def close_group(self) -> None:
@@ -150,11 +186,12 @@ class _Projector:
             self.deferred.append((message, origin))
 
     def note_of(self, record: JournalRecord, origin: dict[str, Any]) -> None:
+        origin = self.sized(record, origin)
         self.note(materialize(origin, record.message), origin)
 
     def assistant(self, record: JournalRecord) -> None:
         self.close_group()
-        origin = {"s": record.seq, "as": "assistant"}
+        origin = self.sized(record, {"s": record.seq, "as": "assistant"})
         message = materialize(origin, record.message)
         self.emit(message, origin)
         calls = record.message.get("tool_calls") or []
@@ -224,11 +261,15 @@ def project_history(
     view: ReusableView | Mapping[str, Any] | None = None,
     *,
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
+    judge: ExcerptJudge | None = None,
+    excerpts: Mapping[int, int] | None = None,
 ) -> ProjectedHistory:
     """Return the history a new run inherits: `view` plus the main records after its watermark.
 
     Without a view, every main-instance record is projected. Totals are the view's plus the
-    records after its watermark; baselines are the view's (zero without one).
+    records after its watermark; baselines are the view's (zero without one). `judge` decides
+    which records are large; `excerpts` (seq -> characters) repeats decisions made before, so a
+    stored history block is rebuilt exactly.
     """
     if view is not None and not isinstance(view, ReusableView):
         view = ReusableView.from_mapping(view)
@@ -247,7 +288,7 @@ def project_history(
             tool_result_chars=tool_result_chars,
             from_journal=True,
         )
-    projector = _Projector(history, tool_result_chars)
+    projector = _Projector(history, tool_result_chars, judge, excerpts)
     floor = history.watermark
     for record in records:
         # Child instances' inner messages are not inherited; only the main instance's are.

@@ -10,15 +10,18 @@ A view message has an *origin*:
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
 rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback` and
-`note` (`prefix` + the text capped at `cap`). `materialize` is the only place each transform is
-defined: projection builds history messages with it, and a saved view is rebuilt with it, so a
-rebuilt view is byte-identical to the one that was saved.
+`note` (`prefix` + the text capped at `cap`). Either kind of origin may also carry a large-record
+transform (see `large`): `"ex": N, "ref": R` shows an excerpt of N characters naming reference R;
+`"mask": 1, "ref": R` shows a tool result as a one-line stub. `materialize` is the only place each
+transform is defined: projection builds history messages with it, and a saved view is rebuilt with
+it, so a rebuilt view is byte-identical to the one that was saved.
 
 Stored views are lists of *entries*, which compress runs of origins:
 
 - `{"m": message}`: one inline message;
 - `{"own": [a, b], "cap": N}`: own records a..b in order, status records skipped (a view never
-  shows them), tool results capped at N;
+  shows them), tool results capped at N; an own record shown with a large-record transform is an
+  entry of its own, `{"own": [a, a], "ex": N, "ref": R}` or `{"own": [a, a], "mask": 1, "ref": R}`;
 - `{"hist": [i, j]}`: messages i..j-1 of the inherited history block (the checkpoint names the
   block; the store rebuilds it);
 - `{"s": seq, "as": how, ...}`: one session record, as its origin says;
@@ -36,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from agentloom.engine.errors import FrameError
+from agentloom.engine.large import excerpt, masked
 from agentloom.engine.protocol import (
     FEEDBACK_PREFIX,
     cap_tool_result,
@@ -44,6 +48,7 @@ from agentloom.engine.protocol import (
 from agentloom.engine.records import Record
 
 __all__ = [
+    "LARGE_KEYS",
     "Origin",
     "RecordStore",
     "ViewEncoder",
@@ -55,6 +60,9 @@ __all__ = [
 ]
 
 Origin = dict[str, Any] | None
+
+# The origin keys of the large-record transforms.
+LARGE_KEYS = ("ex", "mask", "ref")
 
 
 def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +89,10 @@ def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": content, "tool_calls": rewritten}
 
 
+def _capped(text: str, cap: int | None) -> str:
+    return text if cap is None else cap_tool_result(text, cap)
+
+
 def _as_recorded(message: dict[str, Any], cap: int | None) -> dict[str, Any]:
     if cap is not None and message.get("role") == "tool":
         return {**message, "content": cap_tool_result(message_text(message), cap)}
@@ -89,6 +101,15 @@ def _as_recorded(message: dict[str, Any], cap: int | None) -> dict[str, Any]:
 
 def materialize(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
     """Return the view message that `origin` makes of its record's `message`."""
+    shown = _transformed(origin, message)
+    if "mask" in origin:
+        return {**shown, "content": masked(origin["ref"])}
+    if "ex" in origin:
+        return {**shown, "content": excerpt(message_text(shown), origin["ex"], origin["ref"])}
+    return shown
+
+
+def _transformed(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
     if "own" in origin:
         return _as_recorded(message, origin.get("cap"))
     how = origin.get("as")
@@ -101,7 +122,7 @@ def materialize(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, An
         return {
             "role": "tool",
             "tool_call_id": origin["id"],
-            "content": cap_tool_result(text, origin["cap"]),
+            "content": _capped(text, origin.get("cap")),
         }
     if how == "user":
         return {"role": "user", "content": text}
@@ -111,7 +132,7 @@ def materialize(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, An
             "content": text if text.startswith(FEEDBACK_PREFIX) else FEEDBACK_PREFIX + text,
         }
     if how == "note":
-        return {"role": "user", "content": origin["prefix"] + cap_tool_result(text, origin["cap"])}
+        return {"role": "user", "content": origin["prefix"] + _capped(text, origin.get("cap"))}
     raise FrameError(f"unknown view reference {origin!r}")
 
 
@@ -129,6 +150,22 @@ class RecordStore(abc.ABC):
     @abc.abstractmethod
     def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
         """Return the inherited history block a checkpoint names, with each message's origin."""
+
+    def main_record(
+        self,
+        *,
+        up_to: int,
+        seq: int | None = None,
+        run: int | None = None,
+        local: int | None = None,
+    ) -> dict[str, Any] | None:
+        """Return the message of a main-instance journal record with session seq <= `up_to`.
+
+        The record is named by its session `seq`, or by its `run` number and `local` seq. None
+        when there is no such record (or it belongs to a sub-agent): `read_record` then says the
+        reference is not readable. A store that keeps no journal reads nothing.
+        """
+        return None
 
 
 class ViewEncoder:
@@ -158,11 +195,16 @@ class ViewEncoder:
         elif "summary" in origin:
             # A handoff summary exists nowhere else; it remembers which compaction made it.
             self.entries.append({"m": message, "summary": origin["summary"]})
+        elif "own" in origin and any(key in origin for key in LARGE_KEYS):
+            seq = origin["own"]
+            large = {key: origin[key] for key in LARGE_KEYS if key in origin}
+            self.entries.append({"own": [seq, seq], **large})
         elif "own" in origin:
             seq, cap = origin["own"], origin.get("cap")
             if (
                 last is not None
                 and "own" in last
+                and not any(key in last for key in LARGE_KEYS)
                 and (cap is None or last.get("cap") in (None, cap))
                 and self._follows(last["own"][1], seq)
             ):
@@ -250,6 +292,7 @@ def decode_entries(
                 origin: dict[str, Any] = {"own": seq}
                 if record.kind == "tool_result" and "cap" in entry:
                     origin["cap"] = entry["cap"]
+                origin.update((key, entry[key]) for key in LARGE_KEYS if key in entry)
                 messages.append(materialize(origin, record.message))
                 origins.append(origin)
         elif "hist" in entry:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from agentloom.engine.large import history_judge
 from agentloom.engine.projection import JournalRecord, ProjectedHistory, project_history
 from agentloom.engine.records import MAIN_INSTANCE, Record
 from agentloom.engine.refs import Origin, RecordStore
@@ -38,9 +39,17 @@ class MemoryJournal:
             added.append(row)
         return added
 
-    def history(self, upto: int | None = None) -> ProjectedHistory:
-        """Return what a new run inherits from the rows up to `upto` (all by default)."""
-        return project_history(row for row in self.rows if upto is None or row.seq <= upto)
+    def history(
+        self, upto: int | None = None, *, binding: dict[str, Any] | None = None
+    ) -> ProjectedHistory:
+        """Return what a new run inherits from the rows up to `upto` (all by default).
+
+        With a run's `binding`, large records are shown as its large-record policy says.
+        """
+        return project_history(
+            (row for row in self.rows if upto is None or row.seq <= upto),
+            judge=history_judge(binding) if binding else None,
+        )
 
     def store(self, run_id: Any) -> RecordStore:
         """Return the record store a frame of run `run_id` resolves its references with."""
@@ -66,5 +75,25 @@ class _Store(RecordStore):
             for row in self.source.rows
             if block["after"] < row.seq <= block["upto"] and row.instance == MAIN_INSTANCE
         ]
-        history = project_history(rows, tool_result_chars=block["cap"])
+        excerpts = {int(seq): chars for seq, chars in (block.get("ex") or {}).items()}
+        history = project_history(rows, tool_result_chars=block["cap"], excerpts=excerpts)
         return history.messages, history.origins
+
+    def main_record(
+        self,
+        *,
+        up_to: int,
+        seq: int | None = None,
+        run: int | None = None,
+        local: int | None = None,
+    ) -> dict[str, Any] | None:
+        for row in self.source.rows:
+            if row.seq > up_to or row.instance != MAIN_INSTANCE:
+                continue
+            if seq is not None and row.seq == seq:
+                return row.message
+            if seq is None and row.run_id == run:
+                records = self.source.records.get((run, MAIN_INSTANCE), [])
+                if any(r.seq == local and r.message is row.message for r in records):
+                    return row.message
+        return None

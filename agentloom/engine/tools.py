@@ -19,11 +19,13 @@ from typing import Any
 
 from agentloom.engine.clock import Clock, iso_utc, system_clock
 from agentloom.engine.errors import ConfigurationError, ToolError
+from agentloom.engine.large import READ_MAX_CHARS, READ_RECORD
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "DELEGATE_PREFIX",
     "DelegateTool",
+    "ReadRecordTool",
     "SubAgent",
     "Tool",
     "Toolset",
@@ -265,6 +267,36 @@ def builtin_tools(
         BigOutputTool(),
     ]
     return {tool.name: tool for tool in tools}
+
+
+class ReadRecordTool(Tool):
+    """`read_record{ref, offset, limit}`: a slice of a record the view shows only in part.
+
+    Offered by the engine (not chosen per agent) to versions with a large-record policy, whenever
+    the view holds a reference; `reader` is the calling instance's, so it reads only what that
+    instance may see.
+    """
+
+    name = READ_RECORD
+    description = (
+        "Read part of a record that the conversation shows only as an excerpt or as a hidden "
+        "tool result, by its reference (such as r3:7 or s:120). Returns the characters from "
+        "`offset` on, at most `limit` of them and never more than fits one message."
+    )
+    parameters = _object(
+        {
+            "ref": {"type": "string", "maxLength": 64},
+            "offset": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": READ_MAX_CHARS},
+        },
+        ["ref"],
+    )
+
+    def __init__(self, reader: Callable[[str, int, int | None], str]):
+        self._reader = reader
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        return self._reader(arguments["ref"], arguments.get("offset", 0), arguments.get("limit"))
 
 
 @dataclass(frozen=True)

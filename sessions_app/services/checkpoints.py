@@ -19,7 +19,7 @@ from agentloom.engine.engine import Checkpoint
 from agentloom.engine.frame import InstanceFrame
 from agentloom.engine.records import Record
 from agentloom.engine.refs import Origin, RecordStore
-from sessions_app.models import Run, SessionMessage
+from sessions_app.models import MAIN_INSTANCE, Run, SessionMessage
 from sessions_app.services.history import history_block
 from sessions_app.services.journal import JournalWriter
 from sessions_app.services.views import journal_messages
@@ -53,6 +53,23 @@ class JournalStore(RecordStore):
 
     def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
         return history_block(self.session_id, block)
+
+    def main_record(
+        self,
+        *,
+        up_to: int,
+        seq: int | None = None,
+        run: int | None = None,
+        local: int | None = None,
+    ) -> dict[str, Any] | None:
+        rows = SessionMessage.objects.filter(
+            session_id=self.session_id, instance=MAIN_INSTANCE, seq__lte=up_to
+        )
+        if seq is not None:
+            rows = rows.filter(seq=seq)
+        else:
+            rows = rows.filter(run__number=run, local_seq=local)
+        return rows.values_list("message", flat=True).first()
 
 
 def frame_of(run: Run) -> InstanceFrame | None:

@@ -6,9 +6,12 @@ without one, one query and one decryption per main-instance record.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from agentloom.engine.large import history_judge
 from agentloom.engine.projection import (
+    ExcerptJudge,
     JournalRecord,
     ProjectedHistory,
     ReusableView,
@@ -40,10 +43,16 @@ def project_after_view(
     view: SessionView | None,
     *,
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
+    judge: ExcerptJudge | None = None,
+    excerpts: Mapping[int, int] | None = None,
 ) -> ProjectedHistory:
-    """Return `view` (if any) followed by the projection of `records` (those after it)."""
+    """Return `view` (if any) followed by the projection of `records` (those after it).
+
+    `judge` decides which records are shown as excerpts; `excerpts` repeats earlier decisions.
+    """
+    options = {"tool_result_chars": tool_result_chars, "judge": judge, "excerpts": excerpts}
     if view is None:
-        return project_history(records, tool_result_chars=tool_result_chars)
+        return project_history(records, **options)
     messages, origins = view_content(view)
     return project_history(
         records,
@@ -57,7 +66,7 @@ def project_after_view(
             baseline_user_turns=view.baseline_user_turns,
             baseline_model_steps=view.baseline_model_steps,
         ),
-        tool_result_chars=tool_result_chars,
+        **options,
     )
 
 
@@ -73,7 +82,7 @@ def history_for_new_run(
     view = compliant_view(session, binding, as_of=as_of)
     up_to = as_of.inherited_watermark if as_of is not None else None
     records = main_records_after(session, view.watermark if view else 0, up_to=up_to)
-    return project_after_view(records, view)
+    return project_after_view(records, view, judge=history_judge(binding))
 
 
 def history_block(
@@ -85,5 +94,6 @@ def history_block(
         view = SessionView.objects.get(session_id=session_id, revision=block["view"])
     session = Session(pk=session_id)
     records = main_records_after(session, block["after"], up_to=block["upto"])
-    history = project_after_view(records, view, tool_result_chars=block["cap"])
+    excerpts = {int(seq): chars for seq, chars in (block.get("ex") or {}).items()}
+    history = project_after_view(records, view, tool_result_chars=block["cap"], excerpts=excerpts)
     return history.messages, history.origins

@@ -27,7 +27,7 @@ from agentloom.engine.protocol import UNKNOWN_RESULT
 from agentloom.engine.tools import SubAgent, Tool, builtin_tools
 from context_app.engine_adapter import run_measures, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
-from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.services.checkpoints import JournalStore, full_checkpoint
 from sessions_app.services.history import history_for_new_run, main_records_after
 from sessions_app.services.views import compliant_view, view_content
 
@@ -281,7 +281,12 @@ def replay_run(run: Run) -> ReplayReport:
         secrets=[],
         sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
         verify_completion=bool(snapshot.get("verify_completion")),
-        config=EngineConfig(calibration=snapshot.get("calibration")),
+        config=EngineConfig(
+            # Records read back with `read_record` come from the journal, as in the run.
+            record_store=JournalStore(run),
+            calibration=snapshot.get("calibration"),
+            large_records=snapshot.get("large_records"),
+        ),
     )
     # A calibrated run started from its connection's ratio of that moment, kept in its state.
     calibration_start = ((stored_checkpoint.get("state") or {}).get("calibration") or {}).get(

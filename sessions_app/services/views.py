@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentloom.engine.refs import Origin, materialize
+from agentloom.engine.refs import LARGE_KEYS, Origin, materialize
 from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
@@ -120,6 +120,8 @@ def session_refs(
                 ref: dict[str, Any] = {"s": seq, "as": "own"}
                 if kind == SessionMessage.Kind.TOOL_RESULT and "cap" in entry:
                     ref["cap"] = entry["cap"]
+                # Excerpts and masks keep the run reference they show (r<run>:<seq>).
+                ref.update((key, entry[key]) for key in LARGE_KEYS if key in entry)
                 refs.append(ref)
         else:
             refs.append(dict(entry))

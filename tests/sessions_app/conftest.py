@@ -93,6 +93,11 @@ def make_demo_session(alice):
     return factory
 
 
+def long_question(n: int) -> str:
+    """Return a question of about 1,500 characters: sessions of them need summaries, not masks."""
+    return f"NONCE-{n}\n" + "question text with many plain words " * 40
+
+
 def ask(session, user, question) -> Run:
     """Ask `question` and execute the run to its end in this process."""
     run = run_ask(user=user, session=session, question=question)

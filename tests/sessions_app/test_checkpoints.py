@@ -16,7 +16,7 @@ from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
 from sessions_app.services.views import compliant_view
-from tests.sessions_app.conftest import ask
+from tests.sessions_app.conftest import ask, long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +73,7 @@ def test_compacting_sessions_replay_exactly_from_checkpoints_by_reference(
 def test_views_store_only_what_exists_nowhere_else(alice, gateway, make_demo_session):
     session = make_demo_session(context_window=9_000)
     for n in range(5):
-        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+        ask(session, alice, long_question(n))
     view = SessionView.objects.filter(session=session).order_by("-revision").first()
     assert view.entries, "the view is stored by reference"
     inline = json.dumps(view.messages)
@@ -224,7 +224,7 @@ def test_compactions_list_the_journal_ranges_they_summarised(alice, gateway, mak
     from sessions_app.selectors import run_context
 
     session = make_demo_session(context_window=9_000)
-    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(5)]
+    runs = [ask(session, alice, long_question(n)) for n in range(5)]
     succeeded = [
         (run, item)
         for run in runs

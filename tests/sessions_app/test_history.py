@@ -181,7 +181,11 @@ def test_a_compacted_view_is_saved_and_reused_by_the_next_run(alice, gateway, ma
     )
     # A view is reused only under the binding it was made with.
     assert best.binding == Run.objects.filter(session=session).first().checkpoint["binding"]
-    other_binding = {**best.binding, "budget": {**best.binding["budget"], "context_window": 1}}
+    budget = best.binding["budget"]
+    other_binding = {
+        **best.binding,
+        "budget": {**budget, "context_window": budget["context_window"] + 1},
+    }
     assert history_for_new_run(session, other_binding).view_revision is None
 
 

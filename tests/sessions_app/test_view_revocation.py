@@ -14,7 +14,7 @@ from sessions_app.services.history import history_for_new_run
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
 from sessions_app.services.views import compliant_view, view_revoke
-from tests.sessions_app.conftest import ask
+from tests.sessions_app.conftest import ask, long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def _compacting_session(alice, make_demo_session, runs=4, views=1):
     session = make_demo_session(context_window=9_000)
     for n in range(runs):
-        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+        ask(session, alice, long_question(n))
     assert SessionView.objects.filter(session=session).count() >= views
     return session
 
@@ -71,7 +71,7 @@ def test_the_walk_still_holds_with_a_revoked_view_in_between(alice, gateway, mak
 
 
 def test_who_may_revoke(alice, bob, gateway, make_demo_session):
-    session = _compacting_session(alice, make_demo_session, runs=3)
+    session = _compacting_session(alice, make_demo_session, runs=4)
     view = SessionView.objects.filter(session=session).first()
     with pytest.raises(NotFound):
         view_revoke(user=bob, session=session, revision=view.revision)
@@ -80,7 +80,7 @@ def test_who_may_revoke(alice, bob, gateway, make_demo_session):
 
 
 def test_the_api_revokes_and_lists_the_revocation(alice, bob, gateway, make_demo_session):
-    session = _compacting_session(alice, make_demo_session, runs=3)
+    session = _compacting_session(alice, make_demo_session, runs=4)
     view = SessionView.objects.filter(session=session).first()
     client = APIClient()
     client.force_authenticate(alice)
@@ -100,7 +100,7 @@ def test_the_api_revokes_and_lists_the_revocation(alice, bob, gateway, make_demo
 
 
 def test_the_context_page_revokes_with_a_button(alice, gateway, make_demo_session, client):
-    session = _compacting_session(alice, make_demo_session, runs=3)
+    session = _compacting_session(alice, make_demo_session, runs=4)
     view = SessionView.objects.filter(session=session).first()
     run = session.runs.order_by("-number").first()
     client.force_login(alice)
