@@ -5,11 +5,15 @@
 - estimator throughput on a 1 MB history, cold (nothing cached) and warm;
 - `prepare("action")` on views of 10 / 100 / 1,000 tool groups, below the trigger and when it
   compacts (with an instant summariser, so the time is the engine's own);
-- projection of 1k / 10k / 100k journal records.
+- projection of 1k / 10k / 100k journal records;
+- compaction economy over 10,000 generated histories (budgets 2K to 200K, records up to 50x the
+  budget, questions checked at the door): summary calls per successful compaction, and wasted
+  calls (calls of compactions that failed), with the door closed and open.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import sys
 import time
@@ -28,6 +32,7 @@ from agentloom.engine import (
     project_history,
     text_response,
 )
+from agentloom.engine.testing import history_trial
 
 ROWS: list[tuple[str, str, str]] = []
 
@@ -169,11 +174,44 @@ def bench_projection() -> None:
         )
 
 
+def bench_compaction_economy(trials: int = 10_000) -> None:
+    for door, large in ((True, True), (False, True), (True, False)):
+        rng = random.Random(20261130)
+        runs = succeeded = compactions = masked = summaries = summary_calls = wasted = 0
+        for _ in range(trials):
+            trial = history_trial(rng, door=door, large=large)
+            if trial.refused and door:
+                continue
+            runs += 1
+            succeeded += trial.status == "succeeded"
+            for row in trial.compactions:
+                if row["outcome"] == "succeeded":
+                    compactions += 1
+                    masked += row.get("stage") == "mask"
+                    if row.get("stage") == "summary":
+                        summaries += 1
+                        summary_calls += row["calls"]
+                elif row["outcome"] == "failed":
+                    wasted += row["calls"]
+        label = ("door closed" if door else "door open") + ("" if large else ", no large records")
+        ROWS.append(
+            (
+                f"compaction economy ({label})",
+                f"{trials:,} histories, {runs:,} runs",
+                f"{succeeded:,} runs succeeded; {compactions:,} compactions "
+                f"({masked:,} by masking, 0 calls); "
+                f"{summary_calls / max(summaries, 1):.2f} calls per summary; "
+                f"{wasted} wasted calls",
+            )
+        )
+
+
 def main() -> None:
     started = time.perf_counter()
     bench_estimator()
     bench_prepare()
     bench_projection()
+    bench_compaction_economy()
     widths = [max(len(row[i]) for row in [("what", "input", "result"), *ROWS]) for i in range(3)]
     line = "  ".join("-" * width for width in widths)
     print("  ".join(h.ljust(w) for h, w in zip(("what", "input", "result"), widths, strict=True)))

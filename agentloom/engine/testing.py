@@ -1,20 +1,39 @@
-"""A session journal in memory: the record store of by-reference frames without a database.
+"""Test doubles of the engine: a session journal in memory, and generated history trials.
 
-Engine tests and benchmarks use it to save `format: 2` checkpoints and resume them, exactly as
-the application does with the database journal.
+`MemoryJournal` is the record store of by-reference frames without a database: engine tests and
+benchmarks save `format: 2` checkpoints into it and resume them, exactly as the application does
+with the database journal. `history_trial` generates a session history and runs a question on it
+under a random budget, for the property tests and benchmarks of compaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import json
+import math
+import random
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.large import history_judge
+from agentloom.engine.budget import ModelBudget, TokenEstimator
+from agentloom.engine.engine import EngineConfig, ExecutionLimits, create_engine
+from agentloom.engine.gateway import (
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    text_response,
+    tool_call_response,
+)
+from agentloom.engine.large import LargeRecords, RecordSizer, history_judge
+from agentloom.engine.measure import check_input
+from agentloom.engine.policy import ContextPolicy
 from agentloom.engine.projection import JournalRecord, ProjectedHistory, project_history
 from agentloom.engine.records import MAIN_INSTANCE, Record
 from agentloom.engine.refs import Origin, RecordStore
+from agentloom.engine.tools import ReadRecordTool, Tool
 
-__all__ = ["MemoryJournal"]
+__all__ = ["LengthEstimator", "MemoryJournal", "Trial", "blob", "history_trial"]
 
 
 class MemoryJournal:
@@ -97,3 +116,178 @@ class _Store(RecordStore):
                 if any(r.seq == local and r.message is row.message for r in records):
                     return row.message
         return None
+
+
+class LengthEstimator(TokenEstimator):
+    """A quarter of each text's characters plus a few per message and tool.
+
+    It reads only string lengths, so a trial over records of millions of characters stays
+    cheap; trials use it because they test the rules, not a tokenizer.
+    """
+
+    module_id = "agentloom.engine.testing.LengthEstimator/1"
+    config: dict[str, Any] = {}
+
+    def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        total = 3
+        for message in messages:
+            content = message.get("content")
+            total += 4 + (len(content) // 4 if isinstance(content, str) else 0)
+            for call in message.get("tool_calls") or ():
+                total += 8 + len(call["function"]["arguments"]) // 4
+        for tool in tools:
+            total += 24 + len(json.dumps(tool)) // 4
+        return total
+
+
+_BLOBS: dict[int, str] = {}
+
+
+def blob(chars: int) -> str:
+    """Return a text of about `chars` characters (sizes are rounded, texts shared)."""
+    size = int(1.25 ** round(math.log(max(chars, 1), 1.25)))
+    if size not in _BLOBS:
+        _BLOBS[size] = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+    return _BLOBS[size]
+
+
+class _BlobTool(Tool):
+    name = "blob"
+    description = "Return a text of the given length."
+    parameters = {
+        "type": "object",
+        "properties": {"chars": {"type": "integer", "minimum": 0}},
+        "required": ["chars"],
+        "additionalProperties": False,
+    }
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        return blob(arguments["chars"])
+
+
+@dataclass
+class Trial:
+    """One generated history and run: what it was and what happened."""
+
+    effective: int
+    refused: bool = False
+    pinned_over_budget: bool = False
+    status: str | None = None
+    error: str | None = None
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    requests_over_budget: int = 0
+    summary_calls: int = 0
+
+
+class _TrialGateway(ModelGateway):
+    """Calls `blob` a few times (and `read_record` once when it can), then answers."""
+
+    def __init__(self, rng: random.Random, sizes: Callable[[], int], trial: Trial, estimator):
+        self.steps = [sizes() for _ in range(rng.randint(0, 4))]
+        self.read = rng.random() < 0.5
+        self.trial = trial
+        self.estimator = estimator
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if self.estimator.upper_bound(request.messages, request.tools) > self.trial.effective:
+            self.trial.requests_over_budget += 1
+        if request.purpose == "compaction":
+            self.trial.summary_calls += 1
+            return text_response("summary: the earlier work in a few words")
+        last = request.messages[-1]
+        offered = {tool["function"]["name"] for tool in request.tools}
+        if self.read and "read_record" in offered and last.get("role") == "tool":
+            self.read = False
+            ref = re.search(r'read_record\(ref="([^"]+)"', str(last.get("content")))
+            if ref:
+                return tool_call_response(("read_record", {"ref": ref[1], "offset": 10}))
+        if self.steps:
+            return tool_call_response(("blob", {"chars": self.steps.pop()}))
+        return text_response("done")
+
+
+def history_trial(rng: random.Random, *, door: bool = True, large: bool = True) -> Trial:
+    """Generate a history and a run on a budget of 2K to 200K, records up to 50x the budget.
+
+    The run's question is checked at the door as the application does (`check_input`); one
+    that is refused is not run, unless `door` is False. Without `large`, the run is a version
+    published before the large-record policy (for comparison).
+    """
+    window = int(2_000 * 100 ** rng.random())
+    budget = ModelBudget(window, max(window // 8, 64), window // 32)
+    effective = budget.effective_input_budget
+    trial = Trial(effective=effective)
+    estimator = LengthEstimator()
+    policy = ContextPolicy()
+    policy_of_large = LargeRecords()
+    sizer = RecordSizer(policy_of_large.limit(budget), estimator)
+
+    def sizes() -> int:
+        # Characters of about 0.001x to 50x the budget (four characters a unit), mostly small.
+        return int(4 * effective * 10 ** rng.uniform(-3, math.log10(50)))
+
+    rows: list[JournalRecord] = []
+    for run in range(1, rng.randint(0, 3) + 1):
+        rows.append(_row(rows, run, "user_input", {"role": "user", "content": blob(sizes())}))
+        if rng.random() < 0.6:
+            call = {"id": "c1", "type": "function", "function": {"name": "blob", "arguments": "{}"}}
+            rows.append(
+                _row(
+                    rows,
+                    run,
+                    "assistant",
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                )
+            )
+            rows.append(
+                _row(
+                    rows,
+                    run,
+                    "tool_result",
+                    {"role": "tool", "tool_call_id": "c1", "content": blob(sizes())},
+                )
+            )
+        rows.append(_row(rows, run, "assistant", {"role": "assistant", "content": blob(sizes())}))
+    history = project_history(rows, judge=sizer.excerpt_chars if large else None)
+    system = blob(rng.choice([20, 400, sizes()]))
+    task = blob(sizes())
+    tools: list[Tool] = [_BlobTool()]
+    if large:
+        tools.append(ReadRecordTool(lambda _ref, _offset, _limit: ""))
+    check = check_input(
+        policy=policy,
+        budget=budget,
+        estimator=estimator,
+        system_prompt=system,
+        tools=[tool.schema() for tool in tools],
+        text=task,
+    )
+    trial.pinned_over_budget = (
+        estimator.estimate(
+            [{"role": "system", "content": system}, {"role": "user", "content": task}],
+            [tools[0].schema()],
+        )
+        > effective
+    )
+    trial.refused = not check.fits
+    if trial.refused and door:
+        return trial
+    engine = create_engine(
+        _TrialGateway(rng, sizes, trial, estimator),
+        [tools[0]],
+        policy,
+        budget,
+        estimator=estimator,
+        limits=ExecutionLimits(max_model_calls=64),
+        config=EngineConfig(large_records=policy_of_large.to_dict() if large else None),
+    )
+    outcome = engine.start(
+        run_number=len(rows) + 1, attempt=1, system_prompt=system, question=task, history=history
+    )
+    trial.status, trial.error = outcome.status, outcome.error
+    trial.compactions = list(outcome.checkpoint._source.state.compaction_log)
+    return trial
+
+
+def _row(rows: list[JournalRecord], run: int, kind: str, message: dict[str, Any]) -> JournalRecord:
+    return JournalRecord(len(rows) + 1, run, MAIN_INSTANCE, kind, message)
