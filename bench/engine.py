@@ -187,7 +187,7 @@ def bench_compaction_economy(trials: int = 10_000) -> None:
             for row in trial.compactions:
                 if row["outcome"] == "succeeded":
                     compactions += 1
-                    masked += row.get("stage") == "mask"
+                    masked += row.get("stage") == "masking"
                     if row.get("stage") == "summary":
                         summaries += 1
                         summary_calls += row["calls"]

@@ -153,7 +153,7 @@ class CompactionSerializer(serializers.Serializer):
     stage = serializers.CharField(
         allow_null=True,
         help_text=(
-            "`mask` (older tool results replaced by one-line references, no model call) or "
+            "`masking` (older tool results replaced by one-line references, no model call) or "
             "`summary` (older records summarised); null when nothing was replaced."
         ),
     )

@@ -292,7 +292,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
                         masked_at.append(index)
             if masked_at:
                 masked_size = policy.measure(masked_view, tools, estimator)
-                stages.append({"stage": "mask", "before": before, "after": masked_size, "calls": 0})
+                stages.append({"stage": "masking", "before": before, "after": masked_size, "calls": 0})
                 if masked_size < before and masked_size < trigger_at:
                     stages.clear()
                     return outcome(
@@ -301,7 +301,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
                         after=masked_size,
                         messages=masked_view,
                         task_index=request.task_index,
-                        details={"stage": "mask", "masked": masked_at, "summarised": []},
+                        details={"stage": "masking", "masked": masked_at, "summarised": []},
                     )
                 view = masked_view
                 sizes, kept_from = self._kept(request, view, units, keep_budget, count_only)

@@ -709,7 +709,7 @@ class JournalContextManager(ContextManager):
                     "outcome": mask["outcome"],
                     "reason": "masked",
                     "trigger": list(outcome.triggers),
-                    "stage": "mask",
+                    "stage": "masking",
                     "at": at,
                 }
             )

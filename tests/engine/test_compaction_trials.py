@@ -43,7 +43,7 @@ def test_every_admitted_run_fits_and_no_compaction_fails():
     _print(f"{TRIALS:,} generated histories, questions checked at the door", counts)
     assert counts["generated"] == TRIALS
     assert counts["run succeeded"] > TRIALS // 3
-    assert any(name.startswith("compaction mask succeeded") for name in counts)
+    assert any(name.startswith("compaction masking succeeded") for name in counts)
     assert any(name.startswith("compaction summary succeeded") for name in counts)
 
 

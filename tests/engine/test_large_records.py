@@ -263,7 +263,7 @@ def test_compaction_masks_older_tool_results_first_without_a_call():
     assert frame.messages[-1]["content"].startswith("NONCE-7")
     assert all(len(r.message["content"]) > 2_000 for r in frame.records if r.kind == "tool_result")
     row = frame.state.compaction_log[-1]
-    assert (row["stage"], row["calls"]) == ("mask", 0)
+    assert (row["stage"], row["calls"]) == ("masking", 0)
     masked = frame.compactions[-1]["sources"]["masked"]["own"]
     assert masked[0][0] == 3
     # A masked result can be read back whole.
@@ -284,7 +284,7 @@ def test_a_summary_follows_when_masking_is_not_enough():
     outcome = context.prepare("action", call_model=summarise).compaction
     assert outcome.outcome == "succeeded" and outcome.reason.startswith("compacted")
     mask, summary = context.frame.state.compaction_log[-2:]
-    assert (mask["stage"], mask["outcome"], mask["calls"]) == ("mask", "applied", 0)
+    assert (mask["stage"], mask["outcome"], mask["calls"]) == ("masking", "applied", 0)
     assert summary["stage"] == "summary" and summary["before"] == mask["after"]
     assert summary["calls"] == len(calls) >= 1
     # The summary read the tool results as they were, not their stubs.

@@ -110,7 +110,7 @@ def test_the_context_api_lists_masked_ranges(alice, gateway, make_demo_session):
     question = '/tool big_output {"chars": 1200}'
     runs = [ask(session, alice, question) for _ in range(6)]
     items = [item for run in runs for item in run_context(run)["compactions"]]
-    masked = [item for item in items if item["stage"] == "mask"]
+    masked = [item for item in items if item["stage"] == "masking"]
     assert masked, items
     journal = dict(SessionMessage.objects.filter(session=session).values_list("seq", "kind"))
     for item in masked:
