@@ -58,6 +58,8 @@ EMPTY_CONTEXT = {
     "messages": [],
     "estimate": 0,
     "effective_budget": 0,
+    "ceiling": 0,
+    "unit": "estimate",
     "trigger_at": 0,
     "target_at": 0,
     "compactions": [],
@@ -126,8 +128,13 @@ def _all_records(session: Session, *, after: int, instance: str | None) -> Itera
 
 
 def _meter(context: dict[str, Any]) -> dict[str, Any]:
-    """Return the context meter's numbers: sizes and their positions on one common scale."""
-    scale = max(context["effective_budget"], context["estimate"], context["trigger_at"], 1)
+    """Return the context meter's numbers: sizes and their positions on one common scale.
+
+    Every number is the run context's (`measure_context`), in one unit: the meter fills against
+    the ceiling, which is the effective budget, or the character threshold of a legacy version.
+    """
+    ceiling = context["ceiling"]
+    scale = max(ceiling, context["estimate"], context["trigger_at"], 1)
 
     def percent(value: int) -> float:
         return round(100 * value / scale, 2)
@@ -138,15 +145,13 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
         "fill": percent(estimate),
         "trigger_pos": percent(context["trigger_at"]),
         "target_pos": percent(context["target_at"]),
-        "budget_pos": percent(context["effective_budget"]),
-        "share": round(100 * estimate / max(context["effective_budget"], 1)),
-        "level": (
-            "over"
-            if estimate > context["effective_budget"]
-            else "high"
-            if estimate >= context["trigger_at"]
-            else "ok"
-        ),
+        "budget_pos": percent(ceiling),
+        "share": round(100 * estimate / max(ceiling, 1)),
+        "level": "over"
+        if estimate > ceiling
+        else "high"
+        if estimate >= context["trigger_at"]
+        else "ok",
         "compaction_count": len(context["compactions"]),
         "last_reported": _last_reported(context.get("last_reported")),
     }

@@ -10,7 +10,8 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from agentloom.engine.calibration import Calibration
+from agentloom.engine.calibration import CalibratedEstimator, Calibration
+from agentloom.engine.measure import measure_context
 from agentloom.engine.protocol import HANDOFF_MARK
 from agentloom.engine.refs import as_ranges
 from agentloom.errors import NotFound
@@ -200,41 +201,42 @@ def run_context(run: Run) -> dict[str, Any]:
     """Return the run's current view and how it measures against its budget and policy.
 
     The policy, budget and estimator are the ones bound into the checkpoint (what the run really
-    uses); before the first checkpoint they come from the frozen version snapshot. `estimate`
-    measures the next action request: the view plus the tool schemas the version offers.
+    uses); before the first checkpoint they come from the frozen version snapshot. The measure is
+    the engine's own (`measure_context`): the next action request — the view plus the tool
+    schemas it is offered — in the policy's unit, in provider tokens for a calibrated run.
     """
     loaded = frame_of(run)
     frame = loaded.to_dict() if loaded is not None else {}
     snapshot = run.session.agent_version.snapshot
     policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
+    settings = (frame.get("binding") or {}).get("calibration")
+    if settings is not None:
+        # A calibrated run measures in the provider's tokens: the ratio it last learned.
+        learned = Calibration.from_dict(
+            (frame.get("state") or {}).get("calibration"), keep=settings.get("samples", 5)
+        )
+        estimator = CalibratedEstimator(estimator, learned)
     messages = list(frame.get("messages") or [])
     reading = loaded is not None and any(o and "ref" in o for o in loaded.origins)
-    tools = offered_tools(snapshot, reading=reading)
-    estimate = estimator.estimate(messages, tools) if messages else 0
-    ratio = _calibrated_ratio(frame)
-    if ratio is not None:
-        # A calibrated run measures in the provider's tokens: the ratio it last learned.
-        estimate = round(ratio * estimate)
+    measure = measure_context(
+        policy=policy,
+        budget=budget,
+        estimator=estimator,
+        messages=messages,
+        tools=offered_tools(snapshot, reading=reading),
+    )
     return {
         "messages": messages,
-        "estimate": estimate,
+        "estimate": measure.size,
+        "unit": measure.unit,
+        "ceiling": measure.ceiling,
         "estimator": estimator_name(estimator.module_id),
         "effective_budget": budget.effective_input_budget,
-        "trigger_at": policy.trigger_at(budget),
-        "target_at": policy.target_at(budget),
+        "trigger_at": measure.trigger_at,
+        "target_at": measure.target_at,
         "compactions": _compactions(frame, run),
         "last_reported": last_reported(run),
     }
-
-
-def _calibrated_ratio(frame: dict[str, Any]) -> float | None:
-    settings = (frame.get("binding") or {}).get("calibration")
-    if settings is None:
-        return None
-    learned = Calibration.from_dict(
-        (frame.get("state") or {}).get("calibration"), keep=settings.get("samples", 5)
-    )
-    return learned.ratio
 
 
 def last_reported(run: Run) -> dict[str, Any] | None:

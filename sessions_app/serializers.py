@@ -182,7 +182,20 @@ class RunContextSerializer(serializers.Serializer):
         child=serializers.DictField(), help_text="The model-visible view of the main instance."
     )
     estimate = serializers.IntegerField(
-        help_text="Estimated size of the next action request (view plus tool schemas)."
+        help_text=(
+            "Size of the next action request (view plus the tool schemas it is offered) in the "
+            "policy's unit (`unit`), as the engine measures it for its triggers."
+        )
+    )
+    unit = serializers.ChoiceField(
+        choices=["estimate", "characters"],
+        help_text="`estimate` (the estimator's units, tokens) or `characters` (legacy versions).",
+    )
+    ceiling = serializers.IntegerField(
+        help_text=(
+            "The most the view may measure in `unit`: the effective budget, or the character "
+            "threshold of a legacy version."
+        )
     )
     effective_budget = serializers.IntegerField(
         help_text="context_window - max_output_tokens - safety_margin_tokens."

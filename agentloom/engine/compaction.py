@@ -292,7 +292,9 @@ class BudgetCompactionPolicy(CompactionPolicy):
                         masked_at.append(index)
             if masked_at:
                 masked_size = policy.measure(masked_view, tools, estimator)
-                stages.append({"stage": "masking", "before": before, "after": masked_size, "calls": 0})
+                stages.append(
+                    {"stage": "masking", "before": before, "after": masked_size, "calls": 0}
+                )
                 if masked_size < before and masked_size < trigger_at:
                     stages.clear()
                     return outcome(

@@ -49,6 +49,7 @@ from agentloom.engine.errors import (
 from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
 from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine.large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
+from agentloom.engine.measure import measure_context
 from agentloom.engine.policy import TRIGGER_BUDGET, TriggerPolicy
 from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import (
@@ -555,7 +556,13 @@ class JournalContextManager(ContextManager):
     def triggers(self, tools: list[dict[str, Any]]) -> tuple[int, tuple[str, ...]]:
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
-        size = self.policy.measure(frame.messages, tools, self.estimator)
+        size = measure_context(
+            policy=self.policy,
+            budget=self.budget,
+            estimator=self.estimator,
+            messages=frame.messages,
+            tools=tools,
+        ).size
         fired = self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
         if (
             isinstance(self.estimator, CalibratedEstimator)

@@ -1,5 +1,8 @@
 """The measure of a context, and the largest input a run can take, in the policy's own unit.
 
+`measure_context` is the one place a view is measured against its policy: the engine's triggers,
+the API's run context and the console's meter all read it, so they always agree.
+
     input_limit = target_at - size([system prompt], offered tool schemas) - plan_reserve
 
 A question or supplement is one message the run must carry until compaction can summarise it,
@@ -17,15 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine.budget import ModelBudget, TokenEstimator
-from agentloom.engine.policy import TriggerPolicy
+from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy
 
 __all__ = [
     "PLAN_MAX_CHARS",
     "PLAN_MAX_SHARE",
+    "ContextMeasure",
     "InputCheck",
     "check_input",
     "input_limit",
     "input_size",
+    "measure_context",
     "plan_reserve",
 ]
 
@@ -34,6 +39,41 @@ __all__ = [
 # legacy character threshold) keeps room for its inputs.
 PLAN_MAX_CHARS = 4_000
 PLAN_MAX_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class ContextMeasure:
+    """A request measured in its policy's unit, with the lines it is compared with.
+
+    `ceiling` is the most the view may measure: the effective input budget under a context
+    policy, the character threshold under the legacy policy (whose unit is characters).
+    """
+
+    size: int
+    trigger_at: int
+    target_at: int
+    ceiling: int
+    unit: str  # "estimate" (the estimator's units) or "characters"
+
+
+def measure_context(
+    *,
+    policy: TriggerPolicy,
+    budget: ModelBudget,
+    estimator: TokenEstimator,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+) -> ContextMeasure:
+    """Return the size of the request `messages` + `tools` and its policy's lines, in one unit."""
+    legacy = isinstance(policy, LegacyCharPolicy)
+    trigger_at = policy.trigger_at(budget)
+    return ContextMeasure(
+        size=policy.measure(messages, tools, estimator) if messages else 0,
+        trigger_at=trigger_at,
+        target_at=policy.target_at(budget),
+        ceiling=trigger_at if legacy else budget.effective_input_budget,
+        unit="characters" if legacy else "estimate",
+    )
 
 
 def plan_reserve(*, policy: TriggerPolicy, budget: ModelBudget, estimator: TokenEstimator) -> int:

@@ -143,7 +143,8 @@
 
   function updateMeter(root, context) {
     if (!root || !context) return;
-    const budget = context.effective_budget;
+    // The ceiling is the effective budget, or the character threshold of a legacy version.
+    const budget = context.ceiling;
     const scale = Math.max(budget, context.estimate, context.trigger_at, 1);
     const percent = (value) => `${((100 * value) / scale).toFixed(2)}%`;
     root.querySelector("[data-meter-fill]").style.width = percent(context.estimate);

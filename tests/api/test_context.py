@@ -7,9 +7,13 @@ import math
 import pytest
 
 from agentloom.engine.budget import JsonBytesEstimator
+from agentloom.engine.measure import measure_context
+from agentloom.engine.policy import view_characters
 from agentloom.engine.tools import builtin_tools
+from context_app.engine_adapter import offered_tools, run_measures
 from context_app.models import AgentVersion
 from sessions_app.models import ModelCall, SessionView
+from sessions_app.services.checkpoints import full_checkpoint
 from tests.api.factories import ask, compacted_frame, make_agent, open_session, publish
 
 pytestmark = pytest.mark.django_db
@@ -27,6 +31,8 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
     assert _context(api, run) == {
         "messages": [],
         "estimate": 0,
+        "unit": "estimate",
+        "ceiling": EFFECTIVE,
         "effective_budget": EFFECTIVE,
         "trigger_at": math.ceil(EFFECTIVE * 0.8),
         "target_at": int(EFFECTIVE * 0.6),
@@ -120,6 +126,36 @@ def test_a_legacy_version_compacts_by_characters(api, run, settings):
     context = _context(api, legacy_run)
     assert context["trigger_at"] == settings.LEGACY_CONTEXT_CHARS + 1
     assert context["effective_budget"] == EFFECTIVE
+    # The meter measures in the policy's unit: characters of the view, against the threshold.
+    assert (context["unit"], context["ceiling"]) == ("characters", context["trigger_at"])
+    frame = compacted_frame()
+    frame["binding"].pop("policy")
+    legacy_run.checkpoint = frame
+    legacy_run.save()
+    context = _context(api, legacy_run)
+    assert context["estimate"] == view_characters(frame["messages"]) > 0
+
+
+def test_the_context_measure_is_the_engines(api, run):
+    """The API's estimate is what the engine's trigger measured for the same request."""
+    run.checkpoint = compacted_frame()
+    run.save()
+    frame = full_checkpoint(run)
+    snapshot = run.session.agent_version.snapshot
+    policy, budget, estimator = run_measures(snapshot, frame["binding"])
+    measure = measure_context(
+        policy=policy,
+        budget=budget,
+        estimator=estimator,
+        messages=frame["messages"],
+        tools=offered_tools(snapshot, reading=False),
+    )
+    context = _context(api, run)
+    assert (context["estimate"], context["trigger_at"], context["target_at"]) == (
+        measure.size,
+        measure.trigger_at,
+        measure.target_at,
+    )
 
 
 # --- views -------------------------------------------------------------------------------------

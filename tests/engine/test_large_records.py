@@ -317,7 +317,7 @@ def test_a_masked_run_round_trips_and_resumes_from_its_references():
     outcome = engine.start(run_number=1, attempt=1, system_prompt="sys", question="go")
     assert outcome.status == "succeeded"
     stages = [row.get("stage") for row in outcome.frame["state"]["compaction_log"]]
-    assert "mask" in stages
+    assert "masking" in stages
     # Recorder rebuilt every save from references; resuming the stored frame works too.
     stored = recorder.stored[-1]
     frame = InstanceFrame.from_dict(stored, store=recorder.store())
