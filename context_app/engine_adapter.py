@@ -25,6 +25,7 @@ from agentloom.engine.redaction import Redactor
 from agentloom.engine.refs import RecordStore
 from agentloom.engine.tools import BUILTIN_TOOL_NAMES, DelegateTool, SubAgent, builtin_tools
 from agentloom.errors import ApplicationError
+from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
 
@@ -69,6 +70,18 @@ def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
             "Publish a new version to use the new model."
         )
     return connection
+
+
+def price_for(version: AgentVersion) -> PriceInForce | None:
+    """Return the prices in force for calls of `version` now, or None when they are unknown.
+
+    Read from the manifest for the version's exact model on the live connection's endpoint.
+    """
+    budget = version.snapshot.get("budget") or {}
+    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    if connection is None or connection.model_id != budget.get("model_id"):
+        return None
+    return price_in_force(connection.provider, connection.base_url, connection.model_id)
 
 
 # Tests and replays substitute the gateway for a version here.

@@ -64,7 +64,7 @@ def test_deepseek_defaults_to_its_official_url(alice, space):
         alice, space, provider="deepseek", api_key=SECRET_KEY, model_id="deepseek-chat"
     )
     assert connection.base_url == "https://api.deepseek.com"
-    assert (connection.window_source, connection.context_window) == ("official_manifest", 128_000)
+    assert (connection.window_source, connection.context_window) == ("official_manifest", 1_000_000)
 
 
 def test_a_custom_endpoint_never_takes_the_manifest(alice, space):
