@@ -162,7 +162,7 @@ def _with_prices(tmp_path, prices):
     ],
 )
 def test_malformed_prices_are_refused(tmp_path, prices):
-    with pytest.raises(ValueError, match="gpt-5.4: prices"):
+    with pytest.raises(ValueError, match=r"gpt-5\.4: prices"):
         load_manifest(_with_prices(tmp_path, prices))
 
 
