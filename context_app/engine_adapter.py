@@ -95,6 +95,9 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         return LocalDemoGateway()
     from agentloom.providers import gateway_for_provider
 
+    options: dict[str, Any] = {}
+    if connection.provider == ModelConnection.Provider.OLLAMA:
+        options["num_ctx"] = connection.num_ctx
     return gateway_for_provider(
         connection.provider,
         connection.base_url,
@@ -103,6 +106,7 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         max_output_tokens=version.snapshot["budget"]["max_output_tokens"],
         max_output_cap=connection.max_output_cap,
         allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+        **options,
     )
 
 

@@ -39,6 +39,9 @@ _WINDOW_GROUP = (*WINDOW_VALUES, "window_source", "source_url", "verified_on")
 
 SOURCE_NOTES = {
     "provider": "from the provider's model list",
+    "provider_loaded": "the context length the local server reports the model loaded with",
+    "provider_maximum": "the model's MAXIMUM: not loaded now, the server may load it smaller",
+    "num_ctx": "sent as num_ctx with every request, so the server runs with it",
     "official_manifest": "from the official model manifest",
     "platform_default": "32K platform fallback: check it against the provider's documentation",
     "manual": "entered by an administrator",

@@ -28,6 +28,8 @@ from agentloom.providers._urls import (
 )
 from agentloom.providers.chat import (
     DeepSeekChatGateway,
+    LMStudioChatGateway,
+    OllamaChatGateway,
     OpenAIChatGateway,
     OpenAICompatibleChatGateway,
     gateway_for_provider,
@@ -62,9 +64,11 @@ __all__ = [
     "ClientFactory",
     "DeepSeekChatGateway",
     "DiscoveredModel",
+    "LMStudioChatGateway",
     "GuardedTransport",
     "Manifest",
     "ManifestEntry",
+    "OllamaChatGateway",
     "OpenAIChatGateway",
     "OpenAICompatibleChatGateway",
     "ProviderClient",
