@@ -28,7 +28,7 @@ class AmountField(serializers.Field):
     """A decimal amount written out in full as a string (never a float, never an exponent)."""
 
     def to_representation(self, value: Decimal) -> str:
-        return format(value, "f")
+        return format(value.normalize(), "f")
 
 
 extend_schema_field({"type": "string", "format": "decimal", "example": "0.00123"})(AmountField)
