@@ -149,3 +149,18 @@ def test_the_price_in_force_is_read_for_the_exact_model_on_the_official_endpoint
     connection.base_url = "https://proxy.example/v1"
     connection.save()
     assert engine_adapter.price_for(version) is None
+
+
+def test_the_context_page_shows_call_run_and_session_costs(alice, make_demo_session, priced):
+    from django.test import Client
+    from django.urls import reverse
+
+    session = make_demo_session()
+    run = ask(session, alice, "hello")
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(reverse("console-run-context", args=[run.pk])).content.decode()
+    assert '<td class="nowrap call-cost">0.037 USD</td>' in page
+    assert "Cost of this run: <strong>0.037 USD</strong>" in page
+    assert "prices verified 2026-11-30" in page
+    assert '<strong id="session-cost">0.037 USD</strong>' in page
