@@ -33,14 +33,14 @@ from models_app.models import ModelConnection
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_MAX,
-    journal_page,
     cost_summary,
+    journal_page,
     model_calls_of,
-    session_cost,
     run_context,
     run_counters,
     run_get,
     runs_of,
+    session_cost,
     session_for_revocation,
     session_get,
     sessions_for_user,
