@@ -32,6 +32,7 @@ from agentloom.engine.tools import (
     builtin_tools,
 )
 from agentloom.errors import ApplicationError
+from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
 
@@ -78,6 +79,18 @@ def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
     return connection
 
 
+def price_for(version: AgentVersion) -> PriceInForce | None:
+    """Return the prices in force for calls of `version` now, or None when they are unknown.
+
+    Read from the manifest for the version's exact model on the live connection's endpoint.
+    """
+    budget = version.snapshot.get("budget") or {}
+    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    if connection is None or connection.model_id != budget.get("model_id"):
+        return None
+    return price_in_force(connection.provider, connection.base_url, connection.model_id)
+
+
 # Tests and replays substitute the gateway for a version here.
 GatewayFactory = Callable[[AgentVersion, ModelConnection], ModelGateway]
 
@@ -89,6 +102,9 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         return LocalDemoGateway()
     from agentloom.providers import gateway_for_provider
 
+    options: dict[str, Any] = {}
+    if connection.provider == ModelConnection.Provider.OLLAMA:
+        options["num_ctx"] = connection.num_ctx
     return gateway_for_provider(
         connection.provider,
         connection.base_url,
@@ -97,6 +113,7 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         max_output_tokens=version.snapshot["budget"]["max_output_tokens"],
         max_output_cap=connection.max_output_cap,
         allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+        **options,
     )
 
 

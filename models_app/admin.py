@@ -7,6 +7,7 @@ same messages. `static/models_app/discover.js` does the fetching without a page 
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django import forms
@@ -16,8 +17,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agentloom.errors import ApplicationError
+from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
+from agentloom.providers.pricing import price_in_force
 from agentloom.spaces.models import Membership
 from agentloom.spaces.selectors import space_role
+from models_app import checks
 from models_app.models import ModelConnection
 from models_app.selectors import administered_spaces, connection_usage, connections_for_user
 from models_app.services import (
@@ -35,6 +39,9 @@ _WINDOW_GROUP = (*WINDOW_VALUES, "window_source", "source_url", "verified_on")
 
 SOURCE_NOTES = {
     "provider": "from the provider's model list",
+    "provider_loaded": "the context length the local server reports the model loaded with",
+    "provider_maximum": "the model's MAXIMUM: not loaded now, the server may load it smaller",
+    "num_ctx": "sent as num_ctx with every request, so the server runs with it",
     "official_manifest": "from the official model manifest",
     "platform_default": "32K platform fallback: check it against the provider's documentation",
     "manual": "entered by an administrator",
@@ -81,19 +88,38 @@ class WindowSourceWidget(forms.Select):
             else ""
         )
         verified = f"verified {self.verified_on}" if self.verified_on else ""
+        stale = ""
+        if verified and source == "official_manifest":
+            age = _age_days(self.verified_on)
+            if age is not None and age > MANIFEST_MAX_AGE_DAYS:
+                stale = f"(over {MANIFEST_MAX_AGE_DAYS} days ago: check it against the source)"
         return format_html(
             '<span class="window-badge-row">{}'
             ' <span id="window-source-badge" class="window-badge" data-source="{}">{}</span>'
             ' <span id="window-source-note" class="window-source-note">{}</span>'
             ' <span id="window-source-link" class="window-source-link">{}</span>'
-            ' <span id="window-verified" class="window-verified">{}</span></span>',
+            ' <span id="window-verified" class="window-verified">{}</span>'
+            ' <span id="window-stale" class="window-stale">{}</span></span>',
             select,
             source,
             source or "not set",
             SOURCE_NOTES.get(source, ""),
             link,
             verified,
+            stale,
         )
+
+
+def _age_days(verified_on: Any) -> int | None:
+    try:
+        day = (
+            verified_on
+            if isinstance(verified_on, datetime.date)
+            else datetime.date.fromisoformat(str(verified_on))
+        )
+    except ValueError:
+        return None
+    return (checks.today() - day).days
 
 
 def _integer_field(help_text: str) -> forms.IntegerField:
@@ -287,7 +313,7 @@ class ModelConnectionAdmin(admin.ModelAdmin):
         return type(form.__name__, (form,), {"user": request.user})
 
     def get_readonly_fields(self, request, obj=None):
-        fields = ["effective_budget", "estimator_status"]
+        fields = ["effective_budget", "estimator_status", "prices"]
         return ["space", *fields, "used_by"] if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
@@ -308,6 +334,7 @@ class ModelConnectionAdmin(admin.ModelAdmin):
                         "effective_budget",
                         "source_url",
                         "verified_on",
+                        "prices",
                     ],
                     "description": "Filled in from the provider's list, the official manifest or "
                     "the 32K fallback; the badge shows which. The input budget is the window "
@@ -334,6 +361,29 @@ class ModelConnectionAdmin(admin.ModelAdmin):
     def effective_budget(self, obj):
         value = obj.effective_input_budget if obj is not None and obj.pk else ""
         return format_html('<span id="effective-budget">{}</span> tokens', value)
+
+    @admin.display(description="Prices per 1M tokens")
+    def prices(self, obj):
+        if obj is None or obj.pk is None:
+            return "from the official manifest on save, when it lists this model's prices"
+        price = price_in_force(obj.provider, obj.base_url, obj.model_id)
+        if price is None:
+            return format_html(
+                '<span id="model-prices">{}</span>',
+                "unknown: no cost is computed for this connection's calls",
+            )
+        listed = price.prices
+        cached = "—" if listed.cached_input is None else f"{listed.cached_input}"
+        return format_html(
+            '<span id="model-prices">{} input, {} cached input, {} output ({}), '
+            'verified {} <a href="{}" target="_blank" rel="noopener noreferrer">source</a></span>',
+            listed.input,
+            cached,
+            listed.output,
+            listed.currency,
+            price.verified_on,
+            price.source_url,
+        )
 
     @admin.display(description="Measured with")
     def estimator_status(self, obj):

@@ -11,10 +11,15 @@ class ModelConnection(models.Model):
         OPENAI = "openai", "OpenAI"
         DEEPSEEK = "deepseek", "DeepSeek"
         OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible"
+        OLLAMA = "ollama", "Ollama (local server)"
+        LMSTUDIO = "lmstudio", "LM Studio (local server)"
         LOCAL = "local", "Local demo model (offline, not a real LLM)"
 
     class WindowSource(models.TextChoices):
         PROVIDER = "provider", "Provider response"
+        PROVIDER_LOADED = "provider_loaded", "Loaded context length (server report)"
+        PROVIDER_MAXIMUM = "provider_maximum", "Model maximum, not loaded (server report)"
+        NUM_CTX = "num_ctx", "num_ctx sent with every request"
         OFFICIAL_MANIFEST = "official_manifest", "Official manifest"
         PLATFORM_DEFAULT = "platform_default", "Platform default (32K fallback)"
         MANUAL = "manual", "Manual"
@@ -38,6 +43,9 @@ class ModelConnection(models.Model):
     max_output_tokens = models.PositiveIntegerField(default=4_096)
     max_output_cap = models.PositiveIntegerField(null=True, blank=True)
     safety_margin_tokens = models.PositiveIntegerField(default=1_024)
+    # Ollama only: the context length sent as `options.num_ctx` with every request (its native
+    # API), which is then the window; null leaves Ollama's server default in force.
+    num_ctx = models.PositiveIntegerField(null=True, blank=True)
     window_source = models.CharField(
         max_length=32, choices=WindowSource.choices, default=WindowSource.PLATFORM_DEFAULT
     )

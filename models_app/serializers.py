@@ -57,6 +57,11 @@ class ModelConnectionSerializer(serializers.Serializer):
         allow_null=True, help_text="The provider's own output cap, when known."
     )
     safety_margin_tokens = serializers.IntegerField()
+    num_ctx = serializers.IntegerField(
+        allow_null=True,
+        help_text="Ollama only: the context length sent as options.num_ctx with every request "
+        "(then the window); null leaves Ollama's server default in force.",
+    )
     window_source = serializers.ChoiceField(choices=ModelConnection.WindowSource.choices)
     source_url = serializers.SerializerMethodField()
     verified_on = serializers.DateField(allow_null=True)
@@ -110,6 +115,11 @@ class _ConnectionInput(StrictSerializer):
     )
     max_output_cap = _tokens(1, _NULL_IS_DEFAULT)
     safety_margin_tokens = _tokens(0, "Defaults to 1024.")
+    num_ctx = _tokens(
+        1,
+        "Ollama only: sent as options.num_ctx through Ollama's native chat API, and then the "
+        "window. Null: Ollama's server default (the window is then the 32K platform default).",
+    )
     window_source = serializers.ChoiceField(
         choices=ModelConnection.WindowSource.choices,
         required=False,
@@ -185,6 +195,10 @@ class DiscoveredModelSerializer(serializers.Serializer):
     estimator = serializers.ChoiceField(
         choices=ModelConnection.Estimator.choices,
         help_text="The estimator a connection to this model gets automatically.",
+    )
+    warning = serializers.CharField(
+        allow_null=True,
+        help_text="Why the window may not be the one the server runs the model with.",
     )
 
 

@@ -6,6 +6,7 @@ the API gives; `connection_create` and `connection_update` apply them again insi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -69,6 +70,7 @@ CONNECTION_FIELDS = (
     "verified_on",
     "estimator",
     "estimator_source",
+    "num_ctx",
 )
 # The values a window source vouches for; sending any of them without a source makes it manual.
 WINDOW_VALUES = ("context_window", "max_output_tokens", "max_output_cap")
@@ -117,6 +119,12 @@ def clean_base_url(provider: str, value: Any) -> str:
     if not value:
         if provider in DEFAULT_BASE_URLS:
             return DEFAULT_BASE_URLS[provider]
+        if provider in ("ollama", "lmstudio"):
+            raise InvalidInput(
+                "A local server connection needs the server's base URL, such as "
+                "http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:1234 (LM Studio).",
+                field="base_url",
+            )
         raise InvalidInput(
             "An OpenAI-compatible connection needs the server's base URL.", field="base_url"
         )
@@ -305,8 +313,9 @@ def _resolve(
         model_id = _clean_model_id(None, provider)
 
     api_key = _resolve_key(current, fields, provider=provider, base_url=base_url)
+    num_ctx = _resolve_num_ctx(current, fields, provider=provider)
     window = _resolve_window(
-        current, fields, provider=provider, base_url=base_url, model_id=model_id
+        current, fields, provider=provider, base_url=base_url, model_id=model_id, num_ctx=num_ctx
     )
     estimator = _resolve_estimator(
         current, fields, provider=provider, base_url=base_url, model_id=model_id
@@ -317,9 +326,26 @@ def _resolve(
         "base_url": base_url,
         "api_key": api_key,
         "model_id": model_id,
+        "num_ctx": num_ctx,
         **window,
         **estimator,
     }
+
+
+def _resolve_num_ctx(
+    current: ModelConnection | None, fields: dict[str, Any], *, provider: str
+) -> int | None:
+    """Return the num_ctx an Ollama connection sends (None: Ollama's server default).
+
+    Only Ollama takes one; an omitted value is kept on update while the provider stays Ollama.
+    """
+    if "num_ctx" in fields and fields["num_ctx"] is not None:
+        if provider != "ollama":
+            raise InvalidInput("Only an Ollama connection sends num_ctx.", field="num_ctx")
+        return _clean_tokens(fields["num_ctx"], field="num_ctx", minimum=1)
+    if "num_ctx" in fields or provider != "ollama" or current is None:
+        return None
+    return current.num_ctx if current.provider == "ollama" else None
 
 
 def _resolve_estimator(
@@ -393,25 +419,41 @@ def _resolve_window(
     provider: str,
     base_url: str,
     model_id: str,
+    num_ctx: int | None = None,
 ) -> dict[str, Any]:
     """Return the window values, their source, source link and verification date.
+
+    An Ollama connection that sends num_ctx runs every request with that window, so it is the
+    default window (source `num_ctx`).
 
     A value sent is used as sent; null means "the default" (what the manifest or the fallback
     gives, never asking the provider); an omitted value is kept on update while the model stays
     the same, else it is the default too.
     """
     defaults = model_defaults(provider, base_url, model_id)
+    if num_ctx is not None:
+        defaults = dataclasses.replace(
+            defaults,
+            context_window=num_ctx,
+            max_output_tokens=_default_output(num_ctx, None),
+            window_source="num_ctx",
+            source_url=None,
+            verified_on=None,
+            warning=None,
+        )
     sent: dict[str, int] = {}
     for name in (*WINDOW_VALUES, "safety_margin_tokens"):
         if fields.get(name) is not None:
             minimum = 0 if name == "safety_margin_tokens" else 1
             sent[name] = _clean_tokens(fields[name], field=name, minimum=minimum)
 
+    # A changed num_ctx changes the window the server runs with, as another model would.
     same_model = current is not None and (
         current.provider,
         _normalised(current.base_url),
         current.model_id,
-    ) == (provider, base_url, model_id)
+        current.num_ctx,
+    ) == (provider, base_url, model_id, num_ctx)
     kept = {
         name: getattr(current, name) for name in WINDOW_VALUES if same_model and name not in fields
     }

@@ -33,12 +33,14 @@ from models_app.models import ModelConnection
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_MAX,
+    cost_summary,
     journal_page,
     model_calls_of,
     run_context,
     run_counters,
     run_get,
     runs_of,
+    session_cost,
     session_for_revocation,
     session_get,
     sessions_for_user,
@@ -184,6 +186,25 @@ def _cached_text(call) -> str | None:
     return (
         f"{call.cached_tokens} ({round(100 * call.cached_tokens / call.reported_prompt_tokens)}%)"
     )
+
+
+def _cost_text(amount, currency: str) -> str | None:
+    """Return `amount currency` written out in full, or None when the cost is unknown."""
+    if amount is None:
+        return None
+    return f"{format(amount.normalize(), 'f')} {currency}"
+
+
+def _summary_text(summary: dict | None) -> dict | None:
+    """Return a cost summary as the Context page shows it (None: no cost is known)."""
+    if summary is None:
+        return None
+    return {
+        "text": _cost_text(summary["amount"], summary["currency"]),
+        "dates": ", ".join(day.isoformat() for day in summary["price_date"]),
+        "complete": summary["complete"],
+        "unpriced": summary["unpriced_calls"],
+    }
 
 
 def _cached_share(calls) -> int | None:
@@ -502,10 +523,13 @@ def run_context_page(request, run_id: int):
                     "usage": _usage_text(call.usage),
                     "error": _signed_percent(call.estimate_error),
                     "cached": _cached_text(call),
+                    "cost": _cost_text(call.cost, call.price_currency),
                 }
                 for call in calls
             ],
             "cached_share": _cached_share(calls),
+            "run_cost": _summary_text(cost_summary(calls)),
+            "session_cost": _summary_text(session_cost(session)),
             "config": config,
         },
     )

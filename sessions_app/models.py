@@ -1,10 +1,14 @@
 """Sessions, runs and the encrypted, append-only session journal."""
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import models
 from django_cryptography.fields import encrypt
 
 from agentloom.fields import CompressedEncryptedJSONField
+from agentloom.providers.manifest import Prices
+from agentloom.providers.pricing import call_cost
 from agentloom.spaces.models import Space
 from context_app.models import Agent, AgentVersion
 
@@ -219,6 +223,16 @@ class ModelCall(models.Model):
     estimator = models.CharField(max_length=16, blank=True, default="")
     reported_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    reported_completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The prices in force when the call was made, per million tokens, copied so that a later
+    # manifest never changes what a past call cost. Empty currency: prices unknown.
+    price_currency = models.CharField(max_length=3, blank=True, default="")
+    price_input = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
+    price_cached_input = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
+    price_output = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
+    price_max_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    price_source_url = models.URLField(max_length=500, blank=True, default="")
+    price_verified_on = models.DateField(null=True, blank=True)
     # (estimate - reported) / reported; positive when the estimate was too high.
     estimate_error = models.FloatField(null=True, blank=True)
     # For a calibrated estimator: {ratio, base_tokens, raw} the estimate was made with.
@@ -234,6 +248,29 @@ class ModelCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} call of run {self.run_id}"
+
+    @property
+    def prices(self) -> Prices | None:
+        """Return the prices copied at call time, or None when they were unknown."""
+        if not self.price_currency or self.price_input is None or self.price_output is None:
+            return None
+        return Prices(
+            currency=self.price_currency,
+            input=self.price_input,
+            cached_input=self.price_cached_input,
+            output=self.price_output,
+            max_prompt_tokens=self.price_max_prompt_tokens,
+        )
+
+    @property
+    def cost(self) -> Decimal | None:
+        """Return what the call cost in `price_currency` (None when it cannot be known)."""
+        return call_cost(
+            self.prices,
+            prompt_tokens=self.reported_prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            completion_tokens=self.reported_completion_tokens,
+        )
 
 
 class JournalReference(models.Model):

@@ -3,17 +3,64 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentloom.api import MAX_ID, StrictSerializer, TextField, id_field
 from sessions_app.models import ModelCall, Run, SessionMessage
-from sessions_app.selectors import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_MAX, run_counters
+from sessions_app.selectors import (
+    JOURNAL_LIMIT_DEFAULT,
+    JOURNAL_LIMIT_MAX,
+    call_cost_of,
+    run_cost,
+    run_counters,
+    session_cost,
+)
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
 
 # `main`, or a child instance id such as `1.1` (ASCII digits only).
 INSTANCE_PATTERN = r"^(main|[0-9]+\.[0-9]+)$"
+
+
+class AmountField(serializers.Field):
+    """A decimal amount written out in full as a string (never a float, never an exponent)."""
+
+    def to_representation(self, value: Decimal) -> str:
+        return format(value.normalize(), "f")
+
+
+extend_schema_field({"type": "string", "format": "decimal", "example": "0.00123"})(AmountField)
+
+
+class CallCostSerializer(serializers.Serializer):
+    amount = AmountField(help_text="What the call cost, from its reported usage.")
+    currency = serializers.CharField(help_text="ISO 4217 code, such as `USD`.")
+    price_date = serializers.DateField(
+        help_text="When the prices the call was billed at were read from their source."
+    )
+    price_source = serializers.CharField(
+        allow_null=True, help_text="Where the prices were read (the official price page)."
+    )
+
+
+class CostSummarySerializer(serializers.Serializer):
+    amount = AmountField(help_text="The sum of the known call costs.")
+    currency = serializers.CharField(help_text="ISO 4217 code, such as `USD`.")
+    price_date = serializers.ListField(
+        child=serializers.DateField(), help_text="The source dates of the prices used."
+    )
+    calls = serializers.IntegerField(help_text="Model calls counted, discarded ones included.")
+    unpriced_calls = serializers.IntegerField(
+        help_text="Calls without a known cost (no price or no usage); not in `amount`."
+    )
+    complete = serializers.BooleanField(
+        help_text="False when some calls have no known cost: `amount` is then a lower bound."
+    )
+
+
+_COST_HELP = "Null when no call has a known cost (prices unknown): never an estimate."
 
 
 class SessionSerializer(serializers.Serializer):
@@ -23,6 +70,12 @@ class SessionSerializer(serializers.Serializer):
     agent_version = serializers.IntegerField(source="agent_version_id")
     title = serializers.CharField()
     created_at = serializers.DateTimeField()
+    cost = serializers.SerializerMethodField(help_text=_COST_HELP)
+
+    @extend_schema_field(CostSummarySerializer(allow_null=True))
+    def get_cost(self, session) -> dict | None:
+        cost = session_cost(session)
+        return CostSummarySerializer(cost).data if cost is not None else None
 
 
 class SessionCreateSerializer(StrictSerializer):
@@ -58,10 +111,16 @@ class RunSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    cost = serializers.SerializerMethodField(help_text=_COST_HELP)
 
     @extend_schema_field(CountersSerializer)
     def get_counters(self, run: Run) -> dict[str, int]:
         return run_counters(run)
+
+    @extend_schema_field(CostSummarySerializer(allow_null=True))
+    def get_cost(self, run: Run) -> dict | None:
+        cost = run_cost(run)
+        return CostSummarySerializer(cost).data if cost is not None else None
 
 
 class QuestionSerializer(StrictSerializer):
@@ -209,6 +268,7 @@ class RunContextSerializer(serializers.Serializer):
     last_reported = LastReportedSerializer(
         allow_null=True, help_text="The input size the provider last reported for this run."
     )
+    cost = CostSummarySerializer(allow_null=True, help_text="The run's cost. " + _COST_HELP)
 
 
 class ModelCallSerializer(serializers.Serializer):
@@ -228,6 +288,13 @@ class ModelCallSerializer(serializers.Serializer):
     cached_tokens = serializers.IntegerField(
         allow_null=True, help_text="Input tokens the provider served from its prompt cache."
     )
+    reported_completion_tokens = serializers.IntegerField(
+        allow_null=True, help_text="Output tokens (reasoning included) the provider reported."
+    )
+    cost = serializers.SerializerMethodField(
+        help_text="The call's cost at the prices in force when it was made (cached input "
+        "priced apart). " + _COST_HELP
+    )
     calibration = serializers.DictField(
         allow_null=True,
         help_text="For a calibrated byte estimator: the ratio, the reported base and the raw "
@@ -237,3 +304,8 @@ class ModelCallSerializer(serializers.Serializer):
     latency_ms = serializers.FloatField(help_text="Wall time of the call, in milliseconds.")
     error = serializers.CharField(allow_blank=True)
     created_at = serializers.DateTimeField()
+
+    @extend_schema_field(CallCostSerializer(allow_null=True))
+    def get_cost(self, call: ModelCall) -> dict | None:
+        cost = call_cost_of(call)
+        return CallCostSerializer(cost).data if cost is not None else None

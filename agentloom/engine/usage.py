@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["cached_prompt_tokens", "estimate_error", "reported_prompt_tokens"]
+__all__ = [
+    "cached_prompt_tokens",
+    "estimate_error",
+    "reported_completion_tokens",
+    "reported_prompt_tokens",
+]
 
 
 def _count(value: Any) -> int | None:
@@ -29,6 +34,13 @@ def reported_prompt_tokens(usage: dict[str, Any] | None) -> int | None:
         if hit is not None and miss is not None:
             reported = hit + miss
     return reported
+
+
+def reported_completion_tokens(usage: dict[str, Any] | None) -> int | None:
+    """Return the output tokens (reasoning included) the provider billed for the call, or None."""
+    if not isinstance(usage, dict):
+        return None
+    return _count(usage.get("completion_tokens"))
 
 
 def cached_prompt_tokens(usage: dict[str, Any] | None) -> int | None:

@@ -28,6 +28,8 @@ from agentloom.providers._urls import (
 )
 from agentloom.providers.chat import (
     DeepSeekChatGateway,
+    LMStudioChatGateway,
+    OllamaChatGateway,
     OpenAIChatGateway,
     OpenAICompatibleChatGateway,
     gateway_for_provider,
@@ -63,8 +65,10 @@ __all__ = [
     "DeepSeekChatGateway",
     "DiscoveredModel",
     "GuardedTransport",
+    "LMStudioChatGateway",
     "Manifest",
     "ManifestEntry",
+    "OllamaChatGateway",
     "OpenAIChatGateway",
     "OpenAICompatibleChatGateway",
     "ProviderClient",

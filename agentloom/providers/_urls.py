@@ -15,7 +15,7 @@ __all__ = [
     "normalise_base_url",
 ]
 
-PROVIDERS = ("openai", "deepseek", "openai_compatible", "local")
+PROVIDERS = ("openai", "deepseek", "openai_compatible", "ollama", "lmstudio", "local")
 
 # The only base URLs whose models may take windows from the official manifest. A proxy or a
 # self-hosted server may serve a model under the same ID with another window, so it never does.

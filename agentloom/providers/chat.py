@@ -15,9 +15,12 @@ from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
 from agentloom.providers._urls import PROVIDERS, endpoint_url
 from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFactory
+from agentloom.providers.local_servers import chat_url, ollama_chat_payload, parse_ollama_chat
 
 __all__ = [
     "DeepSeekChatGateway",
+    "LMStudioChatGateway",
+    "OllamaChatGateway",
     "OpenAIChatGateway",
     "OpenAICompatibleChatGateway",
     "gateway_for_provider",
@@ -117,10 +120,12 @@ class OpenAICompatibleChatGateway(ModelGateway):
                     )
                     self._sleep(delay)
                 else:
-                    return parse_chat_completion(
-                        document, keep_reasoning_content=self.keeps_reasoning_content
-                    )
+                    return self.parse(document)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def parse(self, document: Any) -> ModelResponse:
+        """Return the reply in the provider's answer `document`."""
+        return parse_chat_completion(document, keep_reasoning_content=self.keeps_reasoning_content)
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """Return the JSON body this gateway sends for `request`."""
@@ -166,10 +171,64 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
     keeps_reasoning_content = True
 
 
+class LMStudioChatGateway(OpenAICompatibleChatGateway):
+    """LM Studio's OpenAI-compatible chat at `{server}/v1/chat/completions`."""
+
+    provider = "lmstudio"
+
+    def __init__(self, base_url: str, api_key: str | None, model_id: str, **options: Any):
+        super().__init__(base_url, api_key, model_id, **options)
+        self.url = chat_url(self.provider, base_url)
+
+
+class OllamaChatGateway(OpenAICompatibleChatGateway):
+    """Ollama: its native `/api/chat` with `options.num_ctx` when the connection sets num_ctx.
+
+    Without num_ctx the OpenAI-compatible `/v1/chat/completions` is used and Ollama runs the
+    model with its own server default window.
+    """
+
+    provider = "ollama"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model_id: str,
+        *,
+        num_ctx: int | None = None,
+        **options: Any,
+    ):
+        super().__init__(base_url, api_key, model_id, **options)
+        if num_ctx is not None and (
+            isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx < 1
+        ):
+            raise ValueError("num_ctx must be a positive integer or None")
+        self.num_ctx = num_ctx
+        self.url = chat_url(self.provider, base_url, num_ctx=num_ctx)
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        if self.num_ctx is None:
+            return super().payload(request)
+        return ollama_chat_payload(
+            self.model_id,
+            request,
+            num_ctx=self.num_ctx,
+            output_limit=self.output_limit(request.max_output_tokens),
+        )
+
+    def parse(self, document: Any) -> ModelResponse:
+        if self.num_ctx is None:
+            return super().parse(document)
+        return parse_ollama_chat(document)
+
+
 _GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {
     "openai": OpenAIChatGateway,
     "deepseek": DeepSeekChatGateway,
     "openai_compatible": OpenAICompatibleChatGateway,
+    "ollama": OllamaChatGateway,
+    "lmstudio": LMStudioChatGateway,
 }
 
 

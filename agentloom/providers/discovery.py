@@ -22,6 +22,12 @@ from typing import Any
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import ProviderClient, secure_client
 from agentloom.providers._urls import PROVIDERS, endpoint_url, is_official_endpoint
+from agentloom.providers.local_servers import (
+    LOCAL_SERVER_PROVIDERS,
+    OLLAMA_DEFAULT_WARNING,
+    lmstudio_windows,
+    ollama_windows,
+)
 from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
 
 __all__ = [
@@ -40,7 +46,15 @@ __all__ = [
 PLATFORM_DEFAULT_WINDOW = 32_768
 DEFAULT_MAX_OUTPUT_TOKENS = 4_096
 LOCAL_DEMO_MODEL_ID = "local-demo"
-WINDOW_SOURCES = ("provider", "official_manifest", "platform_default", "manual")
+WINDOW_SOURCES = (
+    "provider",
+    "provider_loaded",
+    "provider_maximum",
+    "num_ctx",
+    "official_manifest",
+    "platform_default",
+    "manual",
+)
 # The estimators a connection may measure with; `bytes` is the conservative default.
 ESTIMATOR_NAMES = ("bytes", "o200k", "deepseek")
 # The manifest's tokenizer families that an estimator counts exactly.
@@ -107,6 +121,8 @@ class DiscoveredModel:
     # The manifest's tokenizer family (exact ID, official endpoint), and the estimator it gives.
     tokenizer: str | None = None
     estimator: str = "bytes"
+    # Said beside the window when it may not be the one the server runs the model with.
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +146,10 @@ def discover_models(
     _check_provider(provider)
     if provider == "local":
         return [_local_demo()]
+    if provider in LOCAL_SERVER_PROVIDERS:
+        return _discover_local_server(
+            provider, base_url, allow_private_hosts=allow_private_hosts, factory=client_factory
+        )
     manifest = manifest or load_manifest()
     official = is_official_endpoint(provider, base_url)
     url = endpoint_url(base_url, "/models")
@@ -169,6 +189,13 @@ def model_defaults(
     _check_provider(provider)
     if provider == "local":
         return _local_demo()
+    if provider in LOCAL_SERVER_PROVIDERS:
+        return _local_server_model(
+            model_id,
+            (None, "platform_default", OLLAMA_DEFAULT_WARNING if provider == "ollama" else None),
+            chat=True,
+            list_url=None,
+        )
     return _describe(
         provider,
         model_id,
@@ -188,6 +215,54 @@ def is_chat_model_id(provider: str, model_id: str, *, manifest: Manifest | None 
 def _check_provider(provider: str) -> None:
     if provider not in PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; expected one of {PROVIDERS}")
+
+
+def _discover_local_server(
+    provider: str,
+    base_url: str,
+    *,
+    allow_private_hosts: bool,
+    factory: ClientFactory | None,
+) -> list[DiscoveredModel]:
+    """List an Ollama or LM Studio server's models with the windows they really run with."""
+    factory = factory or functools.partial(
+        secure_client,
+        allow_private_hosts=allow_private_hosts,
+        read_timeout=30.0,
+        total_timeout=60.0,
+    )
+    read = ollama_windows if provider == "ollama" else lmstudio_windows
+    with factory() as client:
+        listed = read(client, base_url)
+    list_url = endpoint_url(base_url, "/api/ps" if provider == "ollama" else "/api/v0/models")
+    models = [
+        _local_server_model(model_id, window, chat=chat, list_url=list_url)
+        for model_id, (window, chat) in listed.items()
+    ]
+    return sorted(models, key=lambda model: (not model.chat, model.id))
+
+
+def _local_server_model(
+    model_id: str,
+    window: tuple[int | None, str, str | None],
+    *,
+    chat: bool,
+    list_url: str | None,
+) -> DiscoveredModel:
+    size, source, warning = window
+    reported = size is not None
+    size = size if reported else PLATFORM_DEFAULT_WINDOW
+    return DiscoveredModel(
+        id=model_id,
+        chat=chat,
+        context_window=size,
+        max_output_tokens=_configured_output(size, None),
+        max_output_cap=None,
+        window_source=source,
+        source_url=list_url if reported else None,
+        verified_on=None,
+        warning=warning,
+    )
 
 
 def _local_demo() -> DiscoveredModel:

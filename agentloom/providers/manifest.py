@@ -1,25 +1,66 @@
 """Load the versioned manifest of exact model IDs whose windows were checked by hand.
 
 `manifest.json` lists, per provider, models by their exact ID with `context_window`,
-`max_output_cap`, `chat`, `source_url`, `verified_on` and, for chat models, the `tokenizer`
-family (`o200k`, `cl100k`, `deepseek`). Lookups are by exact ID only: a dated snapshot or a
-fine-tune is another model and is listed separately or not at all.
+`max_output_cap`, `chat`, `source_url`, `verified_on`, for chat models the `tokenizer` family
+(`o200k`, `cl100k`, `deepseek`), and `prices`: per million tokens, as decimal strings, `input`,
+`cached_input` (null when the page lists none) and `output` in `currency`, with an optional
+`max_prompt_tokens` above which the listed prices do not apply. Prices share the entry's source
+and date; `prices: null` means they are unknown. Lookups are by exact ID only: a dated snapshot or
+a fine-tune is another model and is listed separately or not at all.
 """
 
 from __future__ import annotations
 
 import datetime
+import decimal
 import functools
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST_PATH", "TOKENIZERS", "Manifest", "ManifestEntry", "load_manifest"]
+__all__ = [
+    "MANIFEST_MAX_AGE_DAYS",
+    "MANIFEST_PATH",
+    "TOKENIZERS",
+    "Manifest",
+    "ManifestEntry",
+    "Prices",
+    "load_manifest",
+]
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
 TOKENIZERS = ("o200k", "cl100k", "deepseek")
+# Entries verified longer ago than this are reported as stale.
+MANIFEST_MAX_AGE_DAYS = 180
+_CURRENCY_LENGTH = 3
+# Far above any real per-million price; anything above is a typo.
+_MAX_PRICE = Decimal("100000")
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Prices per million tokens in `currency`; None where the source lists no price.
+
+    `max_prompt_tokens`, when set, is the largest prompt the prices apply to.
+    """
+
+    currency: str
+    input: Decimal
+    cached_input: Decimal | None
+    output: Decimal
+    max_prompt_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "currency": self.currency,
+            "input": str(self.input),
+            "cached_input": None if self.cached_input is None else str(self.cached_input),
+            "output": str(self.output),
+            "max_prompt_tokens": self.max_prompt_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -35,9 +76,16 @@ class ManifestEntry:
     verified_on: str
     note: str | None = None
     tokenizer: str | None = None
+    prices: Prices | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["prices"] = self.prices.to_dict() if self.prices is not None else None
+        return data
+
+    def age_days(self, today: datetime.date) -> int:
+        """Return how many days before `today` the entry was verified."""
+        return (today - datetime.date.fromisoformat(self.verified_on)).days
 
 
 @dataclass(frozen=True)
@@ -54,6 +102,13 @@ class Manifest:
     def lookup_any(self, model_id: str) -> list[ManifestEntry]:
         """Return the entries of every provider that lists exactly this model ID."""
         return [entry for (_, listed), entry in self.entries.items() if listed == model_id]
+
+    def stale(
+        self, today: datetime.date, *, max_age_days: int = MANIFEST_MAX_AGE_DAYS
+    ) -> list[ManifestEntry]:
+        """Return the entries verified more than `max_age_days` before `today`, oldest first."""
+        old = [entry for entry in self.entries.values() if entry.age_days(today) > max_age_days]
+        return sorted(old, key=lambda entry: (entry.verified_on, entry.provider, entry.model_id))
 
 
 def load_manifest(path: Path | str | None = None) -> Manifest:
@@ -123,7 +178,46 @@ def _entry(provider: str, model_id: str, fields: Any) -> ManifestEntry:
         verified_on=verified_on,
         note=note,
         tokenizer=tokenizer,
+        prices=_prices(fields.get("prices"), f"{where}: prices"),
     )
+
+
+def _prices(value: Any, where: str) -> Prices | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object or null")
+    unknown = sorted(
+        set(value) - {"currency", "input", "cached_input", "output", "max_prompt_tokens"}
+    )
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]}")
+    currency = value.get("currency")
+    if not isinstance(currency, str) or len(currency) != _CURRENCY_LENGTH or not currency.isupper():
+        raise ValueError(f"{where}.currency must be a three-letter currency code")
+    cached = value.get("cached_input")
+    return Prices(
+        currency=currency,
+        input=_price(value.get("input"), f"{where}.input"),
+        cached_input=None if cached is None else _price(cached, f"{where}.cached_input"),
+        output=_price(value.get("output"), f"{where}.output"),
+        max_prompt_tokens=_optional_positive(
+            value.get("max_prompt_tokens"), f"{where}.max_prompt_tokens"
+        ),
+    )
+
+
+def _price(value: Any, where: str) -> Decimal:
+    # Decimal strings only: a JSON number would pass through a float first.
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a decimal string")
+    try:
+        price = Decimal(value)
+    except decimal.InvalidOperation:
+        raise ValueError(f"{where} must be a decimal string") from None
+    if not price.is_finite() or price < 0 or price > _MAX_PRICE:
+        raise ValueError(f"{where} must be a price between 0 and {_MAX_PRICE}")
+    return price
 
 
 def _optional_positive(value: Any, where: str) -> int | None:

@@ -15,9 +15,21 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentloom.engine.calibration import DEFAULT_SAMPLES
-from agentloom.engine.usage import cached_prompt_tokens, estimate_error, reported_prompt_tokens
+from agentloom.engine.usage import (
+    cached_prompt_tokens,
+    estimate_error,
+    reported_completion_tokens,
+    reported_prompt_tokens,
+)
 from agentloom.errors import ApplicationError
-from context_app.engine_adapter import RunHooks, build_engine, estimator_name, version_binding
+from agentloom.providers.pricing import PriceInForce
+from context_app.engine_adapter import (
+    RunHooks,
+    build_engine,
+    estimator_name,
+    price_for,
+    version_binding,
+)
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
@@ -28,7 +40,27 @@ from sessions_app.services.runs import _status_record, claim_run, take_supplemen
 log = logging.getLogger(__name__)
 
 
-def _record_model_call(run_id: int, call: Any) -> None:
+def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
+    """Return the ModelCall columns that copy `price` (all empty when it is unknown)."""
+    if price is None:
+        return {}
+    prices = price.prices
+    return {
+        "price_currency": prices.currency,
+        "price_input": prices.input,
+        "price_cached_input": prices.cached_input,
+        "price_output": prices.output,
+        "price_max_prompt_tokens": prices.max_prompt_tokens,
+        "price_source_url": price.source_url,
+        "price_verified_on": price.verified_on,
+    }
+
+
+def _record_model_call(run_id: int, call: Any, price: PriceInForce | None = None) -> None:
+    """Record one gateway call with its usage and the price in force when it was made.
+
+    Every call is recorded, whatever became of its answer: the provider billed it.
+    """
     estimate = max(0, int(call.request_estimate or 0))
     reported = reported_prompt_tokens(call.usage)
     ModelCall.objects.create(
@@ -39,12 +71,14 @@ def _record_model_call(run_id: int, call: Any) -> None:
         estimator=estimator_name(call.estimator),
         reported_prompt_tokens=reported,
         cached_tokens=cached_prompt_tokens(call.usage),
+        reported_completion_tokens=reported_completion_tokens(call.usage),
         estimate_error=estimate_error(estimate, reported),
         calibration=call.calibration,
         response=call.response,
         usage=call.usage,
         latency_ms=max(0.0, float(call.latency_ms or 0)),
         error=call.error or "",
+        **_price_fields(price),
     )
 
 
@@ -98,6 +132,8 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     version = run.session.agent_version
     writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
+    # The price in force for this execution's calls, copied into each one as it is recorded.
+    price = price_for(version)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
         items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
@@ -106,7 +142,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
     hooks = RunHooks(
         save=writer.sync,
-        on_model_call=lambda call: _record_model_call(run_id, call),
+        on_model_call=lambda call: _record_model_call(run_id, call, price),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
         record_store=JournalStore(run),

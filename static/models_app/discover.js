@@ -11,6 +11,9 @@
   const WINDOW_VALUES = ["context_window", "max_output_tokens", "max_output_cap"];
   const NOTES = {
     provider: "from the provider's model list",
+    provider_loaded: "the context length the local server reports the model loaded with",
+    provider_maximum: "the model's MAXIMUM: not loaded now, the server may load it smaller",
+    num_ctx: "sent as num_ctx with every request, so the server runs with it",
     official_manifest: "from the official model manifest",
     platform_default: "32K platform fallback: check it against the provider's documentation",
     manual: "entered by an administrator",
@@ -20,6 +23,8 @@
     openai: "blank: https://api.openai.com/v1",
     deepseek: "blank: https://api.deepseek.com",
     openai_compatible: "required, e.g. https://llm.example.com/v1",
+    ollama: "required, the server root, e.g. http://127.0.0.1:11434",
+    lmstudio: "required, the server root, e.g. http://127.0.0.1:1234",
     local: "not used by the local demo model",
   };
   const FIELD_LABELS = {
@@ -213,7 +218,11 @@
       field("verified_on").value = model.verified_on || "";
       showBadge();
       showBudget();
-      setStatus(`Picked ${model.id}.`, "ok");
+      if (model.warning) {
+        setStatus(`Picked ${model.id}. ${model.warning}`, "warning");
+      } else {
+        setStatus(`Picked ${model.id}.`, "ok");
+      }
     }
 
     function markManual() {

@@ -39,6 +39,7 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
         "compactions": [],
         "estimator": "bytes",
         "last_reported": None,
+        "cost": None,
     }
 
 
@@ -226,6 +227,8 @@ def test_model_calls_are_listed_without_their_responses(api, run):
         "reported_prompt_tokens": 900,
         "estimate_error": (1_234 - 900) / 900,
         "cached_tokens": None,
+        "reported_completion_tokens": None,
+        "cost": None,
         "calibration": None,
         "usage": {"prompt_tokens": 900, "completion_tokens": 12},
         "latency_ms": 321.0,

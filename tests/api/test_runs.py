@@ -22,6 +22,7 @@ RUN_FIELDS = {
     "created_at",
     "started_at",
     "finished_at",
+    "cost",
 }
 ZEROS = {"user_turns": 0, "model_steps": 0, "baseline_user_turns": 0, "baseline_model_steps": 0}
 

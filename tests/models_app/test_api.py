@@ -28,6 +28,7 @@ FIELDS = {
     "max_output_tokens",
     "max_output_cap",
     "safety_margin_tokens",
+    "num_ctx",
     "window_source",
     "source_url",
     "verified_on",

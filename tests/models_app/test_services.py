@@ -64,7 +64,7 @@ def test_deepseek_defaults_to_its_official_url(alice, space):
         alice, space, provider="deepseek", api_key=SECRET_KEY, model_id="deepseek-chat"
     )
     assert connection.base_url == "https://api.deepseek.com"
-    assert (connection.window_source, connection.context_window) == ("official_manifest", 128_000)
+    assert (connection.window_source, connection.context_window) == ("official_manifest", 1_000_000)
 
 
 def test_a_custom_endpoint_never_takes_the_manifest(alice, space):
@@ -493,3 +493,49 @@ def test_a_connection_used_by_a_draft_is_kept(alice, space):
     with pytest.raises(Conflict) as caught:
         connection_delete(user=alice, connection=connection)
     assert "Draft" in caught.value.detail and "Drafty" in caught.value.detail
+
+
+# --- local servers -----------------------------------------------------------------------------
+
+
+def test_an_ollama_connection_without_num_ctx_gets_the_platform_default(alice, space):
+    connection = create(
+        alice, space, provider="ollama", base_url="http://127.0.0.1:11434", model_id="qwen3:8b"
+    )
+    assert (connection.window_source, connection.context_window) == ("platform_default", 32_768)
+    assert (connection.api_key, connection.num_ctx) == ("", None)
+
+
+def test_num_ctx_is_the_window_of_an_ollama_connection(alice, space):
+    connection = create(
+        alice,
+        space,
+        provider="ollama",
+        base_url="http://127.0.0.1:11434",
+        model_id="qwen3:8b",
+        num_ctx=16_384,
+    )
+    assert (connection.window_source, connection.context_window) == ("num_ctx", 16_384)
+    updated = connection_update(user=alice, connection=connection, num_ctx=8_192)
+    assert (updated.window_source, updated.context_window) == ("num_ctx", 8_192)
+    cleared = connection_update(user=alice, connection=updated, num_ctx=None)
+    assert (cleared.window_source, cleared.num_ctx) == ("platform_default", None)
+
+
+def test_only_ollama_takes_num_ctx(alice, space):
+    with pytest.raises(InvalidInput) as caught:
+        create(
+            alice,
+            space,
+            provider="lmstudio",
+            base_url="http://127.0.0.1:1234",
+            model_id="qwen2-vl-7b-instruct",
+            num_ctx=4_096,
+        )
+    assert caught.value.field == "num_ctx"
+
+
+def test_a_local_server_needs_its_base_url(alice, space):
+    with pytest.raises(InvalidInput) as caught:
+        create(alice, space, provider="lmstudio", model_id="qwen2-vl-7b-instruct")
+    assert caught.value.field == "base_url"

@@ -234,12 +234,13 @@ def test_deepseek_official_endpoint_uses_the_manifest(provider_double):
             )
         )
         chat = models["deepseek-chat"]
+        # The aliases of deepseek-v4-flash: 1M window, 384K output cap.
         assert (chat.context_window, chat.max_output_cap, chat.window_source) == (
-            128_000,
-            8_192,
+            1_000_000,
+            384_000,
             "official_manifest",
         )
-        assert models["deepseek-reasoner"].max_output_cap == 65_536
+        assert models["deepseek-reasoner"].max_output_cap == 384_000
         assert chat.source_url.startswith("https://api-docs.deepseek.com/")
         assert (chat.tokenizer, chat.estimator) == ("deepseek", "deepseek")
 
