@@ -65,3 +65,23 @@ def read_raw(model, pk: int, column: str) -> bytes:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {name} FROM {table} WHERE id = %s", [pk])  # noqa: S608
         return bytes(cursor.fetchone()[0])
+
+
+def store_everything_as_legacy(*, secret_key: str | None = None) -> int:
+    """Rewrite every encrypted value in the database in django-cryptography's format.
+
+    Returns how many values were rewritten. Values are read through the current fields first,
+    so what is stored afterwards is what the application held before the Fernet format.
+    """
+    from agentloom.fields import encrypted_fields
+
+    count = 0
+    for model, field in encrypted_fields():
+        rows = model.objects.exclude(**{f"{field.name}__isnull": True}).values_list(
+            "pk", field.name
+        )
+        for pk, value in list(rows):
+            raw = legacy_token(value, secret_key=secret_key, compress=field.compress)
+            store_raw(model, pk, field.column, raw)
+            count += 1
+    return count
