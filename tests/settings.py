@@ -10,5 +10,7 @@ os.environ.setdefault("SECRET_KEY", "test-suite-secret-key-not-for-production-01
 os.environ.setdefault(
     "FIELD_ENCRYPTION_KEY", "test-suite-field-encryption-key-not-for-production-01234"
 )
+# Django's test client, schemathesis's WSGI calls and the live server for the browser.
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,[::1]")
 
 from agentloom.settings import *  # noqa: F403

@@ -104,7 +104,8 @@ def test_values_are_fernet_tokens_of_json_under_the_field_key(populated):
     session, runs = populated
     raw = read_raw(Run, runs[0].pk, "question")
     assert raw.startswith(b"gAAAAA") and b"NONCE" not in raw
-    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(raw)) == Run.objects.get(pk=runs[0].pk).question
+    question = Run.objects.get(pk=runs[0].pk).question
+    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(raw)) == question
     key = read_raw(ModelConnection, session.agent.model_connection_id, "api_key")
     assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(key)) == SECRET
     message = SessionMessage.objects.filter(session=session).order_by("seq").first()
@@ -117,7 +118,7 @@ def test_rotating_secret_key_keeps_everything_readable(populated, settings):
     settings.SECRET_KEY = NEW_SECRET_KEY
     settings.SECRET_KEY_FALLBACKS = []
     assert _snapshot() == before
-    session, runs = populated
+    _session, runs = populated
     report = replay_run(Run.objects.get(pk=runs[-1].pk))
     assert report.ok, "\n".join(report.differences)
 
@@ -211,7 +212,7 @@ def test_a_value_saved_meanwhile_is_left_as_the_application_wrote_it(populated, 
 
 
 def test_legacy_values_read_with_secret_key_or_its_fallbacks(populated, settings):
-    session, runs = populated
+    _session, runs = populated
     settings.SECRET_KEY = OLD_SECRET_KEY
     store_raw(Run, runs[0].pk, "question", legacy_token("NONCE-OLD-QUESTION"))
     assert Run.objects.get(pk=runs[0].pk).question == "NONCE-OLD-QUESTION"
@@ -260,9 +261,7 @@ def test_the_legacy_reader_refuses_anything_but_json_like_values(payload, settin
     assert not marker.exists(), "the payload ran"
 
 
-def test_convert_legacy_rewrites_everything_and_frees_the_secret_key(
-    populated, settings, capsys
-):
+def test_convert_legacy_rewrites_everything_and_frees_the_secret_key(populated, settings, capsys):
     settings.SECRET_KEY = OLD_SECRET_KEY
     before = _snapshot()
     count = store_everything_as_legacy()
@@ -301,7 +300,7 @@ def test_no_module_of_django_cryptography_is_loaded():
 
 
 def test_model_call_responses_and_views_survive_conversion(populated, settings):
-    session, runs = populated
+    session, _runs = populated
     calls = {c.pk: c.response for c in ModelCall.objects.filter(run__session=session)}
     views = {v.pk: v.messages for v in SessionView.objects.filter(session=session)}
     store_everything_as_legacy()

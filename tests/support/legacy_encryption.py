@@ -53,7 +53,7 @@ def store_raw(model, pk: int, column: str, raw: bytes) -> None:
     table = connection.ops.quote_name(model._meta.db_table)
     name = connection.ops.quote_name(column)
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET {name} = %s WHERE id = %s", [raw, pk])  # noqa: S608
+        cursor.execute(f"UPDATE {table} SET {name} = %s WHERE id = %s", [raw, pk])
 
 
 def read_raw(model, pk: int, column: str) -> bytes:
@@ -63,7 +63,7 @@ def read_raw(model, pk: int, column: str) -> bytes:
     table = connection.ops.quote_name(model._meta.db_table)
     name = connection.ops.quote_name(column)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {name} FROM {table} WHERE id = %s", [pk])  # noqa: S608
+        cursor.execute(f"SELECT {name} FROM {table} WHERE id = %s", [pk])
         return bytes(cursor.fetchone()[0])
 
 
