@@ -107,7 +107,9 @@ class QueryIntegerField(serializers.IntegerField):
     """An integer query parameter written in digits only: DRF alone would take `0.0` or ` 7`."""
 
     def to_internal_value(self, data):
-        if not isinstance(data, str) or not _DIGITS.fullmatch(data):
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            self.fail("invalid")
+        if isinstance(data, str) and not _DIGITS.fullmatch(data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
