@@ -14,6 +14,7 @@ import pickle
 import struct
 import time
 import zlib
+from functools import lru_cache
 
 from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -33,9 +34,7 @@ def legacy_token(
     data = payload if payload is not None else pickle.dumps(value)
     if compress:
         data = b"z1:" + zlib.compress(data)
-    key = PBKDF2HMAC(
-        algorithm=hashes.SHA256(), length=32, salt=b"django-cryptography", iterations=30_000
-    ).derive((field_key or settings.FIELD_ENCRYPTION_KEY).encode())
+    key = _aes_key(field_key or settings.FIELD_ENCRYPTION_KEY)
     padder = padding.PKCS7(128).padder()
     padded = padder.update(data) + padder.finalize()
     iv = os.urandom(16)
@@ -44,6 +43,13 @@ def legacy_token(
     body += encryptor.update(padded) + encryptor.finalize()
     mac = hmac.new((secret_key or settings.SECRET_KEY).encode(), body, "sha256").digest()
     return body + mac
+
+
+@lru_cache(maxsize=8)
+def _aes_key(field_key: str) -> bytes:
+    return PBKDF2HMAC(
+        algorithm=hashes.SHA256(), length=32, salt=b"django-cryptography", iterations=30_000
+    ).derive(field_key.encode())
 
 
 def store_raw(model, pk: int, column: str, raw: bytes) -> None:
