@@ -25,7 +25,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -33,6 +32,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from agentloom.errors import ApplicationError, NotFound
+from agentloom.parsers import ApiJSONParser
 
 # Primary keys are 64-bit; a larger number in a path or body must answer 404/400, not overflow.
 MAX_ID = 2**63 - 1
@@ -96,11 +96,25 @@ class ApiPagination(LimitOffsetPagination):
 def _query_int(request, name: str, default: int, minimum: int, maximum: int) -> int:
     if name not in request.query_params:
         return default
-    field = serializers.IntegerField(min_value=minimum, max_value=maximum)
+    field = QueryIntegerField(min_value=minimum, max_value=maximum)
     try:
         return field.run_validation(request.query_params[name])
     except serializers.ValidationError as error:
         raise serializers.ValidationError({name: error.detail}) from None
+
+
+class QueryIntegerField(serializers.IntegerField):
+    """An integer query parameter written in digits only: DRF alone would take `0.0` or ` 7`."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            self.fail("invalid")
+        if isinstance(data, str) and not _DIGITS.fullmatch(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+_DIGITS = re.compile(r"-?[0-9]{1,20}")
 
 
 class ApiView(APIView):
@@ -108,7 +122,7 @@ class ApiView(APIView):
 
     # DRF reads JSON bodies through `request.body`, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE
     # applies and an oversized body raises RequestDataTooBig (answered 413 above).
-    parser_classes = [JSONParser]
+    parser_classes = [ApiJSONParser]
     renderer_classes = [JSONRenderer]
     permission_classes = [IsAuthenticated]
     # Read by drf-spectacular too: list answers are documented as pages with limit/offset.
@@ -122,9 +136,14 @@ class ApiView(APIView):
 
 
 class StrictSerializer(serializers.Serializer):
-    """An input serializer that refuses fields it does not know, naming the first one."""
+    """An input serializer that refuses fields it does not know, naming the first one.
+
+    `required_any_of` lists groups of fields of which a body must carry at least one group
+    (`validate` enforces it; the schema says it as `anyOf`).
+    """
 
     unknown_field_message = "Unknown field."
+    required_any_of: tuple[tuple[str, ...], ...] = ()
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -144,6 +163,16 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
         schema["additionalProperties"] = False
         target = self.target if isinstance(self.target, type) else type(self.target)
+        fields = self.target.fields if not isinstance(self.target, type) else target().fields
+        for name, field in fields.items():
+            # drf-spectacular leaves a nested list's length limits out of the schema.
+            if isinstance(field, serializers.ListSerializer) and name in schema["properties"]:
+                if field.max_length is not None:
+                    schema["properties"][name]["maxItems"] = field.max_length
+                if field.min_length is not None:
+                    schema["properties"][name]["minItems"] = field.min_length
+        if target.required_any_of:
+            schema["anyOf"] = [{"required": list(group)} for group in target.required_any_of]
         if not target.__dict__.get("__doc__"):
             # Otherwise every input shape would be described by this base class's docstring.
             schema.pop("description", None)

@@ -56,6 +56,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_secret_list(name: str) -> list[str]:
+    """Return the comma-separated older keys in `name`, each at least 32 characters long."""
+    values = env_list(name, [])
+    for position, value in enumerate(values, start=1):
+        if len(value) < 32:
+            raise ImproperlyConfigured(
+                f"{name}: key {position} must be at least 32 characters long"
+            )
+    return values
+
+
 def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
     """Return a DATABASES entry for `url` (sqlite:///path or postgres://…)."""
     import dj_database_url
@@ -96,8 +107,9 @@ def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
 def local_secret(var_dir: Path, name: str, *, debug: bool) -> str:
     """Return the secret `name` from the environment, or a generated one kept under var/.
 
-    Generation happens only in development (DEBUG on); in production a missing secret is an
-    error, because a fresh random key would make every encrypted row unreadable.
+    Generation happens only in development (DEBUG on) and only into an existing folder; with
+    DEBUG off a missing secret is an error, because a fresh random key would make every
+    encrypted row unreadable.
     """
     value = env_str(name)
     if value is not None:
@@ -111,7 +123,12 @@ def local_secret(var_dir: Path, name: str, *, debug: bool) -> str:
     if path.exists():
         stored = json.loads(path.read_text())
     if name not in stored:
-        var_dir.mkdir(parents=True, exist_ok=True)
+        if not var_dir.is_dir():
+            # Reading settings creates no folders; `./dev run` makes this one.
+            raise ImproperlyConfigured(
+                f"{name} is not set and AGENTLOOM_VAR_DIR ({var_dir}) does not exist to keep "
+                "a generated development key: create it or set the key"
+            )
         stored[name] = secrets.token_urlsafe(48)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(stored, indent=2))

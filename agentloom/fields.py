@@ -1,48 +1,89 @@
-"""Encrypted JSON columns that are compressed before they are encrypted.
+"""Encrypted model fields: text and JSON stored as Fernet tokens of their JSON form.
+
+The stored format, the keys and how legacy values are read are in `agentloom.encryption`. A
+column holds bytes (BinaryField storage), can only be tested with `isnull`, and decrypts on
+every read, so selectors defer these columns when listing.
 
 Ciphertext does not compress, so a database cannot shrink an encrypted value the way PostgreSQL
 compresses large plain values on its own. Journal messages, checkpoints and model responses are
-JSON text that compresses two to four times; compressing it first keeps most rows small enough
-to stay in their table page (no out-of-line storage) and halves what the journal costs on disk.
-
-A stored value is the Fernet token of `COMPRESSED_MARK + zlib(pickle(value))`. Values written
-before this field existed (a plain pickle inside the token) are still read: a pickle never starts
-with the mark. Compression adds no key and no new way in: only a holder of the field key can
-read or write a value.
+JSON text that compresses two to four times; `CompressedEncryptedJSONField` compresses it before
+encrypting, which keeps most rows small enough to stay in their table page and halves what the
+journal costs on disk. Compression adds no key and no new way in.
 """
 
 from __future__ import annotations
 
-import pickle
-import zlib
 from typing import Any
 
 from django.db import models
-from django_cryptography.core.signing import SignatureExpired
-from django_cryptography.fields import Expired, encrypt
 
-__all__ = ["COMPRESSED_MARK", "CompressedEncryptedJSONField"]
+from agentloom import encryption
+from agentloom.encryption import COMPRESSED_MARK
 
-# Pickles start with the PROTO opcode (0x80), so this prefix can never begin an old value.
-COMPRESSED_MARK = b"z1:"
-# Values smaller than this are stored without compression: zlib would add more than it saves.
-MIN_COMPRESSED_BYTES = 128
+__all__ = [
+    "COMPRESSED_MARK",
+    "CompressedEncryptedJSONField",
+    "EncryptedField",
+    "EncryptedJSONField",
+    "EncryptedTextField",
+    "encrypted_fields",
+]
 
 
-class CompressedEncryptedJSONField(type(encrypt(models.JSONField()))):
-    """An encrypted JSON field whose plaintext is zlib-compressed first."""
+class EncryptedField(models.Field):
+    """Mixin: the base field's value, encrypted by `agentloom.encryption` into a binary column."""
 
-    def _dump(self, value: Any) -> bytes:
-        data = pickle.dumps(value)
-        if len(data) >= MIN_COMPRESSED_BYTES:
-            data = COMPRESSED_MARK + zlib.compress(data, 6)
-        return self._fernet.encrypt(data)
+    compress = False
+    supported_lookups = ("isnull",)
 
-    def _load(self, value: bytes) -> Any:
-        try:
-            data = self._fernet.decrypt(value, self.ttl)
-        except SignatureExpired:
-            return Expired
-        if data.startswith(COMPRESSED_MARK):
-            data = zlib.decompress(data[len(COMPRESSED_MARK) :])
-        return pickle.loads(data)  # noqa: S301 - written only by this field, under its key
+    def get_internal_type(self) -> str:
+        return "BinaryField"
+
+    def get_db_prep_value(self, value: Any, connection, prepared: bool = False) -> Any:
+        value = models.Field.get_db_prep_value(self, value, connection, prepared)
+        if value is None:
+            return None
+        return connection.Database.Binary(encryption.encrypt(value, compress=self.compress))
+
+    get_db_prep_save = models.Field.get_db_prep_save
+
+    def from_db_value(self, value: Any, expression, connection) -> Any:
+        if value is None:
+            return None
+        return encryption.decrypt(bytes(value))
+
+    def get_lookup(self, lookup_name: str):
+        if lookup_name not in self.supported_lookups:
+            return None
+        return super().get_lookup(lookup_name)
+
+    def get_transform(self, lookup_name: str):
+        if lookup_name not in self.supported_lookups:
+            return None
+        return super().get_transform(lookup_name)
+
+
+class EncryptedTextField(EncryptedField, models.TextField):
+    """Encrypted text (questions, answers, supplements, provider API keys)."""
+
+
+class EncryptedJSONField(EncryptedField, models.JSONField):
+    """Encrypted JSON, not compressed."""
+
+
+class CompressedEncryptedJSONField(EncryptedField, models.JSONField):
+    """Encrypted JSON whose text is zlib-compressed first when that makes it smaller."""
+
+    compress = True
+
+
+def encrypted_fields() -> list[tuple[type[models.Model], EncryptedField]]:
+    """Return every (model, field) whose column is encrypted, in a stable order."""
+    from django.apps import apps
+
+    found = []
+    for model in apps.get_models():
+        for field in model._meta.concrete_fields:
+            if isinstance(field, EncryptedField):
+                found.append((model, field))
+    return sorted(found, key=lambda pair: (pair[0]._meta.label, pair[1].name))

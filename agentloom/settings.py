@@ -9,6 +9,7 @@ from agentloom.config import (
     env_bool,
     env_int,
     env_list,
+    env_secret_list,
     env_str,
     local_secret,
 )
@@ -16,16 +17,23 @@ from agentloom.config import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AGENTLOOM_VAR_DIR", str(BASE_DIR / "var")))
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for: `./dev run` turns it on for local use.
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = local_secret(VAR_DIR, "SECRET_KEY", debug=DEBUG)
-# Key for the encrypted model fields (journal, checkpoints, API keys). Losing it loses the data.
-CRYPTOGRAPHY_KEY = local_secret(VAR_DIR, "FIELD_ENCRYPTION_KEY", debug=DEBUG)
+# Older signing keys, still accepted (sessions, and values encrypted before the field keys alone
+# protected them, until `manage.py convert_legacy_encryption` has rewritten those).
+SECRET_KEY_FALLBACKS = env_secret_list("SECRET_KEY_FALLBACKS")
+# Key of the encrypted columns (journal, checkpoints, views, API keys): encrypts and reads.
+# Losing it loses the data. Older keys in the fallbacks are only read, until
+# `manage.py rotate_encryption_key` has re-encrypted every column under the current key.
+FIELD_ENCRYPTION_KEY = local_secret(VAR_DIR, "FIELD_ENCRYPTION_KEY", debug=DEBUG)
+FIELD_ENCRYPTION_KEY_FALLBACKS = env_secret_list("FIELD_ENCRYPTION_KEY_FALLBACKS")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
-# Model endpoints on loopback or private networks (a local vLLM, an office proxy) are refused in
-# production unless an operator opts in: they are how server-side request forgery starts.
-ALLOW_PRIVATE_MODEL_HOSTS = env_bool("ALLOW_PRIVATE_MODEL_HOSTS", DEBUG)
+# Model endpoints on loopback or private networks (a local vLLM, an office proxy) are refused
+# unless an operator opts in (`./dev run` does): they are how server-side request forgery starts.
+ALLOW_PRIVATE_MODEL_HOSTS = env_bool("ALLOW_PRIVATE_MODEL_HOSTS", False)
 LEGACY_CONTEXT_CHARS = env_int("LEGACY_CONTEXT_CHARS", 48_000, minimum=1_000)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
 # A queued run no worker picks up within this time is marked failed (worker_lost).
@@ -121,6 +129,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON only, and never nested deep enough to exhaust the parser (agentloom/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["agentloom.parsers.ApiJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -142,12 +152,11 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: the filesystem transport needs no server, so one machine runs web + worker on SQLite.
-# Real deployments set CELERY_BROKER_URL=redis://host:6379/0.
+# Real deployments set CELERY_BROKER_URL=redis://host:6379/0. Its folders are made when the
+# Celery app is first configured (agentloom/celery.py), never by importing these settings.
 _BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
-        (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "in"),
         "data_folder_out": str(_BROKER_DIR / "in"),

@@ -6,6 +6,9 @@ from typing import Any
 
 from agentloom.errors import InvalidInput
 
+# Deepest nesting of objects and arrays accepted in a JSON request body or form field.
+MAX_JSON_DEPTH = 64
+
 
 def clean_text(
     value: Any, *, field: str, max_chars: int, required: bool = True, single_line: bool = False
@@ -31,3 +34,18 @@ def clean_text(
     if single_line and not value.isprintable():
         raise InvalidInput("Must not contain control characters.", field=field)
     return value
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """Return whether `value` nests lists and dicts more than `limit` levels deep (no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list | tuple):
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in item)
+    return False

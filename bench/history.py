@@ -58,6 +58,9 @@ def _drop_database(admin_url: str) -> None:
 def _setup_django(url: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentloom.settings")
+    # A scratch database, created and dropped here: any keys do.
+    os.environ.setdefault("SECRET_KEY", "bench-scratch-secret-key-0123456789abcdef")
+    os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
     import django
 
     django.setup()

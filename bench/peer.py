@@ -25,8 +25,8 @@ At every checkpoint turn count it prints, per combination:
 and a summary of the last checkpoint of every combination, with the median turn time of turns
 1-10 and the ratio of the last 10 turns to it.
 
-Query logging is switched off after start-up (as with DEBUG=false in production), so that the
-development default DEBUG=true does not add its own cost to every query.
+Query logging is switched off after start-up (as with DEBUG=false in production), so that a
+DEBUG=true in the environment does not add its own cost to every query.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ def _drop_database(admin_url: str) -> None:
 def _setup_django(url: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentloom.settings")
+    # A scratch database, created and dropped here: any keys do.
+    os.environ.setdefault("SECRET_KEY", "bench-scratch-secret-key-0123456789abcdef")
+    os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
     import django
 
     django.setup()

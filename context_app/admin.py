@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.db import models
 
+from agentloom.forms import JSONFormField
 from context_app.models import Agent, AgentVersion
 
 
@@ -8,6 +10,7 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ["name", "space", "owner", "model_connection", "verify_completion", "updated_at"]
     list_filter = ["space"]
     search_fields = ["name"]
+    formfield_overrides = {models.JSONField: {"form_class": JSONFormField}}
 
 
 @admin.register(AgentVersion)

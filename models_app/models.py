@@ -1,8 +1,8 @@
 """Model connections: a provider endpoint, its encrypted key and the model budget."""
 
 from django.db import models
-from django_cryptography.fields import encrypt
 
+from agentloom.fields import EncryptedTextField
 from agentloom.spaces.models import Space
 
 
@@ -37,7 +37,7 @@ class ModelConnection(models.Model):
     name = models.CharField(max_length=120)
     provider = models.CharField(max_length=32, choices=Provider.choices)
     base_url = models.URLField(max_length=500, blank=True)
-    api_key = encrypt(models.TextField(blank=True, default=""))
+    api_key = EncryptedTextField(blank=True, default="")
     model_id = models.CharField(max_length=200)
     context_window = models.PositiveIntegerField(default=32_768)
     max_output_tokens = models.PositiveIntegerField(default=4_096)

@@ -84,8 +84,8 @@ def _pretty_arguments(raw: Any) -> str:
         return json.dumps(raw, indent=2, ensure_ascii=False)
     try:
         return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
-    except ValueError:
-        return raw  # shown as the model wrote it: malformed arguments are worth seeing
+    except (ValueError, RecursionError):
+        return raw  # shown as the model wrote it: malformed or absurdly deep arguments too
 
 
 def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str, Any]:

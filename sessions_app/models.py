@@ -4,9 +4,8 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
-from django_cryptography.fields import encrypt
 
-from agentloom.fields import CompressedEncryptedJSONField
+from agentloom.fields import CompressedEncryptedJSONField, EncryptedTextField
 from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import call_cost
 from agentloom.spaces.models import Space
@@ -50,8 +49,8 @@ class Run(models.Model):
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    question = encrypt(models.TextField())
-    answer = encrypt(models.TextField(null=True, blank=True))
+    question = EncryptedTextField()
+    answer = EncryptedTextField(null=True, blank=True)
     checkpoint = CompressedEncryptedJSONField(null=True, blank=True)
     # Session seq of the last journal record this run's history was built from.
     inherited_watermark = models.PositiveBigIntegerField(default=0)
@@ -193,7 +192,7 @@ class RunSupplement(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="supplements")
     position = models.PositiveIntegerField()
-    text = encrypt(models.TextField())
+    text = EncryptedTextField()
     consumed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import MAX_ID, StrictSerializer, TextField, id_field
+from agentloom.api import MAX_ID, QueryIntegerField, StrictSerializer, TextField, id_field
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_DEFAULT,
@@ -83,6 +83,8 @@ class SessionCreateSerializer(StrictSerializer):
     agent = id_field(required=False, help_text="An agent: its latest published version is used.")
     title = TextField(max_length=200, required=False, allow_blank=True)
 
+    required_any_of = (("agent_version",), ("agent",))
+
     def validate(self, attrs):
         if "agent_version" not in attrs and "agent" not in attrs:
             raise serializers.ValidationError(
@@ -137,10 +139,10 @@ class SupplementSerializer(serializers.Serializer):
 
 
 class JournalQuerySerializer(serializers.Serializer):
-    after = serializers.IntegerField(
+    after = QueryIntegerField(
         min_value=0, max_value=MAX_ID, default=0, help_text="Return records with seq > after."
     )
-    limit = serializers.IntegerField(
+    limit = QueryIntegerField(
         min_value=1, max_value=JOURNAL_LIMIT_MAX, default=JOURNAL_LIMIT_DEFAULT
     )
     instance = serializers.RegexField(

@@ -34,6 +34,9 @@ def checked_url(url: str | httpx.URL) -> httpx.URL:
     """
     try:
         parsed = url if isinstance(url, httpx.URL) else httpx.URL(str(url).strip())
+        # The host is decoded from IDNA only when read: an invalid A-label such as `xn--a`
+        # fails here (an `idna` error, a ValueError), not later in a caller.
+        parsed.host  # noqa: B018
     except (httpx.InvalidURL, TypeError, ValueError):
         raise ProviderError("address_refused", "The provider URL is not a valid URL.") from None
     if parsed.scheme not in _DEFAULT_PORTS:

@@ -151,3 +151,96 @@ def test_api_keeps_to_its_schema(method, path, target, mode, wsgi_token, space, 
         case.call_and_validate(headers={"Authorization": f"Token {wsgi_token}"})
 
     check()
+
+
+# --- what the probe found the schema did not say ------------------------------------------------
+
+
+def _components(anon) -> dict:
+    return anon.get("/api/schema/?format=json").json()["components"]["schemas"]
+
+
+def test_sub_agents_declare_their_largest_count(anon):
+    from context_app.services import MAX_SUB_AGENTS
+
+    schemas = _components(anon)
+    for name in ("AgentCreateRequest", "PatchedAgentUpdateRequest"):
+        assert schemas[name]["properties"]["sub_agents"]["maxItems"] == MAX_SUB_AGENTS
+
+
+def test_opening_a_session_says_it_needs_an_agent_or_a_version(anon):
+    schema = _components(anon)["SessionCreateRequest"]
+    assert schema["anyOf"] == [{"required": ["agent_version"]}, {"required": ["agent"]}]
+
+
+def _checked(operation, wsgi_token, **parts):
+    """Send one hand-made case; return the response after checking it against the schema."""
+    case = operation.Case(**parts)
+    response = case.call(headers={"Authorization": f"Token {wsgi_token}"})
+    case.validate_response(response)
+    return response
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "value"),
+    [
+        ("/api/v1/spaces/", "limit", "1.0"),
+        ("/api/v1/spaces/", "offset", "0.0"),
+        ("/api/v1/sessions/{id}/messages", "after", "0.0"),
+        ("/api/v1/sessions/{id}/messages", "limit", "5.0"),
+    ],
+)
+def test_an_integer_query_parameter_spelt_as_a_float_is_refused(path, name, value, wsgi_token, run):
+    operation = _schema()[path]["GET"]
+    path_parameters = {"id": run.session_id} if "{id}" in path else None
+    response = _checked(operation, wsgi_token, query={name: value}, path_parameters=path_parameters)
+    assert response.status_code == 400 and list(response.json()) == [name]
+
+
+def test_more_sub_agents_than_declared_are_refused(wsgi_token, space):
+    operation = _schema()["/api/v1/agents/"]["POST"]
+    body = {
+        "space": space.pk,
+        "name": "many",
+        "sub_agents": [{"name": f"helper_{n}"} for n in range(9)],
+    }
+    response = _checked(operation, wsgi_token, body=body, media_type="application/json")
+    assert response.status_code == 400 and list(response.json()) == ["sub_agents"]
+
+
+def test_a_session_without_agent_or_version_is_refused(wsgi_token):
+    operation = _schema()["/api/v1/sessions/"]["POST"]
+    response = _checked(operation, wsgi_token, body={"title": "t"}, media_type="application/json")
+    assert response.status_code == 400 and list(response.json()) == ["agent_version"]
+
+
+# The operations the probe caught, fuzzed harder than the sweep above: both data modes, more
+# examples, still bounded.
+FOCUSED = [
+    ("POST", "/api/v1/agents/"),
+    ("PATCH", "/api/v1/agents/{id}/"),
+    ("POST", "/api/v1/sessions/"),
+    ("GET", "/api/v1/sessions/{id}/messages"),
+    ("GET", "/api/v1/spaces/"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(GenerationMode), ids=str)
+@pytest.mark.parametrize(("method", "path"), FOCUSED)
+def test_the_probed_operations_keep_to_their_schema(method, path, mode, wsgi_token, run):
+    operation = _schema()[path][method]
+    fixed = None
+    if "{id}" in path:
+        owner = run.session.agent if "/agents/" in path else run.session
+        fixed = {"id": owner.pk}
+    strategy = operation.as_strategy(mode, path_parameters=fixed)
+
+    @given(case=strategy)
+    @settings(
+        max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    def check(case):
+        case.call_and_validate(headers={"Authorization": f"Token {wsgi_token}"})
+
+    check()

@@ -4,7 +4,7 @@ published versions."""
 import threading
 
 import pytest
-from django.db import IntegrityError, connection, connections, models, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
@@ -92,17 +92,14 @@ def test_large_payloads_are_compressed_before_they_are_encrypted(session):
 
 
 def test_payloads_written_before_compression_are_still_read(session):
-    from django_cryptography.fields import encrypt
+    from tests.support.legacy_encryption import legacy_token, store_raw
 
     run = make_run(session)
-    plain_field = encrypt(models.JSONField())  # how the journal column was written before
-    old = plain_field.get_db_prep_value({"role": "user", "content": SECRET_TEXT}, connection)
+    # How the journal column was written before compression (and before the Fernet format).
+    old = legacy_token({"role": "user", "content": SECRET_TEXT})
     row = _journal_row(session, run, "user_input", 1)
     row.save()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE sessions_app_sessionmessage SET message = %s WHERE id = %s", [old, row.pk]
-        )
+    store_raw(SessionMessage, row.pk, "message", old)
     assert SessionMessage.objects.get(pk=row.pk).message["content"] == SECRET_TEXT
 
 

@@ -10,13 +10,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_django(tmp_path, **env):
-    """Run django.setup() in a fresh interpreter with `env`; return the completed process."""
-    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DEBUG"}}
+KEYS = {"SECRET_KEY": "s" * 50, "FIELD_ENCRYPTION_KEY": "k" * 50}
+_SETTINGS = {
+    "DATABASE_URL",
+    "DEBUG",
+    "ALLOW_PRIVATE_MODEL_HOSTS",
+    "CELERY_BROKER_URL",
+    "SECRET_KEY",
+    "SECRET_KEY_FALLBACKS",
+    "FIELD_ENCRYPTION_KEY",
+    "FIELD_ENCRYPTION_KEY_FALLBACKS",
+}
+
+
+def _start_django(tmp_path, code="import django; django.setup()", **env):
+    """Run `code` in a fresh interpreter with both keys and `env` (None removes a variable)."""
+    clean = {k: v for k, v in os.environ.items() if k not in _SETTINGS}
     clean.update({"AGENTLOOM_VAR_DIR": str(tmp_path / "var"), "PYTHONPATH": str(ROOT)})
+    clean.update(KEYS)
     clean.update(env)
+    clean = {k: v for k, v in clean.items() if v is not None}
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env={**clean, "DJANGO_SETTINGS_MODULE": "agentloom.settings"},
         capture_output=True,
@@ -25,11 +40,60 @@ def _start_django(tmp_path, **env):
     )
 
 
-def test_defaults_start(tmp_path):
-    result = _start_django(tmp_path)
+_SHOW = (
+    "import django; django.setup(); from django.conf import settings;"
+    "print(settings.DEBUG, settings.ALLOW_PRIVATE_MODEL_HOSTS)"
+)
+
+
+def test_defaults_are_safe_and_create_no_folder(tmp_path):
+    result = _start_django(tmp_path, _SHOW)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False"]
+    assert not (tmp_path / "var").exists(), "importing the settings creates no folder"
+
+
+def test_defaults_without_keys_refuse_to_start(tmp_path):
+    result = _start_django(tmp_path, SECRET_KEY=None, FIELD_ENCRYPTION_KEY=None)
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+    assert not (tmp_path / "var").exists()
+
+
+def test_debug_keeps_generated_keys_in_an_existing_folder(tmp_path):
+    (tmp_path / "var").mkdir()
+    result = _start_django(tmp_path, DEBUG="true", SECRET_KEY=None, FIELD_ENCRYPTION_KEY=None)
     assert result.returncode == 0, result.stderr
     # Development keys are generated once into the untracked var/ directory.
     assert (tmp_path / "var" / "local-secrets.json").exists()
+    assert sorted(p.name for p in (tmp_path / "var").iterdir()) == ["local-secrets.json"]
+
+
+def test_debug_without_the_folder_names_it_and_makes_nothing(tmp_path):
+    result = _start_django(tmp_path, DEBUG="true", SECRET_KEY=None, FIELD_ENCRYPTION_KEY=None)
+    assert result.returncode != 0
+    assert "AGENTLOOM_VAR_DIR" in result.stderr and "SECRET_KEY" in result.stderr
+    assert not (tmp_path / "var").exists()
+
+
+def test_the_filesystem_broker_makes_its_folders_when_it_sends(tmp_path):
+    code = (
+        "import django, os; django.setup();"
+        f"assert not os.path.exists({str(tmp_path / 'var')!r});"
+        "from sessions_app.tasks import execute_run; execute_run.delay(1);"
+        f"print(len(os.listdir({str(tmp_path / 'var' / 'broker' / 'in')!r})))"
+    )
+    result = _start_django(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1"]
+
+
+def test_dev_run_turns_debug_and_private_model_hosts_on():
+    script = (ROOT / "dev").read_text()
+    body = script[script.index("cmd_run() {") : script.index("cmd_lint() {")]
+    assert 'export DEBUG="${DEBUG:-true}"' in body
+    assert 'export ALLOW_PRIVATE_MODEL_HOSTS="${ALLOW_PRIVATE_MODEL_HOSTS:-true}"' in body
+    assert 'mkdir -p "$ROOT/var"' in body
 
 
 @pytest.mark.parametrize(
@@ -43,7 +107,7 @@ def test_malformed_database_url_names_the_variable(tmp_path, value):
 
 def test_production_without_encryption_key_fails(tmp_path):
     result = _start_django(
-        tmp_path, DEBUG="false", SECRET_KEY="s" * 50, ALLOWED_HOSTS="example.org"
+        tmp_path, DEBUG="false", FIELD_ENCRYPTION_KEY=None, ALLOWED_HOSTS="example.org"
     )
     assert result.returncode != 0
     assert "FIELD_ENCRYPTION_KEY" in result.stderr
@@ -51,7 +115,7 @@ def test_production_without_encryption_key_fails(tmp_path):
 
 
 def test_production_without_secret_key_fails(tmp_path):
-    result = _start_django(tmp_path, DEBUG="false", FIELD_ENCRYPTION_KEY="k" * 50)
+    result = _start_django(tmp_path, DEBUG="false", SECRET_KEY=None)
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
 
@@ -72,6 +136,8 @@ def test_production_with_both_keys_starts(tmp_path):
         ("LEGACY_CONTEXT_CHARS", "-5"),
         ("CELERY_BROKER_URL", "kafka://127.0.0.1"),
         ("FIELD_ENCRYPTION_KEY", "short"),
+        ("FIELD_ENCRYPTION_KEY_FALLBACKS", "k" * 40 + ",short"),
+        ("SECRET_KEY_FALLBACKS", "short"),
     ],
 )
 def test_malformed_values_name_the_variable(tmp_path, name, value):
@@ -109,6 +175,7 @@ def test_sqlite_is_shared_safely_by_web_and_worker(tmp_path):
         " connection.settings_dict['OPTIONS']['transaction_mode'],"
         " connection.settings_dict['OPTIONS']['timeout'])"
     )
+    (tmp_path / "var").mkdir()  # the folder `./dev run` makes
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(
         {

@@ -151,6 +151,8 @@ def test_adding_with_discovered_values_keeps_their_source(browser, lab):
         ({"max_output_cap": "1000", "max_output_tokens": "2000"}, "max_output_tokens"),
         ({"base_url": ""}, "base_url"),
         ({"base_url": "http://169.254.169.254/"}, "base_url"),
+        ({"base_url": "http://xn--a.com/v1"}, "base_url"),
+        ({"base_url": "http://xn--/v1"}, "base_url"),
         ({"model_id": "text-embedding-3-small"}, "model_id"),
         ({"model_id": ""}, "model_id"),
         ({"provider": "openai", "api_key": ""}, "api_key"),

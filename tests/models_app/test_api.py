@@ -269,6 +269,8 @@ BAD_INPUT = [
     ("base_url", "javascript:alert(1)"),
     ("base_url", 12),
     ("base_url", "http://169.254.169.254/latest"),
+    ("base_url", "http://xn--a.com/v1"),
+    ("base_url", "http://xn--/v1"),
     ("api_key", {"k": 1}),
     ("api_key", "a b"),
     ("api_key", "x" * 5_000),

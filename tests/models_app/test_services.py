@@ -497,7 +497,11 @@ def test_a_connection_used_by_a_draft_is_kept(alice, space):
 
 # --- local servers -----------------------------------------------------------------------------
 
+# Local servers listen on loopback, which a deployment must allow explicitly.
+local_servers = pytest.mark.usefixtures("private_hosts")
 
+
+@local_servers
 def test_an_ollama_connection_without_num_ctx_gets_the_platform_default(alice, space):
     connection = create(
         alice, space, provider="ollama", base_url="http://127.0.0.1:11434", model_id="qwen3:8b"
@@ -506,6 +510,7 @@ def test_an_ollama_connection_without_num_ctx_gets_the_platform_default(alice, s
     assert (connection.api_key, connection.num_ctx) == ("", None)
 
 
+@local_servers
 def test_num_ctx_is_the_window_of_an_ollama_connection(alice, space):
     connection = create(
         alice,
@@ -522,6 +527,7 @@ def test_num_ctx_is_the_window_of_an_ollama_connection(alice, space):
     assert (cleared.window_source, cleared.num_ctx) == ("platform_default", None)
 
 
+@local_servers
 def test_only_ollama_takes_num_ctx(alice, space):
     with pytest.raises(InvalidInput) as caught:
         create(
@@ -535,6 +541,7 @@ def test_only_ollama_takes_num_ctx(alice, space):
     assert caught.value.field == "num_ctx"
 
 
+@local_servers
 def test_a_local_server_needs_its_base_url(alice, space):
     with pytest.raises(InvalidInput) as caught:
         create(alice, space, provider="lmstudio", model_id="qwen2-vl-7b-instruct")

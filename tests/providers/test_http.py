@@ -187,6 +187,9 @@ def test_no_key_sends_no_authorization_header(provider_double):
         "http://token@127.0.0.1/v1/models",
         "/v1/models",
         "http:///v1/models",
+        # Invalid IDNA A-labels: the host cannot be decoded.
+        "http://xn--a.com/v1/models",
+        "http://xn--/v1/models",
     ],
 )
 def test_only_plain_http_and_https_urls_are_called(url):

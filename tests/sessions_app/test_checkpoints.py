@@ -242,3 +242,31 @@ def test_compactions_list_the_journal_ranges_they_summarised(alice, gateway, mak
         question = SessionMessage.objects.get(run=run, kind="user_input").seq
         assert question not in seqs
         assert item["summary"].startswith("[handoff summary]")
+
+
+def test_format_1_checkpoints_resume_and_replay_after_the_legacy_conversion(
+    alice, gateway, make_demo_session
+):
+    from tests.support.legacy_encryption import store_everything_as_legacy
+
+    session = make_demo_session(context_window=9_000)
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(3)]
+    failing = ask(session, alice, "NONCE-FAILING [boom]")
+    for run in (runs[1], failing):
+        _as_format_1(run)
+    before = full_checkpoint(Run.objects.get(pk=failing.pk))
+    # The database as django-cryptography left it: pickled values signed with SECRET_KEY.
+    store_everything_as_legacy()
+    call_command("convert_legacy_encryption")
+    for run in runs:
+        report = replay_run(Run.objects.get(pk=run.pk))
+        assert report.ok, "\n".join(report.differences)
+    assert Run.objects.get(pk=runs[1].pk).checkpoint["format"] == 1
+
+    run_resume(user=alice, run=failing)
+    Run.objects.filter(pk=failing.pk).update(question="NONCE-FAILING")
+    run_execute(run_id=failing.pk)
+    failing.refresh_from_db()
+    assert failing.status == Run.Status.SUCCEEDED and failing.checkpoint["format"] == 2
+    after = full_checkpoint(failing)
+    assert after["messages"][: len(before["messages"])] == before["messages"]

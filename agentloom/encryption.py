@@ -1,0 +1,251 @@
+"""Keys and stored formats of the encrypted columns (journal, checkpoints, views, API keys).
+
+Rules:
+
+- A stored value is a Fernet token (`cryptography`: AES-128-CBC with an HMAC-SHA256 over the
+  whole token) of the value's JSON text, zlib-compressed first and marked `z1:` when the column
+  compresses and the text is large enough to gain from it. Nothing is ever pickled.
+- Only the field keys encrypt and authenticate: `FIELD_ENCRYPTION_KEY` writes and reads,
+  `FIELD_ENCRYPTION_KEY_FALLBACKS` only read. Each key is stretched into a Fernet key with HKDF,
+  so any string of 32 or more characters is a key. `SECRET_KEY` plays no part: rotating it
+  loses nothing once the legacy values are converted.
+- Legacy values (written by django-cryptography before this module existed) are raw bytes
+  starting with 0x80: an HMAC-SHA256 signed with `SECRET_KEY` over an AES-256-CBC ciphertext
+  whose key is PBKDF2 of the field key, holding a pickle. They are still read, with `SECRET_KEY`
+  or one of `SECRET_KEY_FALLBACKS`, through an unpickler that imports nothing, so that the
+  pickle can only build dicts, lists, tuples, strings, numbers, booleans and None. Every value
+  those columns ever held is of these types (text columns held str, JSON columns JSON objects).
+  `manage.py convert_legacy_encryption` rewrites them in the Fernet format once, after which
+  the legacy reader is never reached.
+- A value read from either format is returned exactly as a JSON round trip would return it, so
+  a converted value and a value read through the legacy path are equal.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import io
+import json
+import pickle
+import zlib
+from functools import lru_cache
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives import hashes, padding
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+from django.conf import settings
+
+__all__ = [
+    "COMPRESSED_MARK",
+    "LEGACY_VERSION",
+    "UnreadableValue",
+    "decrypt",
+    "encrypt",
+    "is_current",
+    "is_legacy",
+    "reencrypt",
+]
+
+# Marks compressed plaintext; JSON text never starts with "z".
+COMPRESSED_MARK = b"z1:"
+# Plaintext smaller than this is stored without compression: zlib would add more than it saves.
+MIN_COMPRESSED_BYTES = 128
+# The first byte of a django-cryptography value; Fernet tokens are base64 text ("gAAAAA…").
+LEGACY_VERSION = 0x80
+_HKDF_INFO = b"agentloom encrypted columns v1"
+_LEGACY_SALT = b"django-cryptography"
+_LEGACY_ITERATIONS = 30_000
+_LEGACY_HEADER = 9  # version byte and 64-bit timestamp
+_LEGACY_MAC = 32  # HMAC-SHA256
+
+
+class UnreadableValue(ValueError):
+    """A stored value that no configured key opens, or that is not in a known format."""
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16)
+def _fernet_for(secret: str) -> Fernet:
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(
+        secret.encode()
+    )
+    return Fernet(base64.urlsafe_b64encode(derived))
+
+
+def _field_keys() -> list[str]:
+    return [settings.FIELD_ENCRYPTION_KEY, *settings.FIELD_ENCRYPTION_KEY_FALLBACKS]
+
+
+@lru_cache(maxsize=4)
+def _keyring(keys: tuple[str, ...]) -> MultiFernet:
+    return MultiFernet([_fernet_for(key) for key in keys])
+
+
+def _current() -> MultiFernet:
+    return _keyring(tuple(_field_keys()))
+
+
+def _primary() -> Fernet:
+    return _fernet_for(settings.FIELD_ENCRYPTION_KEY)
+
+
+# --- the format --------------------------------------------------------------------------------
+
+
+def _to_json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def _from_json(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8", "surrogatepass"))
+
+
+def encrypt(value: Any, *, compress: bool = False) -> bytes:
+    """Return the stored form of `value` under the primary field key."""
+    data = _to_json(value)
+    if compress and len(data) >= MIN_COMPRESSED_BYTES:
+        data = COMPRESSED_MARK + zlib.compress(data, 6)
+    return _primary().encrypt(data)
+
+
+def decrypt(token: bytes) -> Any:
+    """Return the value stored as `token`, in either format, under any configured key."""
+    token = bytes(token)
+    if is_legacy(token):
+        return legacy_decrypt(token)
+    try:
+        data = _current().decrypt(token)
+    except InvalidToken:
+        raise UnreadableValue("no field encryption key opens this value") from None
+    if data.startswith(COMPRESSED_MARK):
+        data = zlib.decompress(data[len(COMPRESSED_MARK) :])
+    return _from_json(data)
+
+
+def is_legacy(token: bytes) -> bool:
+    """Return whether `token` was written by django-cryptography."""
+    return bool(token) and token[0] == LEGACY_VERSION
+
+
+def is_current(token: bytes) -> bool:
+    """Return whether `token` is a Fernet token under the primary key (checks the MAC only)."""
+    if is_legacy(token):
+        return False
+    try:
+        _primary().extract_timestamp(bytes(token))
+    except InvalidToken:
+        return False
+    return True
+
+
+def reencrypt(token: bytes, *, compress: bool) -> bytes:
+    """Return `token`'s value stored again under the primary key."""
+    return encrypt(decrypt(token), compress=compress)
+
+
+# --- the legacy format -------------------------------------------------------------------------
+
+
+class _JsonOnlyUnpickler(pickle.Unpickler):
+    """An unpickler that imports nothing: only the types pickle builds by itself come out."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"a stored value may not refer to {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("a stored value may not hold persistent references")
+
+
+def _check_json_like(value: Any, depth: int = 0) -> None:
+    if depth > 500:
+        raise UnreadableValue("stored value is nested too deeply")
+    if value is None or isinstance(value, str | bool | int | float):
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json_like(item, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not (key is None or isinstance(key, str | bool | int | float)):
+                raise UnreadableValue("stored value has a key that JSON cannot hold")
+            _check_json_like(item, depth + 1)
+        return
+    raise UnreadableValue(f"stored value holds a {type(value).__name__}, which JSON cannot")
+
+
+def restricted_loads(data: bytes) -> Any:
+    """Unpickle `data` admitting only JSON-like values; return them as JSON would."""
+    try:
+        value = _JsonOnlyUnpickler(io.BytesIO(data)).load()
+    except UnreadableValue:
+        raise
+    except Exception as error:  # a refused global, a truncated or garbled pickle
+        raise UnreadableValue(f"legacy value refused: {error}") from None
+    _check_json_like(value)
+    return _from_json(_to_json(value))
+
+
+@lru_cache(maxsize=16)
+def _legacy_aes_key(field_key: str) -> bytes:
+    kdf = PBKDF2HMAC(
+        algorithm=hashes.SHA256(), length=32, salt=_LEGACY_SALT, iterations=_LEGACY_ITERATIONS
+    )
+    return kdf.derive(field_key.encode())
+
+
+def _legacy_signed_by(token: bytes) -> bool:
+    body, mac = token[:-_LEGACY_MAC], token[-_LEGACY_MAC:]
+    for secret in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]:
+        expected = hmac.new(secret.encode(), body, "sha256").digest()
+        if hmac.compare_digest(mac, expected):
+            return True
+    return False
+
+
+def _legacy_plaintext(token: bytes, aes_key: bytes) -> bytes | None:
+    iv = token[_LEGACY_HEADER : _LEGACY_HEADER + 16]
+    ciphertext = token[_LEGACY_HEADER + 16 : -_LEGACY_MAC]
+    decryptor = Cipher(algorithms.AES(aes_key), modes.CBC(iv)).decryptor()
+    unpadder = padding.PKCS7(128).unpadder()
+    try:
+        padded = decryptor.update(ciphertext) + decryptor.finalize()
+        return unpadder.update(padded) + unpadder.finalize()
+    except ValueError:
+        return None
+
+
+def legacy_decrypt(token: bytes) -> Any:
+    """Return the value of a django-cryptography token, refusing anything but JSON-like data.
+
+    The MAC is checked with `SECRET_KEY` and its fallbacks; the AES key is derived from each
+    field key in turn (CBC does not authenticate, so a wrong key shows as bad padding or a
+    refused pickle and the next key is tried).
+    """
+    if len(token) < _LEGACY_HEADER + 16 + 16 + _LEGACY_MAC or (len(token) - 57) % 16:
+        raise UnreadableValue("legacy value is truncated")
+    if not _legacy_signed_by(token):
+        raise UnreadableValue("legacy value is not signed by SECRET_KEY or its fallbacks")
+    for field_key in _field_keys():
+        data = _legacy_plaintext(token, _legacy_aes_key(field_key))
+        if data is None:
+            continue
+        if data.startswith(COMPRESSED_MARK):
+            try:
+                data = zlib.decompress(data[len(COMPRESSED_MARK) :])
+            except zlib.error:
+                continue
+        try:
+            return restricted_loads(data)
+        except UnreadableValue:
+            if field_key == _field_keys()[-1]:
+                raise
+    raise UnreadableValue("no field encryption key opens this legacy value")

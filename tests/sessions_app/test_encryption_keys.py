@@ -1,0 +1,309 @@
+"""Encrypted columns depend on the field keys alone, rotate, and never unpickle code."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from agentloom import encryption
+from agentloom.encryption import UnreadableValue, restricted_loads
+from agentloom.fields import encrypted_fields
+from agentloom.reencrypt import reencrypt_all
+from models_app.models import ModelConnection
+from sessions_app.models import ModelCall, Run, RunSupplement, SessionMessage, SessionView
+from sessions_app.services.replay import replay_run
+from tests.sessions_app.conftest import SECRET, ask
+from tests.support.legacy_encryption import (
+    legacy_token,
+    read_raw,
+    store_everything_as_legacy,
+    store_raw,
+)
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD_FIELD_KEY = "old-field-key-NONCE-0123456789abcdefghijklmnop"
+NEW_FIELD_KEY = "new-field-key-NONCE-0123456789abcdefghijklmnop"
+OLD_SECRET_KEY = "old-secret-key-NONCE-0123456789abcdefghijklmnop"
+NEW_SECRET_KEY = "new-secret-key-NONCE-0123456789abcdefghijklmnop"
+
+
+def _fernet(key: str) -> Fernet:
+    derived = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"agentloom encrypted columns v1"
+    ).derive(key.encode())
+    return Fernet(base64.urlsafe_b64encode(derived))
+
+
+@pytest.fixture
+def populated(alice, gateway, make_demo_session, settings):
+    """A session with runs, journal, checkpoints, views, model calls, a supplement, an API key."""
+    settings.FIELD_ENCRYPTION_KEY = OLD_FIELD_KEY
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []
+    session = make_demo_session(context_window=9_000)
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)]
+    RunSupplement.objects.create(run=runs[-1], position=1, text="NONCE-SUPPLEMENT")
+    assert SessionView.objects.filter(session=session).exists()
+    return session, runs
+
+
+def _snapshot() -> dict:
+    """Every encrypted value in the database, read through the fields."""
+    values = {}
+    for model, field in encrypted_fields():
+        for pk, value in model.objects.values_list("pk", field.name):
+            values[(model._meta.label, field.name, pk)] = value
+    return values
+
+
+def _under(key: str) -> tuple[int, int]:
+    """Return (values under `key`, values under another key or format)."""
+    fernet, under, other = _fernet(key), 0, 0
+    for model, field in encrypted_fields():
+        for (pk,) in model.objects.exclude(**{f"{field.name}__isnull": True}).values_list("pk"):
+            raw = read_raw(model, pk, field.column)
+            try:
+                fernet.extract_timestamp(raw)
+                under += 1
+            except Exception:
+                other += 1
+    return under, other
+
+
+# --- the format --------------------------------------------------------------------------------
+
+
+def test_every_encrypted_column_is_covered():
+    labels = {f"{model._meta.label}.{field.name}" for model, field in encrypted_fields()}
+    assert labels == {
+        "models_app.ModelConnection.api_key",
+        "sessions_app.ModelCall.response",
+        "sessions_app.Run.answer",
+        "sessions_app.Run.checkpoint",
+        "sessions_app.Run.question",
+        "sessions_app.RunSupplement.text",
+        "sessions_app.SessionMessage.message",
+        "sessions_app.SessionView.messages",
+    }
+
+
+def test_values_are_fernet_tokens_of_json_under_the_field_key(populated):
+    session, runs = populated
+    raw = read_raw(Run, runs[0].pk, "question")
+    assert raw.startswith(b"gAAAAA") and b"NONCE" not in raw
+    question = Run.objects.get(pk=runs[0].pk).question
+    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(raw)) == question
+    key = read_raw(ModelConnection, session.agent.model_connection_id, "api_key")
+    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(key)) == SECRET
+    message = SessionMessage.objects.filter(session=session).order_by("seq").first()
+    stored = _fernet(OLD_FIELD_KEY).decrypt(read_raw(SessionMessage, message.pk, "message"))
+    assert stored.startswith((b"{", b"z1:"))  # JSON, compressed when large; never a pickle
+
+
+def test_rotating_secret_key_keeps_everything_readable(populated, settings):
+    before = _snapshot()
+    settings.SECRET_KEY = NEW_SECRET_KEY
+    settings.SECRET_KEY_FALLBACKS = []
+    assert _snapshot() == before
+    _session, runs = populated
+    report = replay_run(Run.objects.get(pk=runs[-1].pk))
+    assert report.ok, "\n".join(report.differences)
+
+
+def test_a_fallback_field_key_reads_and_a_missing_one_does_not(populated, settings):
+    before = _snapshot()
+    settings.FIELD_ENCRYPTION_KEY = NEW_FIELD_KEY
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = [OLD_FIELD_KEY]
+    assert _snapshot() == before
+    # New writes use the new key; old rows still read through the fallback.
+    run = Run.objects.get(pk=populated[1][0].pk)
+    run.question = "NONCE-REWRITTEN"
+    run.save(update_fields=["question"])
+    assert _fernet(NEW_FIELD_KEY).decrypt(read_raw(Run, run.pk, "question"))
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []
+    with pytest.raises(UnreadableValue):
+        SessionMessage.objects.filter(session=populated[0]).first()
+
+
+def test_values_come_back_as_json_would_return_them():
+    value = {"t": (1, 2), "n": None, "f": 1.5, "s": "caf\u00e9 \ud800 \U0001f600", "b": True}
+    assert encryption.decrypt(encryption.encrypt(value)) == json.loads(json.dumps(value))
+    assert encryption.decrypt(encryption.encrypt(value, compress=True)) == json.loads(
+        json.dumps(value)
+    )
+
+
+# --- rotation ----------------------------------------------------------------------------------
+
+
+def test_rotate_moves_every_value_to_the_new_key_and_resumes_after_an_interruption(
+    populated, settings, capsys
+):
+    before = _snapshot()
+    total = sum(1 for value in before.values() if value is not None)
+    settings.FIELD_ENCRYPTION_KEY = NEW_FIELD_KEY
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = [OLD_FIELD_KEY]
+    assert _under(NEW_FIELD_KEY) == (0, total)
+
+    class Interrupted(Exception):
+        pass
+
+    batches = []
+
+    def stop_after_three_batches(report):
+        batches.append(report.label)
+        if len(batches) == 3:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        reencrypt_all(batch_size=2, on_batch=stop_after_three_batches)
+    done, left = _under(NEW_FIELD_KEY)
+    assert 0 < done < total and left == total - done, "the committed batches are kept"
+
+    call_command("rotate_encryption_key", "--batch-size", "3")
+    assert f"rewrote {left} value(s)" in capsys.readouterr().out
+    assert _under(NEW_FIELD_KEY) == (total, 0)
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []  # the old key can now be dropped
+    assert _snapshot() == before
+    call_command("rotate_encryption_key")
+    assert "rewrote 0 value(s)" in capsys.readouterr().out
+
+
+def test_rotate_names_the_missing_key_and_keeps_what_it_did(populated, settings):
+    settings.FIELD_ENCRYPTION_KEY = NEW_FIELD_KEY
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []
+    with pytest.raises(CommandError, match="FIELD_ENCRYPTION_KEY_FALLBACKS"):
+        call_command("rotate_encryption_key")
+
+
+def test_a_value_saved_meanwhile_is_left_as_the_application_wrote_it(populated, settings):
+    settings.FIELD_ENCRYPTION_KEY = NEW_FIELD_KEY
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = [OLD_FIELD_KEY]
+    run = populated[1][0]
+    original = encryption.reencrypt
+
+    def worker_saves_first(token, *, compress):
+        Run.objects.filter(pk=run.pk).update(question="NONCE-SAVED-MEANWHILE")
+        return original(token, compress=compress)
+
+    from agentloom import reencrypt as module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module.encryption, "reencrypt", worker_saves_first)
+        report = module.reencrypt_column(Run, Run._meta.get_field("question"))
+    assert report.changed_meanwhile >= 1
+    assert Run.objects.get(pk=run.pk).question == "NONCE-SAVED-MEANWHILE"
+
+
+# --- legacy values -----------------------------------------------------------------------------
+
+
+def test_legacy_values_read_with_secret_key_or_its_fallbacks(populated, settings):
+    _session, runs = populated
+    settings.SECRET_KEY = OLD_SECRET_KEY
+    store_raw(Run, runs[0].pk, "question", legacy_token("NONCE-OLD-QUESTION"))
+    assert Run.objects.get(pk=runs[0].pk).question == "NONCE-OLD-QUESTION"
+    settings.SECRET_KEY = NEW_SECRET_KEY
+    settings.SECRET_KEY_FALLBACKS = [OLD_SECRET_KEY]
+    assert Run.objects.get(pk=runs[0].pk).question == "NONCE-OLD-QUESTION"
+    settings.SECRET_KEY_FALLBACKS = []
+    with pytest.raises(UnreadableValue, match="SECRET_KEY"):
+        Run.objects.get(pk=runs[0].pk)
+
+
+def test_legacy_values_written_by_django_cryptography_are_read(settings):
+    crypto = pytest.importorskip("django_cryptography.utils.crypto")
+    signing = pytest.importorskip("django_cryptography.core.signing")
+    aes_key = encryption._legacy_aes_key(settings.FIELD_ENCRYPTION_KEY)
+    writer = crypto.FernetBytes(aes_key, signing.FernetSigner(settings.SECRET_KEY))
+    value = {"role": "user", "content": "NONCE", "n": [1, 2.5, None, True]}
+    assert encryption.decrypt(writer.encrypt(pickle.dumps(value))) == value
+    assert encryption.decrypt(writer.encrypt(pickle.dumps("NONCE-TEXT"))) == "NONCE-TEXT"
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/agentloom-pwned-NONCE",))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pickle.dumps(_Exploit()),
+        pickle.dumps({"role": "user", "content": _Exploit()}),
+        pickle.dumps({"when": __import__("datetime").date(2026, 1, 1)}),
+        pickle.dumps({1, 2}),
+        pickle.dumps({"b": b"bytes"}),
+        pickle.dumps(_Exploit(), protocol=0),
+    ],
+    ids=["reduce", "nested-reduce", "date", "set", "bytes", "protocol-0"],
+)
+def test_the_legacy_reader_refuses_anything_but_json_like_values(payload, settings, tmp_path):
+    marker = Path("/tmp/agentloom-pwned-NONCE")
+    marker.unlink(missing_ok=True)
+    with pytest.raises(UnreadableValue):
+        restricted_loads(payload)
+    with pytest.raises(UnreadableValue):
+        encryption.decrypt(legacy_token(None, payload=payload))
+    assert not marker.exists(), "the payload ran"
+
+
+def test_convert_legacy_rewrites_everything_and_frees_the_secret_key(populated, settings, capsys):
+    settings.SECRET_KEY = OLD_SECRET_KEY
+    before = _snapshot()
+    count = store_everything_as_legacy()
+    assert count == sum(1 for value in before.values() if value is not None)
+    assert _under(OLD_FIELD_KEY) == (0, count)
+    assert _snapshot() == before  # read transparently until converted
+
+    call_command("convert_legacy_encryption", "--batch-size", "5")
+    assert f"rewrote {count} value(s)" in capsys.readouterr().out
+    assert _under(OLD_FIELD_KEY) == (count, 0)
+    settings.SECRET_KEY = NEW_SECRET_KEY  # no fallback: nothing depends on it any more
+    assert _snapshot() == before
+    call_command("convert_legacy_encryption")
+    assert "rewrote 0 value(s)" in capsys.readouterr().out
+
+
+def test_no_module_of_django_cryptography_is_loaded():
+    code = (
+        "import sys, django; django.setup();"
+        "from django.db.migrations.loader import MigrationLoader;"
+        "loader = MigrationLoader(None, ignore_no_migrations=True);"
+        "[loader.project_state(key) for key in loader.graph.leaf_nodes()];"
+        "import sessions_app.models, models_app.models, agentloom.reencrypt;"
+        "print(sorted(m for m in sys.modules if m.startswith('django_cryptography')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_model_call_responses_and_views_survive_conversion(populated, settings):
+    session, _runs = populated
+    calls = {c.pk: c.response for c in ModelCall.objects.filter(run__session=session)}
+    views = {v.pk: v.messages for v in SessionView.objects.filter(session=session)}
+    store_everything_as_legacy()
+    call_command("convert_legacy_encryption")
+    assert {c.pk: c.response for c in ModelCall.objects.filter(run__session=session)} == calls
+    assert {v.pk: v.messages for v in SessionView.objects.filter(session=session)} == views
