@@ -5,13 +5,15 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 
+from agentloom.engine.records import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
 from agentloom.fields import CompressedEncryptedJSONField, EncryptedTextField
 from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import call_cost
 from agentloom.spaces.models import Space
 from context_app.models import Agent, AgentVersion
 
-MAIN_INSTANCE = "main"
+# The main instance's name, as the engine writes it into every record.
+MAIN_INSTANCE = ENGINE_MAIN_INSTANCE
 
 
 class Session(models.Model):

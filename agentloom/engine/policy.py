@@ -35,13 +35,6 @@ __all__ = [
     "view_characters",
 ]
 
-DEFAULT_POLICY: dict[str, Any] = {
-    "context_ratio": 0.8,
-    "target_ratio": 0.6,
-    "user_turns": None,
-    "model_steps": None,
-    "max_compaction_calls": 4,
-}
 LEGACY_CONTEXT_CHARS = 48_000
 # The legacy policy had no target of its own; compaction aims at this share of its threshold.
 LEGACY_TARGET_RATIO = 0.6
@@ -166,6 +159,10 @@ class ContextPolicy(TriggerPolicy):
         if self.model_steps is not None and steps >= self.model_steps:
             triggers.append(TRIGGER_MODEL_STEPS)
         return tuple(triggers)
+
+
+# The defaults of every policy field, as the API and the console show them: ContextPolicy's own.
+DEFAULT_POLICY: dict[str, Any] = {field.name: field.default for field in fields(ContextPolicy)}
 
 
 @dataclass(frozen=True)

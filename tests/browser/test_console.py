@@ -16,8 +16,8 @@ from django.db import connections
 from playwright.sync_api import expect
 
 from agentloom.engine.tools import SleepTool
-from agentloom.spaces.demo import DEMO_AGENT_NAME, ensure_demo
 from context_app.models import Agent
+from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
 from sessions_app.models import SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import session_create

@@ -8,10 +8,10 @@ import pytest
 from django.urls import reverse
 
 from agentloom.engine.gateway import ScriptedGateway, text_response, tool_call_response
-from agentloom.spaces.demo import ensure_demo
 from agentloom.spaces.models import Membership
 from context_app import engine_adapter
 from context_app.models import Agent
+from sessions_app.demo import ensure_demo
 from sessions_app.models import Run
 from sessions_app.services.runs import session_create
 from tests.console.conftest import ask

@@ -381,7 +381,7 @@ def test_two_concurrent_asks_yield_one_run_and_one_conflict(alice, make_demo_ses
 
 def test_the_demo_agent_compacts_and_keeps_answering(alice):
     """The shipped demo: a small window, big tool outputs, several questions in a row."""
-    from agentloom.spaces.demo import ensure_demo
+    from sessions_app.demo import ensure_demo
     from sessions_app.services.runs import session_create
 
     space = ensure_demo(owner=alice)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agentloom.spaces.demo import ensure_demo
 from context_app.engine_adapter import version_binding
 from context_app.models import AgentVersion
+from sessions_app.demo import ensure_demo
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors import run_context
 from sessions_app.services.checkpoints import frame_of

@@ -1,5 +1,6 @@
 """The demo every local installation starts with: a space, the offline model, a published agent.
 
+It sits in the top layer because it uses every app below (spaces, model connections, agents).
 The demo model's window is deliberately small so that a compaction happens within a few
 questions, which is the point of the demo.
 """
@@ -8,6 +9,10 @@ from django.db import transaction
 
 from agentloom.engine.tools import BUILTIN_TOOL_NAMES
 from agentloom.spaces.models import Membership, Space
+from context_app.models import Agent
+from context_app.services import agent_create, agent_publish
+from models_app.models import ModelConnection
+from models_app.services import connection_create
 
 DEMO_SPACE_NAME = "Demo space"
 DEMO_CONNECTION_NAME = "Local demo model"
@@ -28,11 +33,6 @@ DEMO_SUB_AGENTS = [
 @transaction.atomic
 def ensure_demo(*, owner) -> Space:
     """Return the demo space, creating its connection and published agent on first call."""
-    from context_app.models import Agent
-    from context_app.services import agent_create, agent_publish
-    from models_app.models import ModelConnection
-    from models_app.services import connection_create
-
     space = Space.objects.filter(name=DEMO_SPACE_NAME).order_by("id").first()
     if space is None:
         space = Space.objects.create(name=DEMO_SPACE_NAME)

@@ -33,6 +33,6 @@ class Command(BaseCommand):
                 f"Local admin login {username!r} exists. Forgot its password? "
                 f"python manage.py changepassword {username}"
             )
-        from agentloom.spaces.demo import ensure_demo
+        from sessions_app.demo import ensure_demo
 
         ensure_demo(owner=user)
