@@ -213,6 +213,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "target_at": policy.target_at(budget),
         "compactions": _compactions(frame, run),
         "last_reported": last_reported(run),
+        "plan": (frame.get("state") or {}).get("plan"),
     }
 
 

@@ -10,7 +10,8 @@ A view message has an *origin*:
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
 rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback` and
-`note` (`prefix` + the text capped at `cap`). `materialize` is the only place each transform is
+`note` (`prefix` + the text capped at `cap`), and `run_note` (a run-status note shown on the
+assistant side: `[run note] ` + the text, an old `[feedback] ` prefix dropped). `materialize` is the only place each transform is
 defined: projection builds history messages with it, and a saved view is rebuilt with it, so a
 rebuilt view is byte-identical to the one that was saved.
 
@@ -38,8 +39,10 @@ from typing import Any
 from agentloom.engine.errors import FrameError
 from agentloom.engine.protocol import (
     FEEDBACK_PREFIX,
+    RUN_NOTE_PREFIX,
     cap_tool_result,
     message_text,
+    run_note,
 )
 from agentloom.engine.records import Record
 
@@ -112,6 +115,10 @@ def materialize(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, An
         }
     if how == "note":
         return {"role": "user", "content": origin["prefix"] + cap_tool_result(text, origin["cap"])}
+    if how == "run_note":
+        if text.startswith(RUN_NOTE_PREFIX):
+            return {"role": "assistant", "content": text}
+        return run_note(text.removeprefix(FEEDBACK_PREFIX))
     raise FrameError(f"unknown view reference {origin!r}")
 
 
