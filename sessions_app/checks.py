@@ -14,4 +14,10 @@ def lease_outlives_heartbeat(app_configs=None, **kwargs) -> list[Error]:
     problem = lease_problem(settings.RUN_LEASE_SECONDS, settings.RUN_HEARTBEAT_SECONDS)
     if problem is None:
         return []
-    return [Error(problem, hint="Raise RUN_LEASE_SECONDS or lower RUN_HEARTBEAT_SECONDS.", id="sessions_app.E001")]
+    return [
+        Error(
+            problem,
+            hint="Raise RUN_LEASE_SECONDS or lower RUN_HEARTBEAT_SECONDS.",
+            id="sessions_app.E001",
+        )
+    ]

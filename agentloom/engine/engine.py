@@ -367,13 +367,15 @@ class _Execution:
 
     def cancel_requested(self) -> bool:
         """Return True once the run has been asked to stop (asked again until it has)."""
-        if not self.cancel_seen.is_set() and self.engine.should_cancel and self.engine.should_cancel():
+        if (
+            not self.cancel_seen.is_set()
+            and self.engine.should_cancel
+            and self.engine.should_cancel()
+        ):
             self.cancel_seen.set()
         return self.cancel_seen.is_set()
 
-    def watch(
-        self, *, deadline: float | None, signal: threading.Event | None = None
-    ) -> Watch:
+    def watch(self, *, deadline: float | None, signal: threading.Event | None = None) -> Watch:
         """Return the watch of one call: lease renewal, and for a tool (`signal`) cancellation."""
         config = self.engine.config
         return Watch(

@@ -230,7 +230,10 @@ class _Projector:
 
 
 # How the end of a run was written as user-role feedback before run notes existed.
-_OLD_RUN_NOTES = (FEEDBACK_PREFIX + "run stopped: ", FEEDBACK_PREFIX + "run cancelled at a safe point")
+_OLD_RUN_NOTES = (
+    FEEDBACK_PREFIX + "run stopped: ",
+    FEEDBACK_PREFIX + "run cancelled at a safe point",
+)
 
 
 def is_run_note(message: dict[str, Any]) -> bool:

@@ -9,11 +9,11 @@ A view message has an *origin*:
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
-rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback` and
-`note` (`prefix` + the text capped at `cap`), and `run_note` (a run-status note shown on the
-assistant side: `[run note] ` + the text, an old `[feedback] ` prefix dropped). `materialize` is the only place each transform is
-defined: projection builds history messages with it, and a saved view is rebuilt with it, so a
-rebuilt view is byte-identical to the one that was saved.
+rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
+`note` (`prefix` + the text capped at `cap`) and `run_note` (a run-status note shown on the
+assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped). `materialize`
+is the only place each transform is defined: projection builds history messages with it, and a
+saved view is rebuilt with it, so a rebuilt view is byte-identical to the one that was saved.
 
 Stored views are lists of *entries*, which compress runs of origins:
 

@@ -26,11 +26,11 @@ from agentloom.engine.errors import ConfigurationError, ToolCancelled, ToolError
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
+    "DEFAULT_TOOL_SECONDS",
     "DELEGATE_PREFIX",
+    "PLAN_STATUSES",
     "DelegateTool",
     "SubAgent",
-    "DEFAULT_TOOL_SECONDS",
-    "PLAN_STATUSES",
     "Tool",
     "ToolContext",
     "Toolset",

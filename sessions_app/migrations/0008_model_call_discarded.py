@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0005_view_revocation'),
+        ("sessions_app", "0005_view_revocation"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelcall',
-            name='discarded',
+            model_name="modelcall",
+            name="discarded",
             field=models.BooleanField(default=False),
         ),
     ]
