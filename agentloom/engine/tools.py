@@ -361,9 +361,10 @@ class UpdatePlanTool(Tool):
         steps = arguments["steps"]
         if any(not str(step["step"]).strip() for step in steps):
             raise ToolError("every step needs a description")
-        context.set_plan(render_plan(steps))
+        plan = render_plan(steps)
+        context.set_plan(plan)
         done = sum(1 for step in steps if step["status"] == "completed")
-        return f"plan updated: {len(steps)} steps, {done} completed"
+        return f"plan updated: {len(steps)} steps, {done} completed\n{plan}"
 
 
 BUILTIN_TOOL_NAMES = (
