@@ -310,7 +310,6 @@ class BigOutputTool(Tool):
 
 PLAN_STATUSES = ("pending", "in_progress", "completed")
 MAX_PLAN_STEPS = 50
-MAX_PLAN_STEP_CHARS = 1_000
 
 
 def render_plan(steps: list[dict[str, Any]]) -> str:
@@ -330,21 +329,15 @@ class UpdatePlanTool(Tool):
 
     name = "update_plan"
     description = (
-        "Replace your plan for the current task: the ordered steps, each with its status "
-        "(pending, in_progress or completed). The plan stays in your context as written, also "
-        "when older messages are summarised. Keep it short: a plan over the size limit is refused."
+        "Replace your plan: its steps in order, each pending, in_progress or completed. "
+        "It stays in your context as written; an oversized plan is refused."
     )
     parameters = _object(
         {
             "steps": {
                 "type": "array",
-                "minItems": 1,
-                "maxItems": MAX_PLAN_STEPS,
                 "items": _object(
-                    {
-                        "step": {"type": "string", "maxLength": MAX_PLAN_STEP_CHARS},
-                        "status": {"type": "string", "enum": list(PLAN_STATUSES)},
-                    },
+                    {"step": {"type": "string"}, "status": {"enum": list(PLAN_STATUSES)}},
                     ["step", "status"],
                 ),
             }
@@ -359,7 +352,9 @@ class UpdatePlanTool(Tool):
         if context.set_plan is None:
             return self.run(arguments)
         steps = arguments["steps"]
-        if any(not str(step["step"]).strip() for step in steps):
+        if not steps or len(steps) > MAX_PLAN_STEPS:
+            raise ToolError(f"a plan has 1 to {MAX_PLAN_STEPS} steps, not {len(steps)}")
+        if any(not step["step"].strip() for step in steps):
             raise ToolError("every step needs a description")
         plan = render_plan(steps)
         context.set_plan(plan)
