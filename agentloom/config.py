@@ -49,6 +49,45 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def env_float(name: str, default: float) -> float:
+    value = env_str(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise ImproperlyConfigured(f"{name} must be a positive number, got {value!r}")
+    return number
+
+
+def lease_problem(lease_seconds: float, heartbeat_seconds: float) -> str | None:
+    """Return why a lease and its heartbeat interval do not work together (None when they do).
+
+    A worker renews its lease every heartbeat interval while a model call or tool runs; the lease
+    must outlive two intervals, so one late renewal (a slow database) does not lose it.
+    """
+    if not heartbeat_seconds > 0:
+        return f"RUN_HEARTBEAT_SECONDS must be positive, got {heartbeat_seconds}"
+    if lease_seconds < 2 * heartbeat_seconds:
+        return (
+            f"RUN_LEASE_SECONDS ({lease_seconds}) must be at least twice RUN_HEARTBEAT_SECONDS "
+            f"({heartbeat_seconds}): a lease that cannot outlive the heartbeat interval is lost "
+            "while a healthy run waits for a model or a tool"
+        )
+    return None
+
+
+def env_heartbeat(lease_seconds: int) -> float:
+    """Return RUN_HEARTBEAT_SECONDS (default: a quarter of the lease), refusing a bad pair."""
+    heartbeat = env_float("RUN_HEARTBEAT_SECONDS", lease_seconds / 4)
+    problem = lease_problem(lease_seconds, heartbeat)
+    if problem:
+        raise ImproperlyConfigured(problem)
+    return heartbeat
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     value = env_str(name)
     if value is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from agentloom.config import (
     database_from_url,
     env_bool,
+    env_heartbeat,
     env_int,
     env_list,
     env_secret_list,
@@ -36,6 +37,9 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 ALLOW_PRIVATE_MODEL_HOSTS = env_bool("ALLOW_PRIVATE_MODEL_HOSTS", False)
 LEGACY_CONTEXT_CHARS = env_int("LEGACY_CONTEXT_CHARS", 48_000, minimum=1_000)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
+# While a model call or a tool runs, the worker renews its lease this often (never past the
+# call's own deadline); the lease must outlive two intervals.
+RUN_HEARTBEAT_SECONDS = env_heartbeat(RUN_LEASE_SECONDS)
 # A queued run no worker picks up within this time is marked failed (worker_lost).
 RUN_QUEUE_SECONDS = env_int("RUN_QUEUE_SECONDS", 600, minimum=5)
 RUN_MAX_MODEL_CALLS = env_int("RUN_MAX_MODEL_CALLS", 32, minimum=1)

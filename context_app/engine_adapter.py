@@ -154,6 +154,10 @@ class RunHooks:
     supplements: Callable[[bool], list[tuple[str, str]]]
     # Where the run's by-reference checkpoints find the records they refer to.
     record_store: RecordStore | None = None
+    # Renews the run's lease while a model call or tool runs (False: the lease is lost), and
+    # what the watching thread runs as it ends.
+    renew_lease: Callable[[], bool] | None = None
+    watch_exit: Callable[[], None] | None = None
 
 
 def run_measures(
@@ -253,5 +257,8 @@ def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
             record_store=hooks.record_store,
             calibration=snapshot.get("calibration"),
             large_records=snapshot.get("large_records"),
+            renew_lease=hooks.renew_lease,
+            heartbeat_seconds=settings.RUN_HEARTBEAT_SECONDS,
+            watch_exit=hooks.watch_exit,
         ),
     )

@@ -8,3 +8,4 @@ class SessionsAppConfig(AppConfig):
     def ready(self) -> None:
         # Bind shared tasks to the project's Celery app in every process that loads Django.
         import agentloom.celery  # noqa: F401
+        import sessions_app.checks  # noqa: F401

@@ -65,6 +65,7 @@ EMPTY_CONTEXT = {
     "trigger_at": 0,
     "target_at": 0,
     "compactions": [],
+    "plan": None,
 }
 
 
@@ -252,7 +253,12 @@ def _counters(run: Run) -> dict[str, int]:
 
 
 def _run_json(run: Run) -> dict[str, Any]:
-    return {"id": run.pk, "number": run.number, "status": run.status}
+    return {
+        "id": run.pk,
+        "number": run.number,
+        "status": run.status,
+        "cancel_requested": run.cancel_requested,
+    }
 
 
 def _context_url_template() -> str:
@@ -374,6 +380,7 @@ def chat(request, session_id: int):
             "focus": focus,
             "counters": _counters(focus) if focus else None,
             "meter": _meter(context),
+            "plan": context.get("plan"),
             "config": config,
         },
     )

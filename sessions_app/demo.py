@@ -20,6 +20,9 @@ DEMO_AGENT_NAME = "Demo agent"
 DEMO_SYSTEM_PROMPT = (
     "You are the AgentLoom demo agent. Use the tools when asked and cite their results."
 )
+# Every built-in tool but the plan: on the demo's small window its schema would leave room for
+# questions of a few hundred bytes only.
+DEMO_TOOLS = [name for name in BUILTIN_TOOL_NAMES if name != "update_plan"]
 DEMO_SUB_AGENTS = [
     {
         "name": "researcher",
@@ -60,7 +63,7 @@ def ensure_demo(*, owner) -> Space:
             name=DEMO_AGENT_NAME,
             system_prompt=DEMO_SYSTEM_PROMPT,
             model_connection=connection.pk,
-            tools=list(BUILTIN_TOOL_NAMES),
+            tools=DEMO_TOOLS,
             sub_agents=DEMO_SUB_AGENTS,
         )
     if not agent.versions.exists():

@@ -242,6 +242,9 @@ class ModelCall(models.Model):
     usage = models.JSONField(null=True, blank=True)
     latency_ms = models.FloatField(default=0)
     error = models.TextField(blank=True, default="")
+    # True when the answer arrived after the worker had lost the run's lease: it was billed,
+    # but the run never used it (another worker may be running the run by now).
+    discarded = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

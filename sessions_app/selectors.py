@@ -239,6 +239,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "compactions": _compactions(frame, run),
         "last_reported": last_reported(run),
         "cost": run_cost(run),
+        "plan": (frame.get("state") or {}).get("plan"),
     }
 
 

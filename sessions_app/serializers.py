@@ -108,6 +108,10 @@ class RunSerializer(serializers.Serializer):
     question = serializers.CharField()
     answer = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_blank=True)
+    cancel_requested = serializers.BooleanField(
+        help_text="True once cancelling was asked for; a running run stays `running` until its "
+        "next safe point, then ends `cancelled`."
+    )
     attempt = serializers.IntegerField()
     counters = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
@@ -271,6 +275,11 @@ class RunContextSerializer(serializers.Serializer):
         allow_null=True, help_text="The input size the provider last reported for this run."
     )
     cost = CostSummarySerializer(allow_null=True, help_text="The run's cost. " + _COST_HELP)
+    plan = serializers.CharField(
+        allow_null=True,
+        help_text="The main instance's plan as set by the `update_plan` tool (kept verbatim "
+        "through compaction); null when none was set.",
+    )
 
 
 class ModelCallSerializer(serializers.Serializer):
@@ -305,6 +314,9 @@ class ModelCallSerializer(serializers.Serializer):
     usage = serializers.DictField(allow_null=True, help_text="Usage as the provider reported.")
     latency_ms = serializers.FloatField(help_text="Wall time of the call, in milliseconds.")
     error = serializers.CharField(allow_blank=True)
+    discarded = serializers.BooleanField(
+        help_text="The answer came after the worker had lost the run's lease: billed, not used."
+    )
     created_at = serializers.DateTimeField()
 
     @extend_schema_field(CallCostSerializer(allow_null=True))

@@ -44,6 +44,7 @@ from agentloom.engine.errors import (
     ContextBudgetExceeded,
     EngineError,
     GatewayError,
+    LeaseLostError,
     ModelCallLimitReached,
 )
 from agentloom.engine.policy import SIZE_TRIGGERS, TriggerPolicy
@@ -424,6 +425,8 @@ class BudgetCompactionPolicy(CompactionPolicy):
                 return ("", 0), calls, "summary_request_over_budget"
             try:
                 reply = request.summarise(messages)
+            except LeaseLostError:
+                raise
             except GatewayError as exc:
                 return ("", 0), calls + 1, f"gateway_error: {exc.kind}"
             except ContextBudgetExceeded:

@@ -11,7 +11,12 @@ view under these rules:
   is open waits in `state.deferred_messages`, and supplements wait in `state.queued_supplements`
   until the group is complete;
 - feedback shows as a user message starting `[feedback] `; a supplement as a user message;
-  status records are not shown;
+  status records are not shown; a run-status note ("run stopped: …") is feedback shown on the
+  assistant side (`[run note] …`), so it is never read as the user's latest request;
+- the plan (`set_plan`, the `update_plan` tool) is capped at `measure.plan_reserve`; a longer
+  plan is refused;
+- the verification request shows the most recent complete evidence groups that fit the
+  effective budget, oldest dropped first (with a note saying how many), before its hard check;
 - `prepare("action")` compacts when a trigger holds; every request (action, compaction,
   verification) is checked against the effective budget and is not sent when it is over it;
 - after a failed compaction, retries wait for growth or model steps (`THROTTLE_*`), logged as
@@ -49,7 +54,7 @@ from agentloom.engine.errors import (
 from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
 from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine.large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
-from agentloom.engine.measure import measure_context
+from agentloom.engine.measure import input_size, measure_context, plan_reserve
 from agentloom.engine.policy import TRIGGER_BUDGET, TriggerPolicy
 from agentloom.engine.projection import ProjectedHistory
 from agentloom.engine.protocol import (
@@ -60,6 +65,7 @@ from agentloom.engine.protocol import (
     message_text,
     protocol_problems,
     render_message,
+    run_note,
     tool_calls_of,
 )
 from agentloom.engine.records import (
@@ -151,6 +157,10 @@ class ContextManager(abc.ABC):
     @abc.abstractmethod
     def add_feedback(self, text: str) -> Record:
         """Record execution feedback and show it once no tool group is open."""
+
+    def add_run_note(self, text: str) -> Record:
+        """Record a run-status note (stopped, cancelled); by default plain feedback."""
+        return self.add_feedback(text)
 
     @abc.abstractmethod
     def add_status(self, status: str, error: str | None) -> Record:
@@ -371,6 +381,13 @@ class JournalContextManager(ContextManager):
 
     def add_feedback(self, text: str) -> Record:
         message = {"role": "user", "content": FEEDBACK_PREFIX + self.redactor.text(text)}
+        return self._add_feedback_message(message)
+
+    def add_run_note(self, text: str) -> Record:
+        """Record a run-status note as feedback shown on the assistant side, not as a request."""
+        return self._add_feedback_message(run_note(self.redactor.text(text)))
+
+    def _add_feedback_message(self, message: dict[str, Any]) -> Record:
         record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))
         if self.has_open_group:
             self.frame.state.deferred_messages = [*self.frame.state.deferred_messages, message]
@@ -507,9 +524,30 @@ class JournalContextManager(ContextManager):
         self._masks[id(stub)] = {**plain, "mask": 1, "ref": ref}
         return stub
 
+    def plan_limit(self) -> int:
+        """Return the largest plan this context keeps, in the policy's unit (`plan_reserve`)."""
+        return plan_reserve(policy=self.policy, budget=self.budget, estimator=self._measurer())
+
     def set_plan(self, plan: str | None) -> None:
-        """Replace the plan; compaction carries it verbatim into the handoff summary."""
-        self.frame.state.plan = self.redactor.text(plan) if plan else None
+        """Replace the plan; compaction carries it verbatim into the handoff summary.
+
+        A plan larger than `plan_limit` is refused with a `ToolError` that names both sizes,
+        and the previous plan stays.
+        """
+        plan = self.redactor.text(plan) if plan else None
+        if plan:
+            size = input_size(policy=self.policy, estimator=self._measurer(), text=plan)
+            limit = self.plan_limit()
+            if size > limit:
+                raise ToolError(
+                    f"the plan is {size} in size, above the limit of {limit}; keep fewer or "
+                    "shorter steps (the previous plan stays)"
+                )
+        self.frame.state.plan = plan
+
+    def _measurer(self) -> TokenEstimator:
+        # What compaction measures with: a calibrated estimator's bound estimator.
+        return getattr(self.estimator, "bound_estimator", self.estimator)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -773,15 +811,56 @@ class JournalContextManager(ContextManager):
         # The candidate is the final message; it is shown on its own below.
         if evidence and evidence[-1].get("role") == "assistant" and not tool_calls_of(evidence[-1]):
             evidence = evidence[:-1]
-        evidence_text = "\n\n".join(render_message(m) for m in evidence) or "(none)"
-        return [
-            {"role": "system", "content": VERIFIER_INSTRUCTIONS},
-            {
-                "role": "user",
-                "content": (
-                    f"Task:\n{task}\n\nEvidence:\n{evidence_text}\n\n"
-                    f"Candidate answer:\n{self.redactor.text(candidate_answer)}\n\n"
-                    "Verdict (PASS, or FAIL: reason):"
-                ),
-            },
-        ]
+        groups = _evidence_groups(evidence)
+        candidate = self.redactor.text(candidate_answer)
+
+        def request(start: int) -> list[dict[str, Any]]:
+            shown = "\n\n".join(groups[start:]) or "(none)"
+            if start:
+                shown = (
+                    f"[{start} earlier evidence group(s) omitted to fit the context budget]"
+                    f"\n\n{shown}"
+                )
+            return [
+                {"role": "system", "content": VERIFIER_INSTRUCTIONS},
+                {
+                    "role": "user",
+                    "content": (
+                        f"Task:\n{task}\n\nEvidence:\n{shown}\n\n"
+                        f"Candidate answer:\n{candidate}\n\n"
+                        "Verdict (PASS, or FAIL: reason):"
+                    ),
+                },
+            ]
+
+        # Keep the most recent complete groups that fit: the fewest omitted. With the note in
+        # place, dropping one more group never makes the request larger, so a binary search finds
+        # the first start that fits; if none does, the hard check refuses the shortest.
+        effective = self.budget.effective_input_budget
+        if not groups or self.estimator.upper_bound(request(0), []) <= effective:
+            return request(0)
+        low, high = 1, len(groups)
+        while low < high:
+            middle = (low + high) // 2
+            if self.estimator.upper_bound(request(middle), []) <= effective:
+                high = middle
+            else:
+                low = middle + 1
+        return request(low)
+
+
+def _evidence_groups(messages: list[dict[str, Any]]) -> list[str]:
+    """Return verification evidence as rendered complete groups, in order.
+
+    A tool call and all of its results form one group; any other message is a group of its own.
+    """
+    groups: list[str] = []
+    index = 0
+    while index < len(messages):
+        end = index + 1
+        if tool_calls_of(messages[index]):
+            while end < len(messages) and messages[end].get("role") == "tool":
+                end += 1
+        groups.append("\n\n".join(render_message(m) for m in messages[index:end]))
+        index = end
+    return groups

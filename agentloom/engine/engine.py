@@ -3,18 +3,28 @@
 One loop step, at a safe point (no tool call waiting for its result):
 
     settle pending calls -> accept supplements -> check cancellation -> prepare (compaction)
-    -> hard budget check -> gateway call -> record the response -> run its tools -> save
+    -> hard budget check -> gateway call -> record the response -> check cancellation again
+    -> run its tools -> save
 
 A final answer is verified when the version asks for it, then the supplement queue is drained one
 last time: supplements that arrived meanwhile are journaled and answered in another step, so a run
 never ends with a supplement still queued. Every gateway call — action, compaction or
 verification, failed or not — is reported through `on_model_call` and counts against the
 per-execution limit; a request over the effective budget is never sent.
+
+Cancellation is checked after every model response, before any tool runs: calls returned after
+a cancel request are answered with a `cancelled` result and never run. A running tool receives
+the cancellation signal (see `watch`); a delegation's child stops at its next safe point. While a
+model call or a tool runs, a `Watch` renews the run's lease (`EngineConfig.renew_lease`), never
+past the call's own deadline; once the lease is lost the engine raises `LeaseLostError` right
+after the call and writes nothing more. A run's status notes ("run stopped: …") are recorded as
+feedback shown on the assistant side, never in the user's voice.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +45,9 @@ from agentloom.engine.errors import (
     ContextBudgetExceeded,
     EngineError,
     GatewayError,
+    LeaseLostError,
     ModelCallLimitReached,
+    ToolCancelled,
     ToolError,
 )
 from agentloom.engine.frame import InstanceFrame
@@ -43,7 +55,7 @@ from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine.large import READ_RECORD, LargeRecords
 from agentloom.engine.policy import TriggerPolicy, load_policy
 from agentloom.engine.projection import ProjectedHistory
-from agentloom.engine.protocol import message_text
+from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, message_text
 from agentloom.engine.records import MAIN_INSTANCE, Record
 from agentloom.engine.redaction import Redactor
 from agentloom.engine.refs import RecordStore
@@ -52,12 +64,14 @@ from agentloom.engine.tools import (
     ReadRecordTool,
     SubAgent,
     Tool,
+    ToolContext,
     Toolset,
     argument_errors,
     build_toolset,
     builtin_tools,
 )
 from agentloom.engine.usage import reported_prompt_tokens
+from agentloom.engine.watch import Watch
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
@@ -71,6 +85,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_MODEL_CALLS = 32
+# The deadline of one model call when its gateway names none (see `ModelGateway.deadline_seconds`).
+DEFAULT_MODEL_CALL_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
@@ -96,15 +112,29 @@ class EngineConfig:
     `large_records` (`{"share": s}`, see `large`) shows records too large for their share of the
     budget as excerpts, offers `read_record` and masks older tool results before summarising;
     a resumed run follows its checkpoint's binding.
+
+    `renew_lease` is called every `heartbeat_seconds` while a model call or a tool runs (from
+    another thread) and answers whether the run's lease is still held; `cancel_poll_seconds` is
+    how often `should_cancel` is asked while a tool runs; `model_call_seconds` the deadline of a
+    model call whose gateway names none; `watch_exit` runs in the watching thread as it ends.
     """
 
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
     large_records: LargeRecords | dict[str, Any] | None = None
+    renew_lease: Callable[[], bool] | None = None
+    heartbeat_seconds: float = 30.0
+    cancel_poll_seconds: float = 0.5
+    model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
+    watch_exit: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
+        for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigurationError(name, "must be a positive number of seconds")
 
 
 @dataclass(frozen=True)
@@ -191,7 +221,7 @@ class Engine:
         supplements: Callable[[bool], list[tuple[str, str]]] | None,
         redactor: Redactor,
         clock: Clock,
-        sleeper: Callable[[float], None],
+        sleeper: Callable[[float], None] | None,
         sub_agents: Iterable[SubAgent],
         verify_completion: bool,
         config: EngineConfig,
@@ -308,6 +338,9 @@ class _Execution:
         self.large_records = large_records
         self.model_calls = 0
         self.main: ContextManager | None = None
+        # Set by a watch when the lease is lost, and once a cancel request has been seen.
+        self.lease_lost = threading.Event()
+        self.cancel_seen = threading.Event()
 
     def new_context(self) -> ContextManager:
         engine = self.engine
@@ -345,7 +378,33 @@ class _Execution:
             frame.mark_saved()
 
     def cancel_requested(self) -> bool:
-        return bool(self.engine.should_cancel and self.engine.should_cancel())
+        """Return True once the run has been asked to stop (asked again until it has)."""
+        if (
+            not self.cancel_seen.is_set()
+            and self.engine.should_cancel
+            and self.engine.should_cancel()
+        ):
+            self.cancel_seen.set()
+        return self.cancel_seen.is_set()
+
+    def watch(self, *, deadline: float | None, signal: threading.Event | None = None) -> Watch:
+        """Return the watch of one call: lease renewal, and for a tool (`signal`) cancellation."""
+        config = self.engine.config
+        return Watch(
+            renew_lease=config.renew_lease,
+            should_cancel=self.engine.should_cancel if signal is not None else None,
+            heartbeat_seconds=config.heartbeat_seconds,
+            cancel_poll_seconds=config.cancel_poll_seconds,
+            deadline_seconds=deadline,
+            lost=self.lease_lost,
+            cancelled=signal if signal is not None else threading.Event(),
+            on_exit=config.watch_exit,
+        )
+
+    def check_lease(self) -> None:
+        """Raise `LeaseLostError` when a watch found the lease lost: nothing more is written."""
+        if self.lease_lost.is_set():
+            raise LeaseLostError("the run's lease was lost while a call was in flight")
 
     def call_model(self, request: ModelRequest) -> ModelResponse:
         """Send one request through the gateway: the only way any model call is made."""
@@ -368,12 +427,15 @@ class _Execution:
         if self.main is not None:
             self.main.managed.state.model_calls = self.model_calls
         started = time.perf_counter()
+        deadline = getattr(engine.gateway, "deadline_seconds", None)
         try:
-            response = engine.gateway.complete(request)
+            with self.watch(deadline=deadline or engine.config.model_call_seconds):
+                response = engine.gateway.complete(request)
             if not isinstance(response.message, dict):
                 raise GatewayError("protocol", "The model's answer could not be understood.")
         except GatewayError as exc:
             self._report(request, measured, started, None, f"{exc.kind}: {exc.message}")
+            self.check_lease()
             raise
         response = ModelResponse(
             message=engine.redactor.value(response.message),
@@ -382,6 +444,7 @@ class _Execution:
             model=response.model,
         )
         self._report(request, measured, started, response, None)
+        self.check_lease()
         self._learn(request, response)
         return response
 
@@ -457,6 +520,8 @@ class _Execution:
         main.frame.children[child_id] = child.frame
         toolset = build_toolset(sub_agent.tools, self.engine.registry)
         status, answer, error = _InstanceLoop(self, child, toolset, parent=main).run()
+        if status == "cancelled":
+            raise ToolCancelled(f"sub-agent {sub_agent.name} ({child_id}) was cancelled")
         if status != "succeeded":
             reason = f": {error}" if error else ""
             raise ToolError(f"sub-agent {sub_agent.name} ({child_id}) {status}{reason}")
@@ -531,6 +596,13 @@ class _InstanceLoop:
                 return self.finish("failed", None, str(exc))
             record = context.add_assistant(response.message)
             calls = record.message.get("tool_calls") or []
+            if self.execution.cancel_requested():
+                # Checked after every response, before any tool runs: these calls never run.
+                for call in calls:
+                    context.add_tool_result(call["id"], CANCELLED_RESULT)
+                if not calls:
+                    state.candidate_answer = message_text(record.message)
+                return self.finish("cancelled", None, None)
             if calls:
                 # Saved before the tools run: if the worker dies now, resume finds the calls
                 # pending and answers them `unknown` instead of asking the model to repeat them.
@@ -557,9 +629,9 @@ class _InstanceLoop:
         self, status: str, answer: str | None, error: str | None
     ) -> tuple[str, str | None, str | None]:
         if status == "cancelled":
-            self.context.add_feedback("run cancelled at a safe point")
+            self.context.add_run_note("run cancelled at a safe point")
         elif status == "failed":
-            self.context.add_feedback(f"run stopped: {error}")
+            self.context.add_run_note(f"run stopped: {error}")
         self.context.add_status(status, error)
         self.save()
         return status, answer, error
@@ -580,10 +652,17 @@ class _InstanceLoop:
         return verdict.upper().startswith("PASS"), None
 
     def run_tools(self, calls: list[dict[str, Any]]) -> None:
-        """Run every call of one assistant message; each gets exactly one result."""
+        """Run every call of one assistant message; each gets exactly one result.
+
+        A call reached after a cancel request gets a `cancelled` result and does not run; a
+        tool stopped by the cancellation signal gets a result saying it was interrupted.
+        """
         for call in calls:
             call_id = call["id"]
             name = call["function"]["name"]
+            if self.execution.cancel_requested():
+                self.context.add_tool_result(call_id, CANCELLED_RESULT)
+                continue
             tool = self.toolset.get(name)
             if tool is None and name == READ_RECORD:
                 tool = self.reader
@@ -595,14 +674,16 @@ class _InstanceLoop:
                 continue
             try:
                 result = self._run_tool(tool, call["function"]["arguments"])
+            except ToolCancelled:
+                self.context.add_tool_result(call_id, INTERRUPTED_RESULT)
+                continue
             except ToolError as exc:
                 self.context.add_tool_result(call_id, f"ERROR: {exc}")
                 self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
                 continue
             self.context.add_tool_result(call_id, result)
 
-    @staticmethod
-    def _run_tool(tool: Tool, raw_arguments: str) -> str:
+    def _run_tool(self, tool: Tool, raw_arguments: str) -> str:
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
@@ -612,13 +693,23 @@ class _InstanceLoop:
         problems = argument_errors(tool.parameters, arguments)
         if problems:
             raise ToolError("invalid arguments: " + "; ".join(problems))
+        signal = threading.Event()
+        context = ToolContext(cancelled=signal, set_plan=getattr(self.context, "set_plan", None))
+        limit = tool.limit_seconds(arguments)
         try:
-            result = tool.run(arguments)
-        except ToolError:
+            if limit is None:
+                result = tool.run_in(arguments, context)
+            else:
+                with self.execution.watch(deadline=limit, signal=signal):
+                    result = tool.run_in(arguments, context)
+        except (ToolError, ToolCancelled, LeaseLostError):
+            self.execution.check_lease()
             raise
         except Exception as exc:
+            self.execution.check_lease()
             # A tool bug must not end the run or leak a traceback: the model sees a short error.
             raise ToolError(f"the tool failed unexpectedly ({type(exc).__name__})") from exc
+        self.execution.check_lease()
         return result if isinstance(result, str) else str(result)
 
 
@@ -640,7 +731,7 @@ def create_engine(
     clock: Clock | None = None,
     sub_agents: Iterable[SubAgent | Mapping[str, Any]] = (),
     verify_completion: bool = False,
-    sleeper: Callable[[float], None] = time.sleep,
+    sleeper: Callable[[float], None] | None = None,
     config: EngineConfig | None = None,
 ) -> Engine:
     """Return an engine for one published version.

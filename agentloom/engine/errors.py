@@ -43,3 +43,11 @@ class ContextBudgetExceeded(EngineError):
 
 class ModelCallLimitReached(EngineError):
     """The execution has used every model call its limits allow."""
+
+
+class LeaseLostError(EngineError):
+    """The application no longer holds the run's lease: the engine stops without writing."""
+
+
+class ToolCancelled(EngineError):
+    """A tool stopped because the run was cancelled while it ran."""

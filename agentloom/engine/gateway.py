@@ -80,6 +80,9 @@ class ModelGateway(abc.ABC):
 
     provider: str = "unknown"
     model_id: str = "unknown"
+    # The longest one `complete` may take, all attempts included (None: not known); the run's
+    # lease is never renewed past it.
+    deadline_seconds: float | None = None
 
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:

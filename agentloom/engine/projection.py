@@ -10,6 +10,9 @@ Projection repairs protocol and never changes sources:
   history ids cannot collide with each other or with the new run's ids;
 - notes (supplements, feedback, run states, late results) that arrive while a tool group is open
   wait until the group is complete, so nothing sits between a call and its results;
+- run states (status records, and the "run stopped" / "run cancelled" feedback of a run's end)
+  are shown as assistant-side `[run note] …` messages, never in the user's voice, so a later
+  question is the latest user message and no stop reason reads as a request;
 - tool results are capped at the view's 24,000 characters, with a visible marker; under a
   large-record policy (see `large`), any record too large for its share of the budget is shown as
   an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
@@ -23,7 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS, UNKNOWN_RESULT, message_text
+from agentloom.engine.protocol import (
+    FEEDBACK_PREFIX,
+    TOOL_RESULT_VIEW_CHARS,
+    UNKNOWN_RESULT,
+    message_text,
+    run_note,
+)
 from agentloom.engine.records import MAIN_INSTANCE
 from agentloom.engine.refs import Origin, materialize
 
@@ -245,15 +254,30 @@ class _Projector:
         elif kind == "supplement":
             self.note_of(record, {"s": record.seq, "as": "user"})
         elif kind == "feedback":
-            self.note_of(record, {"s": record.seq, "as": "feedback"})
+            how = "run_note" if is_run_note(record.message) else "feedback"
+            self.note_of(record, {"s": record.seq, "as": how})
         elif kind == "status":
             status = record.message.get("status")
             error = record.message.get("error")
             suffix = f": {error}" if error else ""
-            self.note({"role": "user", "content": f"[run {record.run_id} {status}{suffix}]"}, None)
+            self.note(run_note(f"run {record.run_id} {status}{suffix}"), None)
         else:
             text = json.dumps(record.message, ensure_ascii=False)
             self.note({"role": "user", "content": f"[{kind} record] {text}"}, None)
+
+
+# How the end of a run was written as user-role feedback before run notes existed.
+_OLD_RUN_NOTES = (
+    FEEDBACK_PREFIX + "run stopped: ",
+    FEEDBACK_PREFIX + "run cancelled at a safe point",
+)
+
+
+def is_run_note(message: dict[str, Any]) -> bool:
+    """Say whether a feedback record is a run-status note (new assistant-side or older form)."""
+    if message.get("role") == "assistant":
+        return True
+    return message_text(message).startswith(_OLD_RUN_NOTES)
 
 
 def project_history(

@@ -11,8 +11,11 @@ import json
 from typing import Any
 
 __all__ = [
+    "CANCELLED_RESULT",
     "FEEDBACK_PREFIX",
     "HANDOFF_MARK",
+    "INTERRUPTED_RESULT",
+    "RUN_NOTE_PREFIX",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "cap_tool_result",
@@ -20,6 +23,7 @@ __all__ = [
     "message_text",
     "protocol_problems",
     "render_message",
+    "run_note",
     "tool_calls_of",
 ]
 
@@ -40,6 +44,35 @@ UNKNOWN_RESULT = json.dumps(
         ),
     }
 )
+
+
+# What a call returned after a cancel request is answered with: it never ran.
+CANCELLED_RESULT = json.dumps(
+    {
+        "status": "cancelled",
+        "note": "The run was cancelled before this tool call ran; it was not executed.",
+    }
+)
+# What a tool stopped by a cancellation while it ran is answered with: never presumed done.
+INTERRUPTED_RESULT = json.dumps(
+    {
+        "status": "cancelled",
+        "note": (
+            "The run was cancelled while this tool ran and the tool was stopped. Do not assume "
+            "it completed."
+        ),
+    }
+)
+
+# How a run-status note begins (a run stopped, failed or was cancelled). Notes are shown on the
+# assistant side of the conversation, never in the user's voice, so a resumed run does not read
+# its own stop reason as the latest request.
+RUN_NOTE_PREFIX = "[run note] "
+
+
+def run_note(text: str) -> dict[str, Any]:
+    """Return the view message of a run-status note: assistant-side, clearly marked."""
+    return {"role": "assistant", "content": RUN_NOTE_PREFIX + text}
 
 
 def tool_calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,12 +9,14 @@ A view message has an *origin*:
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
-rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback` and
-`note` (`prefix` + the text capped at `cap`). Either kind of origin may also carry a large-record
-transform (see `large`): `"ex": N, "ref": R` shows an excerpt of N characters naming reference R;
-`"mask": 1, "ref": R` shows a tool result as a one-line stub. `materialize` is the only place each
-transform is defined: projection builds history messages with it, and a saved view is rebuilt with
-it, so a rebuilt view is byte-identical to the one that was saved.
+rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
+`note` (`prefix` + the text capped at `cap`) and `run_note` (a run-status note shown on the
+assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped). Either kind of
+origin may also carry a large-record transform (see `large`): `"ex": N, "ref": R` shows an excerpt
+of N characters naming reference R; `"mask": 1, "ref": R` shows a tool result as a one-line stub.
+`materialize` is the only place each transform is defined: projection builds history messages
+with it, and a saved view is rebuilt with it, so a rebuilt view is byte-identical to the one that
+was saved.
 
 Stored views are lists of *entries*, which compress runs of origins:
 
@@ -42,8 +44,10 @@ from agentloom.engine.errors import FrameError
 from agentloom.engine.large import excerpt, masked
 from agentloom.engine.protocol import (
     FEEDBACK_PREFIX,
+    RUN_NOTE_PREFIX,
     cap_tool_result,
     message_text,
+    run_note,
 )
 from agentloom.engine.records import Record
 
@@ -133,6 +137,10 @@ def _transformed(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, A
         }
     if how == "note":
         return {"role": "user", "content": origin["prefix"] + _capped(text, origin.get("cap"))}
+    if how == "run_note":
+        if text.startswith(RUN_NOTE_PREFIX):
+            return {"role": "assistant", "content": text}
+        return run_note(text.removeprefix(FEEDBACK_PREFIX))
     raise FrameError(f"unknown view reference {origin!r}")
 
 

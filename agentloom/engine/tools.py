@@ -3,6 +3,10 @@
 A version offers and executes only its own tools. Arguments arrive as JSON text from the model;
 they are parsed and checked against the tool's JSON schema before the tool runs, and every
 failure becomes a tool message plus feedback, never an exception out of the engine.
+
+A tool runs with a `ToolContext`: a cancellation signal (set when the run is cancelled or loses
+its lease while the tool runs; tools that wait stop on it) and the instance's plan setter.
+`limit_seconds` is the longest a call may run: the lease is never renewed past it.
 """
 
 from __future__ import annotations
@@ -12,31 +16,53 @@ import ast
 import math
 import operator
 import re
-import time
+import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine.clock import Clock, iso_utc, system_clock
-from agentloom.engine.errors import ConfigurationError, ToolError
+from agentloom.engine.errors import ConfigurationError, ToolCancelled, ToolError
 from agentloom.engine.large import READ_MAX_CHARS, READ_RECORD
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
+    "DEFAULT_TOOL_SECONDS",
     "DELEGATE_PREFIX",
+    "PLAN_STATUSES",
     "DelegateTool",
     "ReadRecordTool",
     "SubAgent",
     "Tool",
+    "ToolContext",
     "Toolset",
+    "UpdatePlanTool",
     "argument_errors",
     "build_toolset",
     "builtin_tools",
     "evaluate_arithmetic",
+    "render_plan",
 ]
 
 DELEGATE_PREFIX = "delegate_"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+# The longest a tool call may run unless the tool says otherwise (see `Tool.limit_seconds`).
+DEFAULT_TOOL_SECONDS = 60.0
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use beyond its arguments.
+
+    `cancelled` is set when the run is cancelled (or loses its lease) while the tool runs: a
+    tool that waits stops on it and raises `ToolCancelled`. `set_plan` replaces the calling
+    instance's plan (it raises `ToolError` when the plan is too large).
+    """
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    set_plan: Callable[[str], None] | None = None
 
 
 class Tool(abc.ABC):
@@ -49,6 +75,15 @@ class Tool(abc.ABC):
     @abc.abstractmethod
     def run(self, arguments: dict[str, Any]) -> str:
         """Return the tool's result as text, or raise `ToolError`."""
+
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        """Run with the cancellation signal and hooks of `context` (tools that can stop early
+        or need a hook override this; the rest simply `run`)."""
+        return self.run(arguments)
+
+    def limit_seconds(self, arguments: dict[str, Any]) -> float | None:
+        """Return the longest this call may run; None when it renews nothing itself."""
+        return DEFAULT_TOOL_SECONDS
 
     def schema(self) -> dict[str, Any]:
         """Return the chat-completions tool definition."""
@@ -96,6 +131,16 @@ def argument_errors(schema: dict[str, Any], value: Any, path: str = "arguments")
             errors.append(f"{path} must be at most {schema['maximum']}")
     if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
         errors.append(f"{path} must be at most {schema['maxLength']} characters")
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path} must be one of {', '.join(map(str, schema['enum']))}")
+    if isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            errors.append(f"{path} must have at most {schema['maxItems']} items")
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            errors.append(f"{path} must have at least {schema['minItems']} items")
+        if isinstance(schema.get("items"), dict):
+            for index, item in enumerate(value):
+                errors.extend(argument_errors(schema["items"], item, f"{path}[{index}]"))
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
         for name in schema.get("required") or []:
@@ -218,12 +263,26 @@ class SleepTool(Tool):
         {"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_SECONDS}}, ["seconds"]
     )
 
-    def __init__(self, sleeper: Callable[[float], None] = time.sleep):
+    def __init__(self, sleeper: Callable[[float], None] | None = None):
+        # None: wait on the cancellation signal, so a cancel stops the sleep at once.
         self._sleeper = sleeper
 
     def run(self, arguments: dict[str, Any]) -> str:
-        self._sleeper(arguments["seconds"])
-        return f"slept {arguments['seconds']} seconds"
+        return self.run_in(arguments, ToolContext())
+
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        seconds = arguments["seconds"]
+        if self._sleeper is not None:
+            self._sleeper(seconds)
+            interrupted = context.cancelled.is_set()
+        else:
+            interrupted = context.cancelled.wait(seconds)
+        if interrupted:
+            raise ToolCancelled("the sleep was stopped by a cancellation")
+        return f"slept {seconds} seconds"
+
+    def limit_seconds(self, arguments: dict[str, Any]) -> float | None:
+        return float(arguments.get("seconds") or 0) + 5.0
 
 
 class FailTool(Tool):
@@ -251,13 +310,75 @@ class BigOutputTool(Tool):
         return (_FILLER * (chars // len(_FILLER) + 1))[:chars]
 
 
-BUILTIN_TOOL_NAMES = ("echo", "current_time", "calculator", "sleep", "fail", "big_output")
+PLAN_STATUSES = ("pending", "in_progress", "completed")
+MAX_PLAN_STEPS = 50
+
+
+def render_plan(steps: list[dict[str, Any]]) -> str:
+    """Return a plan as the text the instance keeps: one numbered line per step, status first."""
+    return "\n".join(
+        f"{number}. [{step['status']}] {' '.join(str(step['step']).split())}"
+        for number, step in enumerate(steps, start=1)
+    )
+
+
+class UpdatePlanTool(Tool):
+    """`update_plan{steps}`: replace the instance's plan, which compaction keeps verbatim.
+
+    The plan's size is capped (see `agentloom.engine.measure.plan_reserve`); a longer plan is
+    refused with an error that says how large it was and what the limit is.
+    """
+
+    name = "update_plan"
+    description = (
+        "Replace your plan: its steps in order, each pending, in_progress or completed. "
+        "It stays in your context as written; an oversized plan is refused."
+    )
+    parameters = _object(
+        {
+            "steps": {
+                "type": "array",
+                "items": _object(
+                    {"step": {"type": "string"}, "status": {"enum": list(PLAN_STATUSES)}},
+                    ["step", "status"],
+                ),
+            }
+        },
+        ["steps"],
+    )
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        raise ToolError("update_plan needs the instance it runs in")
+
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        if context.set_plan is None:
+            return self.run(arguments)
+        steps = arguments["steps"]
+        if not steps or len(steps) > MAX_PLAN_STEPS:
+            raise ToolError(f"a plan has 1 to {MAX_PLAN_STEPS} steps, not {len(steps)}")
+        if any(not step["step"].strip() for step in steps):
+            raise ToolError("every step needs a description")
+        plan = render_plan(steps)
+        context.set_plan(plan)
+        done = sum(1 for step in steps if step["status"] == "completed")
+        return f"plan updated: {len(steps)} steps, {done} completed\n{plan}"
+
+
+BUILTIN_TOOL_NAMES = (
+    "echo",
+    "current_time",
+    "calculator",
+    "sleep",
+    "fail",
+    "big_output",
+    "update_plan",
+)
 
 
 def builtin_tools(
-    *, clock: Clock = system_clock, sleeper: Callable[[float], None] = time.sleep
+    *, clock: Clock = system_clock, sleeper: Callable[[float], None] | None = None
 ) -> dict[str, Tool]:
-    """Return the built-in tools by name."""
+    """Return the built-in tools by name (`sleeper` replaces the sleep tool's real wait)."""
     tools: list[Tool] = [
         EchoTool(),
         CurrentTimeTool(clock),
@@ -265,6 +386,7 @@ def builtin_tools(
         SleepTool(sleeper),
         FailTool(),
         BigOutputTool(),
+        UpdatePlanTool(),
     ]
     return {tool.name: tool for tool in tools}
 
@@ -349,6 +471,11 @@ class DelegateTool(Tool):
 
     def run(self, arguments: dict[str, Any]) -> str:
         return self._runner(self.sub_agent, arguments["task"])
+
+    def limit_seconds(self, arguments: dict[str, Any]) -> float | None:
+        # The child renews the lease through its own model and tool calls and its saves; it
+        # stops at its next safe point when the run is cancelled.
+        return None
 
 
 class Toolset:

@@ -87,6 +87,10 @@ class OpenAICompatibleChatGateway(ModelGateway):
         self.max_retry_after = max_retry_after
         self._api_key = api_key
         self._sleep = sleep
+        # Every attempt may take the whole response time, and the waits between them count too.
+        self.deadline_seconds = (read_timeout + 60.0) * max_attempts + max_retry_after * (
+            max_attempts - 1
+        )
         # A non-streamed answer arrives all at once, after the model has finished: reasoning
         # models can take minutes, so the read timeout is long and a read timeout not retried.
         self._client_factory = client_factory or functools.partial(

@@ -1,7 +1,9 @@
 """Execute one run on a worker: claim its lease, drive the engine, journal every step.
 
 The worker never holds a row lock across a model call: it holds a lease (a timestamp renewed by
-every save) instead, and every save checks that the lease is still its own.
+every save, and by a heartbeat while a model call or a tool runs) instead, and every save checks
+that the lease is still its own. A model call is recorded while the lease is held; one answered
+after the lease was lost is recorded `discarded` (it was billed, but the run never used it).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import statistics
 import uuid
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agentloom.engine.calibration import DEFAULT_SAMPLES
+from agentloom.engine.errors import LeaseLostError
 from agentloom.engine.usage import (
     cached_prompt_tokens,
     estimate_error,
@@ -35,7 +38,7 @@ from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
-from sessions_app.services.runs import _status_record, claim_run, take_supplements
+from sessions_app.services.runs import _status_record, claim_run, renew_lease, take_supplements
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +59,26 @@ def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
     }
 
 
-def _record_model_call(run_id: int, call: Any, price: PriceInForce | None = None) -> None:
-    """Record one gateway call with its usage and the price in force when it was made.
+def _record_model_call(
+    run_id: int, owner: str, call: Any, price: PriceInForce | None = None
+) -> None:
+    """Record one gateway call with the price in force when it was made.
 
-    Every call is recorded, whatever became of its answer: the provider billed it.
+    Every call is recorded, whatever became of its answer: the provider billed it. It is
+    `discarded` when this worker no longer holds the run's lease.
     """
+    with transaction.atomic():
+        held = list(
+            Run.objects.select_for_update()
+            .filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING)
+            .values_list("pk", flat=True)
+        )
+        _create_model_call(run_id, call, discarded=not held, price=price)
+
+
+def _create_model_call(
+    run_id: int, call: Any, *, discarded: bool, price: PriceInForce | None = None
+) -> None:
     estimate = max(0, int(call.request_estimate or 0))
     reported = reported_prompt_tokens(call.usage)
     ModelCall.objects.create(
@@ -79,6 +97,7 @@ def _record_model_call(run_id: int, call: Any, price: PriceInForce | None = None
         latency_ms=max(0.0, float(call.latency_ms or 0)),
         error=call.error or "",
         **_price_fields(price),
+        discarded=discarded,
     )
 
 
@@ -142,10 +161,13 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
     hooks = RunHooks(
         save=writer.sync,
-        on_model_call=lambda call: _record_model_call(run_id, call, price),
+        on_model_call=lambda call: _record_model_call(run_id, owner, call, price),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
         record_store=JournalStore(run),
+        renew_lease=lambda: renew_lease(run_id=run_id, owner=owner),
+        # The heartbeat runs in a thread of its own: its database connection ends with it.
+        watch_exit=lambda: connection.close(),
     )
     try:
         engine = build_engine(version, hooks)
@@ -170,7 +192,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
             )
         else:
             outcome = engine.resume(run.checkpoint, attempt=run.attempt)
-    except LeaseLost:
+    except (LeaseLost, LeaseLostError):
         log.warning("run %s: lease lost, stopping without further writes", run_id)
         return "lease lost"
     except Exception as error:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agentloom.engine.engine import Checkpoint
+from agentloom.engine.errors import LeaseLostError
 from sessions_app.models import (
     MAIN_INSTANCE,
     Run,
@@ -34,7 +35,7 @@ from sessions_app.services.views import snapshot_saved
 SUPPLEMENT_KEY_PREFIX = "supplement:"
 
 
-class LeaseLost(Exception):
+class LeaseLost(LeaseLostError):
     """The worker no longer holds the run's lease (swept, or claimed elsewhere): stop at once."""
 
 

@@ -1,9 +1,11 @@
 """Replay: what a session would hand a new run, and a run re-driven from its own recordings.
 
 `replay_run` builds a fresh engine from the run's frozen version, answers every model call with
-the run's stored `ModelCall` responses (or their recorded errors), every tool call with the tool
-result recorded in the journal, and the supplements, cancellation and lost-worker stops of each
-attempt at the points the journal shows. It then compares the records and views it produced with
+the run's stored `ModelCall` responses (or their recorded errors; calls `discarded` after a lost
+lease were never used and are skipped), every tool call with the tool result recorded in the
+journal (a tool stopped by a cancel stops again; `update_plan`, which only sets the engine's own
+plan, runs again), and the supplements, cancellation and lost-worker stops of each attempt at the
+points the journal shows. It then compares the records and views it produced with
 the journal and the stored checkpoint, ignoring timestamps. Any difference means the journal,
 the checkpoint or the stored model responses are not what the engine made of them.
 """
@@ -20,10 +22,11 @@ from django.conf import settings
 
 from agentloom.engine.context import JournalContextManager
 from agentloom.engine.engine import Checkpoint, EngineConfig, ExecutionLimits, create_engine
-from agentloom.engine.errors import GatewayError, ToolError
+from agentloom.engine.errors import GatewayError, ToolCancelled, ToolError
 from agentloom.engine.frame import iter_frame_records
 from agentloom.engine.gateway import ModelResponse, ScriptedGateway
-from agentloom.engine.protocol import UNKNOWN_RESULT
+from agentloom.engine.projection import is_run_note
+from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, UNKNOWN_RESULT
 from agentloom.engine.tools import SubAgent, Tool, builtin_tools
 from context_app.engine_adapter import run_measures, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
@@ -32,6 +35,8 @@ from sessions_app.services.history import history_for_new_run, main_records_afte
 from sessions_app.services.views import compliant_view, view_content
 
 ERROR_PREFIX = "ERROR: "
+# Tools that change only the engine's own state: deterministic, so a replay runs them again.
+_ENGINE_TOOLS = {"update_plan"}
 
 
 # --- replay --session --------------------------------------------------------------------------
@@ -84,6 +89,8 @@ class _ReplayTool(Tool):
         if not self._recorded:
             raise ToolError(f"replay: no recorded result left for tool {self.name!r}")
         result = self._recorded.popleft()
+        if result == INTERRUPTED_RESULT:
+            raise ToolCancelled("stopped by a cancellation, as recorded")
         if result.startswith(ERROR_PREFIX):
             raise ToolError(result[len(ERROR_PREFIX) :])
         return result
@@ -101,6 +108,9 @@ class _Attempt:
     outside_engine: bool = False
     # No engine ever ran this attempt: nothing was journaled between it and the one before.
     never_ran: bool = False
+    # For an attempt cancelled while running: how many main records the frame held when the
+    # engine saw the cancel (its `cancelled` results and the run note come after).
+    cancel_at: int | None = None
 
 
 @dataclass
@@ -138,8 +148,13 @@ def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
             continue
         content = row.message.get("content") or ""
         name = names.get(row.message.get("tool_call_id"))
-        # Placeholders for interrupted calls and refusals are made by the engine, not a tool.
-        if name is None or content == UNKNOWN_RESULT or "is not available to this agent" in content:
+        # Placeholders for interrupted or cancelled calls and refusals are made by the engine,
+        # not a tool.
+        if (
+            name is None
+            or content in (UNKNOWN_RESULT, CANCELLED_RESULT)
+            or "is not available to this agent" in content
+        ):
             continue
         results[name].append(content)
     return results
@@ -153,8 +168,15 @@ def _attempts(run: Run, main_rows: list[SessionMessage], engine_keys: set[str]) 
     """
     attempts = {n: _Attempt(n) for n in range(1, run.attempt + 1)}
     count, since_previous = 0, 0
+    cancel_from = None
     for row in main_rows:
         if row.kind != "status":
+            cancelled = row.kind == "tool_result" and row.message.get("content") == CANCELLED_RESULT
+            note = row.kind == "feedback" and is_run_note(row.message)
+            if cancelled or note:
+                cancel_from = count if cancel_from is None else cancel_from
+            else:
+                cancel_from = None
             count += 1
             # The question alone is no sign of engine work: it is also journaled when a queued
             # run is cancelled or swept before any worker started it.
@@ -167,7 +189,9 @@ def _attempts(run: Run, main_rows: list[SessionMessage], engine_keys: set[str]) 
         attempt.records_before_status = count
         attempt.outside_engine = row.entry_key not in engine_keys
         attempt.never_ran = attempt.outside_engine and since_previous == 0
-        since_previous = 0
+        if attempt.status == "cancelled" and not attempt.outside_engine:
+            attempt.cancel_at = cancel_from
+        since_previous, cancel_from = 0, None
         if not attempt.outside_engine:
             count += 1
     return [attempts[n] for n in sorted(attempts)]
@@ -210,14 +234,14 @@ def replay_run(run: Run) -> ReplayReport:
     snapshot = run.session.agent_version.snapshot
     rows = list(SessionMessage.objects.filter(run=run).order_by("seq"))
     main_rows = [row for row in rows if row.instance == MAIN_INSTANCE]
-    calls = list(ModelCall.objects.filter(run=run).order_by("id"))
+    calls = list(ModelCall.objects.filter(run=run, discarded=False).order_by("id"))
     report = ReplayReport(model_calls=len(calls))
     steps = _response_steps(calls)
     gateway = ScriptedGateway(steps)
     recorded = _recorded_tool_results(rows)
     originals = builtin_tools()
     tools = [
-        _ReplayTool(originals[name], recorded[name])
+        originals[name] if name in _ENGINE_TOOLS else _ReplayTool(originals[name], recorded[name])
         for name in snapshot.get("tools", [])
         if name in originals
     ]
@@ -254,9 +278,12 @@ def replay_run(run: Run) -> ReplayReport:
 
     def should_cancel() -> bool:
         attempt = state["attempt"]
-        return attempt.status == "cancelled" and main_record_count() >= (
-            attempt.records_before_status
+        if attempt.status != "cancelled":
+            return False
+        point = (
+            attempt.cancel_at if attempt.cancel_at is not None else attempt.records_before_status
         )
+        return main_record_count() >= point
 
     def save(checkpoint: Checkpoint) -> None:
         frame = checkpoint.full()

@@ -269,6 +269,19 @@ def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[Run
         return waiting
 
 
+def renew_lease(*, run_id: int, owner: str) -> bool:
+    """Extend `owner`'s lease on a running run; False once it no longer holds it.
+
+    The heartbeat's write: fenced by the lease owner and the status, it sets only the lease's
+    expiry (no other column, not even `updated_at`), so it can never undo another writer.
+    """
+    expires = timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
+    renewed = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING).update(
+        lease_expires_at=expires
+    )
+    return renewed == 1
+
+
 def claim_run(*, run_id: int, owner: str) -> bool:
     """Take the lease on a queued run; False when another worker has it or it is not queued."""
     now = timezone.now()

@@ -201,6 +201,7 @@
     const panel = document.getElementById("live-panel");
     const controls = document.getElementById("run-controls");
     const activeHint = document.getElementById("active-hint");
+    const cancelButton = document.getElementById("cancel-run");
     const notice = document.getElementById("notice");
     const askForm = document.getElementById("ask-form");
     const supplementForm = document.getElementById("supplement-form");
@@ -291,6 +292,10 @@
       if (run.id === activeRun || active) {
         controls.hidden = !active;
         activeHint.hidden = !active;
+        // A running run asked to stop stays `running` until its next safe point.
+        const cancelling = active && Boolean(run.cancel_requested);
+        cancelButton.disabled = cancelling;
+        cancelButton.textContent = cancelling ? "Cancelling…" : "Cancel run";
       }
     }
 
@@ -310,9 +315,19 @@
       }
     }
 
+    function showPlan(plan) {
+      const shown = panel.querySelector("[data-live-plan]");
+      shown.textContent = plan || "";
+      shown.hidden = !plan;
+      panel.querySelector("[data-live-no-plan]").hidden = Boolean(plan);
+    }
+
     async function refreshMeter(runId) {
       const context = await api("GET", `/runs/${runId}/context`);
-      if (context.ok) updateMeter(panel.querySelector("[data-meter]"), context.data);
+      if (context.ok) {
+        updateMeter(panel.querySelector("[data-meter]"), context.data);
+        showPlan(context.data.plan);
+      }
     }
 
     async function poll() {
@@ -394,7 +409,7 @@
       say(`Supplement ${answer.data.position} queued: the run takes it at its next safe point.`, false);
     });
 
-    document.getElementById("cancel-run").addEventListener("click", async () => {
+    cancelButton.addEventListener("click", async () => {
       if (!activeRun) return;
       const answer = await api("POST", `/runs/${activeRun}/cancel`);
       if (!answer.ok) {

@@ -40,6 +40,7 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
         "estimator": "bytes",
         "last_reported": None,
         "cost": None,
+        "plan": None,
     }
 
 
@@ -233,6 +234,7 @@ def test_model_calls_are_listed_without_their_responses(api, run):
         "usage": {"prompt_tokens": 900, "completion_tokens": 12},
         "latency_ms": 321.0,
         "error": "",
+        "discarded": False,
         "created_at": first["created_at"],
     }
     assert (second["purpose"], second["instance"], second["usage"]) == ("compaction", "1.1", None)

@@ -17,6 +17,7 @@ RUN_FIELDS = {
     "question",
     "answer",
     "error",
+    "cancel_requested",
     "attempt",
     "counters",
     "created_at",

@@ -225,14 +225,17 @@ def test_a_supplement_sent_during_a_run_follows_the_tool_group(
 
 def test_a_cancelled_run_can_be_resumed_from_the_chat(chat, console_worker, browser_errors):
     page = chat
-    ask(page, '/tool sleep {"seconds": 2}')
+    ask(page, '/tool sleep {"seconds": 20}')
     expect(page.locator(".records .tool-calls")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
 
     page.click("#cancel-run")
+    # Until its safe point the run is still running, and the button says it is cancelling.
+    expect(page.locator("#cancel-run")).to_have_text("Cancelling…")
     expect(page.locator("#notice")).to_have_text(
         "Cancel requested: the run stops at its next safe point."
     )
-    wait_for_run(page, 1, "cancelled")  # after the tool: a call is never cut off
+    # The sleep receives the cancellation and stops: far sooner than its 20 seconds.
+    wait_for_run(page, 1, "cancelled")
     expect(page.locator("#run-controls")).to_be_hidden()
     resume = run_block(page, 1).locator("[data-resume]")
     expect(resume).to_be_visible()
@@ -242,7 +245,8 @@ def test_a_cancelled_run_can_be_resumed_from_the_chat(chat, console_worker, brow
     block = run_block(page, 1)
     expect(block.locator("[data-run-attempt]")).to_have_text("attempt 2")
     expect(block.locator(".status-line .badge")).to_have_text(["cancelled", "succeeded"])
-    expect(block.locator(".msg.answer")).to_contain_text("sleep: slept 2 seconds")
+    # The interrupted sleep is reported as cancelled, never as done.
+    expect(block.locator(".msg.answer")).to_contain_text('sleep: {"status": "cancelled"')
     expect(resume).to_be_hidden()
     assert unexpected(browser_errors) == []
 

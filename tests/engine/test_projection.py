@@ -91,7 +91,11 @@ def test_a_call_without_a_result_gets_an_unknown_result_that_forbids_assuming_su
     assert unknown["tool_call_id"] == "h2_2"
     assert json.loads(unknown["content"])["status"] == "unknown"
     assert "Do not assume it succeeded" in unknown["content"]
-    assert history.messages[4] == {"role": "user", "content": "[run 1 failed: worker_lost]"}
+    # The run's state is an assistant-side note, never in the user's voice.
+    assert history.messages[4] == {
+        "role": "assistant",
+        "content": "[run note] run 1 failed: worker_lost",
+    }
 
 
 def test_a_late_result_is_kept_as_history_material_without_breaking_protocol():

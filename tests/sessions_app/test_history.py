@@ -90,20 +90,24 @@ def test_redelivered_checkpoint_saves_change_nothing(alice, gateway, make_demo_s
 def test_resume_continues_the_original_run_without_later_questions(
     alice, gateway, make_demo_session
 ):
-    """The A → B → C → resume A → D walk of the design note (seed §4)."""
-    # A tiny window so that compaction happens inside runs.
-    session = make_demo_session(policy={"user_turns": 2})
+    """The A → B → C → resume A → D walk of the design note (seed §4), A compacting on resume."""
+    # Triggers that fire inside runs: every run compacts, A's resume included.
+    session = make_demo_session(policy={"user_turns": 2, "model_steps": 1})
     a = ask(session, alice, "NONCE-A first question [boom]")
     assert a.status == "failed"
+    assert not a.checkpoint["context"]["compactions"], "A's first attempt did not compact"
     b = ask(session, alice, '/tool echo {"text": "NONCE-B"}')
     c = ask(session, alice, '/tool echo {"text": "NONCE-C"}')
     assert (b.status, c.status) == ("succeeded", "succeeded")
+    c_views = list(SessionView.objects.filter(run=c).order_by("revision"))
+    assert c_views, "C saved a reusable view"
 
     # Resume A: it must see neither B nor C.
     gateway.requests.clear()
     run_resume(user=alice, run=a)
-    # The supplement becomes the latest user message, so the resumed call does not fail.
-    a_supplement = supplement_add(user=alice, run=Run.objects.get(pk=a.pk), text="NONCE-A2 retry")
+    a_supplement = supplement_add(
+        user=alice, run=Run.objects.get(pk=a.pk), text='/tool echo {"text": "NONCE-A2"} retry'
+    )
     assert a_supplement.position == 1
     run_execute(run_id=a.pk)
     a.refresh_from_db()
@@ -111,23 +115,37 @@ def test_resume_continues_the_original_run_without_later_questions(
     assert "NONCE-B" not in seen_by_a and "NONCE-C" not in seen_by_a
     assert a.status == "succeeded", a.error
     assert a.attempt == 2
+    # A compacted after its resume (its model step is the trigger), from its own view only.
+    assert a.checkpoint["context"]["compactions"], "A compacted on resume"
+    assert "compaction" in [r.purpose for r in gateway.requests]
 
-    # A's resumed records come after C's in the journal; no view may span B and C from A.
-    a_views = SessionView.objects.filter(run=a)
-    c_last = max(m.seq for m in _journal(session) if m.run_id == c.pk)
-    a_first = min(m.seq for m in _journal(session) if m.run_id == a.pk)
-    for view in a_views:
-        assert view.watermark < c_last or view.watermark <= a_first
+    # A's resumed records come after C's in the journal: no reusable view spans B and C, so
+    # none of A's compactions was saved as a view.
+    assert not SessionView.objects.filter(run=a).exists()
+    journal = _journal(session)
+    a_new = [
+        m
+        for m in journal
+        if m.run_id == a.pk and m.seq > max(x.seq for x in journal if x.run_id == c.pk)
+    ]
+    assert a_new, "A's resumed records follow C's"
 
-    # D sees B, C and A's new records, each exactly once.
+    # D starts from C's latest view, then sees A's new records exactly once.
+    binding = version_binding(session.agent_version)
+    assert history_for_new_run(session, binding).view_revision == c_views[-1].revision
     gateway.requests.clear()
     d = ask(session, alice, "NONCE-D what happened?")
     assert d.status == "succeeded"
-    d_first = _texts(gateway.action_requests()[0])
+    d_request = gateway.action_requests()[0]
+    d_first = _texts(d_request)
     for marker in ("NONCE-B", "NONCE-C", "NONCE-A2"):
         assert marker in d_first
-    d_messages = gateway.action_requests()[0].messages
-    assert [m.get("content") for m in d_messages].count("NONCE-A2 retry") == 1
+    contents = [str(m.get("content")) for m in d_request.messages]
+    assert contents.count('/tool echo {"text": "NONCE-A2"} retry') == 1
+    assert (
+        sum(1 for m in d_request.messages if m["role"] == "tool" and m["content"] == "NONCE-A2")
+        == 1
+    )
     # D's counters come from the journal: four user_input records before D, plus D's own.
     counters = d.checkpoint["context"]["counters"]
     assert d.counters == counters  # the clear copy the API lists

@@ -41,14 +41,16 @@ def _database_url() -> str:
     return f"sqlite:///{name}"
 
 
-def _start_worker(redis_url: str, tmp_path: Path) -> subprocess.Popen:
+def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) -> subprocess.Popen:
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
         "CELERY_BROKER_URL": redis_url,
         "AGENTLOOM_VAR_DIR": str(settings.VAR_DIR),
-        "RUN_LEASE_SECONDS": "3",
+        # The heartbeat defaults to a quarter of the lease.
+        "RUN_LEASE_SECONDS": str(lease),
         "PYTHONPATH": str(ROOT),
+        **extra,
     }
     log = open(tmp_path / f"worker-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
@@ -153,7 +155,9 @@ def test_killed_worker_loses_its_lease_and_resume_completes(
         worker.wait(timeout=30)
     assert Run.objects.get(pk=run.pk).status == "running"
 
-    time.sleep(3.5)  # the lease (3 s) runs out
+    # The heartbeat renewed the lease during the sleep; killed, it renews nothing more, so the
+    # run is swept within one lease (3 s) of the kill.
+    time.sleep(3.5)
     assert sweep_expired_leases() == [run.pk]
     failed = Run.objects.get(pk=run.pk)
     assert (failed.status, failed.error) == ("failed", "worker_lost")
@@ -186,3 +190,168 @@ def test_killed_worker_loses_its_lease_and_resume_completes(
     # The replay stops the first attempt where the worker died and resumes like the original.
     report = replay_run(Run.objects.get(pk=run.pk))
     assert report.ok, report.differences
+
+
+# --- leases that survive long calls, and cancel that stops tools (10 s lease) ----------------
+
+
+def _sweep_while(run_id: int, until, timeout: float) -> Run:
+    """Sweep expired leases every half second (as the beat would) until `until(run)` holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert sweep_expired_leases() == [], "a healthy run was swept"
+        run = Run.objects.get(pk=run_id)
+        if until(run):
+            return run
+        time.sleep(0.5)
+    raise AssertionError("timed out waiting for the run")
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_28_second_sleep_succeeds_under_a_10_second_lease(
+    redis_url, alice, local_session, tmp_path
+):
+    worker = _start_worker(redis_url, tmp_path, lease=10)
+    try:
+        run = run_ask(user=alice, session=local_session, question='/tool sleep {"seconds": 28}')
+        _send(redis_url, run.pk)
+        done = _sweep_while(run.pk, lambda r: r.status not in Run.ACTIVE_STATUSES, 90)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert done.status == "succeeded", done.error
+    result = SessionMessage.objects.get(run=run, kind="tool_result")
+    assert result.message["content"] == "slept 28 seconds"
+
+
+class _SlowModel:
+    """An OpenAI-compatible endpoint on loopback that answers after `seconds`."""
+
+    def __init__(self, seconds: float):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        delay = seconds
+        self.requests = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.requests += 1
+                time.sleep(delay)
+                body = json.dumps(
+                    {
+                        "id": "slow-1",
+                        "model": "slow-model",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "NONCE-SLOW answer"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_35_second_model_answer_succeeds_under_a_10_second_lease(redis_url, alice, tmp_path):
+    from context_app.services import agent_publish
+    from sessions_app.models import ModelCall
+
+    model = _SlowModel(35)
+    try:
+        space = make_space(admin=alice)
+        connection_row = make_connection(
+            space,
+            provider="openai_compatible",
+            base_url=model.base_url,
+            model_id="slow-model",
+            api_key="test-key",
+        )
+        agent = make_agent(space, alice, connection=connection_row, tools=[])
+        session = make_session(agent_publish(user=alice, agent=agent), alice)
+        worker = _start_worker(redis_url, tmp_path, lease=10, ALLOW_PRIVATE_MODEL_HOSTS="true")
+        try:
+            run = run_ask(user=alice, session=session, question="take your time")
+            _send(redis_url, run.pk)
+            done = _sweep_while(run.pk, lambda r: r.status not in Run.ACTIVE_STATUSES, 120)
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=30)
+    finally:
+        model.close()
+    assert done.status == "succeeded", done.error
+    assert done.answer == "NONCE-SLOW answer"
+    assert model.requests == 1, "paid for once, never asked again"
+    calls = list(ModelCall.objects.filter(run=run))
+    assert len(calls) == 1 and calls[0].discarded is False
+    assert calls[0].latency_ms >= 35_000
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_20_second_sleep_ends_the_run_within_3_seconds(
+    redis_url, alice, local_session, tmp_path
+):
+    from rest_framework.test import APIClient
+
+    from agentloom.engine.protocol import INTERRUPTED_RESULT
+    from sessions_app.services.runs import run_cancel
+
+    api = APIClient()
+    api.force_authenticate(alice)
+    worker = _start_worker(redis_url, tmp_path, lease=10)
+    try:
+        run = run_ask(user=alice, session=local_session, question='/tool sleep {"seconds": 20}')
+        _send(redis_url, run.pk)
+        _wait(
+            lambda: SessionMessage.objects.filter(run=run, kind="assistant").exists(),
+            60,
+            "the sleep call to be journaled",
+        )
+        time.sleep(1)
+        cancelled_at = time.monotonic()
+        run_cancel(user=alice, run=Run.objects.get(pk=run.pk))
+        # Observable at once: still running, with the request recorded.
+        body = api.get(f"/api/v1/runs/{run.pk}/").json()
+        assert (body["status"], body["cancel_requested"]) == ("running", True)
+        done = _wait(
+            lambda: Run.objects.filter(pk=run.pk, status="cancelled").first(), 10, "cancelled"
+        )
+        elapsed = time.monotonic() - cancelled_at
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert elapsed < 3, f"the run ended {elapsed:.1f} s after the cancel"
+    assert done.finished_at is not None
+    result = SessionMessage.objects.get(run=run, kind="tool_result")
+    assert result.message["content"] == INTERRUPTED_RESULT

@@ -1,0 +1,302 @@
+"""Run control in the engine: the lease heartbeat, cancel that stops tools, run-status notes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from agentloom.engine import (
+    ContextPolicy,
+    EngineConfig,
+    ModelBudget,
+    ModelGateway,
+    text_response,
+    tool_call_response,
+)
+from agentloom.engine.errors import ConfigurationError, LeaseLostError
+from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, protocol_problems
+from agentloom.engine.watch import Watch
+from tests.engine.helpers import Recorder, kinds, make_engine
+
+
+def start(engine, question="q"):
+    return engine.start(run_number=1, attempt=1, system_prompt="sys", question=question)
+
+
+class SlowGateway(ModelGateway):
+    """Answer from a script, each reply after `seconds` of wall time."""
+
+    def __init__(self, seconds, *replies, deadline=None):
+        self.seconds = seconds
+        self.replies = list(replies)
+        self.requests = []
+        self.deadline_seconds = deadline
+
+    def complete(self, request):
+        self.requests.append(request)
+        time.sleep(self.seconds)
+        return self.replies.pop(0)
+
+
+class Lease:
+    """A lease renewed by the heartbeat; `held` turns False to simulate losing it."""
+
+    def __init__(self, held=True):
+        self.held = held
+        self.renewals: list[float] = []
+        self.exits = 0
+
+    def renew(self) -> bool:
+        self.renewals.append(time.monotonic())
+        return self.held
+
+    def exit(self) -> None:
+        self.exits += 1
+
+
+def watched(lease, **options):
+    return EngineConfig(
+        renew_lease=lease.renew,
+        watch_exit=lease.exit,
+        heartbeat_seconds=options.pop("heartbeat", 0.05),
+        cancel_poll_seconds=options.pop("poll", 0.05),
+        **options,
+    )
+
+
+# --- the lease heartbeat ---------------------------------------------------------------------
+
+
+def test_a_long_model_call_renews_the_lease_while_it_runs_and_not_after():
+    lease = Lease()
+    gateway = SlowGateway(0.5, text_response("done"))
+
+    outcome = start(make_engine(gateway, config=watched(lease)))
+
+    assert outcome.status == "succeeded"
+    assert len(lease.renewals) >= 5, "about one renewal every 0.05 s of a 0.5 s call"
+    count = len(lease.renewals)
+    time.sleep(0.2)
+    assert len(lease.renewals) == count, "no renewal once the call has returned"
+    assert lease.exits == 1, "the watching thread ends with the call"
+
+
+def test_the_heartbeat_never_renews_past_the_calls_own_deadline():
+    lease = Lease()
+    gateway = SlowGateway(0.8, text_response("done"), deadline=0.2)
+
+    start(make_engine(gateway, config=watched(lease)))
+
+    # Renewals only in the first 0.2 s of the 0.8 s call: a hung call lets the lease go.
+    assert 1 <= len(lease.renewals) <= 5
+    assert lease.renewals[-1] - lease.renewals[0] < 0.3
+
+
+def test_a_tool_renews_the_lease_up_to_its_own_limit():
+    lease = Lease()
+    gateway = SlowGateway(0, tool_call_response(("sleep", {"seconds": 0.4})), text_response("ok"))
+
+    outcome = start(make_engine(gateway, tools=("sleep",), config=watched(lease)))
+
+    assert outcome.status == "succeeded"
+    assert len(lease.renewals) >= 4
+
+
+def test_a_lost_lease_stops_the_run_after_the_call_without_writing():
+    lease = Lease(held=False)
+    gateway = SlowGateway(0.3, tool_call_response(("echo", {"text": "never run"})))
+    recorder = Recorder()
+    engine = make_engine(gateway, recorder=recorder, config=watched(lease))
+
+    with pytest.raises(LeaseLostError):
+        start(engine)
+
+    assert len(lease.renewals) == 1, "the first refused renewal stops the heartbeat"
+    # The call was reported (the application records it as discarded) ...
+    assert [call.purpose for call in recorder.calls] == ["action"]
+    # ... but nothing after it was saved: the first save is the one before the call.
+    assert len(recorder.saves) == 1
+    assert kinds(recorder.saves[-1]) == ["user_input"]
+
+
+def test_a_lost_lease_stops_a_running_tool_at_once():
+    lease = Lease(held=False)
+    gateway = SlowGateway(0, tool_call_response(("sleep", {"seconds": 20})))
+    recorder = Recorder()
+    engine = make_engine(gateway, tools=("sleep",), recorder=recorder, config=watched(lease))
+
+    began = time.monotonic()
+    with pytest.raises(LeaseLostError):
+        start(engine)
+
+    assert time.monotonic() - began < 2
+    assert "tool_result" not in kinds(recorder.saves[-1]), "no result written without the lease"
+
+
+def test_the_watch_keeps_beating_after_a_failed_write():
+    answers = iter([RuntimeError("database busy"), True, True, True, True, True, True])
+
+    def renew():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    lost = threading.Event()
+    with Watch(
+        renew_lease=renew,
+        should_cancel=None,
+        heartbeat_seconds=0.03,
+        cancel_poll_seconds=0.03,
+        deadline_seconds=None,
+        lost=lost,
+        cancelled=threading.Event(),
+    ) as watch:
+        time.sleep(0.2)
+    assert not lost.is_set()
+    assert watch.beats >= 2
+
+
+@pytest.mark.parametrize("name", ["heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"])
+@pytest.mark.parametrize("value", [0, -1, True, "5"])
+def test_watch_intervals_must_be_positive(name, value):
+    with pytest.raises(ConfigurationError) as error:
+        EngineConfig(**{name: value})
+    assert error.value.field == name
+
+
+# --- cancel ----------------------------------------------------------------------------------
+
+
+def test_calls_returned_after_a_cancel_request_are_not_executed(scripted):
+    ran = []
+    cancelled = []
+
+    def respond_after_cancel(request):
+        cancelled.append(True)  # the user presses Cancel while the model is thinking
+        return tool_call_response(("echo", {"text": "one"}), ("echo", {"text": "two"}))
+
+    gateway = scripted(respond_after_cancel)
+    engine = make_engine(gateway, should_cancel=lambda: bool(cancelled))
+    engine.registry["echo"].run = lambda arguments: ran.append(arguments) or "ran"
+
+    outcome = start(engine)
+
+    assert outcome.status == "cancelled"
+    assert ran == [], "no tool of a response returned after the cancel runs"
+    frame = outcome.frame
+    results = [r["message"] for r in frame["context"]["records"] if r["kind"] == "tool_result"]
+    assert [r["content"] for r in results] == [CANCELLED_RESULT, CANCELLED_RESULT]
+    assert json.loads(CANCELLED_RESULT)["status"] == "cancelled"
+    # Every call has its result: the protocol holds and the next model could be asked.
+    assert protocol_problems(frame["messages"]) == []
+    assert kinds(frame)[-2:] == ["feedback", "status"]
+
+
+def test_a_cancelled_sleep_stops_within_a_second():
+    asked = time.monotonic()
+    gateway = SlowGateway(0, tool_call_response(("sleep", {"seconds": 20})))
+    engine = make_engine(
+        gateway,
+        tools=("sleep",),
+        should_cancel=lambda: time.monotonic() - asked > 1.0,
+        config=EngineConfig(cancel_poll_seconds=0.1),
+    )
+
+    outcome = start(engine)
+
+    elapsed = time.monotonic() - asked
+    assert outcome.status == "cancelled"
+    assert elapsed < 2.0, f"cancelled after 1 s, ended after {elapsed:.2f} s"
+    results = [r for r in outcome.frame["context"]["records"] if r["kind"] == "tool_result"]
+    assert results[0]["message"]["content"] == INTERRUPTED_RESULT
+
+
+def test_a_cancel_stops_a_delegations_child():
+    asked = time.monotonic()
+    gateway = SlowGateway(
+        0,
+        tool_call_response(("delegate_helper", {"task": "wait"})),
+        tool_call_response(("sleep", {"seconds": 20})),
+    )
+    engine = make_engine(
+        gateway,
+        tools=(),
+        sub_agents=[
+            {"name": "helper", "description": "d", "system_prompt": "s", "tools": ["sleep"]}
+        ],
+        should_cancel=lambda: time.monotonic() - asked > 0.5,
+        config=EngineConfig(cancel_poll_seconds=0.1),
+    )
+
+    outcome = start(engine)
+
+    assert outcome.status == "cancelled"
+    assert time.monotonic() - asked < 2.0
+    records = outcome.frame["context"]["records"]
+    delegation = [r["message"] for r in records if r["kind"] == "tool_result"]
+    assert delegation[0]["content"] == INTERRUPTED_RESULT
+    child = outcome.frame["state"]["children"]["1.1"]
+    child_kinds = [r["kind"] for r in child["context"]["records"]]
+    assert child_kinds[-1] == "status"
+    assert child["context"]["records"][-1]["message"]["status"] == "cancelled"
+
+
+# --- run-status notes ------------------------------------------------------------------------
+
+
+def test_after_a_resume_the_last_user_message_is_the_task_not_the_stop_note(scripted):
+    from agentloom.engine import GatewayError
+
+    gateway = scripted(GatewayError("upstream", "The provider failed to answer."))
+    recorder = Recorder()
+    failed = start(make_engine(gateway, recorder=recorder), question="NONCE-TASK")
+    assert failed.status == "failed"
+    note = failed.frame["messages"][-1]
+    assert note["role"] == "assistant" and note["content"].startswith("[run note] run stopped")
+
+    again = scripted(text_response("done"))
+    resumed = make_engine(again, recorder=recorder, config=EngineConfig(record_store=None))
+    outcome = resumed.resume(failed.frame, attempt=2)
+
+    assert outcome.status == "succeeded"
+    users = [m for m in again.requests[0].messages if m["role"] == "user"]
+    assert users[-1]["content"] == "NONCE-TASK"
+    assert not any("run stopped" in str(m.get("content")) for m in users)
+
+
+# --- verification evidence -------------------------------------------------------------------
+
+
+def engine_bound(messages):
+    from agentloom.engine import JsonBytesEstimator
+
+    return JsonBytesEstimator().upper_bound(messages, [])
+
+
+def test_verification_keeps_recent_complete_evidence_groups_within_the_budget(scripted):
+    budget = ModelBudget(12_000, 1_000, 0)  # effective 11,000
+    gateway = scripted(
+        *[tool_call_response(("echo", {"text": f"NONCE-{n} " + "e" * 1_000})) for n in range(4)],
+        text_response("final " + "c" * 3_000),
+        text_response("PASS"),
+    )
+    policy = ContextPolicy(context_ratio=1.0, target_ratio=0.9)
+
+    outcome = start(make_engine(gateway, budget=budget, policy=policy, verify_completion=True))
+
+    assert outcome.status == "succeeded", outcome.error
+    verification = gateway.requests[-1]
+    # Without trimming, the view and the long candidate would not fit one request.
+    action = gateway.requests[-2]
+    assert engine_bound(action.messages) + 3_000 > budget.effective_input_budget
+    assert verification.purpose == "verification"
+    text = verification.messages[1]["content"]
+    assert "earlier evidence group(s) omitted" in text
+    assert "NONCE-3" in text, "the most recent group is kept"
+    assert "NONCE-0" not in text, "the oldest group is dropped first"
+    # Whole groups only: a call is never shown without its result.
+    assert text.count("[tool call") == text.count("[tool result")
