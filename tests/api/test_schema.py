@@ -9,9 +9,10 @@ import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
-from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
+
+from agentloom.spaces.tokens import token_create
 
 OPERATIONS = [
     ("GET", "/api/v1/spaces/"),
@@ -92,7 +93,7 @@ def wsgi_token(alice):
     # As Django's test client does: a real WSGI request would close the test's connection.
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
-    yield Token.objects.create(user=alice).key
+    yield token_create(user=alice)[1]
     signals.request_started.connect(close_old_connections)
     signals.request_finished.connect(close_old_connections)
 
