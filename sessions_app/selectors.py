@@ -45,7 +45,7 @@ def sessions_for_user(user) -> QuerySet[Session]:
 
 
 def sessions_in_reach(user) -> QuerySet[Session]:
-    """Return the live sessions `user` may manage: their own, and every one in a space they admin."""
+    """Return the live sessions `user` may manage: their own and those of spaces they admin."""
     if not user.is_authenticated:
         return Session.objects.none()
     return (

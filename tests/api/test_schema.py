@@ -27,6 +27,7 @@ OPERATIONS = [
     ("GET", "/api/v1/sessions/"),
     ("POST", "/api/v1/sessions/"),
     ("GET", "/api/v1/sessions/{id}/"),
+    ("DELETE", "/api/v1/sessions/{id}/"),
     ("GET", "/api/v1/sessions/{id}/runs"),
     ("POST", "/api/v1/sessions/{id}/runs"),
     ("GET", "/api/v1/sessions/{id}/messages"),

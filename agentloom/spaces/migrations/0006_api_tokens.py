@@ -20,7 +20,7 @@ def hash_existing_tokens(apps, schema_editor):
         return
     ApiToken = apps.get_model("spaces", "ApiToken")
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT key, user_id, created FROM {LEGACY_TABLE}")
+        cursor.execute("SELECT key, user_id, created FROM authtoken_token")
         rows = cursor.fetchall()
     for key, user_id, created in rows:
         token = ApiToken.objects.create(
@@ -31,7 +31,7 @@ def hash_existing_tokens(apps, schema_editor):
         )
         ApiToken.objects.filter(pk=token.pk).update(created_at=created)
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {LEGACY_TABLE}")
+        cursor.execute("DELETE FROM authtoken_token")
 
 
 class Migration(migrations.Migration):
