@@ -37,7 +37,7 @@ def test_console_admin_and_docs_pages_keep_to_the_policy(
 ):
     page = chat
     page.context.add_init_script(LISTEN)
-    user, session = demo_session
+    _, session = demo_session
     ask(page, '/tool echo {"text": "<img src=x onerror=alert(1)>"}')
     wait_for_run(page, 1)
     run_id = page.locator(".run[data-run-id]").first.get_attribute("data-run-id")

@@ -262,7 +262,7 @@ def test_tokens_in_the_admin_are_their_owners_and_can_be_revoked(browser, mallor
     from agentloom.spaces.models import ApiToken
     from agentloom.spaces.tokens import token_create
 
-    own, key = token_create(user=mallory)
+    own, _ = token_create(user=mallory)
     other, _ = token_create(user=bob)
     response = browser.get("/admin/spaces/apitoken/")
     assert set(response.context["cl"].queryset) == {own}

@@ -43,9 +43,9 @@ CHECKS = SchemathesisConfig.from_dict(
 
 @functools.cache
 def _schema():
-    from agentloom.wsgi import application
-
     from django.test import override_settings
+
+    from agentloom.wsgi import application
 
     # The schema is public only with DEBUG; reading it is not what these tests check.
     with override_settings(DEBUG=True):
