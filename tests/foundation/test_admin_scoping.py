@@ -275,3 +275,31 @@ def test_tokens_in_the_admin_are_their_owners_and_can_be_revoked(browser, mallor
     )
     assert ApiToken.objects.get(pk=own.pk).revoked_at is not None
     assert ApiToken.objects.get(pk=other.pk).revoked_at is None
+
+
+def test_a_token_made_in_the_admin_shows_its_key_once(browser, mallory, bob):
+    from agentloom.spaces.models import ApiToken
+    from agentloom.spaces.tokens import key_digest
+
+    # Staff make their own tokens only, whoever the form names.
+    page = browser.post(
+        "/admin/spaces/apitoken/add/", {"name": "ci", "expires_days": "7", "user": bob.pk}
+    )
+    assert page.status_code == 200
+    assert "no-store" in page["Cache-Control"]
+    key = page.context["key"]
+    token = ApiToken.objects.get()
+    assert (token.user, token.name, token.digest) == (mallory, "ci", key_digest(key))
+    assert token.expires_at is not None
+    assert key.encode() in page.content
+    change = browser.get(f"/admin/spaces/apitoken/{token.pk}/change/")
+    assert key.encode() not in change.content and token.digest.encode() not in change.content
+    refused = browser.post("/admin/spaces/apitoken/add/", {"name": "x", "expires_days": "0"})
+    assert "expires_days" in refused.context["adminform"].form.errors
+    root = Client()
+    root.force_login(make_user("root", superuser=True))
+    made = root.post(
+        "/admin/spaces/apitoken/add/", {"user": bob.pk, "name": "", "expires_days": ""}
+    )
+    assert made.status_code == 200
+    assert ApiToken.objects.get(user=bob).expires_at is None
