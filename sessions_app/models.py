@@ -293,6 +293,8 @@ class SessionDeletion(models.Model):
     deleted_by_username = models.CharField(max_length=150)
     deleted_at = models.DateTimeField()
     purged_at = models.DateTimeField(null=True, blank=True)
+    # The superuser named to `manage.py purge_deleted_sessions --by`.
+    purged_by_username = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
         ordering = ["-deleted_at"]

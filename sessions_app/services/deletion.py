@@ -4,8 +4,8 @@
 answer 404), and the run services refuse to start, resume or feed a run of it. Nothing under it
 is removed, so the journal stays append-only; who hid it and when is kept in a
 `SessionDeletion` row that outlives the session. `session_purge` is the one path that removes a
-session's rows (runs, journal, views, supplements, model calls) — run by an operator through
-`manage.py purge_deleted_sessions`, never from a web request.
+session's rows (runs, journal, views, supplements, model calls) — a superuser's, through
+`manage.py purge_deleted_sessions --by`, never from a web request.
 """
 
 from __future__ import annotations
@@ -72,12 +72,15 @@ def deleted_sessions(*, before: datetime | None = None):
 
 
 @transaction.atomic
-def session_purge(*, session_id: int) -> dict[str, int]:
+def session_purge(*, user, session_id: int) -> dict[str, int]:
     """Remove a hidden session with its runs, journal, views, supplements and model calls.
 
-    Refuses a live session (Conflict): only a session hidden by `session_delete` is purged. The
-    audit row stays and gets `purged_at`. Returns the number of rows removed per model.
+    Only an active superuser may (PermissionDenied), and only a session hidden by
+    `session_delete` (Conflict otherwise). The audit row stays and records when and by whom.
+    Returns the number of rows removed per model.
     """
+    if not (user.is_active and user.is_superuser):
+        raise PermissionDenied("Only a superuser may purge deleted sessions.")
     session = Session.objects.select_for_update().filter(pk=session_id).first()
     if session is None:
         raise NotFound("Not found.")
@@ -86,5 +89,7 @@ def session_purge(*, session_id: int) -> dict[str, int]:
     # Journal references go with their view or run in the same deletion, so the RESTRICT on
     # the journal records they hold lets the records go too.
     _, removed = session.delete()
-    SessionDeletion.objects.filter(session_number=session_id).update(purged_at=timezone.now())
+    SessionDeletion.objects.filter(session_number=session_id).update(
+        purged_at=timezone.now(), purged_by_username=user.get_username()
+    )
     return {label.split(".", 1)[1]: count for label, count in removed.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from agentloom.errors import Conflict
+from agentloom.errors import Conflict, PermissionDenied
 from sessions_app.models import (
     JournalReference,
     ModelCall,
@@ -17,9 +17,15 @@ from sessions_app.models import (
     SessionView,
 )
 from sessions_app.services.deletion import session_delete, session_purge
+from tests.factories import make_user
 from tests.sessions_app.conftest import ask
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def root(db):
+    return make_user("root", superuser=True)
 
 
 def _rows(session) -> dict[str, int]:
@@ -44,7 +50,7 @@ def _compacted(alice, make_demo_session):
 
 
 def test_purge_removes_a_deleted_session_with_everything_under_it(
-    alice, gateway, make_demo_session
+    alice, root, gateway, make_demo_session
 ):
     doomed = _compacted(alice, make_demo_session)
     kept = make_demo_session()
@@ -52,25 +58,28 @@ def test_purge_removes_a_deleted_session_with_everything_under_it(
     kept_rows = _rows(kept)
     session_delete(user=alice, session=doomed)
 
-    call_command("purge_deleted_sessions")
+    call_command("purge_deleted_sessions", "--by", "root")
 
     assert not Session.objects.filter(pk=doomed.pk).exists()
     assert not any(_rows(doomed).values())
     assert _rows(kept) == kept_rows
     audit = SessionDeletion.objects.get(session_number=doomed.pk)
     assert audit.purged_at is not None and audit.deleted_by == alice
+    assert audit.purged_by_username == "root"
 
 
-def test_purge_leaves_live_sessions_and_respects_the_age_limit(alice, gateway, make_demo_session):
+def test_purge_leaves_live_sessions_and_respects_the_age_limit(
+    alice, root, gateway, make_demo_session
+):
     session = make_demo_session()
     ask(session, alice, "NONCE-1")
     with pytest.raises(Conflict):
-        session_purge(session_id=session.pk)
+        session_purge(user=root, session_id=session.pk)
     session_delete(user=alice, session=session)
-    call_command("purge_deleted_sessions", "--older-than-days", "1")
-    call_command("purge_deleted_sessions", "--dry-run")
+    call_command("purge_deleted_sessions", "--by", "root", "--older-than-days", "1")
+    call_command("purge_deleted_sessions", "--by", "root", "--dry-run")
     assert Session.objects.filter(pk=session.pk).exists()
-    call_command("purge_deleted_sessions", "--session", str(session.pk))
+    call_command("purge_deleted_sessions", "--by", "root", "--session", str(session.pk))
     assert not Session.objects.filter(pk=session.pk).exists()
 
 
@@ -81,3 +90,17 @@ def test_a_referenced_journal_record_still_refuses_a_lone_delete(alice, gateway,
     reference = JournalReference.objects.filter(message__session=session).first()
     with pytest.raises(RestrictedError):
         reference.message.delete()
+
+
+def test_only_a_superuser_purges(alice, gateway, make_demo_session):
+    from django.core.management import CommandError
+
+    session = make_demo_session()
+    session_delete(user=alice, session=session)
+    # Alice administers the space, but purging is for the platform's operators.
+    with pytest.raises(PermissionDenied):
+        session_purge(user=alice, session_id=session.pk)
+    for name in ("alice", "nobody"):
+        with pytest.raises(CommandError, match="superuser"):
+            call_command("purge_deleted_sessions", "--by", name)
+    assert Session.objects.filter(pk=session.pk).exists()

@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -19,6 +20,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
+            "--by",
+            required=True,
+            metavar="USERNAME",
+            help="The superuser who purges (recorded in each session's deletion record).",
+        )
+        parser.add_argument(
             "--older-than-days",
             type=int,
             default=0,
@@ -34,6 +41,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["older_than_days"] < 0:
             raise CommandError("--older-than-days must be 0 or more.")
+        operator = get_user_model().objects.filter(username=options["by"]).first()
+        if operator is None or not (operator.is_active and operator.is_superuser):
+            raise CommandError("--by must name an active superuser.")
         before = timezone.now() - timedelta(days=options["older_than_days"])
         sessions = deleted_sessions(before=before)
         if options["session"]:
@@ -45,7 +55,7 @@ class Command(BaseCommand):
         purged = rows = 0
         for session_id in ids:
             try:
-                removed = session_purge(session_id=session_id)
+                removed = session_purge(user=operator, session_id=session_id)
             except ApplicationError as error:
                 # Restored or purged meanwhile by someone else: nothing to do here.
                 self.stderr.write(f"session {session_id}: {error.detail}")
