@@ -122,3 +122,52 @@ def test_a_deleted_session_is_gone_from_the_console(session, alice):
     assert browser.get(f"/sessions/{session.pk}/journal/").status_code == 404
     assert "Alice" not in browser.get("/").content.decode() or session.title == ""
     assert f"/sessions/{session.pk}/" not in browser.get("/").content.decode()
+
+
+def _race(session, user) -> dict[str, str]:
+    """Delete `session` and ask in it at the same moment, on two connections."""
+    import threading
+
+    from django.db import connections
+
+    from agentloom.errors import ApplicationError
+    from sessions_app.services.deletion import session_delete
+
+    barrier = threading.Barrier(2)
+    results = {}
+    calls = {
+        "delete": lambda: session_delete(user=user, session=session),
+        "ask": lambda: run_ask(user=user, session=session, question="q"),
+    }
+
+    def act(name):
+        try:
+            barrier.wait(timeout=10)
+            calls[name]()
+            results[name] = "ok"
+        except ApplicationError as error:
+            results[name] = type(error).__name__
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=act, args=(name,)) for name in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return results
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_delete_racing_a_question_never_leaves_a_run_in_a_hidden_session(version, alice):
+    for _ in range(6):
+        session = open_session(version, alice)
+        results = _race(session, alice)
+        hidden = Session.objects.get(pk=session.pk).deleted_at is not None
+        has_run = Run.objects.filter(session=session).exists()
+        # Either the question came first (the delete is refused: 409) or the delete did (404).
+        assert (results, hidden, has_run) in (
+            ({"delete": "ok", "ask": "NotFound"}, True, False),
+            ({"delete": "Conflict", "ask": "ok"}, False, True),
+        )
