@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from agentloom.config import (
@@ -52,9 +53,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "agentloom.spaces",
     "models_app",
     "context_app",
@@ -69,7 +70,23 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Content-Security-Policy on every answer, no-store for signed-in users (agentloom/security.py).
+    "agentloom.security.SecurityHeadersMiddleware",
+    # Last, as django-axes requires: answers a locked-out login attempt.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT failed logins for one user name from
+# one address, that pair is locked out for LOGIN_LOCKOUT_MINUTES (console and admin forms alike).
+AUTHENTICATION_BACKENDS = [
+    "agentloom.security.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "agentloom.urls"
 WSGI_APPLICATION = "agentloom.wsgi.application"
@@ -129,7 +146,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # Keys are stored as digests, can expire and be revoked (agentloom/spaces/tokens.py).
+        "agentloom.spaces.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

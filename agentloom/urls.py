@@ -4,7 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agentloom.security import DocsView, SchemaView
 
 
 def healthz(request):
@@ -19,6 +20,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("api/", include("agentloom.api_urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # Behind login when DEBUG is off (agentloom/security.py).
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
+    path("api/docs/", DocsView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -2,11 +2,14 @@ from django.contrib import admin
 from django.db import models
 
 from agentloom.forms import JSONFormField
+from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from context_app.models import Agent, AgentVersion
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(SpaceScopedAdmin):
+    """Drafts of the staff user's spaces; changed by the space's admins, as in the API."""
+
     list_display = ["name", "space", "owner", "model_connection", "verify_completion", "updated_at"]
     list_filter = ["space"]
     search_fields = ["name"]
@@ -14,9 +17,10 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(admin.ModelAdmin):
+class AgentVersionAdmin(SpaceScopedAdmin):
     """Published versions are frozen: the admin shows them and never edits them."""
 
+    space_path = "agent__space"
     list_display = ["agent", "number", "model_connection", "published_by", "created_at"]
     readonly_fields = ["agent", "number", "snapshot", "model_connection", "published_by"]
 

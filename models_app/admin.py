@@ -19,11 +19,12 @@ from django.utils.html import format_html, format_html_join
 from agentloom.errors import ApplicationError
 from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
 from agentloom.providers.pricing import price_in_force
+from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from agentloom.spaces.models import Membership
-from agentloom.spaces.selectors import space_role
+from agentloom.spaces.selectors import administered_spaces, space_role
 from models_app import checks
 from models_app.models import ModelConnection
-from models_app.selectors import administered_spaces, connection_usage, connections_for_user
+from models_app.selectors import connection_usage
 from models_app.services import (
     CONNECTION_FIELDS,
     DEFAULT_SAFETY_MARGIN_TOKENS,
@@ -268,7 +269,7 @@ class ModelConnectionForm(forms.ModelForm):
 
 
 @admin.register(ModelConnection)
-class ModelConnectionAdmin(admin.ModelAdmin):
+class ModelConnectionAdmin(SpaceScopedAdmin):
     form = ModelConnectionForm
     list_display = [
         "name",
@@ -289,12 +290,12 @@ class ModelConnectionAdmin(admin.ModelAdmin):
 
     # --- what each caller sees -----------------------------------------------------------------
 
+    # Staff see their spaces' connections, as in the API (SpaceScopedAdmin); superusers, the
+    # platform's operators, see all of them, but change only those of spaces they administer:
+    # the services check the caller's role.
+
     def get_queryset(self, request):
-        # Staff see their spaces' connections, as in the API; superusers, the platform's
-        # operators, see all of them, but change only those of spaces they administer.
-        if request.user.is_superuser:
-            return ModelConnection.objects.select_related("space")
-        return connections_for_user(request.user).select_related("space")
+        return super().get_queryset(request).select_related("space")
 
     def _is_space_admin(self, request, obj) -> bool:
         return obj is None or space_role(request.user, obj.space_id) == Membership.Role.ADMIN

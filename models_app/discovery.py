@@ -9,8 +9,8 @@ from django.conf import settings
 
 from agentloom.errors import InvalidInput, PermissionDenied, UpstreamError
 from agentloom.providers import ClientFactory, DiscoveredModel, ProviderError, discover_models
-from agentloom.spaces.selectors import require_space_admin
-from models_app.selectors import administered_spaces, connection_get
+from agentloom.spaces.selectors import administered_spaces, require_space_admin
+from models_app.selectors import connection_get
 from models_app.services import clean_api_key, clean_base_url, clean_provider, same_endpoint
 
 logger = logging.getLogger(__name__)

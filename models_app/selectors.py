@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from agentloom.errors import NotFound
-from agentloom.spaces.models import Membership, Space
+from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import spaces_for_user
 from models_app.models import ModelConnection
 
@@ -29,15 +29,6 @@ def space_get(*, user, space_id: int) -> Space:
     if space is None:
         raise NotFound("Not found.")
     return space
-
-
-def administered_spaces(user) -> QuerySet[Space]:
-    """Return the spaces where `user` is an admin."""
-    if not user.is_authenticated:
-        return Space.objects.none()
-    return Space.objects.filter(
-        memberships__user=user, memberships__role=Membership.Role.ADMIN
-    ).order_by("id")
 
 
 def connection_usage(connection: ModelConnection) -> tuple[list, list]:

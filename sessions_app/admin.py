@@ -1,50 +1,151 @@
-from django.contrib import admin
+"""Sessions and their journal in the admin: read-only, scoped like the API.
 
+A staff user sees the sessions she may manage through the API (her own, and every one of a space
+she administers) and what hangs on them. Nothing here is added, edited or deleted, except that
+deleting a session is `session_delete`'s soft delete.
+"""
+
+from django.contrib import admin, messages
+
+from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_encrypted import EncryptedPayloadAdmin
+from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from sessions_app.models import (
     ModelCall,
     Run,
     RunSupplement,
     Session,
+    SessionDeletion,
     SessionMessage,
     SessionView,
 )
+from sessions_app.selectors import sessions_in_reach
+from sessions_app.services.deletion import may_delete, session_delete
+
+
+class SessionScopedAdmin(SpaceScopedAdmin, EncryptedPayloadAdmin):
+    """Rows of the sessions a staff user may manage, never changed here."""
+
+    # The lookup path from the model to its Session ("" for Session itself).
+    session_path = "session"
+
+    def scope(self, request, queryset):
+        if request.user.is_superuser:
+            return queryset
+        lookup = f"{self.session_path}__in" if self.session_path else "pk__in"
+        return queryset.filter(**{lookup: sessions_in_reach(request.user)})
 
 
 @admin.register(Session)
-class SessionAdmin(EncryptedPayloadAdmin):
-    list_display = ["id", "title", "space", "agent", "agent_version", "created_by", "created_at"]
+class SessionAdmin(SessionScopedAdmin):
+    session_path = ""
+    list_display = [
+        "id",
+        "title",
+        "space",
+        "agent",
+        "agent_version",
+        "created_by",
+        "created_at",
+        "deleted_at",
+    ]
     list_filter = ["space"]
+    actions = ["soft_delete"]
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        # Django's own "delete selected" would remove the journal: only the soft delete is offered.
+        actions.pop("delete_selected", None)
+        return actions
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if not admin.ModelAdmin.has_delete_permission(self, request, obj):
+            return False
+        if obj is None:
+            return True
+        try:
+            return obj.deleted_at is None and may_delete(request.user, obj)
+        except ApplicationError:
+            return False
+
+    def get_deleted_objects(self, objs, request):
+        # A soft delete removes nothing: the confirmation lists the sessions alone.
+        return [str(obj) for obj in objs], {"sessions": len(objs)}, set(), []
+
+    def delete_model(self, request, obj):
+        try:
+            session_delete(user=request.user, session=obj)
+        except ApplicationError as error:
+            self.message_user(request, f"{obj}: {error.detail}", messages.ERROR)
+
+    @admin.action(description="Delete selected sessions (hide them; purge is separate)")
+    def soft_delete(self, request, queryset):
+        deleted = 0
+        for session in queryset:
+            try:
+                session_delete(user=request.user, session=session)
+                deleted += 1
+            except ApplicationError as error:
+                self.message_user(request, f"{session}: {error.detail}", messages.ERROR)
+        self.message_user(request, f"{deleted} session(s) deleted.")
 
 
 @admin.register(Run)
-class RunAdmin(EncryptedPayloadAdmin):
+class RunAdmin(SessionScopedAdmin):
     encrypted_fields = ("question", "answer", "checkpoint")
     list_display = ["id", "session", "number", "status", "attempt", "error", "created_at"]
     list_filter = ["status"]
 
 
 @admin.register(SessionMessage)
-class SessionMessageAdmin(EncryptedPayloadAdmin):
+class SessionMessageAdmin(SessionScopedAdmin):
     encrypted_fields = ("message",)
     list_display = ["session", "seq", "run", "instance", "kind", "entry_key", "created_at"]
     list_filter = ["kind", "instance"]
 
 
 @admin.register(SessionView)
-class SessionViewAdmin(EncryptedPayloadAdmin):
+class SessionViewAdmin(SessionScopedAdmin):
     encrypted_fields = ("messages",)
     list_display = ["session", "revision", "watermark", "run", "user_turns", "model_steps"]
 
 
 @admin.register(RunSupplement)
-class RunSupplementAdmin(EncryptedPayloadAdmin):
+class RunSupplementAdmin(SessionScopedAdmin):
+    session_path = "run__session"
     encrypted_fields = ("text",)
     list_display = ["run", "position", "consumed_at", "created_at"]
 
 
 @admin.register(ModelCall)
-class ModelCallAdmin(EncryptedPayloadAdmin):
+class ModelCallAdmin(SessionScopedAdmin):
+    session_path = "run__session"
     encrypted_fields = ("response",)
     list_display = ["run", "instance", "purpose", "request_estimate", "latency_ms", "error"]
     list_filter = ["purpose"]
+
+
+@admin.register(SessionDeletion)
+class SessionDeletionAdmin(SpaceScopedAdmin):
+    """Who deleted which session and when: a record, never changed."""
+
+    list_display = ["session_number", "session_title", "space", "deleted_by_username"]
+    list_display += ["deleted_at", "purged_at"]
+    readonly_fields = [
+        "session_number",
+        "session_title",
+        "space",
+        "deleted_by",
+        "deleted_by_username",
+        "deleted_at",
+        "purged_at",
+    ]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -21,6 +21,7 @@ from sessions_app.selectors import (
     run_context,
     run_get,
     runs_of,
+    session_for_deletion,
     session_for_revocation,
     session_get,
     sessions_for_user,
@@ -39,6 +40,7 @@ from sessions_app.serializers import (
     SupplementCreateSerializer,
     SupplementSerializer,
 )
+from sessions_app.services.deletion import session_delete
 from sessions_app.services.runs import (
     run_ask,
     run_cancel,
@@ -96,6 +98,22 @@ class SessionDetailApi(ApiView):
         """Return one of the caller's sessions."""
         session = session_get(user=request.user, session_id=object_id(id))
         return Response(SessionSerializer(session).data)
+
+    @api_schema(
+        ok=204,
+        response=None,
+        errors=(404, 409),
+        path_id="Session id (the caller's own, or one in a space the caller administers).",
+        operation_id="sessions_destroy",
+        description="Delete a session: it disappears from every list and page and takes no new "
+        "run; its journal is kept until an operator purges deleted sessions. The session's "
+        "creator or a space admin may (403 for another member); 409 while a run is active.",
+    )
+    def delete(self, request, id):
+        """Delete a session."""
+        session = session_for_deletion(user=request.user, session_id=object_id(id))
+        session_delete(user=request.user, session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class SessionRunsApi(ApiView):

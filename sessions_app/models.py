@@ -26,6 +26,9 @@ class Session(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
     )
     title = models.CharField(max_length=200, blank=True, default="")
+    # Set by `session_delete`: the session is hidden from everyone and takes no new run; who hid
+    # it is recorded in a SessionDeletion row. Only `purge_deleted_sessions` removes it for good.
+    deleted_at = models.DateTimeField(null=True, blank=True)
     # The next session seq to hand out; read and bumped under SELECT … FOR UPDATE.
     next_seq = models.PositiveBigIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -307,3 +310,35 @@ class JournalReference(models.Model):
 
     def __str__(self) -> str:
         return f"reference to #{self.message_id}"
+
+
+class SessionDeletion(models.Model):
+    """The audit row of a soft-deleted session: who hid it, when, and when it was purged.
+
+    It refers to the session by number only, never by foreign key, so it outlives the purge that
+    removes the session with its runs, journal, views and model calls.
+    """
+
+    session_number = models.PositiveBigIntegerField(unique=True)
+    session_title = models.CharField(max_length=200, blank=True, default="")
+    space = models.ForeignKey(
+        Space, null=True, on_delete=models.SET_NULL, related_name="session_deletions"
+    )
+    deleted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="session_deletions",
+    )
+    # Kept in clear beside the foreign key, so the record survives the user's removal.
+    deleted_by_username = models.CharField(max_length=150)
+    deleted_at = models.DateTimeField()
+    purged_at = models.DateTimeField(null=True, blank=True)
+    # The superuser named to `manage.py purge_deleted_sessions --by`.
+    purged_by_username = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["-deleted_at"]
+
+    def __str__(self) -> str:
+        return f"Session {self.session_number} deleted by {self.deleted_by_username}"

@@ -1,7 +1,8 @@
 """Reads of sessions, runs, the journal, views, model calls and a run's context.
 
 A session and everything under it is readable only by its creator, and only while they are a
-member of the session's space; to anyone else it does not exist (NotFound).
+member of the session's space; to anyone else it does not exist (NotFound). A deleted session
+(`deleted_at` set) does not exist for anyone.
 """
 
 from __future__ import annotations
@@ -36,9 +37,28 @@ COMPACTION_FIELDS = (
 )
 
 
+def live_sessions() -> QuerySet[Session]:
+    """Return the sessions nobody has deleted."""
+    return Session.objects.filter(deleted_at__isnull=True)
+
+
 def sessions_for_user(user) -> QuerySet[Session]:
     """Return the sessions `user` created in spaces they are still a member of, newest first."""
-    return Session.objects.filter(created_by=user, space__memberships__user=user).order_by("-id")
+    return live_sessions().filter(created_by=user, space__memberships__user=user).order_by("-id")
+
+
+def sessions_in_reach(user) -> QuerySet[Session]:
+    """Return the live sessions `user` may manage: their own and those of spaces they admin."""
+    if not user.is_authenticated:
+        return Session.objects.none()
+    return (
+        live_sessions()
+        .filter(
+            Q(created_by=user, space__memberships__user=user)
+            | Q(space__memberships__user=user, space__memberships__role="admin")
+        )
+        .distinct()
+    )
 
 
 def session_get(*, user, session_id: int) -> Session:
@@ -51,15 +71,15 @@ def session_get(*, user, session_id: int) -> Session:
 
 def session_for_revocation(*, user, session_id: int) -> Session:
     """Return a session whose views `user` may revoke: their own, or one in a space they admin."""
-    session = (
-        Session.objects.filter(pk=session_id)
-        .filter(
-            Q(created_by=user, space__memberships__user=user)
-            | Q(space__memberships__user=user, space__memberships__role="admin")
-        )
-        .distinct()
-        .first()
-    )
+    session = sessions_in_reach(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
+def session_for_deletion(*, user, session_id: int) -> Session:
+    """Return a live session in one of `user`'s spaces; the deletion service checks the role."""
+    session = live_sessions().filter(pk=session_id, space__memberships__user=user).first()
     if session is None:
         raise NotFound("Not found.")
     return session
@@ -74,7 +94,10 @@ def run_get(*, user, run_id: int) -> Run:
     """Return the run if `user` may read its session, else raise NotFound."""
     run = (
         Run.objects.filter(
-            pk=run_id, session__created_by=user, session__space__memberships__user=user
+            pk=run_id,
+            session__created_by=user,
+            session__space__memberships__user=user,
+            session__deleted_at__isnull=True,
         )
         .select_related("session__agent_version")
         .first()

@@ -1,7 +1,8 @@
 """Admin support for models with encrypted payloads.
 
 Encrypted fields are shown decrypted to superusers only; other staff see that a value exists
-without seeing it.
+without seeing it. These rows are the session journal and what hangs on it: nobody adds, edits
+or deletes them here (deleting a session is a soft delete; purging is an operator's command).
 """
 
 from django.contrib import admin
@@ -21,7 +22,7 @@ class EncryptedPayloadAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return request.user.is_superuser
+        return False
 
     def get_fields(self, request, obj=None):
         fields = [f.name for f in self.model._meta.fields if f.name != "id"]

@@ -37,3 +37,29 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.space} ({self.role})"
+
+
+class ApiToken(models.Model):
+    """An API key, kept only as the SHA-256 digest of the key; the key is shown once, at creation.
+
+    Keys are 256-bit random strings (older ones 160-bit), so one unsalted digest is enough: there
+    is nothing to guess from it. A token stops working when it expires or is revoked; the row stays
+    as a record of who had access until when.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True, default="")
+    digest = models.CharField(max_length=64, unique=True)
+    # The key's first characters, so its holder can tell tokens apart in a list.
+    prefix = models.CharField(max_length=8)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… of {self.user} ({self.name or 'unnamed'})"

@@ -15,6 +15,15 @@ def spaces_for_user(user) -> QuerySet[Space]:
     return Space.objects.filter(memberships__user=user).distinct()
 
 
+def administered_spaces(user) -> QuerySet[Space]:
+    """Return the spaces where `user` is an admin."""
+    if not user.is_authenticated:
+        return Space.objects.none()
+    return Space.objects.filter(
+        memberships__user=user, memberships__role=Membership.Role.ADMIN
+    ).order_by("id")
+
+
 def space_role(user, space: Space | int) -> str | None:
     """Return `admin`, `member`, or None when `user` is not in the space."""
     if not user.is_authenticated:

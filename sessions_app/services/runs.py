@@ -59,6 +59,17 @@ def session_create(*, user, agent_version: AgentVersion, title: str = "") -> Ses
     )
 
 
+def lock_live_session(session_id: int) -> None:
+    """Lock the session row for this transaction; NotFound once it has been deleted.
+
+    Every write that starts or feeds a run calls this (after the run's own lock, the order the
+    journal writers use), so it cannot interleave with `session_delete`, which takes this lock.
+    """
+    live = Session.objects.select_for_update().filter(pk=session_id, deleted_at__isnull=True)
+    if not live.only("pk"):
+        raise NotFound("Not found.")
+
+
 # --- leases --------------------------------------------------------------------------------
 
 
@@ -151,6 +162,7 @@ def run_ask(*, user, session: Session, question) -> Run:
     adopt_unjournaled_runs(session=session)
     try:
         with transaction.atomic():
+            lock_live_session(session.pk)
             if Run.objects.filter(session=session, status__in=Run.ACTIVE_STATUSES).exists():
                 raise Conflict("A run of this session is still active; wait for it or cancel it.")
             number = (session.runs.aggregate(top=Max("number"))["top"] or 0) + 1
@@ -180,6 +192,7 @@ def run_resume(*, user, run: Run) -> Run:
         raise NotFound("Not found.")
     sweep_expired_leases(session=run.session)
     run = Run.objects.select_for_update().get(pk=run.pk)
+    lock_live_session(run.session_id)
     if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
         raise Conflict(f"Only a failed or cancelled run can be resumed; this one is {run.status}.")
     if (
@@ -235,6 +248,7 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     text = redactor_for(run.session.agent_version).text(text)
     _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
     run = Run.objects.select_for_update().get(pk=run.pk)
+    lock_live_session(run.session_id)
     if run.status == Run.Status.SUCCEEDED or (
         run.status == Run.Status.RUNNING and run.supplements_closed
     ):

@@ -141,6 +141,15 @@
 
   // --- the context meter ------------------------------------------------------------------
 
+  /** Place the meter's bar and lines from their server-rendered `data-pos` (percent). */
+  function placeMeter(root) {
+    root.querySelectorAll("[data-pos]").forEach((node) => {
+      const value = `${Number(node.dataset.pos) || 0}%`;
+      if (node.hasAttribute("data-meter-fill")) node.style.width = value;
+      else node.style.left = value;
+    });
+  }
+
   function updateMeter(root, context) {
     if (!root || !context) return;
     // The ceiling is the effective budget, or the character threshold of a legacy version.
@@ -537,6 +546,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("[data-meter]").forEach(placeMeter);
     // Forms that change something for good ask first (revoking a view).
     document.querySelectorAll("form[data-confirm]").forEach((form) => {
       form.addEventListener("submit", (event) => {

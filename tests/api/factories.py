@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.factories import make_connection
@@ -11,10 +10,12 @@ from tests.factories import make_connection
 
 def client_for(user=None) -> APIClient:
     """Return an API client that sends `user`'s token (anonymous when `user` is None)."""
+    from agentloom.spaces.tokens import token_create
+
     client = APIClient()
     if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        _, key = token_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client
 
 

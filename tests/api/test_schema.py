@@ -9,9 +9,10 @@ import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
-from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
+
+from agentloom.spaces.tokens import token_create
 
 OPERATIONS = [
     ("GET", "/api/v1/spaces/"),
@@ -26,6 +27,7 @@ OPERATIONS = [
     ("GET", "/api/v1/sessions/"),
     ("POST", "/api/v1/sessions/"),
     ("GET", "/api/v1/sessions/{id}/"),
+    ("DELETE", "/api/v1/sessions/{id}/"),
     ("GET", "/api/v1/sessions/{id}/runs"),
     ("POST", "/api/v1/sessions/{id}/runs"),
     ("GET", "/api/v1/sessions/{id}/messages"),
@@ -46,19 +48,25 @@ OPERATIONS = [
 # POST /api/models/discover is left out: it calls the provider, and fuzzing it means network I/O.
 
 
-def test_schema_is_served_and_lists_every_endpoint(anon):
-    response = anon.get("/api/schema/?format=json")
+def test_schema_is_served_and_lists_every_endpoint(api):
+    response = api.get("/api/schema/?format=json")
     assert response.status_code == 200
     paths = response.json()["paths"]
     assert {path for _, path in OPERATIONS} <= set(paths)
     assert "post" in paths["/api/models/discover"]
 
 
-def test_docs_are_served_without_network(anon):
-    response = anon.get("/api/docs/")
+def test_docs_are_served_without_network(alice):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(alice)
+    response = browser.get("/api/docs/")
     assert response.status_code == 200
     page = response.content.decode()
-    assert "/api/schema/" in page
+    # The start-up script is a file of its own (no inline script), and it names the schema.
+    assert "/api/docs/?script=" in page
+    assert "/api/schema/" in browser.get("/api/docs/?script=").content.decode()
     # Swagger UI comes from the sidecar's static files, not a CDN.
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
     assert "https://" not in page
@@ -81,9 +89,15 @@ CHECKS = SchemathesisConfig.from_dict(
 
 @functools.cache
 def _schema():
+    from django.test import override_settings
+
     from agentloom.wsgi import application
 
-    return schemathesis.openapi.from_wsgi("/api/schema/?format=json", application, config=CHECKS)
+    # The schema is public only with DEBUG; reading it is not what these tests check.
+    with override_settings(DEBUG=True):
+        return schemathesis.openapi.from_wsgi(
+            "/api/schema/?format=json", application, config=CHECKS
+        )
 
 
 @pytest.fixture
@@ -92,7 +106,7 @@ def wsgi_token(alice):
     # As Django's test client does: a real WSGI request would close the test's connection.
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
-    yield Token.objects.create(user=alice).key
+    yield token_create(user=alice)[1]
     signals.request_started.connect(close_old_connections)
     signals.request_finished.connect(close_old_connections)
 
@@ -156,20 +170,21 @@ def test_api_keeps_to_its_schema(method, path, target, mode, wsgi_token, space, 
 # --- what the probe found the schema did not say ------------------------------------------------
 
 
-def _components(anon) -> dict:
-    return anon.get("/api/schema/?format=json").json()["components"]["schemas"]
+def _components(api) -> dict:
+    # With DEBUG off the schema is served to signed-in callers only.
+    return api.get("/api/schema/?format=json").json()["components"]["schemas"]
 
 
-def test_sub_agents_declare_their_largest_count(anon):
+def test_sub_agents_declare_their_largest_count(api):
     from context_app.services import MAX_SUB_AGENTS
 
-    schemas = _components(anon)
+    schemas = _components(api)
     for name in ("AgentCreateRequest", "PatchedAgentUpdateRequest"):
         assert schemas[name]["properties"]["sub_agents"]["maxItems"] == MAX_SUB_AGENTS
 
 
-def test_opening_a_session_says_it_needs_an_agent_or_a_version(anon):
-    schema = _components(anon)["SessionCreateRequest"]
+def test_opening_a_session_says_it_needs_an_agent_or_a_version(api):
+    schema = _components(api)["SessionCreateRequest"]
     assert schema["anyOf"] == [{"required": ["agent_version"]}, {"required": ["agent"]}]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 
@@ -67,17 +68,17 @@ def console_worker(transactional_db, live_server, queued_runs, monkeypatch):
             with gate:
                 return app(environ, start_response)
 
-        slow_run = SleepTool.run
+        slow_run = SleepTool.run_in
 
-        def sleep_with_gate_open(self, arguments):
+        def sleep_with_gate_open(self, arguments, context):
             gate.release()
             try:
-                return slow_run(self, arguments)
+                return slow_run(self, arguments, context)
             finally:
                 gate.acquire()
 
         httpd.set_app(gated_app)
-        monkeypatch.setattr(SleepTool, "run", sleep_with_gate_open)
+        monkeypatch.setattr(SleepTool, "run_in", sleep_with_gate_open)
         for conn in shared.values():
             conn.inc_thread_sharing()
     stop = threading.Event()
@@ -317,8 +318,12 @@ def test_the_context_page_shows_the_meter_and_compaction_history(
     expect(history).to_have_count(len(context["compactions"]))
     expect(history.first.locator(".badge")).to_have_text("succeeded")
     expect(page.locator("#session-views tbody tr").first).to_contain_text("r1")
-    expect(page.locator("#model-calls")).to_contain_text("compaction")
-    expect(page.locator(".view-messages")).to_contain_text("handoff summary")
+    # The first stage masks older tool results without a call; a summary is a compaction call.
+    if any(item["stage"] == "summary" for item in context["compactions"]):
+        expect(page.locator("#model-calls")).to_contain_text("compaction")
+    expect(page.locator(".view-messages")).to_contain_text(
+        re.compile("handoff summary|hidden to save room")
+    )
     screenshot("console-context")
     assert unexpected(browser_errors) == []
 

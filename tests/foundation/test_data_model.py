@@ -8,6 +8,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
+from agentloom.spaces.models import Membership
 from context_app.models import AgentVersion, PublishedVersionImmutable
 from sessions_app.models import Run, SessionMessage
 from tests.factories import (
@@ -183,6 +184,9 @@ def test_encrypted_payloads_are_shown_to_superusers_only(client, session):
     staff = make_user("staff", staff=True)
     staff.user_permissions.add(Permission.objects.get(codename="view_run"))
     client.force_login(staff)
+    # Outside the session's space, the run does not exist for her (the admin is scoped).
+    assert client.get(f"/admin/sessions_app/run/{run.pk}/change/").status_code == 302
+    Membership.objects.create(space=session.space, user=staff, role=Membership.Role.ADMIN)
     page = client.get(f"/admin/sessions_app/run/{run.pk}/change/")
     assert page.status_code == 200
     assert b"NONCE-7f3a9c" not in page.content

@@ -341,8 +341,8 @@ def test_nothing_answers_with_the_key(api, stored, member_api, caplog):
 # --- schema ------------------------------------------------------------------------------------
 
 
-def test_the_schema_documents_the_endpoints(anon):
-    schema = anon.get("/api/schema/?format=json").json()
+def test_the_schema_documents_the_endpoints(api):
+    schema = api.get("/api/schema/?format=json").json()
     paths = schema["paths"]
     assert set(paths["/api/v1/model-connections/"]) >= {"get", "post"}
     assert set(paths["/api/v1/model-connections/{id}/"]) >= {"get", "patch", "delete"}

@@ -10,11 +10,11 @@ import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
-from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
 from agentloom.providers import secure_client
+from agentloom.spaces.tokens import token_create
 from models_app import discovery
 from tests.factories import make_connection
 
@@ -43,9 +43,15 @@ CHECKS = SchemathesisConfig.from_dict(
 
 @functools.cache
 def _schema():
+    from django.test import override_settings
+
     from agentloom.wsgi import application
 
-    return schemathesis.openapi.from_wsgi("/api/schema/?format=json", application, config=CHECKS)
+    # The schema is public only with DEBUG; reading it is not what these tests check.
+    with override_settings(DEBUG=True):
+        return schemathesis.openapi.from_wsgi(
+            "/api/schema/?format=json", application, config=CHECKS
+        )
 
 
 @pytest.fixture
@@ -54,7 +60,7 @@ def wsgi_token(alice, space):
     # As Django's test client does: a real WSGI request would close the test's connection.
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
-    yield Token.objects.create(user=alice).key
+    yield token_create(user=alice)[1]
     signals.request_started.connect(close_old_connections)
     signals.request_finished.connect(close_old_connections)
 

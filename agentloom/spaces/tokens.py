@@ -1,0 +1,71 @@
+"""API tokens: created with a key shown once, stored as a digest, expired or revoked.
+
+Clients send `Authorization: Token <key>` as before; `ApiTokenAuthentication` looks the key's
+digest up, so the database never holds a key that would let a reader of a dump call the API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework import exceptions
+from rest_framework.authentication import TokenAuthentication
+
+from agentloom.errors import InvalidInput, NotFound
+from agentloom.spaces.models import ApiToken
+
+MAX_EXPIRY_DAYS = 3650
+
+
+def key_digest(key: str) -> str:
+    """Return the stored form of `key`: the hex SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@transaction.atomic
+def token_create(*, user, name: str = "", expires_days: int | None = None) -> tuple[ApiToken, str]:
+    """Create a token for `user`; return it with its key, which is never available again."""
+    if expires_days is not None and not 1 <= expires_days <= MAX_EXPIRY_DAYS:
+        raise InvalidInput(f"Must be between 1 and {MAX_EXPIRY_DAYS}.", field="expires_days")
+    key = secrets.token_urlsafe(32)
+    expires_at = timezone.now() + timedelta(days=expires_days) if expires_days else None
+    token = ApiToken.objects.create(
+        user=user,
+        name=(name or "").strip()[:100],
+        digest=key_digest(key),
+        prefix=key[:8],
+        expires_at=expires_at,
+    )
+    return token, key
+
+
+def token_revoke(*, user, token: ApiToken) -> ApiToken:
+    """Revoke `token` at once; its owner or a superuser may. Revoking twice changes nothing."""
+    if token.user_id != user.pk and not user.is_superuser:
+        raise NotFound("Not found.")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def usable_tokens():
+    """Return the tokens that authenticate now: neither revoked nor expired."""
+    return ApiToken.objects.filter(revoked_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    )
+
+
+class ApiTokenAuthentication(TokenAuthentication):
+    """`Authorization: Token <key>`, checked against the stored digests of usable tokens."""
+
+    def authenticate_credentials(self, key):
+        token = usable_tokens().select_related("user").filter(digest=key_digest(key)).first()
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        return token.user, token

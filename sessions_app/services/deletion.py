@@ -1,0 +1,95 @@
+"""Deleting sessions: a soft delete anyone in charge of the session may do, and the purge.
+
+`session_delete` hides a session: every selector stops returning it (lists, pages and the API
+answer 404), and the run services refuse to start, resume or feed a run of it. Nothing under it
+is removed, so the journal stays append-only; who hid it and when is kept in a
+`SessionDeletion` row that outlives the session. `session_purge` is the one path that removes a
+session's rows (runs, journal, views, supplements, model calls) — a superuser's, through
+`manage.py purge_deleted_sessions --by`, never from a web request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentloom.errors import Conflict, NotFound, PermissionDenied
+from agentloom.spaces.models import Membership
+from agentloom.spaces.selectors import require_member
+from sessions_app.models import Run, Session, SessionDeletion
+from sessions_app.services.runs import sweep_expired_leases
+
+
+def may_delete(user, session: Session) -> bool:
+    """True when `user` created the session or administers its space (and is still a member)."""
+    role = require_member(user, session.space_id)
+    return session.created_by_id == user.pk or role == Membership.Role.ADMIN
+
+
+def session_delete(*, user, session: Session) -> SessionDeletion:
+    """Hide `session` and record who did it; 409 while one of its runs is active.
+
+    404 when the session is already hidden or outside the caller's spaces, 403 for a member who
+    neither created it nor administers its space.
+    """
+    if not may_delete(user, session):
+        raise PermissionDenied("Only the session's creator or a space admin may delete it.")
+    # A run whose worker died must not block the deletion forever.
+    sweep_expired_leases(session=session)
+    with transaction.atomic():
+        # The lock orders this against run_ask, run_resume and supplement_add, which lock the
+        # session row too and check it is still live.
+        locked = (
+            Session.objects.select_for_update()
+            .filter(pk=session.pk, deleted_at__isnull=True)
+            .first()
+        )
+        if locked is None:
+            raise NotFound("Not found.")
+        if Run.objects.filter(session=locked, status__in=Run.ACTIVE_STATUSES).exists():
+            raise Conflict("A run of this session is still active; cancel it or wait for it.")
+        now = timezone.now()
+        locked.deleted_at = now
+        locked.save(update_fields=["deleted_at"])
+        return SessionDeletion.objects.create(
+            session_number=locked.pk,
+            session_title=locked.title,
+            space_id=locked.space_id,
+            deleted_by=user,
+            deleted_by_username=user.get_username(),
+            deleted_at=now,
+        )
+
+
+def deleted_sessions(*, before: datetime | None = None):
+    """Return the hidden sessions (deleted before `before`, when given), oldest deletion first."""
+    sessions = Session.objects.filter(deleted_at__isnull=False)
+    if before is not None:
+        sessions = sessions.filter(deleted_at__lt=before)
+    return sessions.order_by("deleted_at", "pk")
+
+
+@transaction.atomic
+def session_purge(*, user, session_id: int) -> dict[str, int]:
+    """Remove a hidden session with its runs, journal, views, supplements and model calls.
+
+    Only an active superuser may (PermissionDenied), and only a session hidden by
+    `session_delete` (Conflict otherwise). The audit row stays and records when and by whom.
+    Returns the number of rows removed per model.
+    """
+    if not (user.is_active and user.is_superuser):
+        raise PermissionDenied("Only a superuser may purge deleted sessions.")
+    session = Session.objects.select_for_update().filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    if session.deleted_at is None:
+        raise Conflict("Only a deleted session can be purged.")
+    # Journal references go with their view or run in the same deletion, so the RESTRICT on
+    # the journal records they hold lets the records go too.
+    _, removed = session.delete()
+    SessionDeletion.objects.filter(session_number=session_id).update(
+        purged_at=timezone.now(), purged_by_username=user.get_username()
+    )
+    return {label.split(".", 1)[1]: count for label, count in removed.items()}
