@@ -342,7 +342,7 @@ def calibrated(corpus: dict[str, list[dict]]) -> list[tuple[str, ...]]:
     prefix plus the ratio on what was appended); "ratio only" is another request measured with
     the learned ratio alone (a new run starting from the connection's ratio).
     """
-    from agentloom.engine.calibration import CalibratedEstimator, Calibration
+    from agentloom.engine import CalibratedEstimator, Calibration
 
     real = O200kEstimator()
     rows = []

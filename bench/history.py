@@ -208,9 +208,7 @@ def bench_journal_sync(run_length: int, runs: int) -> float:
     The frame grows as the engine grows it (every record shown in the view); each save hands
     over the checkpoint by reference and the records added since the last one.
     """
-    from agentloom.engine.engine import Checkpoint
-    from agentloom.engine.frame import InstanceFrame
-    from agentloom.engine.records import Record
+    from agentloom.engine import Checkpoint, InstanceFrame, Record
     from sessions_app.models import Run
     from sessions_app.services.journal import JournalWriter
 
@@ -254,7 +252,7 @@ class _LoopingGateway:
         self.steps = steps
 
     def complete(self, request):
-        from agentloom.engine.gateway import ModelResponse
+        from agentloom.engine import ModelResponse
 
         done = sum(1 for m in request.messages if m.get("role") == "tool")
         if request.purpose != "action" or done >= self.steps:

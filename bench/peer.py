@@ -182,8 +182,7 @@ class PeerGateway:
     provider, model_id = "bench", "peer"
 
     def complete(self, request):
-        from agentloom.engine.gateway import text_response, tool_call_response
-        from agentloom.engine.protocol import message_text
+        from agentloom.engine import message_text, text_response, tool_call_response
 
         last = request.messages[-1] if request.messages else {}
         if request.purpose == "compaction":

@@ -9,35 +9,42 @@ with a clear error instead of silently running another model.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
-from agentloom.engine.budget import ModelBudget, TokenEstimator, estimator_from_binding
-from agentloom.engine.calibration import calibration_config
-from agentloom.engine.engine import Checkpoint
-from agentloom.engine.estimators import ESTIMATORS, estimator_named
-from agentloom.engine.gateway import ModelGateway
-from agentloom.engine.large import LargeRecords
-from agentloom.engine.measure import InputCheck, check_input
-from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy, load_policy
-from agentloom.engine.redaction import Redactor
-from agentloom.engine.refs import RecordStore
-from agentloom.engine.tools import (
+from agentloom.engine import (
     BUILTIN_TOOL_NAMES,
+    ESTIMATORS,
     DelegateTool,
+    Engine,
+    EngineConfig,
+    EngineHooks,
+    ExecutionLimits,
+    InputCheck,
+    LargeRecords,
+    LegacyCharPolicy,
+    LocalDemoGateway,
+    ModelBudget,
+    ModelGateway,
     ReadRecordTool,
+    RecordStore,
+    Redactor,
     SubAgent,
+    TokenEstimator,
+    TriggerPolicy,
     builtin_tools,
+    calibration_config,
+    check_input,
+    create_engine,
+    estimator_from_binding,
+    estimator_named,
+    load_policy,
 )
 from agentloom.errors import ApplicationError
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
-
-if TYPE_CHECKING:
-    from agentloom.engine.engine import Engine
 
 
 class ConnectionMismatch(ApplicationError):
@@ -97,8 +104,6 @@ GatewayFactory = Callable[[AgentVersion, ModelConnection], ModelGateway]
 
 def _default_gateway(version: AgentVersion, connection: ModelConnection) -> ModelGateway:
     if connection.provider == ModelConnection.Provider.LOCAL:
-        from agentloom.engine.gateway import LocalDemoGateway
-
         return LocalDemoGateway()
     from agentloom.providers import gateway_for_provider
 
@@ -142,22 +147,6 @@ def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
     connection = _live_connection(version.snapshot)
     secrets = [connection.api_key] if connection.api_key else []
     return _gateway_factory(version, connection), secrets
-
-
-@dataclass
-class RunHooks:
-    """What the application service plugs into an engine for one run execution."""
-
-    save: Callable[[Checkpoint], None]
-    on_model_call: Callable[[Any], None]
-    should_cancel: Callable[[], bool]
-    supplements: Callable[[bool], list[tuple[str, str]]]
-    # Where the run's by-reference checkpoints find the records they refer to.
-    record_store: RecordStore | None = None
-    # Renews the run's lease while a model call or tool runs (False: the lease is lost), and
-    # what the watching thread runs as it ends.
-    renew_lease: Callable[[], bool] | None = None
-    watch_exit: Callable[[], None] | None = None
 
 
 def run_measures(
@@ -232,10 +221,13 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     return binding
 
 
-def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
-    """Return an engine bound to `version`'s frozen snapshot, with `hooks` plugged in."""
-    from agentloom.engine.engine import EngineConfig, ExecutionLimits, create_engine
+def build_engine(
+    version: AgentVersion, hooks: EngineHooks, *, record_store: RecordStore | None = None
+) -> Engine:
+    """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
+    `record_store` is where the run's by-reference checkpoints find the records they refer to.
+    """
     snapshot = version.snapshot
     gateway, secrets = gateway_for(version)
     policy, budget, estimator = run_measures(snapshot)
@@ -244,21 +236,16 @@ def build_engine(version: AgentVersion, hooks: RunHooks) -> Engine:
         [name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES],
         policy,
         budget,
-        estimator=estimator,
-        limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
-        save=hooks.save,
-        on_model_call=hooks.on_model_call,
-        should_cancel=hooks.should_cancel,
-        supplements=hooks.supplements,
-        secrets=secrets,
-        sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
-        verify_completion=bool(snapshot.get("verify_completion")),
+        hooks=hooks,
         config=EngineConfig(
-            record_store=hooks.record_store,
+            estimator=estimator,
+            limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
+            secrets=tuple(secrets),
+            sub_agents=tuple(snapshot.get("sub_agents", [])),
+            verify_completion=bool(snapshot.get("verify_completion")),
+            record_store=record_store,
             calibration=snapshot.get("calibration"),
             large_records=snapshot.get("large_records"),
-            renew_lease=hooks.renew_lease,
             heartbeat_seconds=settings.RUN_HEARTBEAT_SECONDS,
-            watch_exit=hooks.watch_exit,
         ),
     )

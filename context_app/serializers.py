@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentloom.api import FlagField, StrictSerializer, TextField, id_field
-from agentloom.engine.policy import DEFAULT_POLICY
+from agentloom.engine import DEFAULT_POLICY
 from context_app.engine_adapter import builtin_tool_names
 from context_app.services import MAX_PROMPT_CHARS, MAX_SUB_AGENTS, SUB_AGENT_NAME
 

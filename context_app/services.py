@@ -8,10 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from agentloom.engine.calibration import DEFAULT_SAMPLES
-from agentloom.engine.errors import ConfigurationError
-from agentloom.engine.large import LargeRecords
-from agentloom.engine.policy import ContextPolicy
+from agentloom.engine import DEFAULT_SAMPLES, ConfigurationError, ContextPolicy, LargeRecords
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.validation import clean_text
@@ -209,7 +206,7 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
     }
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def agent_publish(*, user, agent: Agent) -> AgentVersion:
     """Freeze the draft into the next immutable AgentVersion."""
     require_space_admin(user, agent.space_id)

@@ -19,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from agentloom.errors import ApplicationError
 from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
 from agentloom.providers.pricing import price_in_force
-from agentloom.spaces.admin_scoping import SpaceScopedAdmin
+from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
 from agentloom.spaces.models import Membership
 from agentloom.spaces.selectors import administered_spaces, space_role
 from models_app import checks
@@ -269,7 +269,7 @@ class ModelConnectionForm(forms.ModelForm):
 
 
 @admin.register(ModelConnection)
-class ModelConnectionAdmin(SpaceScopedAdmin):
+class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
     form = ModelConnectionForm
     list_display = [
         "name",

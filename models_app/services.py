@@ -570,7 +570,7 @@ def connection_validate(
     return _resolve(space_id=space.pk, current=None, fields=fields)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
     """Create a model connection in `space` (space admins only)."""
     values = connection_validate(user=user, space=space, fields=fields)
@@ -579,7 +579,7 @@ def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
     return connection
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def connection_update(*, user, connection: ModelConnection, **changes: Any) -> ModelConnection:
     """Change a model connection (space admins only); a blank key keeps the stored one."""
     require_space_admin(user, connection.space_id)
@@ -592,7 +592,7 @@ def connection_update(*, user, connection: ModelConnection, **changes: Any) -> M
     return current
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def connection_delete(*, user, connection: ModelConnection) -> None:
     """Delete a connection no agent uses (space admins only); else raise Conflict."""
     require_space_admin(user, connection.space_id)

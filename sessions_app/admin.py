@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_encrypted import EncryptedPayloadAdmin
-from agentloom.spaces.admin_scoping import SpaceScopedAdmin
+from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
 from sessions_app.models import (
     ModelCall,
     Run,
@@ -37,7 +37,7 @@ class SessionScopedAdmin(SpaceScopedAdmin, EncryptedPayloadAdmin):
 
 
 @admin.register(Session)
-class SessionAdmin(SessionScopedAdmin):
+class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
     session_path = ""
     list_display = [
         "id",

@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agentloom.engine.protocol import message_text
+from agentloom.engine import message_text
 from agentloom.errors import ApplicationError, NotFound
 from agentloom.spaces.selectors import spaces_for_user
 from context_app.engine_adapter import estimator_name, input_check

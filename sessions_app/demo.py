@@ -7,7 +7,7 @@ questions, which is the point of the demo.
 
 from django.db import transaction
 
-from agentloom.engine.tools import BUILTIN_TOOL_NAMES
+from agentloom.engine import BUILTIN_TOOL_NAMES
 from agentloom.spaces.models import Membership, Space
 from context_app.models import Agent
 from context_app.services import agent_create, agent_publish
@@ -33,15 +33,19 @@ DEMO_SUB_AGENTS = [
 ]
 
 
-@transaction.atomic
 def ensure_demo(*, owner) -> Space:
-    """Return the demo space, creating its connection and published agent on first call."""
-    space = Space.objects.filter(name=DEMO_SPACE_NAME).order_by("id").first()
-    if space is None:
-        space = Space.objects.create(name=DEMO_SPACE_NAME)
-    Membership.objects.get_or_create(
-        space=space, user=owner, defaults={"role": Membership.Role.ADMIN}
-    )
+    """Return the demo space, creating its connection and published agent on first call.
+
+    Each step is a transaction of its own (the connection and the publication are durable
+    actions) and is skipped once done, so a bootstrap stopped halfway completes on the next call.
+    """
+    with transaction.atomic(durable=True):
+        space = Space.objects.filter(name=DEMO_SPACE_NAME).order_by("id").first()
+        if space is None:
+            space = Space.objects.create(name=DEMO_SPACE_NAME)
+        Membership.objects.get_or_create(
+            space=space, user=owner, defaults={"role": Membership.Role.ADMIN}
+        )
     connection = ModelConnection.objects.filter(space=space, name=DEMO_CONNECTION_NAME).first()
     if connection is None:
         connection = connection_create(

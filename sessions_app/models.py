@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 
-from agentloom.engine.records import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
+from agentloom.engine import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
 from agentloom.fields import CompressedEncryptedJSONField, EncryptedTextField
 from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import call_cost
@@ -144,7 +144,7 @@ class SessionView(models.Model):
     """A reusable compacted main-instance view, valid for the journal prefix up to `watermark`.
 
     Stored by reference: `entries` (clear) lists the view in order, each item either a reference
-    to a journal record with how it is shown (`{"s": seq, "as": …}`, see `agentloom.engine.refs`)
+    to a journal record with how it is shown (`{"s": seq, "as": …}`, see `agentloom.engine._refs`)
     or `{"i": n}`, the n-th of the `messages` that exist nowhere else (the handoff summary,
     placeholders, notes), which alone are stored, encrypted. Views saved before references
     existed have no entries and hold every message in `messages`.

@@ -13,10 +13,13 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from agentloom.engine.calibration import CalibratedEstimator, Calibration
-from agentloom.engine.measure import measure_context
-from agentloom.engine.protocol import HANDOFF_MARK
-from agentloom.engine.refs import as_ranges
+from agentloom.engine import (
+    HANDOFF_MARK,
+    CalibratedEstimator,
+    Calibration,
+    as_ranges,
+    measure_context,
+)
 from agentloom.errors import NotFound
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures
 from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView

@@ -3,42 +3,65 @@
 Journal records, the checkpoint frame, budget and policy, compaction, projection of history,
 tools, the agent loop and the model gateways. The Django side builds an engine per run with
 `create_engine`, passes it projected history and persists what it hands back.
+
+The engine's public names are the ones listed in `__all__` below, and callers import them from
+`agentloom.engine`; the modules with a leading underscore are internal and may change shape
+freely. Test doubles (a scripted gateway, an in-memory journal, generated history trials) live
+in `agentloom.engine.testing`, outside this surface.
 """
 
-from agentloom.engine.budget import (
+from agentloom.engine._budget import (
     DEFAULT_ESTIMATOR_ID,
     JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
     estimator_from_binding,
 )
-from agentloom.engine.compaction import (
+from agentloom.engine._calibration import (
+    DEFAULT_SAMPLES,
+    CalibratedEstimator,
+    Calibration,
+    calibration_config,
+)
+from agentloom.engine._clock import (
+    Clock,
+    iso_utc,
+    system_clock,
+)
+from agentloom.engine._compaction import (
     BudgetCompactionPolicy,
     CompactionOutcome,
     CompactionPolicy,
     CompactionRequest,
 )
-from agentloom.engine.context import ContextManager, JournalContextManager, PreparedContext
-from agentloom.engine.engine import (
+from agentloom.engine._context import (
+    ContextManager,
+    JournalContextManager,
+    PreparedContext,
+)
+from agentloom.engine._engine import (
     DEFAULT_MAX_MODEL_CALLS,
     Checkpoint,
     Engine,
     EngineConfig,
+    EngineHooks,
     ExecutionLimits,
     ModelCallRecord,
     RunOutcome,
     create_engine,
 )
-from agentloom.engine.errors import (
+from agentloom.engine._errors import (
     ConfigurationError,
     ContextBudgetExceeded,
     EngineError,
     FrameError,
     GatewayError,
+    LeaseLostError,
     ModelCallLimitReached,
+    ToolCancelled,
     ToolError,
 )
-from agentloom.engine.estimators import (
+from agentloom.engine._estimators import (
     ESTIMATOR_CLASSES,
     ESTIMATORS,
     DeepSeekEstimator,
@@ -46,7 +69,7 @@ from agentloom.engine.estimators import (
     TokenizerEstimator,
     estimator_named,
 )
-from agentloom.engine.frame import (
+from agentloom.engine._frame import (
     FRAME_FORMAT,
     ExecutionState,
     InstanceFrame,
@@ -54,17 +77,26 @@ from agentloom.engine.frame import (
     iter_frame_records,
     reusable_views,
 )
-from agentloom.engine.gateway import (
+from agentloom.engine._gateway import (
     PURPOSES,
     LocalDemoGateway,
     ModelGateway,
     ModelRequest,
     ModelResponse,
-    ScriptedGateway,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.policy import (
+from agentloom.engine._large import (
+    LargeRecords,
+    history_judge,
+)
+from agentloom.engine._measure import (
+    ContextMeasure,
+    InputCheck,
+    check_input,
+    measure_context,
+)
+from agentloom.engine._policy import (
     DEFAULT_POLICY,
     LEGACY_CONTEXT_CHARS,
     ContextPolicy,
@@ -72,59 +104,110 @@ from agentloom.engine.policy import (
     TriggerPolicy,
     load_policy,
 )
-from agentloom.engine.projection import (
+from agentloom.engine._projection import (
+    ExcerptJudge,
     JournalRecord,
     ProjectedHistory,
     ReusableView,
+    is_run_note,
     project_history,
 )
-from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS, protocol_problems
-from agentloom.engine.records import KINDS, MAIN_INSTANCE, Counters, Record
-from agentloom.engine.refs import RecordStore, materialize
-from agentloom.engine.tools import (
+from agentloom.engine._protocol import (
+    CANCELLED_RESULT,
+    HANDOFF_MARK,
+    INTERRUPTED_RESULT,
+    TOOL_RESULT_VIEW_CHARS,
+    UNKNOWN_RESULT,
+    message_text,
+    protocol_problems,
+)
+from agentloom.engine._records import (
+    KINDS,
+    MAIN_INSTANCE,
+    USER_INPUT_KEY,
+    Counters,
+    Record,
+    status_key,
+)
+from agentloom.engine._redaction import (
+    Redactor,
+)
+from agentloom.engine._refs import (
+    LARGE_KEYS,
+    Origin,
+    RecordStore,
+    as_ranges,
+    materialize,
+)
+from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
+    DelegateTool,
+    ReadRecordTool,
     SubAgent,
     Tool,
     Toolset,
     build_toolset,
     builtin_tools,
 )
+from agentloom.engine._usage import (
+    cached_prompt_tokens,
+    estimate_error,
+    reported_completion_tokens,
+    reported_prompt_tokens,
+)
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
+    "CANCELLED_RESULT",
     "DEFAULT_ESTIMATOR_ID",
     "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_POLICY",
+    "DEFAULT_SAMPLES",
     "ESTIMATORS",
     "ESTIMATOR_CLASSES",
     "FRAME_FORMAT",
+    "HANDOFF_MARK",
+    "INTERRUPTED_RESULT",
     "KINDS",
+    "LARGE_KEYS",
     "LEGACY_CONTEXT_CHARS",
     "MAIN_INSTANCE",
     "PURPOSES",
     "TOOL_RESULT_VIEW_CHARS",
+    "UNKNOWN_RESULT",
+    "USER_INPUT_KEY",
     "BudgetCompactionPolicy",
+    "CalibratedEstimator",
+    "Calibration",
     "Checkpoint",
+    "Clock",
     "CompactionOutcome",
     "CompactionPolicy",
     "CompactionRequest",
     "ConfigurationError",
     "ContextBudgetExceeded",
     "ContextManager",
+    "ContextMeasure",
     "ContextPolicy",
     "Counters",
     "DeepSeekEstimator",
+    "DelegateTool",
     "Engine",
     "EngineConfig",
     "EngineError",
+    "EngineHooks",
+    "ExcerptJudge",
     "ExecutionLimits",
     "ExecutionState",
     "FrameError",
     "GatewayError",
+    "InputCheck",
     "InstanceFrame",
     "JournalContextManager",
     "JournalRecord",
     "JsonBytesEstimator",
+    "LargeRecords",
+    "LeaseLostError",
     "LegacyCharPolicy",
     "LocalDemoGateway",
     "ManagedContext",
@@ -135,31 +218,48 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "O200kEstimator",
+    "Origin",
     "PreparedContext",
     "ProjectedHistory",
+    "ReadRecordTool",
     "Record",
     "RecordStore",
+    "Redactor",
     "ReusableView",
     "RunOutcome",
-    "ScriptedGateway",
     "SubAgent",
     "TokenEstimator",
     "TokenizerEstimator",
     "Tool",
+    "ToolCancelled",
     "ToolError",
     "Toolset",
     "TriggerPolicy",
+    "as_ranges",
     "build_toolset",
     "builtin_tools",
+    "cached_prompt_tokens",
+    "calibration_config",
+    "check_input",
     "create_engine",
+    "estimate_error",
     "estimator_from_binding",
     "estimator_named",
+    "history_judge",
+    "is_run_note",
+    "iso_utc",
     "iter_frame_records",
     "load_policy",
     "materialize",
+    "measure_context",
+    "message_text",
     "project_history",
     "protocol_problems",
+    "reported_completion_tokens",
+    "reported_prompt_tokens",
     "reusable_views",
+    "status_key",
+    "system_clock",
     "text_response",
     "tool_call_response",
 ]

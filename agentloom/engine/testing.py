@@ -1,4 +1,6 @@
-"""Test doubles of the engine: a session journal in memory, and generated history trials.
+"""Test doubles of the engine: a scripted gateway, a session journal in memory, history trials.
+
+`ScriptedGateway` answers with scripted replies in order and keeps every request received.
 
 `MemoryJournal` is the record store of by-reference frames without a database: engine tests and
 benchmarks save `format: 2` checkpoints into it and resume them, exactly as the application does
@@ -12,28 +14,87 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.budget import ModelBudget, TokenEstimator
-from agentloom.engine.engine import EngineConfig, ExecutionLimits, create_engine
-from agentloom.engine.gateway import (
+from agentloom.engine._budget import ModelBudget, TokenEstimator
+from agentloom.engine._engine import EngineConfig, ExecutionLimits, create_engine
+from agentloom.engine._errors import EngineError
+from agentloom.engine._gateway import (
     ModelGateway,
     ModelRequest,
     ModelResponse,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.large import LargeRecords, RecordSizer, history_judge
-from agentloom.engine.measure import check_input
-from agentloom.engine.policy import ContextPolicy
-from agentloom.engine.projection import JournalRecord, ProjectedHistory, project_history
-from agentloom.engine.records import MAIN_INSTANCE, Record
-from agentloom.engine.refs import Origin, RecordStore
-from agentloom.engine.tools import ReadRecordTool, Tool
+from agentloom.engine._large import LargeRecords, RecordSizer, history_judge
+from agentloom.engine._measure import check_input
+from agentloom.engine._policy import ContextPolicy
+from agentloom.engine._projection import JournalRecord, ProjectedHistory, project_history
+from agentloom.engine._records import MAIN_INSTANCE, Record
+from agentloom.engine._refs import Origin, RecordStore
+from agentloom.engine._tools import ReadRecordTool, Tool
 
-__all__ = ["LengthEstimator", "MemoryJournal", "Trial", "blob", "history_trial"]
+__all__ = [
+    "LengthEstimator",
+    "MemoryJournal",
+    "ScriptExhausted",
+    "ScriptedGateway",
+    "Trial",
+    "blob",
+    "history_trial",
+]
+
+
+class ScriptExhausted(EngineError):
+    """A scripted gateway was asked for more replies than its script holds."""
+
+
+ScriptStep = ModelResponse | Callable[[ModelRequest], ModelResponse] | BaseException
+
+
+class ScriptedGateway(ModelGateway):
+    """Replay scripted replies in order and keep every request received, for tests.
+
+    A script step is a `ModelResponse`, a callable that returns one for the request, or an
+    exception to raise. `validate`, when given, is called with every request first, so a test can
+    refuse requests a real provider would refuse.
+    """
+
+    provider = "scripted"
+    model_id = "scripted"
+
+    def __init__(
+        self,
+        responses: Iterable[ScriptStep] = (),
+        *,
+        validate: Callable[[ModelRequest], None] | None = None,
+    ):
+        self.script: list[ScriptStep] = list(responses)
+        self.requests: list[ModelRequest] = []
+        self._validate = validate
+
+    def add(self, *steps: ScriptStep) -> None:
+        """Append steps to the script."""
+        self.script.extend(steps)
+
+    def purposes(self) -> list[str]:
+        """Return the purpose of every request received, in order."""
+        return [request.purpose for request in self.requests]
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if self._validate is not None:
+            self._validate(request)
+        self.requests.append(request)
+        if not self.script:
+            raise ScriptExhausted(f"no scripted reply left for request {len(self.requests)}")
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step(request)
+        return step
 
 
 class MemoryJournal:
@@ -277,9 +338,11 @@ def history_trial(rng: random.Random, *, door: bool = True, large: bool = True) 
         [tools[0]],
         policy,
         budget,
-        estimator=estimator,
-        limits=ExecutionLimits(max_model_calls=64),
-        config=EngineConfig(large_records=policy_of_large.to_dict() if large else None),
+        config=EngineConfig(
+            estimator=estimator,
+            limits=ExecutionLimits(max_model_calls=64),
+            large_records=policy_of_large.to_dict() if large else None,
+        ),
     )
     outcome = engine.start(
         run_number=len(rows) + 1, attempt=1, system_prompt=system, question=task, history=history

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentloom.engine.errors import GatewayError
+from agentloom.engine import GatewayError
 
 __all__ = ["KINDS", "RETRYABLE_KINDS", "ProviderError"]
 

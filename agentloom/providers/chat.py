@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine import ModelGateway, ModelRequest, ModelResponse
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
 from agentloom.providers._urls import PROVIDERS, endpoint_url
@@ -248,7 +248,7 @@ def gateway_for_provider(
     `local` returns the engine's offline demo gateway and ignores the connection fields.
     """
     if provider == "local":
-        from agentloom.engine.gateway import LocalDemoGateway  # the engine owns the demo model
+        from agentloom.engine import LocalDemoGateway
 
         return LocalDemoGateway()
     gateway_class = _GATEWAYS.get(provider)

@@ -22,7 +22,7 @@ import json
 import uuid
 from typing import Any
 
-from agentloom.engine.gateway import ModelRequest, ModelResponse
+from agentloom.engine import ModelRequest, ModelResponse
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import ProviderClient
 from agentloom.providers._urls import endpoint_url

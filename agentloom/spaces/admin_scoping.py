@@ -10,6 +10,7 @@ as the services require. Superusers, the platform's operators, see everything.
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.admin.options import csrf_protect_m
 from django.contrib.auth import get_user_model
 from django.db.models import Model, QuerySet
 
@@ -113,3 +114,20 @@ class SpaceScopedAdmin(admin.ModelAdmin):
             if choices is not None:
                 kwargs["queryset"] = choices
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class DurableWritesAdmin(admin.ModelAdmin):
+    """An admin whose saves and deletes are the app's durable actions.
+
+    Django wraps a change or delete page's POST in one transaction; a durable service (one
+    outermost transaction, see `connection_create` or `session_delete`) refuses to run inside it.
+    Here the service's own transaction is the write, and the admin's log entry follows it.
+    """
+
+    @csrf_protect_m
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        return self._changeform_view(request, object_id, form_url, extra_context)
+
+    @csrf_protect_m
+    def delete_view(self, request, object_id, extra_context=None):
+        return self._delete_view(request, object_id, extra_context)

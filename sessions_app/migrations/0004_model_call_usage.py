@@ -5,11 +5,7 @@ from django.db import migrations, models
 
 def read_usage(apps, schema_editor):
     # Calls recorded before kept only the usage dict; their estimates were all in bytes.
-    from agentloom.engine.usage import (
-        cached_prompt_tokens,
-        estimate_error,
-        reported_prompt_tokens,
-    )
+    from agentloom.engine import cached_prompt_tokens, estimate_error, reported_prompt_tokens
 
     ModelCall = apps.get_model("sessions_app", "ModelCall")
     for call in ModelCall.objects.only("pk", "usage", "request_estimate").iterator():

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 def read_completion_tokens(apps, schema_editor):
     # Older calls keep their usage dict; their prices were never recorded, so they stay unknown.
-    from agentloom.engine.usage import reported_completion_tokens
+    from agentloom.engine import reported_completion_tokens
 
     ModelCall = apps.get_model("sessions_app", "ModelCall")
     for call in ModelCall.objects.exclude(usage=None).only("pk", "usage").iterator():

@@ -14,11 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agentloom.engine.clock import iso_utc
-from agentloom.engine.engine import Checkpoint
-from agentloom.engine.frame import InstanceFrame
-from agentloom.engine.records import Record
-from agentloom.engine.refs import Origin, RecordStore
+from agentloom.engine import Checkpoint, InstanceFrame, Origin, Record, RecordStore, iso_utc
 from sessions_app.models import MAIN_INSTANCE, Run, SessionMessage
 from sessions_app.services.history import history_block
 from sessions_app.services.journal import JournalWriter

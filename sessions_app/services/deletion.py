@@ -5,7 +5,8 @@ answer 404), and the run services refuse to start, resume or feed a run of it. N
 is removed, so the journal stays append-only; who hid it and when is kept in a
 `SessionDeletion` row that outlives the session. `session_purge` is the one path that removes a
 session's rows (runs, journal, views, supplements, model calls) — a superuser's, through
-`manage.py purge_deleted_sessions --by`, never from a web request.
+`manage.py purge_deleted_sessions --by`, never from a web request. `session_delete` is a durable
+action: one outermost transaction, never nested in another atomic block.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def may_delete(user, session: Session) -> bool:
     return session.created_by_id == user.pk or role == Membership.Role.ADMIN
 
 
+@transaction.atomic(durable=True)
 def session_delete(*, user, session: Session) -> SessionDeletion:
     """Hide `session` and record who did it; 409 while one of its runs is active.
 
@@ -38,29 +40,26 @@ def session_delete(*, user, session: Session) -> SessionDeletion:
         raise PermissionDenied("Only the session's creator or a space admin may delete it.")
     # A run whose worker died must not block the deletion forever.
     sweep_expired_leases(session=session)
-    with transaction.atomic():
-        # The lock orders this against run_ask, run_resume and supplement_add, which lock the
-        # session row too and check it is still live.
-        locked = (
-            Session.objects.select_for_update()
-            .filter(pk=session.pk, deleted_at__isnull=True)
-            .first()
-        )
-        if locked is None:
-            raise NotFound("Not found.")
-        if Run.objects.filter(session=locked, status__in=Run.ACTIVE_STATUSES).exists():
-            raise Conflict("A run of this session is still active; cancel it or wait for it.")
-        now = timezone.now()
-        locked.deleted_at = now
-        locked.save(update_fields=["deleted_at"])
-        return SessionDeletion.objects.create(
-            session_number=locked.pk,
-            session_title=locked.title,
-            space_id=locked.space_id,
-            deleted_by=user,
-            deleted_by_username=user.get_username(),
-            deleted_at=now,
-        )
+    # The lock orders this against run_ask, run_resume and supplement_add, which lock the
+    # session row too and check it is still live.
+    locked = (
+        Session.objects.select_for_update().filter(pk=session.pk, deleted_at__isnull=True).first()
+    )
+    if locked is None:
+        raise NotFound("Not found.")
+    if Run.objects.filter(session=locked, status__in=Run.ACTIVE_STATUSES).exists():
+        raise Conflict("A run of this session is still active; cancel it or wait for it.")
+    now = timezone.now()
+    locked.deleted_at = now
+    locked.save(update_fields=["deleted_at"])
+    return SessionDeletion.objects.create(
+        session_number=locked.pk,
+        session_title=locked.title,
+        space_id=locked.space_id,
+        deleted_by=user,
+        deleted_by_username=user.get_username(),
+        deleted_at=now,
+    )
 
 
 def deleted_sessions(*, before: datetime | None = None):

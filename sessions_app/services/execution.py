@@ -16,9 +16,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agentloom.engine.calibration import DEFAULT_SAMPLES
-from agentloom.engine.errors import LeaseLostError
-from agentloom.engine.usage import (
+from agentloom.engine import (
+    DEFAULT_SAMPLES,
+    EngineHooks,
+    LeaseLostError,
     cached_prompt_tokens,
     estimate_error,
     reported_completion_tokens,
@@ -27,7 +28,6 @@ from agentloom.engine.usage import (
 from agentloom.errors import ApplicationError
 from agentloom.providers.pricing import PriceInForce
 from context_app.engine_adapter import (
-    RunHooks,
     build_engine,
     estimator_name,
     price_for,
@@ -36,9 +36,9 @@ from context_app.engine_adapter import (
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost
+from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
-from sessions_app.services.runs import _status_record, claim_run, renew_lease, take_supplements
+from sessions_app.services.runs import claim_run, renew_lease, take_supplements
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
         )
         if updated:
             run.refresh_from_db()
-            _status_record(run, status=Run.Status.FAILED, error=error)
+            journal_status(run, status=Run.Status.FAILED, error=error)
 
 
 def run_execute(*, run_id: int, owner: str | None = None) -> str:
@@ -159,18 +159,17 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         handed_out.update(item.pk for item in items)
         return [(str(item.pk), item.text) for item in items]
 
-    hooks = RunHooks(
+    hooks = EngineHooks(
         save=writer.sync,
         on_model_call=lambda call: _record_model_call(run_id, owner, call, price),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
-        record_store=JournalStore(run),
         renew_lease=lambda: renew_lease(run_id=run_id, owner=owner),
         # The heartbeat runs in a thread of its own: its database connection ends with it.
         watch_exit=lambda: connection.close(),
     )
     try:
-        engine = build_engine(version, hooks)
+        engine = build_engine(version, hooks, record_store=JournalStore(run))
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)
         return "failed"

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentloom.engine.large import history_judge
-from agentloom.engine.projection import (
+from agentloom.engine import (
+    TOOL_RESULT_VIEW_CHARS,
     ExcerptJudge,
     JournalRecord,
+    Origin,
     ProjectedHistory,
     ReusableView,
+    history_judge,
     project_history,
 )
-from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS
-from agentloom.engine.refs import Origin
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
 from sessions_app.services.views import compliant_view, view_content
 

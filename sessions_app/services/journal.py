@@ -21,8 +21,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agentloom.engine.engine import Checkpoint
-from agentloom.engine.errors import LeaseLostError
+from agentloom.engine import USER_INPUT_KEY, Checkpoint, LeaseLostError, status_key
+from context_app.engine_adapter import redactor_for
 from sessions_app.models import (
     MAIN_INSTANCE,
     Run,
@@ -99,6 +99,31 @@ def append_records(
         seq += 1
     SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
     return rows
+
+
+def journal_status(run: Run, *, status: str, error: str) -> None:
+    """Journal the terminal record `status:<attempt>` of `run`, written outside its engine.
+
+    For a run stopped where no engine could write it: swept after its worker was lost, cancelled
+    while queued, or unable to build its engine. Call inside the transaction that sets the run's
+    status; a repeat is a no-op. A run that ends before any worker started it has not journaled
+    its question yet; it is journaled first, so that every question stays in the session's
+    history. The error is redacted like everything else written for the run.
+    """
+    now = timezone.now()
+    redactor = redactor_for(run.session.agent_version)
+    error = redactor.text(error) if error else error
+    records = []
+    if run.checkpoint is None:
+        question = {"role": "user", "content": redactor.text(run.question)}
+        records.append(
+            (MAIN_INSTANCE, SessionMessage.Kind.USER_INPUT, USER_INPUT_KEY, question, now, None)
+        )
+    terminal = {"status": status, "error": error or None}
+    records.append(
+        (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
+    )
+    append_records(run_id=run.pk, session_id=run.session_id, records=records)
 
 
 def _reserve_seqs(session_id: int, count: int) -> int:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agentloom.engine.records import USER_INPUT_KEY, status_key
+from agentloom.engine import USER_INPUT_KEY, status_key
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.services.journal import append_records

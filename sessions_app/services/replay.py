@@ -20,14 +20,28 @@ from typing import Any
 
 from django.conf import settings
 
-from agentloom.engine.context import JournalContextManager
-from agentloom.engine.engine import Checkpoint, EngineConfig, ExecutionLimits, create_engine
-from agentloom.engine.errors import GatewayError, ToolCancelled, ToolError
-from agentloom.engine.frame import iter_frame_records
-from agentloom.engine.gateway import ModelResponse, ScriptedGateway
-from agentloom.engine.projection import is_run_note
-from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, UNKNOWN_RESULT
-from agentloom.engine.tools import SubAgent, Tool, builtin_tools
+from agentloom.engine import (
+    CANCELLED_RESULT,
+    INTERRUPTED_RESULT,
+    UNKNOWN_RESULT,
+    Checkpoint,
+    EngineConfig,
+    EngineError,
+    EngineHooks,
+    ExecutionLimits,
+    GatewayError,
+    JournalContextManager,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    Tool,
+    ToolCancelled,
+    ToolError,
+    builtin_tools,
+    create_engine,
+    is_run_note,
+    iter_frame_records,
+)
 from context_app.engine_adapter import run_measures, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.services.checkpoints import JournalStore, full_checkpoint
@@ -94,6 +108,26 @@ class _ReplayTool(Tool):
         if result.startswith(ERROR_PREFIX):
             raise ToolError(result[len(ERROR_PREFIX) :])
         return result
+
+
+class _RecordedGateway(ModelGateway):
+    """A gateway that answers with the run's stored responses (or raises their errors), in order."""
+
+    provider = "replay"
+    model_id = "replay"
+
+    def __init__(self, steps: list[ModelResponse | GatewayError]):
+        self._steps = deque(steps)
+        self.used = 0
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if not self._steps:
+            raise EngineError(f"replay: no stored model call left for request {self.used + 1}")
+        self.used += 1
+        step = self._steps.popleft()
+        if isinstance(step, GatewayError):
+            raise step
+        return step
 
 
 @dataclass
@@ -237,7 +271,7 @@ def replay_run(run: Run) -> ReplayReport:
     calls = list(ModelCall.objects.filter(run=run, discarded=False).order_by("id"))
     report = ReplayReport(model_calls=len(calls))
     steps = _response_steps(calls)
-    gateway = ScriptedGateway(steps)
+    gateway = _RecordedGateway(steps)
     recorded = _recorded_tool_results(rows)
     originals = builtin_tools()
     tools = [
@@ -261,9 +295,8 @@ def replay_run(run: Run) -> ReplayReport:
 
     def main_record_count() -> int:
         for manager in main_managers:
-            frame = manager._frame
-            if frame is not None and frame.instance == MAIN_INSTANCE:
-                return len(frame.records)
+            if manager.opened and manager.frame.instance == MAIN_INSTANCE:
+                return len(manager.frame.records)
         return 0
 
     state: dict[str, Any] = {"attempt": None, "last_frame": None}
@@ -299,16 +332,13 @@ def replay_run(run: Run) -> ReplayReport:
         tools,
         policy,
         budget,
-        estimator=estimator,
-        limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
-        context_manager=manager_factory,
-        save=save,
-        should_cancel=should_cancel,
-        supplements=next_supplements,
-        secrets=[],
-        sub_agents=[SubAgent.from_dict(sub) for sub in snapshot.get("sub_agents", [])],
-        verify_completion=bool(snapshot.get("verify_completion")),
+        hooks=EngineHooks(save=save, should_cancel=should_cancel, supplements=next_supplements),
         config=EngineConfig(
+            estimator=estimator,
+            limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
+            context_manager=manager_factory,
+            sub_agents=tuple(snapshot.get("sub_agents", [])),
+            verify_completion=bool(snapshot.get("verify_completion")),
             # Records read back with `read_record` come from the journal, as in the run.
             record_store=JournalStore(run),
             calibration=snapshot.get("calibration"),
@@ -373,7 +403,7 @@ def replay_run(run: Run) -> ReplayReport:
         [_snapshot_text(s) for s in (checkpoint.get("context") or {}).get("compactions", [])],
         [_snapshot_text(s) for s in (frame.get("context") or {}).get("compactions", [])],
     )
-    unused = len(steps) - len(gateway.requests)
+    unused = len(steps) - gateway.used
     if unused:
         report.differences.append(f"{unused} stored model call(s) were not replayed")
     return report

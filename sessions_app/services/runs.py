@@ -2,7 +2,9 @@
 
 Every state change is one function with keyword-only arguments, run in a transaction; the
 Celery task that executes a run is queued with `transaction.on_commit` so a worker never sees a
-run that is not committed yet.
+run that is not committed yet. The actions a user takes (`run_ask`, `run_resume`, `run_cancel`,
+`supplement_add`) are durable: each is one outermost transaction, committed when it returns, and
+calling one inside another atomic block is an error, never a silent savepoint.
 """
 
 from __future__ import annotations
@@ -14,20 +16,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from agentloom.engine.records import USER_INPUT_KEY, status_key
 from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
 from context_app.engine_adapter import input_check, redactor_for
 from context_app.models import AgentVersion
-from sessions_app.models import (
-    MAIN_INSTANCE,
-    Run,
-    RunSupplement,
-    Session,
-    SessionMessage,
-)
-from sessions_app.services.journal import append_records
+from sessions_app.models import Run, RunSupplement, Session
+from sessions_app.services.journal import journal_status
 from sessions_app.services.legacy import adopt_unjournaled_runs
 
 MAX_QUESTION_CHARS = 100_000
@@ -73,29 +68,6 @@ def lock_live_session(session_id: int) -> None:
 # --- leases --------------------------------------------------------------------------------
 
 
-def _status_record(run: Run, *, status: str, error: str) -> None:
-    """Append the idempotent terminal record `status:<attempt>` of `run` to the journal.
-
-    A run that ends before any worker started it (cancelled while queued, never picked up, or
-    unable to build its engine) has not journaled its question yet; it is journaled first, so
-    that every question stays in the session's history.
-    """
-    now = timezone.now()
-    redactor = redactor_for(run.session.agent_version)
-    error = redactor.text(error) if error else error
-    records = []
-    if run.checkpoint is None:
-        question = {"role": "user", "content": redactor.text(run.question)}
-        records.append(
-            (MAIN_INSTANCE, SessionMessage.Kind.USER_INPUT, USER_INPUT_KEY, question, now, None)
-        )
-    terminal = {"status": status, "error": error or None}
-    records.append(
-        (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
-    )
-    append_records(run_id=run.pk, session_id=run.session_id, records=records)
-
-
 def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[int]:
     """Mark queued or running runs whose lease expired `failed` (worker_lost); return their ids."""
     now = now or timezone.now()
@@ -125,7 +97,7 @@ def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[in
                     "updated_at",
                 ]
             )
-            _status_record(run, status=Run.Status.FAILED, error=WORKER_LOST)
+            journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
             swept.append(run.pk)
     return swept
 
@@ -151,12 +123,21 @@ def _refuse_oversized(version, text: str, *, field: str, what: str) -> None:
 
 
 def run_ask(*, user, session: Session, question) -> Run:
-    """Start a new run of `session` with `question`; 409 while another run is active."""
+    """Start a new run of `session` with `question`; 409 while another run is active.
+
+    The question is checked before the transaction starts (measuring it takes a moment); the
+    sweep, the adoption of older runs and the new run then commit together.
+    """
     question = clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
     if session.created_by_id != user.pk:
         raise NotFound("Not found.")
     question = redactor_for(session.agent_version).text(question)
     _refuse_oversized(session.agent_version, question, field="question", what="question")
+    with transaction.atomic(durable=True):
+        return _run_create(session, question)
+
+
+def _run_create(session: Session, question: str) -> Run:
     sweep_expired_leases(session=session)
     # Runs recorded before the journal existed join it first, after what it already holds.
     adopt_unjournaled_runs(session=session)
@@ -185,7 +166,7 @@ def run_ask(*, user, session: Session, question) -> Run:
     return run
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def run_resume(*, user, run: Run) -> Run:
     """Queue a failed or cancelled run again, continuing its own checkpoint."""
     if run.session.created_by_id != user.pk:
@@ -218,7 +199,7 @@ def run_resume(*, user, run: Run) -> Run:
     return run
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def run_cancel(*, user, run: Run) -> Run:
     """Cancel a queued run at once, or ask a running one to stop at its next safe point."""
     if run.session.created_by_id != user.pk:
@@ -230,7 +211,7 @@ def run_cancel(*, user, run: Run) -> Run:
         run.finished_at = timezone.now()
         run.lease_expires_at = None
         run.save()
-        _status_record(run, status=Run.Status.CANCELLED, error="")
+        journal_status(run, status=Run.Status.CANCELLED, error="")
     elif run.status == Run.Status.RUNNING:
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested", "updated_at"])
@@ -239,7 +220,7 @@ def run_cancel(*, user, run: Run) -> Run:
     return run
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def supplement_add(*, user, run: Run, text) -> RunSupplement:
     """Queue a supplement; it enters the run's view at its next safe point (or on resume)."""
     text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)

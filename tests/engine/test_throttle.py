@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentloom.engine import ContextPolicy, InstanceFrame, JournalContextManager, text_response
-from agentloom.engine.context import THROTTLE_GROWTH_SHARE, THROTTLE_STEPS
+from agentloom.engine._context import THROTTLE_GROWTH_SHARE, THROTTLE_STEPS
 from tests.engine.helpers import FakeClock, add_group
 from tests.engine.test_compaction import SMALL, grown_context, summariser
 

@@ -10,7 +10,7 @@ from agentloom.engine import (
     build_toolset,
     builtin_tools,
 )
-from agentloom.engine.tools import argument_errors, evaluate_arithmetic
+from agentloom.engine._tools import argument_errors, evaluate_arithmetic
 from tests.support.openai_contract import assert_valid_request
 
 

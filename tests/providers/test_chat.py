@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from agentloom.engine.gateway import ModelGateway, ModelRequest
+from agentloom.engine import ModelGateway, ModelRequest
 from agentloom.providers import (
     DeepSeekChatGateway,
     OpenAIChatGateway,
@@ -334,11 +334,10 @@ def test_gateway_for_provider_picks_the_class():
 
 
 def test_gateway_for_local_is_the_engines_demo_gateway():
-    gateway_module = pytest.importorskip("agentloom.engine.gateway")
-    if not hasattr(gateway_module, "LocalDemoGateway"):
-        pytest.skip("the engine's LocalDemoGateway does not exist yet")
+    from agentloom.engine import LocalDemoGateway
+
     chat = gateway_for_provider("local", "", None, "local-demo")
-    assert isinstance(chat, gateway_module.LocalDemoGateway)
+    assert isinstance(chat, LocalDemoGateway)
 
 
 def test_constructor_validates_limits():

@@ -9,7 +9,7 @@ import socket
 import httpx
 import pytest
 
-from agentloom.engine.errors import GatewayError
+from agentloom.engine import GatewayError
 from agentloom.providers import KINDS, ProviderError, secure_client
 from tests.support.provider_double import ProviderDouble
 

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agentloom.engine.gateway import ModelRequest
+from agentloom.engine import ModelRequest
 from agentloom.providers import ProviderError, discover_models, gateway_for_provider, secure_client
 from agentloom.providers.local_servers import NOT_LOADED_WARNING, OLLAMA_DEFAULT_WARNING
 

@@ -6,8 +6,13 @@ import json
 
 import pytest
 
-from agentloom.engine.errors import GatewayError
-from agentloom.engine.gateway import LocalDemoGateway, ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine import (
+    GatewayError,
+    LocalDemoGateway,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+)
 from context_app import engine_adapter
 from context_app.services import agent_create, agent_publish
 from sessions_app.models import Run

@@ -176,9 +176,7 @@ def _save_cost(make_demo_session, alice, records: int) -> tuple[int, int]:
     """Return (queries, stored checkpoint bytes) of one save of a run that has `records`."""
     from django.test.utils import CaptureQueriesContext
 
-    from agentloom.engine import Checkpoint
-    from agentloom.engine.frame import InstanceFrame
-    from agentloom.engine.records import Record
+    from agentloom.engine import Checkpoint, InstanceFrame, Record
     from sessions_app.services.journal import JournalWriter
     from tests.factories import make_run
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agentloom.engine.gateway import ModelGateway, text_response
-from agentloom.engine.usage import cached_prompt_tokens, estimate_error, reported_prompt_tokens
+from agentloom.engine import (
+    ModelGateway,
+    cached_prompt_tokens,
+    estimate_error,
+    reported_prompt_tokens,
+    text_response,
+)
 from context_app import engine_adapter
 from sessions_app.models import ModelCall
 from sessions_app.selectors import run_context

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from agentloom.engine import ContextPolicy, JsonBytesEstimator, ModelBudget
-from agentloom.engine.measure import check_input, input_limit, input_size, plan_reserve
+from agentloom.engine import ContextPolicy, JsonBytesEstimator, ModelBudget, check_input
+from agentloom.engine._measure import input_limit, input_size, plan_reserve
 from agentloom.errors import InvalidInput
 from context_app.engine_adapter import input_check
 from sessions_app.models import Run, RunSupplement, SessionMessage

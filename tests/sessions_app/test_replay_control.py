@@ -90,7 +90,7 @@ def test_a_run_whose_sleep_was_cancelled_replays_exactly(alice, gateway, make_de
     done = Run.objects.get(pk=run.pk)
     assert done.status == "cancelled"
     contents = [m.message["content"] for m in done.messages.filter(kind="tool_result")]
-    from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT
+    from agentloom.engine import CANCELLED_RESULT, INTERRUPTED_RESULT
 
     assert contents == [INTERRUPTED_RESULT, CANCELLED_RESULT], "the echo after it never ran"
 

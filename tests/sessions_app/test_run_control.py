@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentloom.config import lease_problem
-from agentloom.engine.protocol import CANCELLED_RESULT
+from agentloom.engine import CANCELLED_RESULT
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import claim_run, renew_lease, run_ask, run_cancel

@@ -324,7 +324,7 @@ def test_cancelling_a_20_second_sleep_ends_the_run_within_3_seconds(
 ):
     from rest_framework.test import APIClient
 
-    from agentloom.engine.protocol import INTERRUPTED_RESULT
+    from agentloom.engine import INTERRUPTED_RESULT
     from sessions_app.services.runs import run_cancel
 
     api = APIClient()

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.clock import Clock, iso_utc, system_clock
-from agentloom.engine.errors import ConfigurationError, ToolCancelled, ToolError
-from agentloom.engine.large import READ_MAX_CHARS, READ_RECORD
+from agentloom.engine._clock import Clock, iso_utc, system_clock
+from agentloom.engine._errors import ConfigurationError, ToolCancelled, ToolError
+from agentloom.engine._large import READ_MAX_CHARS, READ_RECORD
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
@@ -325,7 +325,7 @@ def render_plan(steps: list[dict[str, Any]]) -> str:
 class UpdatePlanTool(Tool):
     """`update_plan{steps}`: replace the instance's plan, which compaction keeps verbatim.
 
-    The plan's size is capped (see `agentloom.engine.measure.plan_reserve`); a longer plan is
+    The plan's size is capped (see `agentloom.engine._measure.plan_reserve`); a longer plan is
     refused with an error that says how large it was and what the limit is.
     """
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
-from agentloom.engine.budget import ModelBudget, TokenEstimator
-from agentloom.engine.errors import ConfigurationError
-from agentloom.engine.protocol import message_text, tool_calls_of
-from agentloom.engine.records import Counters
+from agentloom.engine._budget import ModelBudget, TokenEstimator
+from agentloom.engine._errors import ConfigurationError
+from agentloom.engine._protocol import message_text, tool_calls_of
+from agentloom.engine._records import Counters
 
 __all__ = [
     "DEFAULT_POLICY",

@@ -36,28 +36,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentloom.engine.budget import JsonBytesEstimator, ModelBudget, TokenEstimator
-from agentloom.engine.calibration import CalibratedEstimator
-from agentloom.engine.clock import Clock, iso_utc, system_clock
-from agentloom.engine.compaction import (
+from agentloom.engine._budget import JsonBytesEstimator, ModelBudget, TokenEstimator
+from agentloom.engine._calibration import CalibratedEstimator
+from agentloom.engine._clock import Clock, iso_utc, system_clock
+from agentloom.engine._compaction import (
     BudgetCompactionPolicy,
     CompactionOutcome,
     CompactionPolicy,
     CompactionRequest,
 )
-from agentloom.engine.errors import (
+from agentloom.engine._errors import (
     ConfigurationError,
     ContextBudgetExceeded,
     EngineError,
     ToolError,
 )
-from agentloom.engine.frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
-from agentloom.engine.gateway import PURPOSES, ModelRequest, ModelResponse
-from agentloom.engine.large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
-from agentloom.engine.measure import input_size, measure_context, plan_reserve
-from agentloom.engine.policy import TRIGGER_BUDGET, TriggerPolicy
-from agentloom.engine.projection import ProjectedHistory
-from agentloom.engine.protocol import (
+from agentloom.engine._frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
+from agentloom.engine._gateway import PURPOSES, ModelRequest, ModelResponse
+from agentloom.engine._large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
+from agentloom.engine._measure import input_size, measure_context, plan_reserve
+from agentloom.engine._policy import TRIGGER_BUDGET, TriggerPolicy
+from agentloom.engine._projection import ProjectedHistory
+from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
@@ -68,7 +68,7 @@ from agentloom.engine.protocol import (
     run_note,
     tool_calls_of,
 )
-from agentloom.engine.records import (
+from agentloom.engine._records import (
     MAIN_INSTANCE,
     USER_INPUT_KEY,
     Counters,
@@ -79,8 +79,8 @@ from agentloom.engine.records import (
     supplement_key,
     tool_key,
 )
-from agentloom.engine.redaction import Redactor
-from agentloom.engine.refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
+from agentloom.engine._redaction import Redactor
+from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -293,6 +293,11 @@ class JournalContextManager(ContextManager):
         # A frame saved by older code may end in calls that state does not list as pending.
         if not frame.state.pending_tool_calls:
             frame.state.pending_tool_calls = self._unanswered_calls(frame.messages)
+
+    @property
+    def opened(self) -> bool:
+        """Return whether the context has been created or restored (`frame` raises until then)."""
+        return self._frame is not None
 
     @property
     def frame(self) -> InstanceFrame:

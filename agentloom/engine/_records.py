@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentloom.engine.errors import FrameError
+from agentloom.engine._errors import FrameError
 
 __all__ = [
     "KINDS",

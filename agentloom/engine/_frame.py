@@ -42,10 +42,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from agentloom.engine.errors import FrameError
-from agentloom.engine.protocol import TOOL_RESULT_VIEW_CHARS
-from agentloom.engine.records import Counters, Record
-from agentloom.engine.refs import (
+from agentloom.engine._errors import FrameError
+from agentloom.engine._protocol import TOOL_RESULT_VIEW_CHARS
+from agentloom.engine._records import Counters, Record
+from agentloom.engine._refs import (
     Origin,
     RecordStore,
     ViewEncoder,

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentloom.engine.budget import ModelBudget, TokenEstimator
-from agentloom.engine.policy import LegacyCharPolicy, TriggerPolicy
+from agentloom.engine._budget import ModelBudget, TokenEstimator
+from agentloom.engine._policy import LegacyCharPolicy, TriggerPolicy
 
 __all__ = [
     "PLAN_MAX_CHARS",

@@ -40,16 +40,16 @@ import json
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from agentloom.engine.errors import FrameError
-from agentloom.engine.large import excerpt, masked
-from agentloom.engine.protocol import (
+from agentloom.engine._errors import FrameError
+from agentloom.engine._large import excerpt, masked
+from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     RUN_NOTE_PREFIX,
     cap_tool_result,
     message_text,
     run_note,
 )
-from agentloom.engine.records import Record
+from agentloom.engine._records import Record
 
 __all__ = [
     "LARGE_KEYS",

@@ -48,9 +48,9 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from agentloom.engine.budget import JsonBytesEstimator, TokenEstimator
-from agentloom.engine.errors import ConfigurationError
-from agentloom.engine.sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
+from agentloom.engine._budget import JsonBytesEstimator, TokenEstimator
+from agentloom.engine._errors import ConfigurationError
+from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
 
 __all__ = [
     "ESTIMATORS",

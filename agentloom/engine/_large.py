@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentloom.engine.budget import ModelBudget, TokenEstimator, estimator_from_binding
-from agentloom.engine.errors import ConfigurationError, ToolError
+from agentloom.engine._budget import ModelBudget, TokenEstimator, estimator_from_binding
+from agentloom.engine._errors import ConfigurationError, ToolError
 
 __all__ = [
     "LARGE_RECORD_SHARE",

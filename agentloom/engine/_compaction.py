@@ -39,16 +39,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.budget import ModelBudget, TokenEstimator
-from agentloom.engine.errors import (
+from agentloom.engine._budget import ModelBudget, TokenEstimator
+from agentloom.engine._errors import (
     ContextBudgetExceeded,
     EngineError,
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
 )
-from agentloom.engine.policy import SIZE_TRIGGERS, TriggerPolicy
-from agentloom.engine.protocol import (
+from agentloom.engine._policy import SIZE_TRIGGERS, TriggerPolicy
+from agentloom.engine._protocol import (
     HANDOFF_MARK,
     protocol_problems,
     render_message,

@@ -26,15 +26,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.protocol import (
+from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
     run_note,
 )
-from agentloom.engine.records import MAIN_INSTANCE
-from agentloom.engine.refs import Origin, materialize
+from agentloom.engine._records import MAIN_INSTANCE
+from agentloom.engine._refs import Origin, materialize
 
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]

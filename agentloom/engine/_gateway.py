@@ -1,11 +1,11 @@
-"""The model gateway interface, and the gateways the engine ships for tests and the demo.
+"""The model gateway interface, the reply builders, and the offline demo gateway.
 
 A gateway turns one `ModelRequest` (OpenAI chat-completions messages and tool schemas) into one
 `ModelResponse` (an assistant message). Real providers live in `agentloom.providers`; they
 implement this interface and are picked by the Django side.
 
-`ScriptedGateway` replays a script and keeps every request, for tests. `LocalDemoGateway` is the
-offline demo model of the `local` provider: deterministic, and it says it is a demo.
+`LocalDemoGateway` is the offline demo model of the `local` provider: deterministic, and it says
+it is a demo. The scripted gateway of the tests lives in `agentloom.engine.testing`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import abc
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.errors import EngineError, GatewayError
-from agentloom.engine.protocol import HANDOFF_MARK, message_text
+from agentloom.engine._errors import GatewayError
+from agentloom.engine._protocol import HANDOFF_MARK, message_text
 
 __all__ = [
     "DEMO_LABEL",
@@ -28,8 +28,6 @@ __all__ = [
     "ModelGateway",
     "ModelRequest",
     "ModelResponse",
-    "ScriptExhausted",
-    "ScriptedGateway",
     "text_response",
     "tool_call_response",
 ]
@@ -115,56 +113,6 @@ def tool_call_response(
         message={"role": "assistant", "content": content, "tool_calls": tool_calls},
         finish_reason="tool_calls",
     )
-
-
-class ScriptExhausted(EngineError):
-    """A scripted gateway was asked for more replies than its script holds."""
-
-
-ScriptStep = ModelResponse | Callable[[ModelRequest], ModelResponse] | BaseException
-
-
-class ScriptedGateway(ModelGateway):
-    """Replay scripted replies in order and keep every request received, for tests.
-
-    A script step is a `ModelResponse`, a callable that returns one for the request, or an
-    exception to raise. `validate`, when given, is called with every request first, so a test can
-    refuse requests a real provider would refuse.
-    """
-
-    provider = "scripted"
-    model_id = "scripted"
-
-    def __init__(
-        self,
-        responses: Iterable[ScriptStep] = (),
-        *,
-        validate: Callable[[ModelRequest], None] | None = None,
-    ):
-        self.script: list[ScriptStep] = list(responses)
-        self.requests: list[ModelRequest] = []
-        self._validate = validate
-
-    def add(self, *steps: ScriptStep) -> None:
-        """Append steps to the script."""
-        self.script.extend(steps)
-
-    def purposes(self) -> list[str]:
-        """Return the purpose of every request received, in order."""
-        return [request.purpose for request in self.requests]
-
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        if self._validate is not None:
-            self._validate(request)
-        self.requests.append(request)
-        if not self.script:
-            raise ScriptExhausted(f"no scripted reply left for request {len(self.requests)}")
-        step = self.script.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        if callable(step):
-            return step(request)
-        return step
 
 
 DEMO_LABEL = "[local demo model]"

@@ -29,8 +29,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.budget import TokenEstimator
-from agentloom.engine.errors import ConfigurationError
+from agentloom.engine._budget import TokenEstimator
+from agentloom.engine._errors import ConfigurationError
 
 __all__ = ["DEFAULT_SAMPLES", "CalibratedEstimator", "Calibration", "calibration_config"]
 

@@ -15,7 +15,7 @@ per-execution limit; a request over the effective budget is never sent.
 Cancellation is checked after every model response, before any tool runs: calls returned after
 a cancel request are answered with a `cancelled` result and never run. A running tool receives
 the cancellation signal (see `watch`); a delegation's child stops at its next safe point. While a
-model call or a tool runs, a `Watch` renews the run's lease (`EngineConfig.renew_lease`), never
+model call or a tool runs, a `Watch` renews the run's lease (`EngineHooks.renew_lease`), never
 past the call's own deadline; once the lease is lost the engine raises `LeaseLostError` right
 after the call and writes nothing more. A run's status notes ("run stopped: …") are recorded as
 feedback shown on the assistant side, never in the user's voice.
@@ -30,17 +30,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine.budget import (
+from agentloom.engine._budget import (
     JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
     estimator_from_binding,
 )
-from agentloom.engine.calibration import CalibratedEstimator, Calibration, calibration_config
-from agentloom.engine.clock import Clock, system_clock
-from agentloom.engine.compaction import CompactionPolicy
-from agentloom.engine.context import ContextManager, JournalContextManager
-from agentloom.engine.errors import (
+from agentloom.engine._calibration import CalibratedEstimator, Calibration, calibration_config
+from agentloom.engine._clock import Clock, system_clock
+from agentloom.engine._compaction import CompactionPolicy
+from agentloom.engine._context import ContextManager, JournalContextManager
+from agentloom.engine._errors import (
     ConfigurationError,
     ContextBudgetExceeded,
     EngineError,
@@ -50,16 +50,16 @@ from agentloom.engine.errors import (
     ToolCancelled,
     ToolError,
 )
-from agentloom.engine.frame import InstanceFrame
-from agentloom.engine.gateway import ModelGateway, ModelRequest, ModelResponse
-from agentloom.engine.large import READ_RECORD, LargeRecords
-from agentloom.engine.policy import TriggerPolicy, load_policy
-from agentloom.engine.projection import ProjectedHistory
-from agentloom.engine.protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, message_text
-from agentloom.engine.records import MAIN_INSTANCE, Record
-from agentloom.engine.redaction import Redactor
-from agentloom.engine.refs import RecordStore
-from agentloom.engine.tools import (
+from agentloom.engine._frame import InstanceFrame
+from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine._large import READ_RECORD, LargeRecords
+from agentloom.engine._policy import TriggerPolicy, load_policy
+from agentloom.engine._projection import ProjectedHistory
+from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, message_text
+from agentloom.engine._records import MAIN_INSTANCE, Record
+from agentloom.engine._redaction import Redactor
+from agentloom.engine._refs import RecordStore
+from agentloom.engine._tools import (
     DelegateTool,
     ReadRecordTool,
     SubAgent,
@@ -70,14 +70,15 @@ from agentloom.engine.tools import (
     build_toolset,
     builtin_tools,
 )
-from agentloom.engine.usage import reported_prompt_tokens
-from agentloom.engine.watch import Watch
+from agentloom.engine._usage import reported_prompt_tokens
+from agentloom.engine._watch import Watch
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
     "Checkpoint",
     "Engine",
     "EngineConfig",
+    "EngineHooks",
     "ExecutionLimits",
     "ModelCallRecord",
     "RunOutcome",
@@ -101,9 +102,43 @@ class ExecutionLimits:
             raise ConfigurationError("max_model_calls", "must be a positive integer")
 
 
+ContextManagerFactory = Callable[..., ContextManager]
+
+
+@dataclass(frozen=True)
+class EngineHooks:
+    """Where the application plugs into an engine: every callback of one run, each optional.
+
+    - `save(checkpoint)` at every safe point (see `Checkpoint`); without it nothing is kept;
+    - `on_model_call(record)` after every gateway call, failed or not (see `ModelCallRecord`);
+    - `should_cancel()` answers whether the run has been asked to stop: asked at every safe
+      point, after every model response, and every `cancel_poll_seconds` while a tool runs;
+    - `supplements(final)` returns the `(source_key, text)` pairs queued for the main instance
+      (`final` is True when the run is about to end);
+    - `renew_lease()` is called every `heartbeat_seconds` while a model call or a tool runs (from
+      another thread) and answers whether the run's lease is still held;
+    - `watch_exit()` runs in that watching thread as it ends.
+    """
+
+    save: Callable[[Checkpoint], None] | None = None
+    on_model_call: Callable[[ModelCallRecord], None] | None = None
+    should_cancel: Callable[[], bool] | None = None
+    supplements: Callable[[bool], list[tuple[str, str]]] | None = None
+    renew_lease: Callable[[], bool] | None = None
+    watch_exit: Callable[[], None] | None = None
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    """Options of an engine beyond its model, tools, policy and budget.
+    """Options of an engine beyond its model, tools, policy, budget and hooks; all have defaults.
+
+    `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
+    `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
+    compaction_policy, clock, redactor, large_records, record_store` for each instance, default
+    `JournalContextManager`) replace how context is kept; `secrets` are removed from everything
+    the engine hands out; `clock` stamps records and `sleeper` is what the `sleep` tool waits
+    with; `sub_agents` (objects or dicts) are offered as delegation tools; `verify_completion`
+    asks the model to verify a final answer before the run succeeds.
 
     `record_store` is where `format: 2` checkpoints find the journal records and inherited
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
@@ -113,22 +148,31 @@ class EngineConfig:
     budget as excerpts, offers `read_record` and masks older tool results before summarising;
     a resumed run follows its checkpoint's binding.
 
-    `renew_lease` is called every `heartbeat_seconds` while a model call or a tool runs (from
-    another thread) and answers whether the run's lease is still held; `cancel_poll_seconds` is
-    how often `should_cancel` is asked while a tool runs; `model_call_seconds` the deadline of a
-    model call whose gateway names none; `watch_exit` runs in the watching thread as it ends.
+    `heartbeat_seconds` is how often the lease is renewed while a call runs,
+    `cancel_poll_seconds` how often cancellation is asked while a tool runs, and
+    `model_call_seconds` the deadline of a model call whose gateway names none.
     """
 
+    estimator: TokenEstimator = field(default_factory=JsonBytesEstimator)
+    limits: ExecutionLimits = field(default_factory=ExecutionLimits)
+    compaction_policy: CompactionPolicy | None = None
+    context_manager: ContextManagerFactory = JournalContextManager
+    secrets: tuple[str, ...] = ()
+    clock: Clock = system_clock
+    sleeper: Callable[[float], None] | None = None
+    sub_agents: tuple[SubAgent, ...] = ()
+    verify_completion: bool = False
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
     large_records: LargeRecords | dict[str, Any] | None = None
-    renew_lease: Callable[[], bool] | None = None
     heartbeat_seconds: float = 30.0
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
-    watch_exit: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "secrets", tuple(self.secrets))
+        subs = (s if isinstance(s, SubAgent) else SubAgent.from_dict(s) for s in self.sub_agents)
+        object.__setattr__(self, "sub_agents", tuple(subs))
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
         for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
@@ -198,9 +242,6 @@ class RunOutcome:
         return self.checkpoint.full()
 
 
-ContextManagerFactory = Callable[..., ContextManager]
-
-
 class Engine:
     """Runs and resumes agent runs; build it with `create_engine`."""
 
@@ -211,38 +252,17 @@ class Engine:
         tools: Iterable[str | Tool],
         policy: TriggerPolicy,
         budget: ModelBudget,
-        context_manager: ContextManagerFactory,
-        compaction_policy: CompactionPolicy | None,
-        estimator: TokenEstimator,
-        limits: ExecutionLimits,
-        save: Callable[[Checkpoint], None] | None,
-        on_model_call: Callable[[ModelCallRecord], None] | None,
-        should_cancel: Callable[[], bool] | None,
-        supplements: Callable[[bool], list[tuple[str, str]]] | None,
-        redactor: Redactor,
-        clock: Clock,
-        sleeper: Callable[[float], None] | None,
-        sub_agents: Iterable[SubAgent],
-        verify_completion: bool,
+        hooks: EngineHooks,
         config: EngineConfig,
     ):
         self.gateway = gateway
-        self.config = config
         self.policy = policy
         self.budget = budget
-        self.context_manager = context_manager
-        self.compaction_policy = compaction_policy
-        self.estimator = estimator
-        self.limits = limits
-        self.save = save
-        self.on_model_call = on_model_call
-        self.should_cancel = should_cancel
-        self.supplements = supplements
-        self.redactor = redactor
-        self.clock = clock
-        self.sub_agents = tuple(sub_agents)
-        self.verify_completion = verify_completion
-        self.registry = builtin_tools(clock=clock, sleeper=sleeper)
+        self.hooks = hooks
+        self.config = config
+        self.estimator = config.estimator
+        self.redactor = Redactor(config.secrets)
+        self.registry = builtin_tools(clock=config.clock, sleeper=config.sleeper)
         tools = list(tools)
         for tool in tools:
             if isinstance(tool, Tool):
@@ -250,7 +270,7 @@ class Engine:
         self.tools = tools
         # Fail at construction, not mid-run, when a version names a tool that does not exist.
         build_toolset(self.tools, self.registry)
-        for sub_agent in self.sub_agents:
+        for sub_agent in config.sub_agents:
             build_toolset(sub_agent.tools, self.registry)
 
     def start(
@@ -344,12 +364,13 @@ class _Execution:
 
     def new_context(self) -> ContextManager:
         engine = self.engine
-        return engine.context_manager(
+        config = engine.config
+        return config.context_manager(
             policy=self.policy,
             budget=self.budget,
             estimator=self.estimator,
-            compaction_policy=engine.compaction_policy,
-            clock=engine.clock,
+            compaction_policy=config.compaction_policy,
+            clock=config.clock,
             redactor=engine.redactor,
             large_records=self.large_records,
             record_store=engine.config.record_store,
@@ -358,7 +379,7 @@ class _Execution:
     def run(self, context: ContextManager) -> RunOutcome:
         self.main = context
         engine = self.engine
-        delegates = [DelegateTool(sub, self.run_child) for sub in engine.sub_agents]
+        delegates = [DelegateTool(sub, self.run_child) for sub in engine.config.sub_agents]
         toolset = build_toolset([*engine.tools, *delegates], engine.registry)
         loop = _InstanceLoop(self, context, toolset, parent=None)
         status, answer, error = loop.run()
@@ -372,33 +393,31 @@ class _Execution:
         )
 
     def save_main(self) -> None:
-        if self.engine.save is not None and self.main is not None:
+        save = self.engine.hooks.save
+        if save is not None and self.main is not None:
             frame = self.main.frame
-            self.engine.save(Checkpoint.of(frame))
+            save(Checkpoint.of(frame))
             frame.mark_saved()
 
     def cancel_requested(self) -> bool:
         """Return True once the run has been asked to stop (asked again until it has)."""
-        if (
-            not self.cancel_seen.is_set()
-            and self.engine.should_cancel
-            and self.engine.should_cancel()
-        ):
+        should_cancel = self.engine.hooks.should_cancel
+        if not self.cancel_seen.is_set() and should_cancel and should_cancel():
             self.cancel_seen.set()
         return self.cancel_seen.is_set()
 
     def watch(self, *, deadline: float | None, signal: threading.Event | None = None) -> Watch:
         """Return the watch of one call: lease renewal, and for a tool (`signal`) cancellation."""
-        config = self.engine.config
+        config, hooks = self.engine.config, self.engine.hooks
         return Watch(
-            renew_lease=config.renew_lease,
-            should_cancel=self.engine.should_cancel if signal is not None else None,
+            renew_lease=hooks.renew_lease,
+            should_cancel=hooks.should_cancel if signal is not None else None,
             heartbeat_seconds=config.heartbeat_seconds,
             cancel_poll_seconds=config.cancel_poll_seconds,
             deadline_seconds=deadline,
             lost=self.lease_lost,
             cancelled=signal if signal is not None else threading.Event(),
-            on_exit=config.watch_exit,
+            on_exit=hooks.watch_exit,
         )
 
     def check_lease(self) -> None:
@@ -409,7 +428,7 @@ class _Execution:
     def call_model(self, request: ModelRequest) -> ModelResponse:
         """Send one request through the gateway: the only way any model call is made."""
         engine = self.engine
-        limit = engine.limits.max_model_calls
+        limit = engine.config.limits.max_model_calls
         if self.model_calls >= limit:
             raise ModelCallLimitReached(
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
@@ -485,10 +504,11 @@ class _Execution:
         response: ModelResponse | None,
         error: str | None,
     ) -> None:
-        if self.engine.on_model_call is None:
+        on_model_call = self.engine.hooks.on_model_call
+        if on_model_call is None:
             return
         redactor = self.engine.redactor
-        self.engine.on_model_call(
+        on_model_call(
             ModelCallRecord(
                 purpose=request.purpose,
                 instance=request.instance,
@@ -568,7 +588,7 @@ class _InstanceLoop:
 
         Return how many entered the view; supplements held in the checkpoint count too.
         """
-        source = self.execution.engine.supplements
+        source = self.execution.engine.hooks.supplements
         if self.is_main and source is not None:
             for source_key, text in source(final):
                 self.context.queue_supplement(str(source_key), text)
@@ -611,7 +631,7 @@ class _InstanceLoop:
                 self.save()
                 continue
             state.candidate_answer = message_text(record.message)
-            if self.is_main and self.execution.engine.verify_completion:
+            if self.is_main and self.execution.engine.config.verify_completion:
                 if self.execution.cancel_requested():
                     return self.finish("cancelled", None, None)
                 passed, error = self.verify(state.candidate_answer)
@@ -719,27 +739,17 @@ def create_engine(
     policy: TriggerPolicy | Mapping[str, Any] | None,
     budget: ModelBudget | Mapping[str, Any],
     *,
-    context_manager: ContextManagerFactory | None = None,
-    compaction_policy: CompactionPolicy | None = None,
-    estimator: TokenEstimator | None = None,
-    limits: ExecutionLimits | None = None,
-    save: Callable[[Checkpoint], None] | None = None,
-    on_model_call: Callable[[ModelCallRecord], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    supplements: Callable[[bool], list[tuple[str, str]]] | None = None,
-    secrets: Iterable[str] = (),
-    clock: Clock | None = None,
-    sub_agents: Iterable[SubAgent | Mapping[str, Any]] = (),
-    verify_completion: bool = False,
-    sleeper: Callable[[float], None] | None = None,
+    hooks: EngineHooks | None = None,
     config: EngineConfig | None = None,
 ) -> Engine:
     """Return an engine for one published version.
 
-    `tools` are built-in tool names or `Tool` objects; `policy` is a `ContextPolicy`,
-    `LegacyCharPolicy`, a policy dict, or None for the legacy policy; `context_manager` is a
-    factory called with `policy, budget, estimator, compaction_policy, clock, redactor` for each
-    instance (default `JournalContextManager`).
+    Four things define what the model is asked and how much room it has, and every engine needs
+    them, so they are positional: the `gateway` that answers, the `tools` offered (built-in tool
+    names or `Tool` objects), the context `policy` (a `ContextPolicy`, `LegacyCharPolicy`, a
+    policy dict, or None for the legacy policy) and the model `budget` (a `ModelBudget` or its
+    dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
+    application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
     """
     if not isinstance(policy, TriggerPolicy):
         policy = load_policy(dict(policy) if policy is not None else None)
@@ -750,18 +760,6 @@ def create_engine(
         tools=tools,
         policy=policy,
         budget=budget,
-        context_manager=context_manager or JournalContextManager,
-        compaction_policy=compaction_policy,
-        estimator=estimator or JsonBytesEstimator(),
-        limits=limits or ExecutionLimits(),
-        save=save,
-        on_model_call=on_model_call,
-        should_cancel=should_cancel,
-        supplements=supplements,
-        redactor=Redactor(secrets),
-        clock=clock or system_clock,
-        sleeper=sleeper,
-        sub_agents=[s if isinstance(s, SubAgent) else SubAgent.from_dict(s) for s in sub_agents],
-        verify_completion=verify_completion,
+        hooks=hooks or EngineHooks(),
         config=config or EngineConfig(),
     )

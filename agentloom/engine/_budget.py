@@ -5,7 +5,7 @@
 The default estimator counts UTF-8 bytes of the JSON request plus an envelope per message and per
 tool. A byte is never less than a token, so it is conservative: it may compact well before a real
 tokenizer would, and it is not the `usage` a provider reports. Tokenizer estimators
-(`agentloom.engine.estimators`) count real tokens. Estimators are injectable; their `module_id`
+(`agentloom.engine._estimators`) count real tokens. Estimators are injectable; their `module_id`
 and `config` are bound into the checkpoint so a resumed run measures the same way.
 
 The soft triggers (when to compact, how far) use `estimate`; the hard check that refuses to send
@@ -18,8 +18,8 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
-from agentloom.engine.errors import ConfigurationError
-from agentloom.engine.sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
+from agentloom.engine._errors import ConfigurationError
+from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
 
 __all__ = [
     "DEFAULT_ESTIMATOR_ID",
@@ -165,7 +165,7 @@ def estimator_from_binding(binding: dict[str, Any] | None) -> TokenEstimator:
     if not binding:
         return JsonBytesEstimator()
     # Imported here because the tokenizer estimators build on this module.
-    from agentloom.engine.estimators import ESTIMATOR_CLASSES
+    from agentloom.engine._estimators import ESTIMATOR_CLASSES
 
     module_id = binding.get("module_id")
     estimator_class = ESTIMATOR_CLASSES.get(module_id) if isinstance(module_id, str) else None
