@@ -14,7 +14,7 @@ per-execution limit; a request over the effective budget is never sent.
 
 Cancellation is checked after every model response, before any tool runs: calls returned after
 a cancel request are answered with a `cancelled` result and never run. A running tool receives
-the cancellation signal (see `watch`); a delegation's child stops at its next safe point. While a
+the cancellation signal (see `_watch`); a delegation's child stops at its next safe point. While a
 model call or a tool runs, a `Watch` renews the run's lease (`EngineHooks.renew_lease`), never
 past the call's own deadline; once the lease is lost the engine raises `LeaseLostError` right
 after the call and writes nothing more. A run's status notes ("run stopped: …") are recorded as
@@ -142,9 +142,9 @@ class EngineConfig:
 
     `record_store` is where `format: 2` checkpoints find the journal records and inherited
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
-    `calibration` (`{"samples": n}`, see `calibration`) measures triggers in the provider's
+    `calibration` (`{"samples": n}`, see `_calibration`) measures triggers in the provider's
     reported tokens; a resumed run follows its checkpoint's binding instead.
-    `large_records` (`{"share": s}`, see `large`) shows records too large for their share of the
+    `large_records` (`{"share": s}`, see `_large`) shows records too large for their share of the
     budget as excerpts, offers `read_record` and masks older tool results before summarising;
     a resumed run follows its checkpoint's binding.
 

@@ -89,9 +89,9 @@ class ExecutionState:
     terminal: dict[str, Any] | None = None
     model_calls: int = 0
     compaction_log: list[dict[str, Any]] = field(default_factory=list)
-    # What a calibrated estimator has learned: {start, samples} (see `calibration`).
+    # What a calibrated estimator has learned: {start, samples} (see `_calibration`).
     calibration: dict[str, Any] | None = None
-    # After a failed compaction: {size, model_steps, reason} at the failure (see `context`).
+    # After a failed compaction: {size, model_steps, reason} at the failure (see `_context`).
     compaction_throttle: dict[str, Any] | None = None
     # Keys of older frames that this version does not know, kept so a round trip loses nothing.
     extra: dict[str, Any] = field(default_factory=dict)

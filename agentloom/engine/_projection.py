@@ -14,7 +14,7 @@ Projection repairs protocol and never changes sources:
   are shown as assistant-side `[run note] …` messages, never in the user's voice, so a later
   question is the latest user message and no stop reason reads as a request;
 - tool results are capped at the view's 24,000 characters, with a visible marker; under a
-  large-record policy (see `large`), any record too large for its share of the budget is shown as
+  large-record policy (see `_large`), any record too large for its share of the budget is shown as
   an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
   rebuilt history makes the same ones).
 """
@@ -64,7 +64,7 @@ class ReusableView:
     baseline_user_turns: int = 0
     baseline_model_steps: int = 0
     revision: int | None = None
-    # Where each message came from (see `refs`); None when the view was stored inline.
+    # Where each message came from (see `_refs`); None when the view was stored inline.
     origins: list[Origin] | None = None
 
     @classmethod
@@ -92,7 +92,7 @@ class ProjectedHistory:
     baseline_user_turns: int = 0
     baseline_model_steps: int = 0
     view_revision: int | None = None
-    # Where each message came from (see `refs`), aligned with `messages`.
+    # Where each message came from (see `_refs`), aligned with `messages`.
     origins: list[Origin] = field(default_factory=list)
     # The view's watermark: the records projected after the view are those in (after, watermark].
     after: int = 0

@@ -12,7 +12,7 @@ A view message has an *origin*:
 rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
 `note` (`prefix` + the text capped at `cap`) and `run_note` (a run-status note shown on the
 assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped). Either kind of
-origin may also carry a large-record transform (see `large`): `"ex": N, "ref": R` shows an excerpt
+origin may also carry a large-record transform (see `_large`): `"ex": N, "ref": R` shows an excerpt
 of N characters naming reference R; `"mask": 1, "ref": R` shows a tool result as a one-line stub.
 `materialize` is the only place each transform is defined: projection builds history messages
 with it, and a saved view is rebuilt with it, so a rebuilt view is byte-identical to the one that
