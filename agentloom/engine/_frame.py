@@ -370,8 +370,10 @@ class InstanceFrame:
         cls, data: dict[str, Any], instance: str, store: RecordStore
     ) -> InstanceFrame:
         context = data.get("context") or {}
-        records = _checked(store.records(instance))
         last_seq = int(context.get("last_seq") or 0)
+        # A reader may see records a later save journaled after it read this checkpoint: the
+        # frame is the moment the checkpoint names, so it stops at its last seq.
+        records = [record for record in _checked(store.records(instance)) if record.seq <= last_seq]
         if (records[-1].seq if records else 0) != last_seq:
             raise FrameError(
                 f"the journal holds {len(records)} records of {instance}, the frame {last_seq}"

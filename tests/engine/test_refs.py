@@ -204,3 +204,13 @@ def test_a_clock_stepping_back_never_reorders_an_instances_records():
     keys = [record.entry_key for record in journal.records[(1, "main")]]
     assert keys == local
     assert len(journaled) == len(local)
+
+
+def test_an_earlier_checkpoint_loads_while_the_journal_has_grown():
+    """A reader racing a save sees the checkpoint's moment, not the records journaled after it."""
+    journal = MemoryJournal()
+    _, recorder, _ = _run(journal, 1, ["echo", "echo", "answer"], ModelBudget(32_768, 4_096, 1_024))
+    assert len(recorder.stored) > 2
+    for stored, full in zip(recorder.stored, recorder.saves, strict=True):
+        frame = InstanceFrame.from_dict(stored, store=recorder.store())
+        assert json.dumps(frame.to_dict()) == json.dumps(full)
