@@ -14,40 +14,46 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, Min, OuterRef, Subquery
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agentloom.engine.protocol import message_text
-from agentloom.errors import ApplicationError, NotFound
+from agentloom.engine.protocol import FEEDBACK_PREFIX, message_text
+from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
 from context_app.engine_adapter import estimator_name, input_check
-from context_app.models import AgentVersion
-from context_app.selectors import agent_get, agents_for_user
+from context_app.selectors import agent_get, agents_for_user, draft_changes, latest_versions
 from context_app.services import latest_version
 from models_app.models import ModelConnection
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_MAX,
+    active_run,
+    compaction_marks,
     cost_summary,
+    first_seq_of,
+    instances_of,
     journal_page,
+    model_call_in_flight,
     model_calls_of,
     run_context,
     run_counters,
     run_get,
     runs_of,
     session_cost,
+    session_for_deletion,
     session_for_revocation,
     session_get,
-    sessions_for_user,
+    session_list,
     views_of,
 )
 from sessions_app.serializers import JournalQuerySerializer
-from sessions_app.services.runs import run_ask, session_create
+from sessions_app.services.deletion import session_delete
+from sessions_app.services.runs import run_ask, session_create, session_rename
 from sessions_app.services.views import view_revoke
 
 SESSIONS_PER_PAGE = 25
@@ -111,6 +117,9 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
         call_id = str(message.get("tool_call_id"))
         shown["tool_call_id"] = call_id
         shown["tool_name"] = call_names.get(call_id, "tool")
+    if item["kind"] == SessionMessage.Kind.FEEDBACK:
+        # The engine's note to the model; the pages show it as a notice, without its marker.
+        shown["text"] = shown["text"].removeprefix(FEEDBACK_PREFIX)
     if item["kind"] == SessionMessage.Kind.STATUS:
         shown["status"] = message.get("status")
         shown["error"] = message.get("error") or ""
@@ -261,6 +270,22 @@ def _run_json(run: Run) -> dict[str, Any]:
     }
 
 
+def _with_marks(records: list[dict], marks: list[dict]) -> list[dict]:
+    """Return the run's chat records with its compactions placed after the record each saw.
+
+    One that saw no shown record (none yet, or only the question, which heads the block) comes
+    first. static/console/console.js `placeCompactions` does the same for records fetched live.
+    """
+    seqs = {record["seq"] for record in records}
+    placed = [{"kind": "compaction", **mark} for mark in marks if mark["journal_seq"] not in seqs]
+    for record in records:
+        placed.append(record)
+        placed.extend(
+            {"kind": "compaction", **mark} for mark in marks if mark["journal_seq"] == record["seq"]
+        )
+    return placed
+
+
 def _context_url_template() -> str:
     # The script fills in run ids; the route itself stays defined in console_urls only.
     return reverse("console-run-context", args=[0]).replace("/0/", "/{id}/")
@@ -272,39 +297,31 @@ def _context_url_template() -> str:
 @require_GET
 @login_required
 def home(request):
-    """Show the caller's spaces, the agents they can talk to, and their own sessions."""
+    """Show the caller's spaces, their agents (drafts too, marked), and the caller's sessions."""
     user = request.user
-    agents = (
-        agents_for_user(user)
-        .filter(versions__isnull=False)
-        .distinct()
-        .select_related("space", "model_connection")
-        .order_by("space__name", "name")
+    agents = list(
+        agents_for_user(user).select_related("space", "model_connection").order_by("name", "id")
     )
-    latest = {}
-    for version in AgentVersion.objects.filter(agent__in=agents).order_by("agent_id", "number"):
-        latest[version.agent_id] = version  # ascending, so the last one wins
+    latest = latest_versions(agents)
     agents_by_space: dict[int, list] = {}
     for agent in agents:
-        version = latest[agent.pk]
-        provider = (version.snapshot.get("budget") or {}).get("provider", "")
+        version = latest.get(agent.pk)
+        provider = ((version.snapshot if version else {}).get("budget") or {}).get("provider", "")
         agents_by_space.setdefault(agent.space_id, []).append(
-            {"agent": agent, "version": version, "is_demo": provider == "local"}
+            {
+                "agent": agent,
+                "version": version,
+                "is_demo": provider == ModelConnection.Provider.LOCAL,
+                "changes": [name.replace("_", " ") for name in draft_changes(agent, version)]
+                if version
+                else [],
+            }
         )
     spaces = [
         {"space": space, "agents": agents_by_space.get(space.pk, [])}
         for space in spaces_for_user(user).order_by("name", "id")
     ]
-    latest_run = Run.objects.filter(session=OuterRef("pk")).order_by("-number")
-    sessions = (
-        sessions_for_user(user)
-        .select_related("agent", "agent_version")
-        .annotate(
-            latest_status=Subquery(latest_run.values("status")[:1]),
-            latest_number=Subquery(latest_run.values("number")[:1]),
-            run_count=Count("runs", distinct=True),
-        )
-    )
+    sessions = session_list(user)
     page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "console/home.html", {"spaces": spaces, "sessions": page})
 
@@ -334,12 +351,12 @@ def chat(request, session_id: int):
     """Show a session as a conversation, with the live controls of its active run."""
     session = _or_404(session_get, user=request.user, session_id=session_id)
     shown = list(runs_of(session)[:CHAT_RUNS])
-    older = session.runs.count() - len(shown)
+    older = runs_of(session).count() - len(shown)
     after = 0
     if older:
-        first = SessionMessage.objects.filter(run__in=shown).aggregate(first=Min("seq"))["first"]
+        first = first_seq_of(shown)
         after = (first - 1) if first else session.next_seq - 1
-    active = runs_of(session).filter(status__in=Run.ACTIVE_STATUSES).first()
+    active = active_run(session)
 
     call_names: dict[str, str] = {}
     records: dict[int, list] = {}
@@ -352,8 +369,11 @@ def chat(request, session_id: int):
             records.setdefault(item["run_id"], []).append(shown_item)
     # A run resumed after newer runs, or an active one, is shown even when it is older.
     extra = (set(records) | {active.pk if active else None}) - {run.pk for run in shown} - {None}
-    runs = sorted([*shown, *Run.objects.filter(pk__in=extra)], key=lambda run: run.number)
-    blocks = [{"run": run, "records": records.get(run.pk, [])} for run in runs]
+    runs = sorted([*shown, *runs_of(session).filter(pk__in=extra)], key=lambda run: run.number)
+    blocks = [
+        {"run": run, "records": _with_marks(records.get(run.pk, []), compaction_marks(run))}
+        for run in runs
+    ]
 
     focus = active or (runs[-1] if runs else None)
     # Before the first run the meter is drawn empty; the script fills it once a run starts.
@@ -366,6 +386,12 @@ def chat(request, session_id: int):
         "lastSeq": last_seq,
         "callNames": call_names,
         "contextUrl": _context_url_template(),
+        "marked": {
+            str(block["run"].pk): [
+                item["number"] for item in block["records"] if item["kind"] == "compaction"
+            ]
+            for block in blocks
+        },
         **limits,
     }
     return render(
@@ -377,6 +403,7 @@ def chat(request, session_id: int):
             "blocks": blocks,
             "older_runs": older,
             "active": active,
+            "thinking": bool(active) and model_call_in_flight(active),
             "focus": focus,
             "counters": _counters(focus) if focus else None,
             "meter": _meter(context),
@@ -419,16 +446,38 @@ def ask(request, session_id: int):
     return redirect("console-chat", session_id=session.pk)
 
 
-def _instances(session: Session) -> list[str]:
-    """Return the instances that have records in the session: main, then children in order."""
-    found = set(
-        SessionMessage.objects.filter(session=session).values_list("instance", flat=True).distinct()
-    )
-    children = sorted(
-        (name for name in found if name != MAIN_INSTANCE),
-        key=lambda name: tuple(int(part) for part in name.split(".") if part.isdigit()),
-    )
-    return [MAIN_INSTANCE, *children] if MAIN_INSTANCE in found else children
+@require_POST
+@login_required
+def rename(request, session_id: int):
+    """Rename one of the caller's sessions, then return to its chat."""
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    try:
+        session_rename(user=request.user, session=session, title=request.POST.get("title", ""))
+    except NotFound:
+        raise Http404("Not found.") from None
+    except ApplicationError as error:
+        messages.error(request, f"Not renamed: {error.detail}")
+    else:
+        messages.success(request, f"Renamed to “{session}”.")
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_POST
+@login_required
+def delete(request, session_id: int):
+    """Delete a session through the soft-delete service, then go to the console home."""
+    try:
+        session = session_for_deletion(user=request.user, session_id=session_id)
+        session_delete(user=request.user, session=session)
+    except NotFound:
+        raise Http404("Not found.") from None
+    except PermissionDenied as error:
+        raise DjangoPermissionDenied(error.detail) from None
+    except ApplicationError as error:
+        messages.error(request, f"Not deleted: {error.detail}")
+        return redirect("console-chat", session_id=session_id)
+    messages.success(request, f"Deleted “{session}”.")
+    return redirect("home")
 
 
 @require_GET
@@ -470,7 +519,7 @@ def journal(request, session_id: int):
             "session": session,
             "binding": _binding(session),
             "records": records,
-            "instances": _instances(session),
+            "instances": instances_of(session),
             "instance": instance,
             "invalid_query": invalid,
             "after": params["after"],

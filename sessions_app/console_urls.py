@@ -28,6 +28,8 @@ urlpatterns = [
     path("sessions/new/", console.session_new, name="console-session-new"),
     path("sessions/<pk:session_id>/", console.chat, name="console-chat"),
     path("sessions/<pk:session_id>/ask/", console.ask, name="console-ask"),
+    path("sessions/<pk:session_id>/rename/", console.rename, name="console-session-rename"),
+    path("sessions/<pk:session_id>/delete/", console.delete, name="console-session-delete"),
     path("sessions/<pk:session_id>/journal/", console.journal, name="console-journal"),
     path(
         "sessions/<pk:session_id>/views/<pk:revision>/revoke/",

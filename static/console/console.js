@@ -11,6 +11,9 @@
   const POLL_MS = 1000;
   const ACTIVE = ["queued", "running"];
   const JOURNAL_MAX = 200;
+  const FEEDBACK_PREFIX = "[feedback] ";
+  // How close to the bottom (px) the reader must be for the chat to follow new records.
+  const FOLLOW_SLACK = 240;
 
   // --- helpers ----------------------------------------------------------------------------
 
@@ -119,6 +122,9 @@
       shown.toolCallId = String(message.tool_call_id);
       shown.toolName = callNames[shown.toolCallId] || "tool";
     }
+    if (item.kind === "feedback" && shown.text.startsWith(FEEDBACK_PREFIX)) {
+      shown.text = shown.text.slice(FEEDBACK_PREFIX.length);
+    }
     if (item.kind === "status") {
       shown.status = message.status;
       shown.error = message.error || "";
@@ -197,12 +203,28 @@
       return el("div", { class: "msg supplement", "data-seq": seq },
         el("div", { class: "who" }, "Supplement"), el("div", { class: "text" }, record.text));
     }
-    if (record.kind === "feedback") return el("p", { class: "feedback", "data-seq": seq }, record.text);
+    if (record.kind === "feedback") {
+      return el("p", { class: "feedback", "data-seq": seq },
+        el("span", { class: "feedback-label" }, "Note to the agent"), " ", el("span", { class: "text" }, record.text));
+    }
     if (record.kind === "status") {
       return el("p", { class: "status-line", "data-seq": seq },
         badge("status", record.status), record.error ? ` ${record.error}` : "");
     }
     return null; // user_input: the question already heads the run's block
+  }
+
+  /** Mirror of the compaction branch of templates/console/_chat_record.html. */
+  function renderCompactionMark(href, number, item) {
+    const sizes = item.before !== null && item.after !== null ? `: ${item.before} → ${item.after}` : "";
+    return el("p", { class: "compaction-mark", "data-compaction": number },
+      el("a", { href: `${href}#compaction-${number}` },
+        `Context compacted here${item.stage ? ` (${item.stage})` : ""}${sizes}`));
+  }
+
+  function nearBottom() {
+    const root = document.documentElement;
+    return root.scrollHeight - (window.scrollY + window.innerHeight) < FOLLOW_SLACK;
   }
 
   function initChat(cfg) {
@@ -214,6 +236,11 @@
     const notice = document.getElementById("notice");
     const askForm = document.getElementById("ask-form");
     const supplementForm = document.getElementById("supplement-form");
+    const askButton = document.getElementById("ask-button");
+    const thinking = document.getElementById("thinking");
+    const supplementNotice = document.getElementById("supplement-notice");
+    const cancelNotice = document.getElementById("cancel-notice");
+    const marked = cfg.marked || {};
     const contextLink = document.querySelector("[data-context-link]");
     const callNames = cfg.callNames || {};
     let lastSeq = cfg.lastSeq;
@@ -225,6 +252,46 @@
       notice.textContent = text;
       notice.className = isError ? "notice error" : "notice";
       notice.hidden = !text;
+    }
+
+    /** Say `text` next to the control it answers (a supplement or a cancel). */
+    function sayBeside(node, text, isError) {
+      node.textContent = text;
+      node.className = isError ? "inline-notice error-text" : "inline-notice";
+      node.hidden = !text;
+    }
+
+    /** A run is active: no new question, and the indicator says whether the model is asked. */
+    function showActive(active, inFlight) {
+      askButton.disabled = active;
+      askButton.title = active ? "A run is active" : "";
+      thinking.hidden = !(active && inFlight);
+    }
+
+    /** Mark the run's compactions in its block, each after the record it came after. */
+    function placeCompactions(runId, compactions) {
+      const block = document.getElementById(`run-${runId}`);
+      if (!block) return;
+      const done = marked[String(runId)] || (marked[String(runId)] = []);
+      const records = block.querySelector(".records");
+      const href = cfg.contextUrl.replace("{id}", String(runId));
+      compactions.forEach((item, index) => {
+        const number = index + 1;
+        if (item.outcome !== "succeeded" || done.includes(number)) return;
+        const mark = renderCompactionMark(href, number, item);
+        const after = item.journal_seq ? records.querySelector(`[data-seq="${item.journal_seq}"]`) : null;
+        if (after) {
+          // After the record and any marks already placed behind it.
+          let anchor = after;
+          while (anchor.nextElementSibling && anchor.nextElementSibling.classList.contains("compaction-mark")) {
+            anchor = anchor.nextElementSibling;
+          }
+          anchor.after(mark);
+        } else {
+          records.prepend(mark);
+        }
+        done.push(number);
+      });
     }
 
     function runBlock(run) {
@@ -244,7 +311,7 @@
           ? el("div", { class: "msg question" }, el("div", { class: "who" }, "You"), el("div", { class: "text" }, run.question))
           : null,
         el("div", { class: "records" }));
-      conversation.append(block);
+      conversation.insertBefore(block, thinking);
       return block;
     }
 
@@ -305,6 +372,7 @@
         const cancelling = active && Boolean(run.cancel_requested);
         cancelButton.disabled = cancelling;
         cancelButton.textContent = cancelling ? "Cancelling…" : "Cancel run";
+        showActive(active, Boolean(run.model_call_in_flight));
       }
     }
 
@@ -314,11 +382,18 @@
         const page = await api("GET",
           `/sessions/${cfg.session}/messages?instance=main&limit=${JOURNAL_MAX}&after=${lastSeq}`);
         if (!page.ok) return;
+        const follow = nearBottom();
+        let shown = null;
         for (const item of page.data.items) {
           const record = present(item, callNames);
           const node = renderChatRecord(record);
-          if (node) runBlock({ id: item.run_id }).querySelector(".records").append(node);
+          if (node) {
+            runBlock({ id: item.run_id }).querySelector(".records").append(node);
+            shown = node;
+          }
         }
+        // The chat follows new records unless the reader scrolled up to read older ones.
+        if (shown && follow) thinking.scrollIntoView({ block: "nearest" });
         lastSeq = page.data.next_after;
         if (page.data.items.length < JOURNAL_MAX) return;
       }
@@ -336,6 +411,7 @@
       if (context.ok) {
         updateMeter(panel.querySelector("[data-meter]"), context.data);
         showPlan(context.data.plan);
+        placeCompactions(runId, context.data.compactions);
       }
     }
 
@@ -354,6 +430,9 @@
         activeRun = null;
         controls.hidden = true;
         activeHint.hidden = true;
+        showActive(false, false);
+        sayBeside(supplementNotice, "", false);
+        sayBeside(cancelNotice, "", false);
         if (run.data.status === "failed") say(`Run #${run.data.number} failed: ${run.data.error}`, true);
         else if (!notice.classList.contains("error")) say("", false);
         return;
@@ -387,13 +466,20 @@
     askField.addEventListener("input", showSize);
     showSize();
 
+    // Enter sends, Shift+Enter breaks the line (and Enter while composing text in an IME
+    // only confirms the composition).
+    askField.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+      event.preventDefault();
+      if (!askButton.disabled && askField.value.trim()) askForm.requestSubmit(askButton);
+    });
+
     askForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const field = askForm.querySelector("textarea[name=question]");
-      const button = askForm.querySelector("button[type=submit]");
-      button.disabled = true;
+      askButton.disabled = true;
       const answer = await api("POST", `/sessions/${cfg.session}/runs`, { question: field.value });
-      button.disabled = false;
+      askButton.disabled = Boolean(activeRun);
       if (!answer.ok) {
         say(answer.status === 409 ? `Not asked: ${errorText(answer.data)}` : errorText(answer.data), true);
         return;
@@ -411,22 +497,23 @@
       const field = supplementForm.querySelector("textarea[name=text]");
       const answer = await api("POST", `/runs/${activeRun}/supplements`, { text: field.value });
       if (!answer.ok) {
-        say(`Supplement not sent: ${errorText(answer.data)}`, true);
+        sayBeside(supplementNotice, `Not sent: ${errorText(answer.data)}`, true);
         return;
       }
       field.value = "";
-      say(`Supplement ${answer.data.position} queued: the run takes it at its next safe point.`, false);
+      sayBeside(supplementNotice,
+        `Supplement ${answer.data.position} queued: the run takes it at its next safe point.`, false);
     });
 
     cancelButton.addEventListener("click", async () => {
       if (!activeRun) return;
       const answer = await api("POST", `/runs/${activeRun}/cancel`);
       if (!answer.ok) {
-        say(`Not cancelled: ${errorText(answer.data)}`, true);
+        sayBeside(cancelNotice, `Not cancelled: ${errorText(answer.data)}`, true);
         return;
       }
       showRun(answer.data);
-      say(answer.data.status === "cancelled"
+      sayBeside(cancelNotice, answer.data.status === "cancelled"
         ? "Run cancelled."
         : "Cancel requested: the run stops at its next safe point.", false);
     });
@@ -446,6 +533,9 @@
     });
 
     if (focusRun) showTools(focusRun.id);
+    // The page opens at the latest run.
+    const blocks = conversation.querySelectorAll("article.run");
+    if (blocks.length) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
     if (activeRun) timer = setTimeout(poll, 0);
   }
 

@@ -75,9 +75,7 @@ def test_ids_too_large_for_the_database_are_not_found(client_for, alice):
 # --- start page ------------------------------------------------------------------------------
 
 
-def test_home_lists_spaces_published_agents_and_own_sessions(
-    client_for, session, alice, carol, space
-):
+def test_home_lists_spaces_agents_and_own_sessions(client_for, session, alice, carol, space):
     make_agent(space, alice, name="Unpublished draft")
     ask(session, alice, "first")
     ask(session, alice, '/tool fail {"message": "boom"}')
@@ -86,7 +84,9 @@ def test_home_lists_spaces_published_agents_and_own_sessions(
     html = client_for(alice).get("/").content.decode()
     assert "Research" in html
     assert "Helper" in html and "New session" in html
-    assert "Unpublished draft" not in html
+    # A draft is listed as not published yet, without a way to open a session with it.
+    draft_row = html[html.index("Unpublished draft") :].split("</tr>")[0]
+    assert "Not published yet." in draft_row and "New session" not in draft_row
     assert "Alice&#x27;s chat" in html
     assert "#2" in html and "status-succeeded" in html
     assert "Carol&#x27;s" not in html
