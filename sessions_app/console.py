@@ -158,7 +158,7 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
         "trigger_pos": percent(context["trigger_at"]),
         "target_pos": percent(context["target_at"]),
         "budget_pos": percent(ceiling),
-        "share": round(100 * estimate / max(ceiling, 1)),
+        "share": _share_text(estimate, ceiling),
         "level": "over"
         if estimate > ceiling
         else "high"
@@ -167,6 +167,14 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
         "compaction_count": len(context["compactions"]),
         "last_reported": _last_reported(context.get("last_reported")),
     }
+
+
+def _share_text(estimate: int, ceiling: int) -> str:
+    """Return the estimate's share of the ceiling in whole percent; "<1" for a visible sliver,
+    so the meter never says 0% beside a fill. static/console/console.js `shareText` agrees.
+    """
+    share = 100 * estimate / max(ceiling, 1)
+    return "<1" if 0 < share < 1 else str(round(share))
 
 
 def _last_reported(reported: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -156,6 +156,12 @@
     });
   }
 
+  /** Mirror of sessions_app/console.py _share_text: never 0% beside a visible fill. */
+  function shareText(estimate, ceiling) {
+    const share = (100 * estimate) / Math.max(ceiling, 1);
+    return share > 0 && share < 1 ? "<1" : String(Math.round(share));
+  }
+
   function updateMeter(root, context) {
     if (!root || !context) return;
     // The ceiling is the effective budget, or the character threshold of a legacy version.
@@ -169,7 +175,7 @@
     const set = (selector, value) => { root.querySelector(selector).textContent = String(value); };
     set("[data-meter-estimate]", context.estimate);
     set("[data-meter-budget]", budget);
-    set("[data-meter-share]", Math.round((100 * context.estimate) / Math.max(budget, 1)));
+    set("[data-meter-share]", shareText(context.estimate, budget));
     set("[data-meter-trigger-at]", context.trigger_at);
     set("[data-meter-target-at]", context.target_at);
     set("[data-meter-compactions]", context.compactions.length);

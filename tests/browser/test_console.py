@@ -330,6 +330,8 @@ def test_the_context_page_shows_the_meter_and_compaction_history(
     expect(marks).to_have_count(len(succeeded))
     page.reload()
     expect(marks).to_have_count(len(succeeded))
+    # The page opens at the latest run.
+    expect(run_block(page, number).locator(".run-head")).to_be_in_viewport()
     marks.last.scroll_into_view_if_needed()
     screenshot("console-chat-compaction-mark")
     marks.last.locator("a").click()
@@ -360,6 +362,19 @@ def test_the_context_page_shows_the_meter_and_compaction_history(
         re.compile("handoff summary|hidden to save room")
     )
     screenshot("console-context")
+
+    # On a phone the page never scrolls sideways: wide tables scroll inside their box.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    expect(page.locator("#compactions")).to_be_visible()
+    wide = page.evaluate(
+        """() => [...document.querySelectorAll('body *')]
+        .filter(n => n.getBoundingClientRect().right > 391 && !n.closest('.table-scroll'))
+        .map(n => `${n.tagName}.${n.className}#${n.id}`)
+        .slice(0, 15)"""
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
+    screenshot("console-context-phone")
     assert unexpected(browser_errors) == []
 
 
@@ -482,3 +497,13 @@ def test_a_session_is_renamed_and_deleted_from_the_chat(
     screenshot("console-home-after-delete")
     assert unexpected(browser_errors) == []
     assert page.goto(f"/sessions/{session.pk}/").status == 404
+
+
+def test_the_login_fields_are_one_width(page, screenshot):
+    page.goto("/accounts/login/")
+    widths = [
+        page.locator(selector).bounding_box()["width"]
+        for selector in ("#id_username", "#id_password")
+    ]
+    assert widths[0] == widths[1], widths
+    screenshot("console-login")

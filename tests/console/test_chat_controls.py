@@ -9,6 +9,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from sessions_app import console
 from sessions_app.models import Run, Session, SessionDeletion, SessionMessage
 from sessions_app.selectors import model_call_in_flight
 from sessions_app.services.journal import append_records
@@ -104,3 +105,10 @@ def test_the_chat_shows_feedback_as_a_notice_without_its_prefix(client_for, sess
     assert '<span class="feedback-label">Note to the agent</span>' in html
     assert "tool echo failed" in html and "[feedback]" not in html
     assert SessionMessage.objects.filter(kind="feedback").count() == 1
+
+
+def test_the_meter_never_says_zero_beside_a_fill():
+    assert console._share_text(0, 5_000) == "0"
+    assert console._share_text(20, 5_000) == "<1"
+    assert console._share_text(50, 5_000) == "1"
+    assert console._share_text(4_000, 5_000) == "80"
