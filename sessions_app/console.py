@@ -414,6 +414,13 @@ def chat(request, session_id: int):
             "thinking": bool(active) and model_call_in_flight(active),
             "focus": focus,
             "counters": _counters(focus) if focus else None,
+            "run_steps": sum(
+                1
+                for block in blocks
+                if focus and block["run"].pk == focus.pk
+                for record in block["records"]
+                if record["kind"] == SessionMessage.Kind.ASSISTANT
+            ),
             "meter": _meter(context),
             "plan": context.get("plan"),
             "config": config,

@@ -338,6 +338,9 @@
         text += answered < count ? ` (running ${name})` : ` (last: ${name})`;
       }
       panel.querySelector("[data-live-tools]").textContent = text;
+      // Every main-instance answer of the model in the run, with or without tool calls.
+      const steps = block ? block.querySelectorAll(".records .msg.answer, .records .tool-calls").length : 0;
+      panel.querySelector("[data-live-run-steps]").textContent = String(steps);
     }
 
     /** Show a run object (from the API) in its block and, if it is the focus, in the panel. */

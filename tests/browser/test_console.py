@@ -183,6 +183,10 @@ def test_an_answer_appears_without_reload(chat, console_worker, browser_errors):
     expect(page.locator("#conversation b")).to_have_count(0)
     expect(page.locator("[data-live-status]")).to_have_text("succeeded")
     expect(page.locator("[data-live-tools]")).to_have_text("1 (last: echo)")
+    # This run's counts and the session's are labelled apart: a tool call and the answer.
+    expect(page.locator("[data-live-run-steps]")).to_have_text("2")
+    expect(page.locator("#run-counts")).to_have_text("This run")
+    expect(page.locator("#session-counts")).to_have_text("Session so far")
     expect(page.locator("[data-context-link]")).to_be_visible()
     assert page.evaluate("window.sameDocument") is True
     assert unexpected(browser_errors) == []

@@ -112,3 +112,14 @@ def test_the_meter_never_says_zero_beside_a_fill():
     assert console._share_text(20, 5_000) == "<1"
     assert console._share_text(50, 5_000) == "1"
     assert console._share_text(4_000, 5_000) == "80"
+
+
+def test_the_panel_counts_this_run_apart_from_the_session(client_for, session, alice):
+    ask(session, alice, '/tool echo {"text": "one"}')
+    ask(session, alice, '/tool echo {"text": "two"}')
+    html = client_for(alice).get(reverse("console-chat", args=[session.pk])).content.decode()
+    # Run #2 alone: a tool call and an answer; the context's counters carry both runs.
+    assert "<dd data-live-run-steps>2</dd>" in html
+    assert "<dd data-live-turns>2</dd>" in html
+    assert "<dd data-live-steps>4 (" in html
+    assert html.index('id="run-counts"') < html.index('id="session-counts"')
