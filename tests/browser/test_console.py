@@ -14,7 +14,7 @@ import time
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.db import connections
+from django.db import connections, transaction
 from playwright.sync_api import expect
 
 from agentloom.engine.gateway import LocalDemoGateway
@@ -24,7 +24,7 @@ from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
 from sessions_app.models import SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import session_create
-from tests.factories import make_user
+from tests.factories import make_connection, make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -511,3 +511,47 @@ def test_the_login_fields_are_one_width(page, screenshot):
     ]
     assert widths[0] == widths[1], widths
     screenshot("console-login")
+
+
+def test_the_agent_form_round_trip_shows_a_refusal_on_its_field(
+    admin_page, lab, space_admin, screenshot, browser_errors
+):
+    page = admin_page
+    connection = make_connection(lab, name="Demo connection")
+    page.goto("/admin/context_app/agent/add/")
+    # A new agent starts from the default policy.
+    expect(page.locator("#id_context_ratio")).to_have_value("0.8")
+    expect(page.locator("#id_target_ratio")).to_have_value("0.6")
+    expect(page.locator("#id_user_turns")).to_have_value("")
+    page.select_option("#id_space", str(lab.pk))
+    page.select_option("#id_owner", str(space_admin.pk))
+    page.fill("#id_name", "Form agent")
+    page.select_option("#id_model_connection", str(connection.pk))
+    page.check("input[name=tools][value=echo]")
+    page.check("input[name=tools][value=calculator]")
+    page.fill("#id_sub_agents-0-name", "checker")
+    page.fill("#id_sub_agents-0-description", "Checks sums.")
+    page.check("input[name='sub_agents-0-tools'][value=calculator]")
+    page.fill("#id_target_ratio", "0.9")
+    page.click("input[name=_continue]")
+
+    error = page.locator(".field-target_ratio .errorlist")
+    expect(error).to_have_text("must be below context_ratio")
+    expect(page.locator(".errorlist")).to_have_count(1)
+    screenshot("admin-agent-form-error")
+
+    page.fill("#id_target_ratio", "0.5")
+    page.click("input[name=_continue]")
+    expect(page.locator(".messagelist")).to_contain_text("was added successfully")
+    expect(page.locator("input[name=tools][value=calculator]")).to_be_checked()
+    expect(page.locator("input[name=tools][value=fail]")).not_to_be_checked()
+    expect(page.locator("#id_sub_agents-0-name")).to_have_value("checker")
+    expect(page.locator("input[name='sub_agents-0-tools'][value=calculator]")).to_be_checked()
+    expect(page.locator("#id_target_ratio")).to_have_value("0.5")
+    expect(page.locator(".field-publication")).to_contain_text("Not published yet")
+    screenshot("admin-agent-form-saved")
+    with transaction.atomic():
+        agent = Agent.objects.get(name="Form agent")
+    assert agent.sub_agents[0]["tools"] == ["calculator"]
+    assert agent.context_policy["target_ratio"] == 0.5
+    assert browser_errors == []
