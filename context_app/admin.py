@@ -22,6 +22,7 @@ from agentloom.engine.errors import ConfigurationError
 from agentloom.engine.policy import DEFAULT_POLICY, ContextPolicy
 from agentloom.errors import ApplicationError, InvalidInput
 from agentloom.forms import JSONFormField
+from agentloom.spaces.admin_json import json_tree
 from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
@@ -294,7 +295,15 @@ class AgentVersionAdmin(SpaceScopedAdmin):
 
     space_path = "agent__space"
     list_display = ["agent", "number", "model_connection", "published_by", "created_at"]
-    readonly_fields = ["agent", "number", "snapshot", "model_connection", "published_by"]
+    fields = ["agent", "number", "snapshot_tree", "model_connection", "published_by"]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["admin_records/json_tree.css"]}
+
+    @admin.display(description="Snapshot")
+    def snapshot_tree(self, obj):
+        return json_tree(obj.snapshot)
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -299,6 +299,10 @@ def _context_url_template() -> str:
     return reverse("console-run-context", args=[0]).replace("/0/", "/{id}/")
 
 
+def _admin_run_url_template() -> str:
+    return reverse("admin:sessions_app_run_change", args=[0]).replace("/0/", "/{id}/")
+
+
 # --- pages ---------------------------------------------------------------------------------------
 
 
@@ -394,6 +398,7 @@ def chat(request, session_id: int):
         "lastSeq": last_seq,
         "callNames": call_names,
         "contextUrl": _context_url_template(),
+        "adminRunUrl": _admin_run_url_template() if request.user.is_staff else None,
         "marked": {
             str(block["run"].pk): [
                 item["number"] for item in block["records"] if item["kind"] == "compaction"

@@ -312,6 +312,9 @@
           el("span", { class: `badge status-${run.status}`, "data-run-status": true }, run.status || ""),
           el("span", { class: "quiet", "data-run-attempt": true }),
           el("a", { href: contextHref }, "Context"),
+          cfg.adminRunUrl
+            ? [" ", el("a", { href: cfg.adminRunUrl.replace("{id}", String(run.id)), class: "admin-link" }, "Admin")]
+            : null,
           el("button", { type: "button", class: "small", "data-resume": run.id, hidden: true }, "Resume")),
         run.question !== undefined
           ? el("div", { class: "msg question" }, el("div", { class: "who" }, "You"), el("div", { class: "text" }, run.question))

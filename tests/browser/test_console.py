@@ -20,10 +20,11 @@ from playwright.sync_api import expect
 from agentloom.engine.gateway import LocalDemoGateway
 from agentloom.engine.tools import SleepTool
 from context_app.models import Agent
+from context_app.services import agent_create, agent_publish
 from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
 from sessions_app.models import SessionMessage
 from sessions_app.services.execution import run_execute
-from sessions_app.services.runs import session_create
+from sessions_app.services.runs import run_ask, session_create
 from tests.factories import make_connection, make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -554,4 +555,42 @@ def test_the_agent_form_round_trip_shows_a_refusal_on_its_field(
         agent = Agent.objects.get(name="Form agent")
     assert agent.sub_agents[0]["tools"] == ["calculator"]
     assert agent.context_policy["target_ratio"] == 0.5
+    assert browser_errors == []
+
+
+def test_admin_records_read_as_trees_and_link_to_the_console(
+    admin_page, lab, space_admin, screenshot, browser_errors
+):
+    page = admin_page
+    connection = make_connection(lab, name="Demo connection")
+    agent = agent_create(
+        user=space_admin,
+        space=lab,
+        name="Tree agent",
+        model_connection=connection.pk,
+        tools=["echo"],
+    )
+    version = agent_publish(user=space_admin, agent=agent)
+    session = session_create(user=space_admin, agent_version=version)
+    run = run_ask(user=space_admin, session=session, question='/tool echo {"text": "NONCE-T"}')
+    run_execute(run_id=run.pk)
+
+    page.goto(f"/admin/sessions_app/run/{run.pk}/change/")
+    tree = page.locator(".field-checkpoint_tree .json-tree")
+    expect(tree).to_be_visible()
+    expect(tree.locator("details.json-node").first).to_have_attribute("open", "")
+    screenshot("admin-run-checkpoint")
+
+    page.locator(".field-console a", has_text="Context").click()
+    expect(page.locator("h1")).to_contain_text("Context of run #1")
+    page.locator("a.admin-link", has_text="This run in the admin").click()
+    expect(page).to_have_url(re.compile(rf"/admin/sessions_app/run/{run.pk}/change/$"))
+
+    # A model call's admin page and its row on the Context page link to each other.
+    page.goto(f"/runs/{run.pk}/context/")
+    page.locator("#model-calls tbody tr").first.locator("a").click()
+    expect(page.locator(".field-response_tree .json-tree")).to_contain_text("NONCE-T")
+    screenshot("admin-model-call-response")
+    page.locator(".field-console a").click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run.pk}/context/#model-call-\d+$"))
     assert browser_errors == []
