@@ -2,8 +2,9 @@
 
 Pages read through the selectors the REST API uses, so the access rule is the same: a session and
 everything in it exists only for its creator while a member of its space; anyone else gets 404.
-Writes go through the run services. What changes while a run is active is fetched from the REST
-API by static/console/console.js.
+Writes go through the run services. Everything is rendered here, once: while a run is active
+static/console/console.js fetches the same templates served alone (chat records, a run's block,
+the run panel, the meter, journal rows) and puts them in place.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from agentloom.api import MAX_ID
 from agentloom.engine.protocol import FEEDBACK_PREFIX, message_text
 from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
@@ -96,10 +98,7 @@ def _pretty_arguments(raw: Any) -> str:
 
 
 def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str, Any]:
-    """Return what the pages show of one journal item; remember tool call names in `call_names`.
-
-    static/console/console.js `present` does the same for records fetched live.
-    """
+    """Return what the pages show of one journal item; remember tool call names in `call_names`."""
     message = item.get("message") or {}
     shown = {**item, "text": message_text(message), "tool_calls": []}
     for call in message.get("tool_calls") or []:
@@ -171,7 +170,7 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
 
 def _share_text(estimate: int, ceiling: int) -> str:
     """Return the estimate's share of the ceiling in whole percent; "<1" for a visible sliver,
-    so the meter never says 0% beside a fill. static/console/console.js `shareText` agrees.
+    so the meter never says 0% beside a fill.
     """
     share = 100 * estimate / max(ceiling, 1)
     return "<1" if 0 < share < 1 else str(round(share))
@@ -269,20 +268,11 @@ def _counters(run: Run) -> dict[str, int]:
     return counters
 
 
-def _run_json(run: Run) -> dict[str, Any]:
-    return {
-        "id": run.pk,
-        "number": run.number,
-        "status": run.status,
-        "cancel_requested": run.cancel_requested,
-    }
-
-
 def _with_marks(records: list[dict], marks: list[dict]) -> list[dict]:
     """Return the run's chat records with its compactions placed after the record each saw.
 
     One that saw no shown record (none yet, or only the question, which heads the block) comes
-    first. static/console/console.js `placeCompactions` does the same for records fetched live.
+    first. Records fetched live get theirs from `chat_records`, placed by the same rule.
     """
     seqs = {record["seq"] for record in records}
     placed = [{"kind": "compaction", **mark} for mark in marks if mark["journal_seq"] not in seqs]
@@ -297,10 +287,6 @@ def _with_marks(records: list[dict], marks: list[dict]) -> list[dict]:
 def _context_url_template() -> str:
     # The script fills in run ids; the route itself stays defined in console_urls only.
     return reverse("console-run-context", args=[0]).replace("/0/", "/{id}/")
-
-
-def _admin_run_url_template() -> str:
-    return reverse("admin:sessions_app_run_change", args=[0]).replace("/0/", "/{id}/")
 
 
 # --- pages ---------------------------------------------------------------------------------------
@@ -357,10 +343,73 @@ def session_new(request):
     return redirect("console-chat", session_id=session.pk)
 
 
+def _chat_items(session: Session, *, after: int) -> tuple[dict[int, list], int]:
+    """Return the chat records of the main instance after `after` by run id, and the last seq.
+
+    A tool result is named after its call even when the call was read before `after`: the
+    names are collected from the start of the runs the new records belong to.
+    """
+    items = list(_all_records(session, after=after, instance=MAIN_INSTANCE))
+    call_names: dict[str, str] = {}
+    if after and items:
+        start = first_seq_of(runs_of(session).filter(pk__in={item["run_id"] for item in items}))
+        for item in _all_records(session, after=(start or after) - 1, instance=MAIN_INSTANCE):
+            if item["seq"] > after:
+                break
+            present_record(item, call_names)
+    records: dict[int, list] = {}
+    for item in items:
+        shown = present_record(item, call_names)
+        # The question heads its run's block; its journal copy would repeat it.
+        if item["kind"] != SessionMessage.Kind.USER_INPUT:
+            records.setdefault(item["run_id"], []).append(shown)
+    return records, items[-1]["seq"] if items else after
+
+
+def _tools_text(records: list[dict]) -> str:
+    """Return the run's tool call count, and which one runs now or ran last."""
+    calls = [call for record in records for call in record.get("tool_calls") or []]
+    if not calls:
+        return "0"
+    answered = sum(1 for record in records if record["kind"] == SessionMessage.Kind.TOOL_RESULT)
+    state = "running" if answered < len(calls) else "last:"
+    return f"{len(calls)} ({state} {calls[-1]['name']})"
+
+
+def _summary(run: Run | None, records: list[dict], context: dict[str, Any]) -> dict[str, Any]:
+    """Return what the live panel shows of `run`: its own counts, the session's, plan, meter."""
+    return {
+        "run": run,
+        "active": bool(run and run.is_active),
+        "thinking": bool(run and run.is_active) and model_call_in_flight(run),
+        "counters": _counters(run) if run else None,
+        "run_steps": sum(
+            1 for record in records if record["kind"] == SessionMessage.Kind.ASSISTANT
+        ),
+        "tools": _tools_text(records) if run else "–",
+        "meter": _meter(context),
+        "plan": context.get("plan"),
+    }
+
+
+def _run_records(run: Run) -> list[dict]:
+    """Return the run's chat records of the main instance (for its panel)."""
+    first = first_seq_of([run])
+    if first is None:
+        return []
+    records, _ = _chat_items(run.session, after=first - 1)
+    return records.get(run.pk, [])
+
+
 @require_GET
 @login_required
 def chat(request, session_id: int):
-    """Show a session as a conversation, with the live controls of its active run."""
+    """Show a session as a conversation, with the live controls of its active run.
+
+    The live parts are the same templates served alone: `chat_records` (new records),
+    `run_block` (a run's block) and `run_panel` (the run panel), which static/console/console.js
+    polls and puts in place.
+    """
     session = _or_404(session_get, user=request.user, session_id=session_id)
     shown = list(runs_of(session)[:CHAT_RUNS])
     older = runs_of(session).count() - len(shown)
@@ -369,16 +418,7 @@ def chat(request, session_id: int):
         first = first_seq_of(shown)
         after = (first - 1) if first else session.next_seq - 1
     active = active_run(session)
-
-    call_names: dict[str, str] = {}
-    records: dict[int, list] = {}
-    last_seq = after
-    for item in _all_records(session, after=after, instance=MAIN_INSTANCE):
-        last_seq = item["seq"]
-        shown_item = present_record(item, call_names)
-        # The question heads its run's block; its journal copy would repeat it.
-        if item["kind"] != SessionMessage.Kind.USER_INPUT:
-            records.setdefault(item["run_id"], []).append(shown_item)
+    records, last_seq = _chat_items(session, after=after)
     # A run resumed after newer runs, or an active one, is shown even when it is older.
     extra = (set(records) | {active.pk if active else None}) - {run.pk for run in shown} - {None}
     runs = sorted([*shown, *runs_of(session).filter(pk__in=extra)], key=lambda run: run.number)
@@ -394,17 +434,8 @@ def chat(request, session_id: int):
     config = {
         "session": session.pk,
         "activeRun": active.pk if active else None,
-        "focusRun": _run_json(focus) if focus else None,
         "lastSeq": last_seq,
-        "callNames": call_names,
-        "contextUrl": _context_url_template(),
-        "adminRunUrl": _admin_run_url_template() if request.user.is_staff else None,
-        "marked": {
-            str(block["run"].pk): [
-                item["number"] for item in block["records"] if item["kind"] == "compaction"
-            ]
-            for block in blocks
-        },
+        **_fragment_urls(),
         **limits,
     }
     return render(
@@ -416,21 +447,82 @@ def chat(request, session_id: int):
             "blocks": blocks,
             "older_runs": older,
             "active": active,
-            "thinking": bool(active) and model_call_in_flight(active),
             "focus": focus,
-            "counters": _counters(focus) if focus else None,
-            "run_steps": sum(
-                1
-                for block in blocks
-                if focus and block["run"].pk == focus.pk
-                for record in block["records"]
-                if record["kind"] == SessionMessage.Kind.ASSISTANT
-            ),
-            "meter": _meter(context),
-            "plan": context.get("plan"),
+            "summary": _summary(focus, records.get(focus.pk, []) if focus else [], context),
             "config": config,
         },
     )
+
+
+def _fragment_urls() -> dict[str, str]:
+    # The script fills in ids; the routes themselves stay defined in console_urls only.
+    return {
+        "recordsUrl": reverse("console-chat-records", args=[0]).replace("/0/", "/{id}/"),
+        "blockUrl": reverse("console-run-block", args=[0]).replace("/0/", "/{id}/"),
+        "panelUrl": reverse("console-run-panel", args=[0]).replace("/0/", "/{id}/"),
+        "contextUrl": _context_url_template(),
+    }
+
+
+def _after(request) -> int:
+    """Return the `after` query parameter: a seq, 0 when missing; a bad one is a 404."""
+    try:
+        after = int(request.GET.get("after", "0"))
+    except ValueError:
+        raise Http404("Not found.") from None
+    if not 0 <= after <= MAX_ID:
+        raise Http404("Not found.")
+    return after
+
+
+@require_GET
+@login_required
+def chat_records(request, session_id: int):
+    """Serve the chat records after `?after=` as HTML, grouped by run, with the compaction marks
+    of those runs and of `?run=`; the `X-Last-Seq` header says how far they go.
+    """
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    records, last_seq = _chat_items(session, after=_after(request))
+    run_ids = set(records)
+    if request.GET.get("run", "").isdigit():
+        run_ids.add(int(request.GET["run"]))
+    runs = {run.pk: run for run in runs_of(session).filter(pk__in=run_ids)}
+    groups = [{"run": runs[pk], "records": records[pk]} for pk in records if pk in runs]
+    marks = [
+        {"run": run, "marks": [{"kind": "compaction", **mark} for mark in compaction_marks(run)]}
+        for run in runs.values()
+    ]
+    response = render(
+        request, "console/_chat_records.html", {"groups": groups, "mark_groups": marks}
+    )
+    response["X-Last-Seq"] = str(last_seq)
+    return response
+
+
+@require_GET
+@login_required
+def run_block(request, run_id: int):
+    """Serve a run's block of the chat (head, question, records and marks) as HTML."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    block = {"run": run, "records": _with_marks(_run_records(run), compaction_marks(run))}
+    return render(request, "console/_run_block.html", {"block": block})
+
+
+@require_GET
+@login_required
+def run_panel(request, run_id: int):
+    """Serve the chat's run panel of `run` as HTML: status, counts, plan and meter."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    summary = _summary(run, _run_records(run), run_context(run))
+    return render(request, "console/_live_summary.html", {"summary": summary})
+
+
+@require_GET
+@login_required
+def run_meter(request, run_id: int):
+    """Serve a run's context meter as HTML (the Context page polls it while the run is active)."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    return render(request, "console/_meter.html", {"meter": _meter(run_context(run))})
 
 
 @require_POST
@@ -500,16 +592,33 @@ def delete(request, session_id: int):
     return redirect("home")
 
 
-@require_GET
-@login_required
-def journal(request, session_id: int):
-    """Show the session journal as a timeline in seq order, filterable by instance."""
-    session = _or_404(session_get, user=request.user, session_id=session_id)
+def _names_before(session: Session, items: list[dict], *, after: int, instance) -> dict:
+    """Return the tool call names that `items` (read after `after`) may refer to: those of
+    their runs' records up to `after`, so a result is named after a call read earlier.
+    """
+    call_names: dict[str, str] = {}
+    if not (after and items):
+        return call_names
+    start = first_seq_of(runs_of(session).filter(pk__in={item["run_id"] for item in items}))
+    for item in _all_records(session, after=(start or after) - 1, instance=instance):
+        if item["seq"] > after:
+            break
+        present_record(item, call_names)
+    return call_names
+
+
+def _journal_query(request) -> tuple[dict[str, Any], bool]:
     query = JournalQuerySerializer(
         data={"limit": JOURNAL_PAGE, **{key: request.GET[key] for key in request.GET}}
     )
     invalid = not query.is_valid()
-    params = query.validated_data if not invalid else {"after": 0, "limit": JOURNAL_PAGE}
+    return (query.validated_data if not invalid else {"after": 0, "limit": JOURNAL_PAGE}), invalid
+
+
+def _journal_records(session: Session, params: dict, *, previous_run: int | None) -> dict:
+    """Return a page of the journal as the timeline shows it: records with their runs, each
+    marked `boundary` where a new run starts (after `previous_run`, the run shown last).
+    """
     instance = params.get("instance")
     # One record more than the page tells whether "Load more" has anything to load.
     items = journal_page(
@@ -517,20 +626,32 @@ def journal(request, session_id: int):
     )["items"]
     has_more = len(items) > params["limit"]
     items = items[: params["limit"]]
-    call_names: dict[str, str] = {}
+    call_names = _names_before(session, items, after=params["after"], instance=instance)
     records = [present_record(item, call_names) for item in items]
-    runs = {run.pk: _run_json(run) for run in runs_of(session)}
+    runs = {run.pk: run for run in runs_of(session)}
     for record in records:
         record["run"] = runs.get(record["run_id"])
+        record["boundary"] = record["run_id"] != previous_run
+        previous_run = record["run_id"]
     next_after = items[-1]["seq"] if items else params["after"]
+    return {"records": records, "has_more": has_more, "next_after": next_after}
+
+
+@require_GET
+@login_required
+def journal(request, session_id: int):
+    """Show the session journal as a timeline in seq order, filterable by instance."""
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    params, invalid = _journal_query(request)
+    instance = params.get("instance")
+    page = _journal_records(session, params, previous_run=None)
     config = {
         "session": session.pk,
+        "rowsUrl": reverse("console-journal-rows", args=[session.pk]),
         "instance": instance,
         "limit": params["limit"],
-        "nextAfter": next_after,
-        "lastRun": records[-1]["run_id"] if records else None,
-        "runs": runs,
-        "callNames": call_names,
+        "nextAfter": page["next_after"],
+        "lastRun": page["records"][-1]["run_id"] if page["records"] else None,
     }
     return render(
         request,
@@ -538,18 +659,37 @@ def journal(request, session_id: int):
         {
             "session": session,
             "binding": _binding(session),
-            "records": records,
+            **page,
             "instances": instances_of(session),
             "instance": instance,
             "invalid_query": invalid,
             "after": params["after"],
             "limit": params["limit"],
-            "has_more": has_more,
             "focus": runs_of(session).first(),
-            "next_after": next_after,
             "config": config,
         },
     )
+
+
+@require_GET
+@login_required
+def journal_rows(request, session_id: int):
+    """Serve the journal rows after `?after=` as HTML (the viewer's "Load more"); `?run=` is the
+    run of the row shown last. Headers say where the page ends (`X-Next-After`) and whether
+    more follows (`X-Has-More`). A filter that is not valid answers 400.
+    """
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    params, invalid = _journal_query(request)
+    if invalid:
+        return HttpResponseBadRequest("That filter is not valid.")
+    previous = request.GET.get("run", "")
+    page = _journal_records(
+        session, params, previous_run=int(previous) if previous.isdigit() else None
+    )
+    response = render(request, "console/_journal_rows.html", {"records": page["records"]})
+    response["X-Next-After"] = str(page["next_after"])
+    response["X-Has-More"] = "true" if page["has_more"] else "false"
+    return response
 
 
 @require_GET
@@ -578,7 +718,7 @@ def run_context_page(request, run_id: int):
     config = {
         "session": session.pk,
         "activeRun": run.pk if run.is_active else None,
-        "focusRun": _run_json(run),
+        "meterUrl": reverse("console-run-meter", args=[run.pk]),
         "compactions": len(context["compactions"]),
     }
     return render(

@@ -296,14 +296,16 @@ def test_the_viewer_filters_a_child_instance_and_loads_more(
     expect(result.locator("pre")).to_have_text("NONCE-CHILD")
     screenshot("console-journal-child")
 
-    # Paging: two records a page; "Load more" appends the next ones through the API.
+    # Paging: two records a page; "Load more" appends the rows the server renders next, and
+    # disappears with the last of them.
     page.goto(f"/sessions/{session.pk}/journal/?limit=2")
     expect(rows).to_have_count(2)
     for shown in (4, 6, 8, 10):
         page.click("#load-more")
         expect(rows).to_have_count(shown)
-    page.click("#load-more")  # an empty page: the end of the journal
     expect(page.locator("#journal-end")).to_be_visible()
+    # One run: its heading is shown once, not again with each page.
+    expect(page.locator("#timeline li.run-boundary")).to_have_count(1)
     expect(page.locator("#load-more")).to_be_hidden()
     seqs = rows.evaluate_all("rows => rows.map(r => Number(r.dataset.seq))")
     assert seqs == list(range(1, 11))
