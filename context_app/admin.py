@@ -1,19 +1,291 @@
-from django.contrib import admin
-from django.db import models
+"""The agent admin: a form of named fields (tools, sub-agents, context policy), and publishing.
 
+The form checks its input with the same rules as the API (`context_app.services.draft_validate`)
+and shows each refusal on the field it is about.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import models
+from django.http import HttpResponseRedirect
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from agentloom.engine import DEFAULT_POLICY, ConfigurationError, ContextPolicy
+from agentloom.errors import ApplicationError, InvalidInput
 from agentloom.forms import JSONFormField
-from agentloom.spaces.admin_scoping import SpaceScopedAdmin
+from agentloom.spaces.admin_json import json_tree
+from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
+from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
+from context_app.selectors import draft_changes, latest_versions
+from context_app.services import MAX_SUB_AGENTS, agent_publish, draft_validate
+
+PUBLISH_BUTTON = "_publish"
+# Blank rows shown below a draft's sub-agents for adding new ones.
+BLANK_SUB_AGENT_ROWS = 2
+SUB_AGENT_TEXT = ("name", "description", "system_prompt")
+POLICY_HELP = {
+    "context_ratio": "Compaction starts when the next request reaches this share of the "
+    "effective input budget: a number above 0, at most 1.",
+    "target_ratio": "Compaction aims to bring the request down to this share: above 0 and below "
+    "the trigger share.",
+    "user_turns": "Also compact after this many user turns since the last compaction. Blank: "
+    "never.",
+    "model_steps": "Also compact after this many model steps since the last compaction. Blank: "
+    "never.",
+    "max_compaction_calls": "Model calls one compaction may make: 1 to 16.",
+}
+
+
+def _tool_choices() -> list[tuple[str, str]]:
+    return [
+        (name, f"{name} — {description}")
+        for name, description in builtin_tool_descriptions().items()
+    ]
+
+
+class SubAgentsWidget(forms.Widget):
+    """A small table editor: one row per sub-agent (name, description, prompt, tools)."""
+
+    template_name = "admin/context_app/agent/sub_agents_widget.html"
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        rows = [dict(item) for item in (value or []) if isinstance(item, dict)]
+        rows += [{} for _ in range(min(BLANK_SUB_AGENT_ROWS, MAX_SUB_AGENTS - len(rows)))]
+        context["widget"].update(
+            rows=[
+                {"prefix": f"{name}-{index}", "index": index, **row}
+                for index, row in enumerate(rows)
+            ],
+            tool_choices=_tool_choices(),
+        )
+        return context
+
+    def _render(self, template_name, context, renderer=None):
+        # The project's templates, not the form renderer's (which reads only app templates).
+        return mark_safe(render_to_string(template_name, context))  # noqa: S308 - autoescaped
+
+    def value_from_datadict(self, data, files, name) -> list[dict[str, Any]]:
+        """Return the filled rows in order; a blank row or one marked for removal is left out."""
+        rows = []
+        for index in range(MAX_SUB_AGENTS):
+            prefix = f"{name}-{index}-"
+            if data.get(prefix + "remove"):
+                continue
+            row: dict[str, Any] = {key: (data.get(prefix + key) or "") for key in SUB_AGENT_TEXT}
+            row["name"] = row["name"].strip()
+            row["tools"] = data.getlist(prefix + "tools") if hasattr(data, "getlist") else []
+            if any(row.values()):
+                rows.append(row)
+        return rows
+
+    def value_omitted_from_data(self, data, files, name) -> bool:
+        return False
+
+
+class SubAgentsField(forms.Field):
+    widget = SubAgentsWidget
+
+    def to_python(self, value):
+        return value or []
+
+
+class AgentForm(forms.ModelForm):
+    """The agent's draft as named fields; `clean` applies the API's rules to all of them."""
+
+    tools = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Built-in tools the agent may call; the model reads each description.",
+    )
+    sub_agents = SubAgentsField(
+        required=False,
+        label="Sub-agents",
+        help_text=f"Up to {MAX_SUB_AGENTS}; each becomes a delegate_NAME tool of the agent. "
+        "Names: lowercase letters, digits and _. A sub-agent uses the agent's model and policy.",
+    )
+    context_ratio = forms.FloatField(required=False, label="Trigger share")
+    target_ratio = forms.FloatField(required=False, label="Target share")
+    user_turns = forms.IntegerField(required=False, label="Every N user turns")
+    model_steps = forms.IntegerField(required=False, label="Every N model steps")
+    max_compaction_calls = forms.IntegerField(required=False, label="Calls per compaction")
+
+    class Meta:
+        model = Agent
+        fields = ["space", "owner", "name", "system_prompt", "model_connection", "tools"]
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["tools"].choices = _tool_choices()
+        policy = {**DEFAULT_POLICY, **(self.instance.context_policy or {})}
+        for name, default in DEFAULT_POLICY.items():
+            field = self.fields[name]
+            field.initial = policy[name]
+            shown = "blank (never)" if default is None else default
+            field.help_text = f"{POLICY_HELP[name]} Default: {shown}."
+
+    def _policy(self) -> dict[str, Any]:
+        """Return the policy the fields describe: a blank number means its default."""
+        policy = {}
+        for name, default in DEFAULT_POLICY.items():
+            value = self.cleaned_data.get(name)
+            if value is not None or default is None:
+                policy[name] = value
+        return policy
+
+    def clean(self):
+        cleaned = super().clean()
+        if any(name in self.errors for name in DEFAULT_POLICY):
+            return cleaned
+        policy = self._policy()
+        try:
+            ContextPolicy.from_dict(policy)
+        except ConfigurationError as error:
+            self.add_error(error.field if error.field in self.fields else None, error.message)
+            return cleaned
+        if "space" not in cleaned or self.errors:
+            return cleaned
+        agent = copy.copy(self.instance)
+        agent.space = cleaned["space"]
+        connection = cleaned.get("model_connection")
+        changes = {
+            "name": cleaned.get("name", ""),
+            "system_prompt": cleaned.get("system_prompt", ""),
+            "model_connection": connection.pk if connection else None,
+            "tools": cleaned.get("tools", []),
+            "sub_agents": cleaned.get("sub_agents", []),
+            "verify_completion": cleaned.get("verify_completion", agent.verify_completion),
+            "context_policy": policy,
+        }
+        try:
+            self.validated = draft_validate(agent, changes)
+        except InvalidInput as error:
+            self.add_error(error.field if error.field in self.fields else None, error.detail)
+        return cleaned
+
+    def save(self, commit=True):
+        validated = getattr(self, "validated", None)
+        if validated is not None:
+            self.instance.sub_agents = validated.sub_agents
+            self.instance.context_policy = validated.context_policy
+        return super().save(commit)
+
+
+def publication_text(agent: Agent) -> str:
+    """Say whether the draft is published, and where it differs from its latest version."""
+    version = latest_versions([agent]).get(agent.pk)
+    if version is None:
+        return "Not published yet: sessions cannot use this agent until it is published."
+    changed = draft_changes(agent, version)
+    if not changed:
+        return f"Published as v{version.number}; the draft is the same."
+    fields = ", ".join(name.replace("_", " ") for name in changed)
+    return f"The draft differs from the latest version v{version.number} in: {fields}."
 
 
 @admin.register(Agent)
-class AgentAdmin(SpaceScopedAdmin):
-    """Drafts of the staff user's spaces; changed by the space's admins, as in the API."""
+class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
+    """Drafts of the staff user's spaces; changed and published by its admins, as in the API.
 
-    list_display = ["name", "space", "owner", "model_connection", "verify_completion", "updated_at"]
+    The change page has a "Save and publish" button and the list a publish action: both go
+    through `agent_publish`, so the same checks (space admin, usable connection) apply.
+    """
+
+    form = AgentForm
+    change_form_template = "admin/context_app/agent/change_form.html"
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "space",
+                    "owner",
+                    "name",
+                    "system_prompt",
+                    "model_connection",
+                    "verify_completion",
+                    "publication",
+                ]
+            },
+        ),
+        ("Tools", {"fields": ["tools"]}),
+        ("Sub-agents", {"fields": ["sub_agents"]}),
+        (
+            "Context policy",
+            {
+                "fields": list(DEFAULT_POLICY),
+                "description": "When the agent's context is compacted. Shares are of the "
+                "model's effective input budget (window − max output − safety margin).",
+            },
+        ),
+    ]
+    list_display = ["name", "space", "model_connection", "publication", "updated_at"]
     list_filter = ["space"]
     search_fields = ["name"]
+    readonly_fields = ["publication"]
+    actions = ["publish_selected"]
     formfield_overrides = {models.JSONField: {"form_class": JSONFormField}}
+
+    @admin.display(description="Publication")
+    def publication(self, agent: Agent) -> str:
+        if agent.pk is None:
+            return "A new draft: save it, then publish it."
+        return publication_text(agent)
+
+    def _publish(self, request, agent: Agent) -> bool:
+        try:
+            version = agent_publish(user=request.user, agent=agent)
+        except ApplicationError as error:
+            field = f" ({error.field.replace('_', ' ')})" if error.field else ""
+            self.message_user(
+                request, f"{agent.name} not published{field}: {error.detail}", messages.ERROR
+            )
+            return False
+        chat = reverse("home")
+        self.message_user(
+            request,
+            format_html(
+                'Published {} as v{}. Start a session with it on the <a href="{}">console</a>.',
+                agent.name,
+                version.number,
+                chat,
+            ),
+            messages.SUCCESS,
+        )
+        return True
+
+    @admin.action(description="Publish the selected agents' drafts")
+    def publish_selected(self, request, queryset) -> None:
+        for agent in queryset:
+            if self.may_edit(request, agent):
+                self._publish(request, agent)
+            else:
+                self.message_user(
+                    request,
+                    f"{agent.name} not published: only the space's admins may publish.",
+                    messages.ERROR,
+                )
+
+    def _after_save(self, request, obj, response):
+        if PUBLISH_BUTTON not in request.POST:
+            return response
+        self._publish(request, obj)
+        return HttpResponseRedirect(reverse("admin:context_app_agent_change", args=[obj.pk]))
+
+    def response_change(self, request, obj):
+        return self._after_save(request, obj, super().response_change(request, obj))
+
+    def response_add(self, request, obj, post_url_continue=None):
+        return self._after_save(request, obj, super().response_add(request, obj, post_url_continue))
 
 
 @admin.register(AgentVersion)
@@ -22,7 +294,15 @@ class AgentVersionAdmin(SpaceScopedAdmin):
 
     space_path = "agent__space"
     list_display = ["agent", "number", "model_connection", "published_by", "created_at"]
-    readonly_fields = ["agent", "number", "snapshot", "model_connection", "published_by"]
+    fields = ["agent", "number", "snapshot_tree", "model_connection", "published_by"]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["admin_records/json_tree.css"]}
+
+    @admin.display(description="Snapshot")
+    def snapshot_tree(self, obj):
+        return json_tree(obj.snapshot)
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -58,6 +58,12 @@ def builtin_tool_names() -> tuple[str, ...]:
     return BUILTIN_TOOL_NAMES
 
 
+def builtin_tool_descriptions() -> dict[str, str]:
+    """Return each tool an agent may be given with the description the model reads."""
+    tools = builtin_tools()
+    return {name: tools[name].description for name in BUILTIN_TOOL_NAMES}
+
+
 def estimator_binding(name: str) -> dict[str, Any]:
     """Return the binding of estimator `name` (`bytes`, `o200k`, `deepseek`), frozen at publish."""
     return estimator_named(name).binding()

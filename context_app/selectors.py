@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from agentloom.engine import ConfigurationError, ContextPolicy
 from agentloom.errors import NotFound
 from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import spaces_for_user
@@ -46,3 +47,71 @@ def version_get(*, user, version_id: int) -> AgentVersion:
     if version is None:
         raise NotFound("Not found.")
     return version
+
+
+def latest_versions(agents) -> dict[int, AgentVersion]:
+    """Return each agent's newest published version by agent id (agents never published: absent)."""
+    latest: dict[int, AgentVersion] = {}
+    for version in AgentVersion.objects.filter(agent__in=agents).order_by("agent_id", "number"):
+        latest[version.agent_id] = version  # ascending, so the last one wins
+    return latest
+
+
+# What publishing freezes from the draft, in the order the pages list differences.
+PUBLISHED_FIELDS = (
+    "name",
+    "system_prompt",
+    "model_connection",
+    "tools",
+    "sub_agents",
+    "verify_completion",
+    "context_policy",
+)
+
+
+def draft_changes(agent: Agent, version: AgentVersion | None) -> list[str]:
+    """Return the fields in which the draft differs from `version` (all of them when None).
+
+    The draft's context policy is compared merged over the defaults, as publishing stores it;
+    a model connection counts as changed when the draft points elsewhere or the connection's
+    budget (window, max output, safety margin) changed since the version froze it.
+    """
+    if version is None:
+        return list(PUBLISHED_FIELDS)
+    snapshot = version.snapshot
+    budget = snapshot.get("budget") or {}
+    connection = agent.model_connection
+    draft_budget = (
+        None
+        if connection is None
+        else {
+            "connection_id": connection.pk,
+            "context_window": connection.context_window,
+            "max_output_tokens": connection.max_output_tokens,
+            "safety_margin_tokens": connection.safety_margin_tokens,
+        }
+    )
+    frozen_budget = {key: budget.get(key) for key in draft_budget or {}}
+    try:
+        policy = ContextPolicy.from_dict(agent.context_policy or {}).to_dict()
+    except ConfigurationError:
+        policy = agent.context_policy  # an invalid stored draft differs from any version
+    draft = {
+        "name": agent.name,
+        "system_prompt": agent.system_prompt,
+        "model_connection": draft_budget,
+        "tools": list(agent.tools or []),
+        "sub_agents": list(agent.sub_agents or []),
+        "verify_completion": agent.verify_completion,
+        "context_policy": policy,
+    }
+    published = {
+        "name": (snapshot.get("agent") or {}).get("name"),
+        "system_prompt": snapshot.get("system_prompt"),
+        "model_connection": frozen_budget if budget else None,
+        "tools": list(snapshot.get("tools") or []),
+        "sub_agents": list(snapshot.get("sub_agents") or []),
+        "verify_completion": snapshot.get("verify_completion"),
+        "context_policy": snapshot.get("context_policy"),
+    }
+    return [name for name in PUBLISHED_FIELDS if draft[name] != published[name]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -148,6 +149,15 @@ def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
     clash = delegates & set(agent.tools)
     if clash:
         raise InvalidInput(f"Tool name clash: {', '.join(sorted(clash))}.", field="sub_agents")
+
+
+def draft_validate(agent: Agent, changes: dict[str, Any]) -> Agent:
+    """Return an unsaved copy of `agent` with `changes` applied and validated as a save would
+    (InvalidInput names the field). The admin form checks its input with it before saving.
+    """
+    probe = copy.copy(agent)
+    _apply_draft(probe, changes)
+    return probe
 
 
 @transaction.atomic

@@ -360,8 +360,11 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
 
     @admin.display(description="Effective input budget")
     def effective_budget(self, obj):
-        value = obj.effective_input_budget if obj is not None and obj.pk else ""
-        return format_html('<span id="effective-budget">{}</span> tokens', value)
+        if obj is None or obj.pk is None:
+            return format_html('<span id="effective-budget">{}</span>', "computed on save")
+        return format_html(
+            '<span id="effective-budget">{} tokens</span>', f"{obj.effective_input_budget:,}"
+        )
 
     @admin.display(description="Prices per 1M tokens")
     def prices(self, obj):

@@ -11,7 +11,13 @@ from agentloom.errors import InvalidInput, PermissionDenied, UpstreamError
 from agentloom.providers import ClientFactory, DiscoveredModel, ProviderError, discover_models
 from agentloom.spaces.selectors import administered_spaces, require_space_admin
 from models_app.selectors import connection_get
-from models_app.services import clean_api_key, clean_base_url, clean_provider, same_endpoint
+from models_app.services import (
+    KEY_REQUIRED,
+    clean_api_key,
+    clean_base_url,
+    clean_provider,
+    same_endpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +53,12 @@ def models_discover(
     elif not administered_spaces(user).exists():
         # Only someone who may create a connection has a reason to make the server call out.
         raise PermissionDenied("Only a space admin may list a provider's models.")
+    if not key and provider in KEY_REQUIRED:
+        # Said here rather than by the provider's 401 after a round trip.
+        raise InvalidInput(
+            "Enter the API key first: this provider lists its models only for a key.",
+            field="api_key",
+        )
     try:
         return discover_models(
             provider,

@@ -91,7 +91,7 @@ DEFAULT_BASE_URLS = {
 assert all(url in OFFICIAL_ENDPOINTS[name] for name, url in DEFAULT_BASE_URLS.items())
 
 # Hosted providers answer nothing without a key; a self-hosted compatible server may not need one.
-_KEY_REQUIRED = frozenset({"openai", "deepseek"})
+KEY_REQUIRED = frozenset({"openai", "deepseek"})
 _REQUIRED = "This field is required."
 
 
@@ -407,7 +407,7 @@ def _resolve_key(
                 field="api_key",
             )
         key = current.api_key
-    if not key and provider in _KEY_REQUIRED:
+    if not key and provider in KEY_REQUIRED:
         raise InvalidInput("This provider needs an API key.", field="api_key")
     return key
 

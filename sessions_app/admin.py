@@ -6,6 +6,8 @@ deleting a session is `session_delete`'s soft delete.
 """
 
 from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html_join
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_encrypted import EncryptedPayloadAdmin
@@ -36,9 +38,15 @@ class SessionScopedAdmin(SpaceScopedAdmin, EncryptedPayloadAdmin):
         return queryset.filter(**{lookup: sessions_in_reach(request.user)})
 
 
+def _console_links(*links: tuple[str, str]):
+    """Return links to console pages (which open for the session's creator only)."""
+    return format_html_join(" · ", '<a href="{}">{}</a>', links)
+
+
 @admin.register(Session)
 class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
     session_path = ""
+    link_fields = ("console",)
     list_display = [
         "id",
         "title",
@@ -48,9 +56,17 @@ class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
         "created_by",
         "created_at",
         "deleted_at",
+        "console",
     ]
     list_filter = ["space"]
     actions = ["soft_delete"]
+
+    @admin.display(description="Console")
+    def console(self, obj):
+        return _console_links(
+            (reverse("console-chat", args=[obj.pk]), "Chat"),
+            (reverse("console-journal", args=[obj.pk]), "Journal"),
+        )
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -93,13 +109,24 @@ class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
 @admin.register(Run)
 class RunAdmin(SessionScopedAdmin):
     encrypted_fields = ("question", "answer", "checkpoint")
+    json_fields = ("checkpoint",)
+    link_fields = ("console",)
     list_display = ["id", "session", "number", "status", "attempt", "error", "created_at"]
+    list_display += ["console"]
     list_filter = ["status"]
+
+    @admin.display(description="Console")
+    def console(self, obj):
+        return _console_links(
+            (reverse("console-chat", args=[obj.session_id]) + f"#run-{obj.pk}", "Chat"),
+            (reverse("console-run-context", args=[obj.pk]), "Context"),
+        )
 
 
 @admin.register(SessionMessage)
 class SessionMessageAdmin(SessionScopedAdmin):
     encrypted_fields = ("message",)
+    json_fields = ("message",)
     list_display = ["session", "seq", "run", "instance", "kind", "entry_key", "created_at"]
     list_filter = ["kind", "instance"]
 
@@ -107,6 +134,7 @@ class SessionMessageAdmin(SessionScopedAdmin):
 @admin.register(SessionView)
 class SessionViewAdmin(SessionScopedAdmin):
     encrypted_fields = ("messages",)
+    json_fields = ("messages",)
     list_display = ["session", "revision", "watermark", "run", "user_turns", "model_steps"]
 
 
@@ -121,8 +149,15 @@ class RunSupplementAdmin(SessionScopedAdmin):
 class ModelCallAdmin(SessionScopedAdmin):
     session_path = "run__session"
     encrypted_fields = ("response",)
+    json_fields = ("response", "usage")
+    link_fields = ("console",)
     list_display = ["run", "instance", "purpose", "request_estimate", "latency_ms", "error"]
     list_filter = ["purpose"]
+
+    @admin.display(description="Console")
+    def console(self, obj):
+        url = reverse("console-run-context", args=[obj.run_id]) + f"#model-call-{obj.pk}"
+        return _console_links((url, "Context page row"))
 
 
 @admin.register(SessionDeletion)

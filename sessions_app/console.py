@@ -2,8 +2,9 @@
 
 Pages read through the selectors the REST API uses, so the access rule is the same: a session and
 everything in it exists only for its creator while a member of its space; anyone else gets 404.
-Writes go through the run services. What changes while a run is active is fetched from the REST
-API by static/console/console.js.
+Writes go through the run services. Everything is rendered here, once: while a run is active
+static/console/console.js fetches the same templates served alone (chat records, a run's block,
+the run panel, the meter, journal rows) and puts them in place.
 """
 
 from __future__ import annotations
@@ -14,40 +15,47 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, Min, OuterRef, Subquery
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agentloom.engine import message_text
-from agentloom.errors import ApplicationError, NotFound
+from agentloom.api import MAX_ID
+from agentloom.engine import FEEDBACK_PREFIX, message_text
+from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
 from context_app.engine_adapter import estimator_name, input_check
-from context_app.models import AgentVersion
-from context_app.selectors import agent_get, agents_for_user
+from context_app.selectors import agent_get, agents_for_user, draft_changes, latest_versions
 from context_app.services import latest_version
 from models_app.models import ModelConnection
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_MAX,
+    active_run,
+    compaction_marks,
     cost_summary,
+    first_seq_of,
+    instances_of,
     journal_page,
+    model_call_in_flight,
     model_calls_of,
     run_context,
     run_counters,
     run_get,
     runs_of,
     session_cost,
+    session_for_deletion,
     session_for_revocation,
     session_get,
-    sessions_for_user,
+    session_list,
     views_of,
 )
 from sessions_app.serializers import JournalQuerySerializer
-from sessions_app.services.runs import run_ask, session_create
+from sessions_app.services.deletion import session_delete
+from sessions_app.services.runs import run_ask, session_create, session_rename
 from sessions_app.services.views import view_revoke
 
 SESSIONS_PER_PAGE = 25
@@ -90,10 +98,7 @@ def _pretty_arguments(raw: Any) -> str:
 
 
 def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str, Any]:
-    """Return what the pages show of one journal item; remember tool call names in `call_names`.
-
-    static/console/console.js `present` does the same for records fetched live.
-    """
+    """Return what the pages show of one journal item; remember tool call names in `call_names`."""
     message = item.get("message") or {}
     shown = {**item, "text": message_text(message), "tool_calls": []}
     for call in message.get("tool_calls") or []:
@@ -111,6 +116,9 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
         call_id = str(message.get("tool_call_id"))
         shown["tool_call_id"] = call_id
         shown["tool_name"] = call_names.get(call_id, "tool")
+    if item["kind"] == SessionMessage.Kind.FEEDBACK:
+        # The engine's note to the model; the pages show it as a notice, without its marker.
+        shown["text"] = shown["text"].removeprefix(FEEDBACK_PREFIX)
     if item["kind"] == SessionMessage.Kind.STATUS:
         shown["status"] = message.get("status")
         shown["error"] = message.get("error") or ""
@@ -149,7 +157,7 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
         "trigger_pos": percent(context["trigger_at"]),
         "target_pos": percent(context["target_at"]),
         "budget_pos": percent(ceiling),
-        "share": round(100 * estimate / max(ceiling, 1)),
+        "share": _share_text(estimate, ceiling),
         "level": "over"
         if estimate > ceiling
         else "high"
@@ -158,6 +166,14 @@ def _meter(context: dict[str, Any]) -> dict[str, Any]:
         "compaction_count": len(context["compactions"]),
         "last_reported": _last_reported(context.get("last_reported")),
     }
+
+
+def _share_text(estimate: int, ceiling: int) -> str:
+    """Return the estimate's share of the ceiling in whole percent; "<1" for a visible sliver,
+    so the meter never says 0% beside a fill.
+    """
+    share = 100 * estimate / max(ceiling, 1)
+    return "<1" if 0 < share < 1 else str(round(share))
 
 
 def _last_reported(reported: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -252,13 +268,20 @@ def _counters(run: Run) -> dict[str, int]:
     return counters
 
 
-def _run_json(run: Run) -> dict[str, Any]:
-    return {
-        "id": run.pk,
-        "number": run.number,
-        "status": run.status,
-        "cancel_requested": run.cancel_requested,
-    }
+def _with_marks(records: list[dict], marks: list[dict]) -> list[dict]:
+    """Return the run's chat records with its compactions placed after the record each saw.
+
+    One that saw no shown record (none yet, or only the question, which heads the block) comes
+    first. Records fetched live get theirs from `chat_records`, placed by the same rule.
+    """
+    seqs = {record["seq"] for record in records}
+    placed = [{"kind": "compaction", **mark} for mark in marks if mark["journal_seq"] not in seqs]
+    for record in records:
+        placed.append(record)
+        placed.extend(
+            {"kind": "compaction", **mark} for mark in marks if mark["journal_seq"] == record["seq"]
+        )
+    return placed
 
 
 def _context_url_template() -> str:
@@ -272,39 +295,31 @@ def _context_url_template() -> str:
 @require_GET
 @login_required
 def home(request):
-    """Show the caller's spaces, the agents they can talk to, and their own sessions."""
+    """Show the caller's spaces, their agents (drafts too, marked), and the caller's sessions."""
     user = request.user
-    agents = (
-        agents_for_user(user)
-        .filter(versions__isnull=False)
-        .distinct()
-        .select_related("space", "model_connection")
-        .order_by("space__name", "name")
+    agents = list(
+        agents_for_user(user).select_related("space", "model_connection").order_by("name", "id")
     )
-    latest = {}
-    for version in AgentVersion.objects.filter(agent__in=agents).order_by("agent_id", "number"):
-        latest[version.agent_id] = version  # ascending, so the last one wins
+    latest = latest_versions(agents)
     agents_by_space: dict[int, list] = {}
     for agent in agents:
-        version = latest[agent.pk]
-        provider = (version.snapshot.get("budget") or {}).get("provider", "")
+        version = latest.get(agent.pk)
+        provider = ((version.snapshot if version else {}).get("budget") or {}).get("provider", "")
         agents_by_space.setdefault(agent.space_id, []).append(
-            {"agent": agent, "version": version, "is_demo": provider == "local"}
+            {
+                "agent": agent,
+                "version": version,
+                "is_demo": provider == ModelConnection.Provider.LOCAL,
+                "changes": [name.replace("_", " ") for name in draft_changes(agent, version)]
+                if version
+                else [],
+            }
         )
     spaces = [
         {"space": space, "agents": agents_by_space.get(space.pk, [])}
         for space in spaces_for_user(user).order_by("name", "id")
     ]
-    latest_run = Run.objects.filter(session=OuterRef("pk")).order_by("-number")
-    sessions = (
-        sessions_for_user(user)
-        .select_related("agent", "agent_version")
-        .annotate(
-            latest_status=Subquery(latest_run.values("status")[:1]),
-            latest_number=Subquery(latest_run.values("number")[:1]),
-            run_count=Count("runs", distinct=True),
-        )
-    )
+    sessions = session_list(user)
     page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "console/home.html", {"spaces": spaces, "sessions": page})
 
@@ -328,32 +343,89 @@ def session_new(request):
     return redirect("console-chat", session_id=session.pk)
 
 
+def _chat_items(session: Session, *, after: int) -> tuple[dict[int, list], int]:
+    """Return the chat records of the main instance after `after` by run id, and the last seq.
+
+    A tool result is named after its call even when the call was read before `after`: the
+    names are collected from the start of the runs the new records belong to.
+    """
+    items = list(_all_records(session, after=after, instance=MAIN_INSTANCE))
+    call_names: dict[str, str] = {}
+    if after and items:
+        start = first_seq_of(runs_of(session).filter(pk__in={item["run_id"] for item in items}))
+        for item in _all_records(session, after=(start or after) - 1, instance=MAIN_INSTANCE):
+            if item["seq"] > after:
+                break
+            present_record(item, call_names)
+    records: dict[int, list] = {}
+    for item in items:
+        shown = present_record(item, call_names)
+        # The question heads its run's block; its journal copy would repeat it.
+        if item["kind"] != SessionMessage.Kind.USER_INPUT:
+            records.setdefault(item["run_id"], []).append(shown)
+    return records, items[-1]["seq"] if items else after
+
+
+def _tools_text(records: list[dict]) -> str:
+    """Return the run's tool call count, and which one runs now or ran last."""
+    calls = [call for record in records for call in record.get("tool_calls") or []]
+    if not calls:
+        return "0"
+    answered = sum(1 for record in records if record["kind"] == SessionMessage.Kind.TOOL_RESULT)
+    state = "running" if answered < len(calls) else "last:"
+    return f"{len(calls)} ({state} {calls[-1]['name']})"
+
+
+def _summary(run: Run | None, records: list[dict], context: dict[str, Any]) -> dict[str, Any]:
+    """Return what the live panel shows of `run`: its own counts, the session's, plan, meter."""
+    return {
+        "run": run,
+        "active": bool(run and run.is_active),
+        "thinking": bool(run and run.is_active) and model_call_in_flight(run),
+        "counters": _counters(run) if run else None,
+        "run_steps": sum(
+            1 for record in records if record["kind"] == SessionMessage.Kind.ASSISTANT
+        ),
+        "tools": _tools_text(records) if run else "–",
+        "meter": _meter(context),
+        "plan": context.get("plan"),
+    }
+
+
+def _run_records(run: Run) -> list[dict]:
+    """Return the run's chat records of the main instance (for its panel)."""
+    first = first_seq_of([run])
+    if first is None:
+        return []
+    records, _ = _chat_items(run.session, after=first - 1)
+    return records.get(run.pk, [])
+
+
 @require_GET
 @login_required
 def chat(request, session_id: int):
-    """Show a session as a conversation, with the live controls of its active run."""
+    """Show a session as a conversation, with the live controls of its active run.
+
+    The live parts are the same templates served alone: `chat_records` (new records),
+    `run_block` (a run's block) and `run_panel` (the run panel), which static/console/console.js
+    polls and puts in place.
+    """
     session = _or_404(session_get, user=request.user, session_id=session_id)
     shown = list(runs_of(session)[:CHAT_RUNS])
-    older = session.runs.count() - len(shown)
+    older = runs_of(session).count() - len(shown)
     after = 0
     if older:
-        first = SessionMessage.objects.filter(run__in=shown).aggregate(first=Min("seq"))["first"]
+        first = first_seq_of(shown)
         after = (first - 1) if first else session.next_seq - 1
-    active = runs_of(session).filter(status__in=Run.ACTIVE_STATUSES).first()
-
-    call_names: dict[str, str] = {}
-    records: dict[int, list] = {}
-    last_seq = after
-    for item in _all_records(session, after=after, instance=MAIN_INSTANCE):
-        last_seq = item["seq"]
-        shown_item = present_record(item, call_names)
-        # The question heads its run's block; its journal copy would repeat it.
-        if item["kind"] != SessionMessage.Kind.USER_INPUT:
-            records.setdefault(item["run_id"], []).append(shown_item)
+    active = active_run(session)
+    records, last_seq = _chat_items(session, after=after)
     # A run resumed after newer runs, or an active one, is shown even when it is older.
     extra = (set(records) | {active.pk if active else None}) - {run.pk for run in shown} - {None}
-    runs = sorted([*shown, *Run.objects.filter(pk__in=extra)], key=lambda run: run.number)
-    blocks = [{"run": run, "records": records.get(run.pk, [])} for run in runs]
+    runs = sorted([*shown, *runs_of(session).filter(pk__in=extra)], key=lambda run: run.number)
+    blocks = [
+        {"run": run, "records": _with_marks(records.get(run.pk, []), compaction_marks(run))}
+        for run in runs
+    ]
 
     focus = active or (runs[-1] if runs else None)
     # Before the first run the meter is drawn empty; the script fills it once a run starts.
@@ -362,10 +434,8 @@ def chat(request, session_id: int):
     config = {
         "session": session.pk,
         "activeRun": active.pk if active else None,
-        "focusRun": _run_json(focus) if focus else None,
         "lastSeq": last_seq,
-        "callNames": call_names,
-        "contextUrl": _context_url_template(),
+        **_fragment_urls(),
         **limits,
     }
     return render(
@@ -378,12 +448,81 @@ def chat(request, session_id: int):
             "older_runs": older,
             "active": active,
             "focus": focus,
-            "counters": _counters(focus) if focus else None,
-            "meter": _meter(context),
-            "plan": context.get("plan"),
+            "summary": _summary(focus, records.get(focus.pk, []) if focus else [], context),
             "config": config,
         },
     )
+
+
+def _fragment_urls() -> dict[str, str]:
+    # The script fills in ids; the routes themselves stay defined in console_urls only.
+    return {
+        "recordsUrl": reverse("console-chat-records", args=[0]).replace("/0/", "/{id}/"),
+        "blockUrl": reverse("console-run-block", args=[0]).replace("/0/", "/{id}/"),
+        "panelUrl": reverse("console-run-panel", args=[0]).replace("/0/", "/{id}/"),
+        "contextUrl": _context_url_template(),
+    }
+
+
+def _after(request) -> int:
+    """Return the `after` query parameter: a seq, 0 when missing; a bad one is a 404."""
+    try:
+        after = int(request.GET.get("after", "0"))
+    except ValueError:
+        raise Http404("Not found.") from None
+    if not 0 <= after <= MAX_ID:
+        raise Http404("Not found.")
+    return after
+
+
+@require_GET
+@login_required
+def chat_records(request, session_id: int):
+    """Serve the chat records after `?after=` as HTML, grouped by run, with the compaction marks
+    of those runs and of `?run=`; the `X-Last-Seq` header says how far they go.
+    """
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    records, last_seq = _chat_items(session, after=_after(request))
+    run_ids = set(records)
+    if request.GET.get("run", "").isdigit():
+        run_ids.add(int(request.GET["run"]))
+    runs = {run.pk: run for run in runs_of(session).filter(pk__in=run_ids)}
+    groups = [{"run": runs[pk], "records": records[pk]} for pk in records if pk in runs]
+    marks = [
+        {"run": run, "marks": [{"kind": "compaction", **mark} for mark in compaction_marks(run)]}
+        for run in runs.values()
+    ]
+    response = render(
+        request, "console/_chat_records.html", {"groups": groups, "mark_groups": marks}
+    )
+    response["X-Last-Seq"] = str(last_seq)
+    return response
+
+
+@require_GET
+@login_required
+def run_block(request, run_id: int):
+    """Serve a run's block of the chat (head, question, records and marks) as HTML."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    block = {"run": run, "records": _with_marks(_run_records(run), compaction_marks(run))}
+    return render(request, "console/_run_block.html", {"block": block})
+
+
+@require_GET
+@login_required
+def run_panel(request, run_id: int):
+    """Serve the chat's run panel of `run` as HTML: status, counts, plan and meter."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    summary = _summary(run, _run_records(run), run_context(run))
+    return render(request, "console/_live_summary.html", {"summary": summary})
+
+
+@require_GET
+@login_required
+def run_meter(request, run_id: int):
+    """Serve a run's context meter as HTML (the Context page polls it while the run is active)."""
+    run = _or_404(run_get, user=request.user, run_id=run_id)
+    return render(request, "console/_meter.html", {"meter": _meter(run_context(run))})
 
 
 @require_POST
@@ -419,28 +558,67 @@ def ask(request, session_id: int):
     return redirect("console-chat", session_id=session.pk)
 
 
-def _instances(session: Session) -> list[str]:
-    """Return the instances that have records in the session: main, then children in order."""
-    found = set(
-        SessionMessage.objects.filter(session=session).values_list("instance", flat=True).distinct()
-    )
-    children = sorted(
-        (name for name in found if name != MAIN_INSTANCE),
-        key=lambda name: tuple(int(part) for part in name.split(".") if part.isdigit()),
-    )
-    return [MAIN_INSTANCE, *children] if MAIN_INSTANCE in found else children
-
-
-@require_GET
+@require_POST
 @login_required
-def journal(request, session_id: int):
-    """Show the session journal as a timeline in seq order, filterable by instance."""
+def rename(request, session_id: int):
+    """Rename one of the caller's sessions, then return to its chat."""
     session = _or_404(session_get, user=request.user, session_id=session_id)
+    try:
+        session_rename(user=request.user, session=session, title=request.POST.get("title", ""))
+    except NotFound:
+        raise Http404("Not found.") from None
+    except ApplicationError as error:
+        messages.error(request, f"Not renamed: {error.detail}")
+    else:
+        messages.success(request, f"Renamed to “{session}”.")
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_POST
+@login_required
+def delete(request, session_id: int):
+    """Delete a session through the soft-delete service, then go to the console home."""
+    try:
+        session = session_for_deletion(user=request.user, session_id=session_id)
+        session_delete(user=request.user, session=session)
+    except NotFound:
+        raise Http404("Not found.") from None
+    except PermissionDenied as error:
+        raise DjangoPermissionDenied(error.detail) from None
+    except ApplicationError as error:
+        messages.error(request, f"Not deleted: {error.detail}")
+        return redirect("console-chat", session_id=session_id)
+    messages.success(request, f"Deleted “{session}”.")
+    return redirect("home")
+
+
+def _names_before(session: Session, items: list[dict], *, after: int, instance) -> dict:
+    """Return the tool call names that `items` (read after `after`) may refer to: those of
+    their runs' records up to `after`, so a result is named after a call read earlier.
+    """
+    call_names: dict[str, str] = {}
+    if not (after and items):
+        return call_names
+    start = first_seq_of(runs_of(session).filter(pk__in={item["run_id"] for item in items}))
+    for item in _all_records(session, after=(start or after) - 1, instance=instance):
+        if item["seq"] > after:
+            break
+        present_record(item, call_names)
+    return call_names
+
+
+def _journal_query(request) -> tuple[dict[str, Any], bool]:
     query = JournalQuerySerializer(
         data={"limit": JOURNAL_PAGE, **{key: request.GET[key] for key in request.GET}}
     )
     invalid = not query.is_valid()
-    params = query.validated_data if not invalid else {"after": 0, "limit": JOURNAL_PAGE}
+    return (query.validated_data if not invalid else {"after": 0, "limit": JOURNAL_PAGE}), invalid
+
+
+def _journal_records(session: Session, params: dict, *, previous_run: int | None) -> dict:
+    """Return a page of the journal as the timeline shows it: records with their runs, each
+    marked `boundary` where a new run starts (after `previous_run`, the run shown last).
+    """
     instance = params.get("instance")
     # One record more than the page tells whether "Load more" has anything to load.
     items = journal_page(
@@ -448,20 +626,32 @@ def journal(request, session_id: int):
     )["items"]
     has_more = len(items) > params["limit"]
     items = items[: params["limit"]]
-    call_names: dict[str, str] = {}
+    call_names = _names_before(session, items, after=params["after"], instance=instance)
     records = [present_record(item, call_names) for item in items]
-    runs = {run.pk: _run_json(run) for run in runs_of(session)}
+    runs = {run.pk: run for run in runs_of(session)}
     for record in records:
         record["run"] = runs.get(record["run_id"])
+        record["boundary"] = record["run_id"] != previous_run
+        previous_run = record["run_id"]
     next_after = items[-1]["seq"] if items else params["after"]
+    return {"records": records, "has_more": has_more, "next_after": next_after}
+
+
+@require_GET
+@login_required
+def journal(request, session_id: int):
+    """Show the session journal as a timeline in seq order, filterable by instance."""
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    params, invalid = _journal_query(request)
+    instance = params.get("instance")
+    page = _journal_records(session, params, previous_run=None)
     config = {
         "session": session.pk,
+        "rowsUrl": reverse("console-journal-rows", args=[session.pk]),
         "instance": instance,
         "limit": params["limit"],
-        "nextAfter": next_after,
-        "lastRun": records[-1]["run_id"] if records else None,
-        "runs": runs,
-        "callNames": call_names,
+        "nextAfter": page["next_after"],
+        "lastRun": page["records"][-1]["run_id"] if page["records"] else None,
     }
     return render(
         request,
@@ -469,18 +659,37 @@ def journal(request, session_id: int):
         {
             "session": session,
             "binding": _binding(session),
-            "records": records,
-            "instances": _instances(session),
+            **page,
+            "instances": instances_of(session),
             "instance": instance,
             "invalid_query": invalid,
             "after": params["after"],
             "limit": params["limit"],
-            "has_more": has_more,
             "focus": runs_of(session).first(),
-            "next_after": next_after,
             "config": config,
         },
     )
+
+
+@require_GET
+@login_required
+def journal_rows(request, session_id: int):
+    """Serve the journal rows after `?after=` as HTML (the viewer's "Load more"); `?run=` is the
+    run of the row shown last. Headers say where the page ends (`X-Next-After`) and whether
+    more follows (`X-Has-More`). A filter that is not valid answers 400.
+    """
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    params, invalid = _journal_query(request)
+    if invalid:
+        return HttpResponseBadRequest("That filter is not valid.")
+    previous = request.GET.get("run", "")
+    page = _journal_records(
+        session, params, previous_run=int(previous) if previous.isdigit() else None
+    )
+    response = render(request, "console/_journal_rows.html", {"records": page["records"]})
+    response["X-Next-After"] = str(page["next_after"])
+    response["X-Has-More"] = "true" if page["has_more"] else "false"
+    return response
 
 
 @require_GET
@@ -509,7 +718,7 @@ def run_context_page(request, run_id: int):
     config = {
         "session": session.pk,
         "activeRun": run.pk if run.is_active else None,
-        "focusRun": _run_json(run),
+        "meterUrl": reverse("console-run-meter", args=[run.pk]),
         "compactions": len(context["compactions"]),
     }
     return render(

@@ -28,6 +28,12 @@ urlpatterns = [
     path("sessions/new/", console.session_new, name="console-session-new"),
     path("sessions/<pk:session_id>/", console.chat, name="console-chat"),
     path("sessions/<pk:session_id>/ask/", console.ask, name="console-ask"),
+    path("sessions/<pk:session_id>/rename/", console.rename, name="console-session-rename"),
+    path("sessions/<pk:session_id>/delete/", console.delete, name="console-session-delete"),
+    path("sessions/<pk:session_id>/records/", console.chat_records, name="console-chat-records"),
+    path(
+        "sessions/<pk:session_id>/journal/rows/", console.journal_rows, name="console-journal-rows"
+    ),
     path("sessions/<pk:session_id>/journal/", console.journal, name="console-journal"),
     path(
         "sessions/<pk:session_id>/views/<pk:revision>/revoke/",
@@ -35,4 +41,7 @@ urlpatterns = [
         name="console-view-revoke",
     ),
     path("runs/<pk:run_id>/context/", console.run_context_page, name="console-run-context"),
+    path("runs/<pk:run_id>/block/", console.run_block, name="console-run-block"),
+    path("runs/<pk:run_id>/panel/", console.run_panel, name="console-run-panel"),
+    path("runs/<pk:run_id>/meter/", console.run_meter, name="console-run-meter"),
 ]

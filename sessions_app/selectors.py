@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Min, OuterRef, Q, QuerySet, Subquery
 
 from agentloom.engine import (
     HANDOFF_MARK,
@@ -22,7 +22,14 @@ from agentloom.engine import (
 )
 from agentloom.errors import NotFound
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures
-from sessions_app.models import ModelCall, Run, Session, SessionMessage, SessionView
+from sessions_app.models import (
+    MAIN_INSTANCE,
+    ModelCall,
+    Run,
+    Session,
+    SessionMessage,
+    SessionView,
+)
 from sessions_app.services.checkpoints import frame_of
 
 JOURNAL_LIMIT_DEFAULT = 100
@@ -48,6 +55,20 @@ def live_sessions() -> QuerySet[Session]:
 def sessions_for_user(user) -> QuerySet[Session]:
     """Return the sessions `user` created in spaces they are still a member of, newest first."""
     return live_sessions().filter(created_by=user, space__memberships__user=user).order_by("-id")
+
+
+def session_list(user) -> QuerySet[Session]:
+    """Return `sessions_for_user` with agents, run counts and the latest run's number and status."""
+    latest_run = Run.objects.filter(session=OuterRef("pk")).order_by("-number")
+    return (
+        sessions_for_user(user)
+        .select_related("agent", "agent_version")
+        .annotate(
+            latest_status=Subquery(latest_run.values("status")[:1]),
+            latest_number=Subquery(latest_run.values("number")[:1]),
+            run_count=Count("runs", distinct=True),
+        )
+    )
 
 
 def sessions_in_reach(user) -> QuerySet[Session]:
@@ -91,6 +112,28 @@ def session_for_deletion(*, user, session_id: int) -> Session:
 def runs_of(session: Session) -> QuerySet[Run]:
     """Return the session's runs, newest first (checkpoints are not loaded or decrypted)."""
     return Run.objects.filter(session=session).defer("checkpoint").order_by("-number")
+
+
+def active_run(session: Session) -> Run | None:
+    """Return the session's queued or running run, if any (at most one exists)."""
+    return runs_of(session).filter(status__in=Run.ACTIVE_STATUSES).first()
+
+
+def first_seq_of(runs: Iterable[Run]) -> int | None:
+    """Return the lowest journal seq recorded by any of `runs` (None: they have no records)."""
+    return SessionMessage.objects.filter(run__in=list(runs)).aggregate(first=Min("seq"))["first"]
+
+
+def instances_of(session: Session) -> list[str]:
+    """Return the instances that have records in the session: main, then children in order."""
+    found = set(
+        SessionMessage.objects.filter(session=session).values_list("instance", flat=True).distinct()
+    )
+    children = sorted(
+        (name for name in found if name != MAIN_INSTANCE),
+        key=lambda name: tuple(int(part) for part in name.split(".") if part.isdigit()),
+    )
+    return [MAIN_INSTANCE, *children] if MAIN_INSTANCE in found else children
 
 
 def run_get(*, user, run_id: int) -> Run:
@@ -175,7 +218,7 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         for sources in _own_and_masked(entry)
         for first, last in (sources.get("own") or [])
         for seq in range(first, last + 1)
-    }
+    } | {entry["covered_seq"] for entry in log if isinstance(entry.get("covered_seq"), int)}
     by_local = dict(
         SessionMessage.objects.filter(
             run=run, instance=frame.get("instance") or "main", local_seq__in=local
@@ -190,6 +233,8 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         item = {name: entry.get(name) for name in COMPACTION_FIELDS}
         item["summary"] = summaries.get(entry.get("revision"))
         item["repeats"] = entry.get("repeats")
+        # The journal record the attempt came after: where the chat marks it.
+        item["journal_seq"] = by_local.get(entry.get("covered_seq"))
         sources = entry.get("sources")
         item["stage"] = entry.get("stage") or ("summary" if entry.get("revision") else None)
         item["summarised_ranges"] = _session_ranges(sources, by_local) if sources else []
@@ -197,6 +242,40 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         item["masked_ranges"] = _session_ranges(masked, by_local) if masked else []
         items.append(item)
     return items
+
+
+MARK_FIELDS = ("stage", "journal_seq", "before", "after")
+
+
+def compaction_marks(run: Run) -> list[dict[str, Any]]:
+    """Return the run's successful compactions as the chat marks them, numbered as on the
+    Context page: `{number, stage, journal_seq, before, after}` (journal_seq None: at the start).
+    """
+    loaded = frame_of(run)
+    if loaded is None:
+        return []
+    return [
+        {"number": number, **{key: item[key] for key in MARK_FIELDS}}
+        for number, item in enumerate(_compactions(loaded.to_dict(), run), start=1)
+        if item["outcome"] == "succeeded"
+    ]
+
+
+def model_call_in_flight(run: Run) -> bool:
+    """True while the run is running and waits on a model: its latest main-instance record is
+    not an answer of the model (a question, tool result, supplement, feedback or a resumed run's
+    status), so the model is being asked for the next one. After an answer with tool calls the
+    run is running tools, not waiting on the model.
+    """
+    if run.status != Run.Status.RUNNING:
+        return False
+    last = (
+        SessionMessage.objects.filter(run=run, instance=MAIN_INSTANCE)
+        .order_by("-seq")
+        .values_list("kind", flat=True)
+        .first()
+    )
+    return last != SessionMessage.Kind.ASSISTANT
 
 
 def _own_and_masked(entry: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from sessions_app.selectors import (
     JOURNAL_LIMIT_DEFAULT,
     JOURNAL_LIMIT_MAX,
     call_cost_of,
+    model_call_in_flight,
     run_cost,
     run_counters,
     session_cost,
@@ -114,6 +115,10 @@ class RunSerializer(serializers.Serializer):
     )
     attempt = serializers.IntegerField()
     counters = serializers.SerializerMethodField()
+    model_call_in_flight = serializers.SerializerMethodField(
+        help_text="True while the run is running and its next step is a model call: its latest "
+        "record is not yet answered by the model."
+    )
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
@@ -122,6 +127,9 @@ class RunSerializer(serializers.Serializer):
     @extend_schema_field(CountersSerializer)
     def get_counters(self, run: Run) -> dict[str, int]:
         return run_counters(run)
+
+    def get_model_call_in_flight(self, run: Run) -> bool:
+        return model_call_in_flight(run)
 
     @extend_schema_field(CostSummarySerializer(allow_null=True))
     def get_cost(self, run: Run) -> dict | None:
@@ -206,6 +214,11 @@ class CompactionSerializer(serializers.Serializer):
         allow_null=True, help_text="The view revision it produced; null unless it succeeded."
     )
     covered_seq = serializers.IntegerField(allow_null=True)
+    journal_seq = serializers.IntegerField(
+        allow_null=True,
+        help_text="Journal seq of the last record the attempt saw (it came after it); null when "
+        "it came before the run's first record.",
+    )
     before = serializers.IntegerField(allow_null=True)
     after = serializers.IntegerField(allow_null=True)
     target_reached = serializers.BooleanField(allow_null=True)

@@ -114,6 +114,7 @@ from agentloom.engine._projection import (
 )
 from agentloom.engine._protocol import (
     CANCELLED_RESULT,
+    FEEDBACK_PREFIX,
     HANDOFF_MARK,
     INTERRUPTED_RESULT,
     TOOL_RESULT_VIEW_CHARS,
@@ -165,6 +166,7 @@ __all__ = [
     "DEFAULT_SAMPLES",
     "ESTIMATORS",
     "ESTIMATOR_CLASSES",
+    "FEEDBACK_PREFIX",
     "FRAME_FORMAT",
     "HANDOFF_MARK",
     "INTERRUPTED_RESULT",

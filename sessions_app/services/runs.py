@@ -54,6 +54,34 @@ def session_create(*, user, agent_version: AgentVersion, title: str = "") -> Ses
     )
 
 
+TITLE_CHARS = 80
+
+
+def title_from_question(question: str) -> str:
+    """Return a session title made of the question's first line, cut at a word near 80 chars."""
+    line = next((part.strip() for part in question.splitlines() if part.strip()), "")
+    if len(line) <= TITLE_CHARS:
+        return line
+    cut = line[: TITLE_CHARS - 1]
+    if " " in cut[TITLE_CHARS // 2 :]:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
+
+
+@transaction.atomic
+def session_rename(*, user, session: Session, title) -> Session:
+    """Give the caller's own session a new title (blank: the default "Session N")."""
+    title = clean_text(title, field="title", max_chars=200, required=False, single_line=True)
+    title = title.strip()
+    if session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    updated = Session.objects.filter(pk=session.pk, deleted_at__isnull=True).update(title=title)
+    if not updated:
+        raise NotFound("Not found.")
+    session.title = title
+    return session
+
+
 def lock_live_session(session_id: int) -> None:
     """Lock the session row for this transaction; NotFound once it has been deleted.
 
@@ -158,6 +186,10 @@ def _run_create(session: Session, question: str) -> Run:
                 inherited_watermark=journaled,
                 lease_expires_at=_queue_deadline(),
             )
+            if not session.title:
+                # An untitled session is named after its first question (as redacted).
+                session.title = title_from_question(question)
+                Session.objects.filter(pk=session.pk, title="").update(title=session.title)
             _enqueue(run)
     except IntegrityError:
         # The one-active-run constraint (or the run-number one) lost a race: the database

@@ -1,8 +1,11 @@
 /*
  * AgentLoom console: the live parts of the chat, journal and context pages.
  *
- * Everything comes from the REST API (session cookie + CSRF header). Data is only ever put
- * into the page as text (textContent / text nodes), never parsed as HTML.
+ * What the pages show is rendered once, by the server's templates: while a run is active the
+ * script fetches the same templates served alone (new chat records, a run's block, the run
+ * panel, the meter, journal rows) and puts them in place. Actions (ask, supplement, cancel,
+ * resume) go through the REST API (session cookie + CSRF header); what they answer is only
+ * ever put into the page as text.
  */
 (function () {
   "use strict";
@@ -10,7 +13,8 @@
   const API = "/api/v1";
   const POLL_MS = 1000;
   const ACTIVE = ["queued", "running"];
-  const JOURNAL_MAX = 200;
+  // How close to the bottom (px) the reader must be for the chat to follow new records.
+  const FOLLOW_SLACK = 240;
 
   // --- helpers ----------------------------------------------------------------------------
 
@@ -59,79 +63,21 @@
       .join("; ");
   }
 
-  /** Build an element; string children become text nodes, never markup. */
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [key, value] of Object.entries(attrs || {})) {
-      if (value === null || value === undefined || value === false) continue;
-      if (key === "class") node.className = value;
-      else node.setAttribute(key, value === true ? "" : String(value));
-    }
-    for (const child of children.flat()) {
-      if (child !== null && child !== undefined && child !== false) node.append(child);
-    }
-    return node;
-  }
-
-  function badge(kind, value) {
-    return el("span", { class: `badge ${kind}-${value}` }, String(value));
-  }
-
-  function formatTime(iso) {
-    const date = new Date(iso);
-    if (Number.isNaN(date.getTime())) return String(iso || "");
-    return date.toISOString().slice(0, 19).replace("T", " ");
-  }
-
-  function messageText(message) {
-    const content = message ? message.content : null;
-    if (content === null || content === undefined) return "";
-    if (typeof content === "string") return content;
-    if (Array.isArray(content)) {
-      return content
-        .filter((part) => part && typeof part === "object")
-        .map((part) => String(part.text ?? ""))
-        .join("\n");
-    }
-    return String(content);
-  }
-
-  function prettyArguments(raw) {
-    if (typeof raw !== "string") return JSON.stringify(raw, null, 2) ?? "";
+  /**
+   * Fetch a server-rendered fragment of one of our own pages; resolve to {nodes, headers}, or
+   * null when it is not there. The HTML is the server's templates, which escape every value.
+   */
+  async function fragment(path) {
+    let response;
     try {
-      return JSON.stringify(JSON.parse(raw), null, 2);
+      response = await fetch(path, { credentials: "same-origin", headers: { Accept: "text/html" } });
     } catch (error) {
-      return raw;
+      return null;
     }
-  }
-
-  /** Mirror of sessions_app/console.py present_record. */
-  function present(item, callNames) {
-    const message = item.message || {};
-    const shown = { ...item, text: messageText(message), toolCalls: [] };
-    for (const call of message.tool_calls || []) {
-      const fn = call.function || {};
-      const name = String(fn.name || "?");
-      callNames[String(call.id)] = name;
-      shown.toolCalls.push({ id: call.id, name, arguments: prettyArguments(fn.arguments) });
-    }
-    if (message.role === "tool") {
-      shown.toolCallId = String(message.tool_call_id);
-      shown.toolName = callNames[shown.toolCallId] || "tool";
-    }
-    if (item.kind === "status") {
-      shown.status = message.status;
-      shown.error = message.error || "";
-    }
-    shown.chars = shown.text.length;
-    return shown;
-  }
-
-  function toolCallNodes(calls) {
-    return calls.map((call) =>
-      el("div", { class: "tool-call", "data-call-id": call.id },
-        el("code", null, call.name), " ", el("span", { class: "quiet" }, String(call.id)),
-        el("pre", null, call.arguments)));
+    if (!response.ok) return null;
+    const template = document.createElement("template");
+    template.innerHTML = await response.text();
+    return { nodes: template.content, headers: response.headers };
   }
 
   function config() {
@@ -150,59 +96,20 @@
     });
   }
 
-  function updateMeter(root, context) {
-    if (!root || !context) return;
-    // The ceiling is the effective budget, or the character threshold of a legacy version.
-    const budget = context.ceiling;
-    const scale = Math.max(budget, context.estimate, context.trigger_at, 1);
-    const percent = (value) => `${((100 * value) / scale).toFixed(2)}%`;
-    root.querySelector("[data-meter-fill]").style.width = percent(context.estimate);
-    root.querySelector("[data-meter-trigger]").style.left = percent(context.trigger_at);
-    root.querySelector("[data-meter-target]").style.left = percent(context.target_at);
-    root.querySelector("[data-meter-budget-line]").style.left = percent(budget);
-    const set = (selector, value) => { root.querySelector(selector).textContent = String(value); };
-    set("[data-meter-estimate]", context.estimate);
-    set("[data-meter-budget]", budget);
-    set("[data-meter-share]", Math.round((100 * context.estimate) / Math.max(budget, 1)));
-    set("[data-meter-trigger-at]", context.trigger_at);
-    set("[data-meter-target-at]", context.target_at);
-    set("[data-meter-compactions]", context.compactions.length);
-    if (context.estimator) set("[data-meter-estimator]", context.estimator);
-    const level = context.estimate > budget ? "over" : context.estimate >= context.trigger_at ? "high" : "ok";
-    root.className = `meter meter-${level}`;
+  /** Put a freshly rendered meter in place of `old`; return the new one. */
+  function swapMeter(old, rendered) {
+    const meter = rendered.querySelector("[data-meter]");
+    if (!old || !meter) return old;
+    placeMeter(meter);
+    old.replaceWith(meter);
+    return meter;
   }
 
   // --- chat -------------------------------------------------------------------------------
 
-  /** Mirror of templates/console/_chat_record.html. */
-  function renderChatRecord(record) {
-    const seq = record.seq;
-    if (record.kind === "assistant" && record.toolCalls.length) {
-      const names = record.toolCalls.flatMap((call, i) => [i ? ", " : "", el("code", null, call.name)]);
-      return el("details", { class: "tool-calls", "data-seq": seq },
-        el("summary", null, `Tool call${record.toolCalls.length > 1 ? "s" : ""}: `, names),
-        record.text ? el("p", { class: "text" }, record.text) : null,
-        toolCallNodes(record.toolCalls));
-    }
-    if (record.kind === "assistant") {
-      return el("div", { class: "msg answer", "data-seq": seq },
-        el("div", { class: "who" }, "Agent"), el("div", { class: "text" }, record.text));
-    }
-    if (record.kind === "tool_result") {
-      return el("details", { class: "tool-result", "data-seq": seq },
-        el("summary", null, "Result of ", el("code", null, record.toolName), ` · ${record.chars} chars`),
-        el("pre", null, record.text));
-    }
-    if (record.kind === "supplement") {
-      return el("div", { class: "msg supplement", "data-seq": seq },
-        el("div", { class: "who" }, "Supplement"), el("div", { class: "text" }, record.text));
-    }
-    if (record.kind === "feedback") return el("p", { class: "feedback", "data-seq": seq }, record.text);
-    if (record.kind === "status") {
-      return el("p", { class: "status-line", "data-seq": seq },
-        badge("status", record.status), record.error ? ` ${record.error}` : "");
-    }
-    return null; // user_input: the question already heads the run's block
+  function nearBottom() {
+    const root = document.documentElement;
+    return root.scrollHeight - (window.scrollY + window.innerHeight) < FOLLOW_SLACK;
   }
 
   function initChat(cfg) {
@@ -214,11 +121,14 @@
     const notice = document.getElementById("notice");
     const askForm = document.getElementById("ask-form");
     const supplementForm = document.getElementById("supplement-form");
+    const askButton = document.getElementById("ask-button");
+    const thinking = document.getElementById("thinking");
+    const supplementNotice = document.getElementById("supplement-notice");
+    const cancelNotice = document.getElementById("cancel-notice");
     const contextLink = document.querySelector("[data-context-link]");
-    const callNames = cfg.callNames || {};
+    const url = (template, id) => template.replace("{id}", String(id));
     let lastSeq = cfg.lastSeq;
     let activeRun = cfg.activeRun;
-    let focusRun = cfg.focusRun;
     let timer = null;
 
     function say(text, isError) {
@@ -227,145 +137,137 @@
       notice.hidden = !text;
     }
 
-    function runBlock(run) {
-      let block = document.getElementById(`run-${run.id}`);
-      if (block) return block;
+    /** Say `text` next to the control it answers (a supplement or a cancel). */
+    function sayBeside(node, text, isError) {
+      node.textContent = text;
+      node.className = isError ? "inline-notice error-text" : "inline-notice";
+      node.hidden = !text;
+    }
+
+    /** Return the run's block, fetching it from the server when the page does not show it. */
+    async function runBlock(runId) {
+      const shown = document.getElementById(`run-${runId}`);
+      if (shown) return shown;
+      const rendered = await fragment(url(cfg.blockUrl, runId));
+      const block = rendered && rendered.nodes.querySelector("article.run");
+      if (!block) return null;
+      if (document.getElementById(`run-${runId}`)) return document.getElementById(`run-${runId}`);
       const none = document.getElementById("no-runs");
       if (none) none.remove();
-      const contextHref = cfg.contextUrl.replace("{id}", String(run.id));
-      block = el("article", { class: "run", id: `run-${run.id}`, "data-run-id": run.id },
-        el("header", { class: "run-head" },
-          el("h3", null, `Run #${run.number ?? "?"}`),
-          el("span", { class: `badge status-${run.status}`, "data-run-status": true }, run.status || ""),
-          el("span", { class: "quiet", "data-run-attempt": true }),
-          el("a", { href: contextHref }, "Context"),
-          el("button", { type: "button", class: "small", "data-resume": run.id, hidden: true }, "Resume")),
-        run.question !== undefined
-          ? el("div", { class: "msg question" }, el("div", { class: "who" }, "You"), el("div", { class: "text" }, run.question))
-          : null,
-        el("div", { class: "records" }));
-      conversation.append(block);
+      conversation.insertBefore(block, thinking);
       return block;
     }
 
-    function toolCallCount(runId) {
-      const block = document.getElementById(`run-${runId}`);
-      return block ? block.querySelectorAll(".records .tool-call").length : 0;
-    }
-
-    function showTools(runId) {
-      const block = document.getElementById(`run-${runId}`);
-      const count = toolCallCount(runId);
-      let text = String(count);
-      if (block && count) {
-        const calls = block.querySelectorAll(".records .tool-call");
-        const last = calls[calls.length - 1];
-        const name = last.querySelector("code").textContent;
-        const answered = block.querySelectorAll(".records .tool-result").length;
-        text += answered < count ? ` (running ${name})` : ` (last: ${name})`;
-      }
-      panel.querySelector("[data-live-tools]").textContent = text;
-    }
-
-    /** Show a run object (from the API) in its block and, if it is the focus, in the panel. */
-    function showRun(run) {
-      const block = runBlock(run);
-      const status = block.querySelector("[data-run-status]");
-      status.textContent = run.status;
-      status.className = `badge status-${run.status}`;
-      block.querySelector("[data-run-attempt]").textContent = run.attempt > 1 ? `attempt ${run.attempt}` : "";
-      block.querySelector("[data-resume]").hidden = !["failed", "cancelled"].includes(run.status);
-      if (!focusRun || focusRun.id === run.id || ACTIVE.includes(run.status)) {
-        focusRun = { id: run.id, number: run.number, status: run.status };
-        panel.hidden = false;
-        panel.querySelector("[data-live-number]").textContent = `#${run.number}`;
-        const live = panel.querySelector("[data-live-status]");
-        live.textContent = run.status;
-        live.className = `badge status-${run.status}`;
-        const counters = run.counters || {};
-        const sinceCompaction = (counters.model_steps || 0) - (counters.baseline_model_steps || 0);
-        panel.querySelector("[data-live-steps]").textContent =
-          `${counters.model_steps ?? 0} (${sinceCompaction} since the last compaction)`;
-        panel.querySelector("[data-live-turns]").textContent = String(counters.user_turns ?? 0);
-        const error = panel.querySelector("[data-live-error]");
-        error.textContent = run.error || "–";
-        error.className = run.error ? "error-text" : "";
-        showTools(run.id);
-        if (contextLink) {
-          contextLink.href = cfg.contextUrl.replace("{id}", String(run.id));
-          contextLink.textContent = `Context of run #${run.number}`;
-          contextLink.hidden = false;
+    /** Append the records after `lastSeq` to their runs' blocks, and place compaction marks. */
+    async function fetchRecords(runId) {
+      const follow = nearBottom();
+      const rendered = await fragment(`${url(cfg.recordsUrl, cfg.session)}?after=${lastSeq}&run=${runId || ""}`);
+      if (!rendered) return;
+      let added = false;
+      for (const group of rendered.nodes.querySelectorAll("[data-records-for]")) {
+        const block = await runBlock(group.dataset.recordsFor);
+        if (!block) continue;
+        const records = block.querySelector(".records");
+        for (const node of [...group.children]) {
+          // A block fetched just now already holds the records it was rendered with.
+          if (node.dataset.seq && records.querySelector(`[data-seq="${node.dataset.seq}"]`)) continue;
+          records.append(node);
+          added = true;
         }
       }
-      const active = ACTIVE.includes(run.status);
-      if (run.id === activeRun || active) {
-        controls.hidden = !active;
-        activeHint.hidden = !active;
-        // A running run asked to stop stays `running` until its next safe point.
-        const cancelling = active && Boolean(run.cancel_requested);
-        cancelButton.disabled = cancelling;
-        cancelButton.textContent = cancelling ? "Cancelling…" : "Cancel run";
+      for (const group of rendered.nodes.querySelectorAll("[data-marks-for]")) {
+        const block = document.getElementById(`run-${group.dataset.marksFor}`);
+        if (block) placeMarks(block.querySelector(".records"), group);
       }
+      lastSeq = Number(rendered.headers.get("X-Last-Seq")) || lastSeq;
+      // The chat follows new records unless the reader scrolled up to read older ones.
+      if (added && follow) thinking.scrollIntoView({ block: "nearest" });
     }
 
-    /** Append every new main-instance record to its run's block. */
-    async function fetchJournal() {
-      for (;;) {
-        const page = await api("GET",
-          `/sessions/${cfg.session}/messages?instance=main&limit=${JOURNAL_MAX}&after=${lastSeq}`);
-        if (!page.ok) return;
-        for (const item of page.data.items) {
-          const record = present(item, callNames);
-          const node = renderChatRecord(record);
-          if (node) runBlock({ id: item.run_id }).querySelector(".records").append(node);
+    /** Put each compaction mark the block lacks right after the record it came after. */
+    function placeMarks(records, group) {
+      for (const mark of [...group.children]) {
+        if (records.querySelector(`[data-compaction="${mark.dataset.compaction}"]`)) continue;
+        const after = mark.dataset.afterSeq ? records.querySelector(`[data-seq="${mark.dataset.afterSeq}"]`) : null;
+        if (!after) {
+          records.prepend(mark);
+          continue;
         }
-        lastSeq = page.data.next_after;
-        if (page.data.items.length < JOURNAL_MAX) return;
+        let anchor = after;
+        while (anchor.nextElementSibling && anchor.nextElementSibling.classList.contains("compaction-mark")) {
+          anchor = anchor.nextElementSibling;
+        }
+        anchor.after(mark);
       }
     }
 
-    function showPlan(plan) {
-      const shown = panel.querySelector("[data-live-plan]");
-      shown.textContent = plan || "";
-      shown.hidden = !plan;
-      panel.querySelector("[data-live-no-plan]").hidden = Boolean(plan);
+    /** Show the run's state, as the freshly rendered panel gives it, around the page. */
+    function showState(state) {
+      const active = state.active === "true";
+      const block = document.getElementById(`run-${state.runId}`);
+      if (block) {
+        const status = block.querySelector("[data-run-status]");
+        status.textContent = state.status;
+        status.className = `badge status-${state.status}`;
+        block.querySelector("[data-run-attempt]").textContent = Number(state.attempt) > 1 ? `attempt ${state.attempt}` : "";
+        block.querySelector("[data-resume]").hidden = !["failed", "cancelled"].includes(state.status);
+      }
+      if (contextLink) {
+        contextLink.href = url(cfg.contextUrl, state.runId);
+        contextLink.textContent = `Context of run #${state.number}`;
+        contextLink.hidden = false;
+      }
+      controls.hidden = !active;
+      activeHint.hidden = !active;
+      // A running run asked to stop stays `running` until its next safe point.
+      const cancelling = active && state.cancelRequested === "true";
+      cancelButton.disabled = cancelling;
+      cancelButton.textContent = cancelling ? "Cancelling…" : "Cancel run";
+      askButton.disabled = active;
+      askButton.title = active ? "A run is active" : "";
+      thinking.hidden = !(active && state.thinking === "true");
     }
 
-    async function refreshMeter(runId) {
-      const context = await api("GET", `/runs/${runId}/context`);
-      if (context.ok) {
-        updateMeter(panel.querySelector("[data-meter]"), context.data);
-        showPlan(context.data.plan);
-      }
+    /** Fetch the run panel, swap it in, and return the run's state from it (null: not read). */
+    async function refreshPanel(runId) {
+      const rendered = await fragment(url(cfg.panelUrl, runId));
+      const summary = rendered && rendered.nodes.querySelector("[data-live-summary]");
+      if (!summary) return null;
+      summary.querySelectorAll("[data-meter]").forEach(placeMeter);
+      document.getElementById("live-summary").replaceWith(summary);
+      panel.hidden = false;
+      return { ...summary.dataset };
     }
 
     async function poll() {
       timer = null;
       const runId = activeRun;
       if (!runId) return;
-      const run = await api("GET", `/runs/${runId}/`);
-      await fetchJournal();
-      if (run.ok) showRun(run.data);
-      await refreshMeter(runId);
-      if (run.ok && !ACTIVE.includes(run.data.status)) {
+      await fetchRecords(runId);
+      const state = await refreshPanel(runId);
+      if (state) showState(state);
+      if (state && state.active !== "true") {
         // The final status and its records are saved together: one more read gets them all.
-        await fetchJournal();
-        showRun(run.data);
+        await fetchRecords(runId);
         activeRun = null;
-        controls.hidden = true;
-        activeHint.hidden = true;
-        if (run.data.status === "failed") say(`Run #${run.data.number} failed: ${run.data.error}`, true);
+        sayBeside(supplementNotice, "", false);
+        sayBeside(cancelNotice, "", false);
+        if (state.status === "failed") say(`Run #${state.number} failed: ${state.error}`, true);
         else if (!notice.classList.contains("error")) say("", false);
         return;
       }
       if (activeRun === runId) timer = setTimeout(poll, POLL_MS);
     }
 
-    function follow(run) {
-      activeRun = run.id;
-      showRun(run);
+    async function follow(runId) {
+      activeRun = runId;
+      askButton.disabled = true;
+      controls.hidden = false;
+      activeHint.hidden = false;
+      const block = await runBlock(runId);
       if (timer) clearTimeout(timer);
       timer = setTimeout(poll, 0);
+      return block;
     }
 
     // The size of the question as the agent's estimator will count it, against its limit:
@@ -387,22 +289,28 @@
     askField.addEventListener("input", showSize);
     showSize();
 
+    // Enter sends, Shift+Enter breaks the line (and Enter while composing text in an IME
+    // only confirms the composition).
+    askField.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+      event.preventDefault();
+      if (!askButton.disabled && askField.value.trim()) askForm.requestSubmit(askButton);
+    });
+
     askForm.addEventListener("submit", async (event) => {
       event.preventDefault();
-      const field = askForm.querySelector("textarea[name=question]");
-      const button = askForm.querySelector("button[type=submit]");
-      button.disabled = true;
-      const answer = await api("POST", `/sessions/${cfg.session}/runs`, { question: field.value });
-      button.disabled = false;
+      askButton.disabled = true;
+      const answer = await api("POST", `/sessions/${cfg.session}/runs`, { question: askField.value });
       if (!answer.ok) {
+        askButton.disabled = Boolean(activeRun);
         say(answer.status === 409 ? `Not asked: ${errorText(answer.data)}` : errorText(answer.data), true);
         return;
       }
       say("", false);
-      field.value = "";
+      askField.value = "";
       showSize();
-      follow(answer.data);
-      runBlock(answer.data).scrollIntoView({ block: "nearest" });
+      const block = await follow(answer.data.id);
+      if (block) block.scrollIntoView({ block: "nearest" });
     });
 
     supplementForm.addEventListener("submit", async (event) => {
@@ -411,24 +319,29 @@
       const field = supplementForm.querySelector("textarea[name=text]");
       const answer = await api("POST", `/runs/${activeRun}/supplements`, { text: field.value });
       if (!answer.ok) {
-        say(`Supplement not sent: ${errorText(answer.data)}`, true);
+        sayBeside(supplementNotice, `Not sent: ${errorText(answer.data)}`, true);
         return;
       }
       field.value = "";
-      say(`Supplement ${answer.data.position} queued: the run takes it at its next safe point.`, false);
+      sayBeside(supplementNotice,
+        `Supplement ${answer.data.position} queued: the run takes it at its next safe point.`, false);
     });
 
     cancelButton.addEventListener("click", async () => {
       if (!activeRun) return;
       const answer = await api("POST", `/runs/${activeRun}/cancel`);
       if (!answer.ok) {
-        say(`Not cancelled: ${errorText(answer.data)}`, true);
+        sayBeside(cancelNotice, `Not cancelled: ${errorText(answer.data)}`, true);
         return;
       }
-      showRun(answer.data);
-      say(answer.data.status === "cancelled"
+      const cancelled = answer.data.status === "cancelled";
+      cancelButton.disabled = !cancelled;
+      if (!cancelled) cancelButton.textContent = "Cancelling…";
+      sayBeside(cancelNotice, cancelled
         ? "Run cancelled."
         : "Cancel requested: the run stops at its next safe point.", false);
+      if (timer) clearTimeout(timer);
+      timer = setTimeout(poll, 0);
     });
 
     conversation.addEventListener("click", async (event) => {
@@ -442,45 +355,23 @@
         return;
       }
       say(`Run #${answer.data.number} resumed (attempt ${answer.data.attempt}).`, false);
-      follow(answer.data);
+      button.hidden = true;
+      await follow(answer.data.id);
     });
 
-    if (focusRun) showTools(focusRun.id);
+    // The page opens at the latest run.
+    const blocks = conversation.querySelectorAll("article.run");
+    if (blocks.length) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
     if (activeRun) timer = setTimeout(poll, 0);
   }
 
   // --- journal viewer ---------------------------------------------------------------------
-
-  /** Mirror of templates/console/_journal_row.html. */
-  function renderJournalRow(record) {
-    let body;
-    if (record.kind === "tool_result") {
-      body = el("details", null,
-        el("summary", null, "Result of ", el("code", null, record.toolName), " ",
-          el("span", { class: "quiet" }, record.toolCallId), ` · ${record.chars} chars`),
-        el("pre", null, record.text));
-    } else if (record.kind === "status") {
-      body = [badge("status", record.status),
-        record.error ? [" ", el("span", { class: "error-text" }, record.error)] : null];
-    } else {
-      body = [record.text ? el("div", { class: "text" }, record.text) : null, toolCallNodes(record.toolCalls)];
-    }
-    const child = record.instance !== "main";
-    return el("li", { class: `rec kind-${record.kind}`, "data-seq": record.seq, "data-instance": record.instance },
-      el("div", { class: "rec-meta" },
-        el("span", { class: "seq" }, `#${record.seq}`),
-        el("span", { class: `badge kind kind-${record.kind}` }, record.kind),
-        el("span", { class: child ? "badge instance child" : "badge instance" }, record.instance),
-        el("time", { datetime: record.created_at }, formatTime(record.created_at))),
-      el("div", { class: "rec-body" }, body));
-  }
 
   function initJournal(cfg) {
     const timeline = document.getElementById("timeline");
     const more = document.getElementById("load-more");
     const end = document.getElementById("journal-end");
     const filter = document.getElementById("journal-filter");
-    const callNames = cfg.callNames || {};
     let nextAfter = cfg.nextAfter;
     let lastRun = cfg.lastRun;
 
@@ -490,26 +381,23 @@
       event.preventDefault();
       const params = new URLSearchParams({ after: String(nextAfter), limit: String(cfg.limit) });
       if (cfg.instance) params.set("instance", cfg.instance);
-      const page = await api("GET", `/sessions/${cfg.session}/messages?${params}`);
-      if (!page.ok) {
+      if (lastRun) params.set("run", String(lastRun));
+      const rendered = await fragment(`${cfg.rowsUrl}?${params}`);
+      if (!rendered) {
         end.hidden = false;
-        end.textContent = errorText(page.data);
+        end.textContent = "The journal could not be read; reload the page.";
         return;
       }
+      const rows = rendered.nodes.querySelectorAll("li.rec");
       const empty = document.getElementById("timeline-empty");
-      if (empty && page.data.items.length) empty.remove();
-      for (const item of page.data.items) {
-        if (item.run_id !== lastRun) {
-          const run = cfg.runs[String(item.run_id)] || { number: "?", status: "" };
-          timeline.append(el("li", { class: "run-boundary", "data-run-boundary": item.run_id },
-            `Run #${run.number} `, badge("status", run.status)));
-          lastRun = item.run_id;
-        }
-        timeline.append(renderJournalRow(present(item, callNames)));
-      }
-      nextAfter = page.data.next_after;
-      more.href = `?${params.toString().replace(/after=\d+/, `after=${nextAfter}`)}`;
-      if (page.data.items.length < cfg.limit) {
+      if (empty && rows.length) empty.remove();
+      if (rows.length) lastRun = Number(rows[rows.length - 1].dataset.runId) || lastRun;
+      timeline.append(rendered.nodes);
+      nextAfter = Number(rendered.headers.get("X-Next-After")) || nextAfter;
+      params.set("after", String(nextAfter));
+      params.delete("run");
+      more.href = `?${params}`;
+      if (rendered.headers.get("X-Has-More") !== "true") {
         more.hidden = true;
         end.hidden = false;
       }
@@ -523,14 +411,15 @@
     if (!runId) return;
     const status = document.querySelector("[data-live-status]");
     const stale = document.getElementById("stale-note");
-    const meter = document.querySelector("[data-meter]");
+    let meter = document.querySelector("[data-meter]");
     async function poll() {
       const run = await api("GET", `/runs/${runId}/`);
-      const context = await api("GET", `/runs/${runId}/context`);
-      if (context.ok) {
-        updateMeter(meter, context.data);
+      const rendered = await fragment(cfg.meterUrl);
+      if (rendered) {
+        meter = swapMeter(meter, rendered.nodes);
         // The history and the view below are rendered once; say when they are out of date.
-        if (context.data.compactions.length !== cfg.compactions) stale.hidden = false;
+        const count = meter.querySelector("[data-meter-compactions]");
+        if (count && Number(count.textContent) !== cfg.compactions) stale.hidden = false;
       }
       if (run.ok) {
         status.textContent = run.data.status;
@@ -547,7 +436,7 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-meter]").forEach(placeMeter);
-    // Forms that change something for good ask first (revoking a view).
+    // Forms that change something for good ask first (revoking a view, deleting a session).
     document.querySelectorAll("form[data-confirm]").forEach((form) => {
       form.addEventListener("submit", (event) => {
         if (!window.confirm(form.dataset.confirm)) event.preventDefault();

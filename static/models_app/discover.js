@@ -19,6 +19,18 @@
     manual: "entered by an administrator",
     "": "not set yet: filled in on save from the manifest or the 32K fallback",
   };
+  // How the fetched list names where a model's window came from (models.py WindowSource).
+  const SOURCE_LABELS = {
+    provider: "from the provider",
+    provider_loaded: "as loaded by the server",
+    provider_maximum: "model maximum, not loaded",
+    num_ctx: "num_ctx",
+    official_manifest: "official manifest",
+    platform_default: "32K fallback: check it",
+    manual: "manual",
+  };
+  // Providers that list their models only for a key (models_app/services.py _KEY_REQUIRED).
+  const KEY_REQUIRED = ["openai", "deepseek"];
   const BASE_URL_HINTS = {
     openai: "blank: https://api.openai.com/v1",
     deepseek: "blank: https://api.deepseek.com",
@@ -119,7 +131,7 @@
         return;
       }
       const budget = Number(window) - Number(output) - Number(margin || 1024);
-      target.textContent = Number.isFinite(budget) ? budget.toLocaleString("en") : "";
+      target.textContent = Number.isFinite(budget) ? `${budget.toLocaleString("en")} tokens` : "";
       target.dataset.invalid = budget > 0 ? "" : "true";
     }
 
@@ -127,8 +139,7 @@
       const provider = field("provider").value;
       field("base_url").placeholder = BASE_URL_HINTS[provider] || "";
       const key = field("api_key");
-      key.placeholder =
-        container.dataset.hasApiKey === "true" ? "stored key kept while provider and URL stay" : "";
+      key.placeholder = container.dataset.hasApiKey === "true" ? "•••• stored key kept" : "";
       key.disabled = provider === "local";
       field("base_url").disabled = provider === "local";
     }
@@ -141,7 +152,8 @@
         models.set(model.id, model);
         const option = document.createElement("option");
         option.value = model.id;
-        let text = `${model.id} — ${formatTokens(model.context_window)} tokens (${model.window_source})`;
+        const source = SOURCE_LABELS[model.window_source] || model.window_source;
+        let text = `${model.id} — ${formatTokens(model.context_window)} tokens (${source})`;
         if (model.demo) {
           text += " · demo model, not a real LLM";
         }
@@ -177,6 +189,12 @@
       };
       if (container.dataset.resourceId) {
         body.resource_id = Number(container.dataset.resourceId);
+      }
+      const storedKey = container.dataset.hasApiKey === "true";
+      if (!body.api_key && !storedKey && KEY_REQUIRED.includes(body.provider)) {
+        setStatus("Enter the API key first: this provider lists its models only for a key.", "error");
+        field("api_key").focus();
+        return;
       }
       button.disabled = true;
       setStatus("Fetching models…", "busy");

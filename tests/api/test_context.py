@@ -69,6 +69,7 @@ def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
     assert succeeded == {
         "revision": 1,
         "covered_seq": 17,
+        "journal_seq": None,  # not journaled either
         "before": succeeded["before"],
         "after": succeeded["after"],
         "target_reached": True,

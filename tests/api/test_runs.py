@@ -18,6 +18,7 @@ RUN_FIELDS = {
     "answer",
     "error",
     "cancel_requested",
+    "model_call_in_flight",
     "attempt",
     "counters",
     "created_at",

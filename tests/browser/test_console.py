@@ -13,16 +13,19 @@ import threading
 import time
 
 import pytest
-from django.db import connections
+from django.contrib.auth.models import Permission
+from django.db import connections, transaction
 from playwright.sync_api import expect
 
+from agentloom.engine import LocalDemoGateway
 from agentloom.engine._tools import SleepTool
 from context_app.models import Agent
+from context_app.services import agent_create, agent_publish
 from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
 from sessions_app.models import SessionMessage
 from sessions_app.services.execution import run_execute
-from sessions_app.services.runs import session_create
-from tests.factories import make_user
+from sessions_app.services.runs import run_ask, session_create
+from tests.factories import make_connection, make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -40,6 +43,18 @@ class Worker:
     def db(self):
         """Return a context in which the test thread may use the database."""
         return self._gate if self._gate is not None else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def gate_open(self):
+        """Let pages use the database while the worker thread waits inside a run."""
+        if self._gate is None:
+            yield
+            return
+        self._gate.release()
+        try:
+            yield
+        finally:
+            self._gate.acquire()
 
 
 @pytest.fixture
@@ -169,6 +184,10 @@ def test_an_answer_appears_without_reload(chat, console_worker, browser_errors):
     expect(page.locator("#conversation b")).to_have_count(0)
     expect(page.locator("[data-live-status]")).to_have_text("succeeded")
     expect(page.locator("[data-live-tools]")).to_have_text("1 (last: echo)")
+    # This run's counts and the session's are labelled apart: a tool call and the answer.
+    expect(page.locator("[data-live-run-steps]")).to_have_text("2")
+    expect(page.locator("#run-counts")).to_have_text("This run")
+    expect(page.locator("#session-counts")).to_have_text("Session so far")
     expect(page.locator("[data-context-link]")).to_be_visible()
     assert page.evaluate("window.sameDocument") is True
     assert unexpected(browser_errors) == []
@@ -186,16 +205,18 @@ def test_a_supplement_sent_during_a_run_follows_the_tool_group(
     expect(page.locator("[data-live-tools]")).to_have_text("1 (running sleep)")
     page.fill("#supplement-text", "NONCE-SUPP consider this too")
     page.click("#supplement-form button[type=submit]")
-    expect(page.locator("#notice")).to_contain_text("Supplement 1 queued")
+    # The confirmation sits next to the button pressed.
+    expect(page.locator("#supplement-notice")).to_contain_text("Supplement 1 queued")
 
-    # A second question while the run is active is refused, and the page says why.
-    ask(page, "a second question")
-    expect(page.locator("#notice")).to_have_text(
-        "Not asked: A run of this session is still active; wait for it or cancel it."
-    )
-    expect(page.locator("#notice")).to_have_class("notice error")
+    # No second question while the run is active: Ask is disabled, and Enter does nothing.
+    expect(page.locator("#ask-button")).to_be_disabled()
+    page.fill("#question", "a second question")
+    page.press("#question", "Enter")
+    expect(page.locator("#active-hint")).to_be_visible()
 
     wait_for_run(page, 1)
+    expect(page.locator("#ask-button")).to_be_enabled()
+    expect(page.locator("#supplement-notice")).to_be_hidden()
     expect(page.locator(".msg.supplement")).to_contain_text("NONCE-SUPP")
     shown = run_block(page, 1).locator(".records > *")
     classes = shown.evaluate_all("nodes => nodes.map(n => n.className)")
@@ -232,7 +253,7 @@ def test_a_cancelled_run_can_be_resumed_from_the_chat(chat, console_worker, brow
     page.click("#cancel-run")
     # Until its safe point the run is still running, and the button says it is cancelling.
     expect(page.locator("#cancel-run")).to_have_text("Cancelling…")
-    expect(page.locator("#notice")).to_have_text(
+    expect(page.locator("#cancel-notice")).to_have_text(
         "Cancel requested: the run stops at its next safe point."
     )
     # The sleep receives the cancellation and stops: far sooner than its 20 seconds.
@@ -275,14 +296,16 @@ def test_the_viewer_filters_a_child_instance_and_loads_more(
     expect(result.locator("pre")).to_have_text("NONCE-CHILD")
     screenshot("console-journal-child")
 
-    # Paging: two records a page; "Load more" appends the next ones through the API.
+    # Paging: two records a page; "Load more" appends the rows the server renders next, and
+    # disappears with the last of them.
     page.goto(f"/sessions/{session.pk}/journal/?limit=2")
     expect(rows).to_have_count(2)
     for shown in (4, 6, 8, 10):
         page.click("#load-more")
         expect(rows).to_have_count(shown)
-    page.click("#load-more")  # an empty page: the end of the journal
     expect(page.locator("#journal-end")).to_be_visible()
+    # One run: its heading is shown once, not again with each page.
+    expect(page.locator("#timeline li.run-boundary")).to_have_count(1)
     expect(page.locator("#load-more")).to_be_hidden()
     seqs = rows.evaluate_all("rows => rows.map(r => Number(r.dataset.seq))")
     assert seqs == list(range(1, 11))
@@ -304,6 +327,27 @@ def test_the_context_page_shows_the_meter_and_compaction_history(
     else:
         pytest.fail("the demo agent never compacted")
     expect(page.locator("[data-meter-compactions]")).not_to_have_text("0")
+    # The chat marks each successful compaction where it happened, live and once reloaded.
+    succeeded = [
+        index
+        for index, item in enumerate(context["compactions"], start=1)
+        if item["outcome"] == "succeeded"
+    ]
+    marks = run_block(page, number).locator(".compaction-mark")
+    expect(marks).to_have_count(len(succeeded))
+    page.reload()
+    expect(marks).to_have_count(len(succeeded))
+    # The page opens at the latest run.
+    expect(run_block(page, number).locator(".run-head")).to_be_in_viewport()
+    marks.last.scroll_into_view_if_needed()
+    screenshot("console-chat-compaction-mark")
+    marks.last.locator("a").click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}/context/#compaction-{succeeded[-1]}$"))
+    row = page.locator(f"#compaction-{succeeded[-1]}")
+    expect(row).to_be_visible()
+    assert row.evaluate("row => row.matches(':target')")
+    expect(row.locator(".badge")).to_have_text("succeeded")
+    page.go_back()
 
     page.click("[data-context-link]")
     expect(page.locator("h1")).to_contain_text(f"Context of run #{number}")
@@ -325,6 +369,19 @@ def test_the_context_page_shows_the_meter_and_compaction_history(
         re.compile("handoff summary|hidden to save room")
     )
     screenshot("console-context")
+
+    # On a phone the page never scrolls sideways: wide tables scroll inside their box.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    expect(page.locator("#compactions")).to_be_visible()
+    wide = page.evaluate(
+        """() => [...document.querySelectorAll('body *')]
+        .filter(n => n.getBoundingClientRect().right > 391 && !n.closest('.table-scroll'))
+        .map(n => `${n.tagName}.${n.className}#${n.id}`)
+        .slice(0, 15)"""
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
+    screenshot("console-context-phone")
     assert unexpected(browser_errors) == []
 
 
@@ -347,3 +404,195 @@ def test_pages_keep_hostile_text_inert(chat, console_worker, demo_session, brows
     time.sleep(0.5)  # an injected handler would have fired by now
     assert dialogs == []
     assert unexpected(browser_errors) == []
+
+
+def test_publish_from_the_admin_then_chat_with_the_new_version(
+    page, login, demo_session, console_worker, screenshot, browser_errors
+):
+    user, session = demo_session
+    with console_worker.db():
+        user.user_permissions.add(*Permission.objects.filter(content_type__app_label="context_app"))
+        agent = session.agent
+        Agent.objects.create(space=agent.space, owner=user, name="Notes drafter")
+    login(user)
+
+    # The home lists the new draft as not published yet.
+    page.goto("/")
+    draft = page.locator("tr.draft-agent", has_text="Notes drafter")
+    expect(draft.locator(".not-published")).to_contain_text("Not published yet.")
+    screenshot("console-home-draft")
+
+    page.goto(f"/admin/context_app/agent/{agent.pk}/change/")
+    expect(page.locator(".field-publication")).to_contain_text("Published as v1")
+    page.fill("#id_system_prompt", "NONCE-PROMPT-V2 You answer briefly.")
+    page.click("#publish-button")
+    expect(page.locator(".messagelist")).to_contain_text(f"Published {agent.name} as v2.")
+    expect(page.locator(".field-publication")).to_contain_text("Published as v2")
+    screenshot("admin-agent-published")
+
+    page.locator(".messagelist a", has_text="console").click()
+    row = page.locator("tr", has_text=agent.name).filter(has=page.locator("button"))
+    expect(row).to_contain_text("v2")
+    row.locator("button", has_text="New session").click()
+    expect(page.locator(".binding")).to_contain_text("v2")
+
+    # Enter sends; Shift+Enter breaks the line. The session is titled from the question.
+    page.click("#question")
+    page.keyboard.type("What is in version two?")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("Second line")
+    expect(page.locator("#question")).to_have_value("What is in version two?\nSecond line")
+    page.keyboard.press("Enter")
+    wait_for_run(page, 1)
+    expect(run_block(page, 1).locator(".msg.question")).to_contain_text("Second line")
+    page.reload()
+    expect(page.locator("h1")).to_have_text("What is in version two?")
+    screenshot("console-chat-new-version")
+    assert unexpected(browser_errors) == []
+
+
+def test_the_thinking_indicator_shows_while_the_model_is_asked(
+    chat, console_worker, monkeypatch, screenshot, browser_errors
+):
+    page = chat
+    asked = threading.Event()
+    answer = threading.Event()
+    reply = LocalDemoGateway.complete
+
+    def slow_complete(self, request):
+        if request.purpose == "action" and "NONCE-SLOW" in json.dumps(request.messages):
+            asked.set()
+            with console_worker.gate_open():
+                answer.wait(RUN_TIMEOUT_MS / 1000)
+        return reply(self, request)
+
+    monkeypatch.setattr(LocalDemoGateway, "complete", slow_complete)
+    thinking = page.locator("#thinking")
+    expect(thinking).to_be_hidden()
+    ask(page, "NONCE-SLOW take your time")
+    assert asked.wait(RUN_TIMEOUT_MS / 1000)
+    expect(thinking).to_be_visible()
+    expect(thinking).to_have_text("Model is thinking…")
+    expect(page.locator("#ask-button")).to_be_disabled()
+    screenshot("console-chat-thinking")
+    answer.set()
+    wait_for_run(page, 1)
+    expect(thinking).to_be_hidden()
+    expect(page.locator("#ask-button")).to_be_enabled()
+    assert unexpected(browser_errors) == []
+
+
+def test_a_session_is_renamed_and_deleted_from_the_chat(
+    chat, demo_session, screenshot, browser_errors
+):
+    page = chat
+    _, session = demo_session
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("#session-actions summary")
+    page.fill("#session-title", "NONCE-RENAMED chat")
+    screenshot("console-chat-rename")
+    page.click("#rename-form button")
+    expect(page.locator("h1")).to_have_text("NONCE-RENAMED chat")
+    expect(page.locator(".messagelist")).to_contain_text("Renamed to “NONCE-RENAMED chat”.")
+
+    page.click("#session-actions summary")
+    page.click("#delete-form button")
+    expect(page).to_have_url(re.compile(r"/$"))
+    expect(page.locator(".messagelist")).to_contain_text("Deleted “NONCE-RENAMED chat”.")
+    sessions = page.locator("section[aria-labelledby=sessions-title]")
+    expect(sessions).to_contain_text("No sessions yet.")
+    screenshot("console-home-after-delete")
+    assert unexpected(browser_errors) == []
+    assert page.goto(f"/sessions/{session.pk}/").status == 404
+
+
+def test_the_login_fields_are_one_width(page, screenshot):
+    page.goto("/accounts/login/")
+    widths = [
+        page.locator(selector).bounding_box()["width"]
+        for selector in ("#id_username", "#id_password")
+    ]
+    assert widths[0] == widths[1], widths
+    screenshot("console-login")
+
+
+def test_the_agent_form_round_trip_shows_a_refusal_on_its_field(
+    admin_page, lab, space_admin, screenshot, browser_errors
+):
+    page = admin_page
+    connection = make_connection(lab, name="Demo connection")
+    page.goto("/admin/context_app/agent/add/")
+    # A new agent starts from the default policy.
+    expect(page.locator("#id_context_ratio")).to_have_value("0.8")
+    expect(page.locator("#id_target_ratio")).to_have_value("0.6")
+    expect(page.locator("#id_user_turns")).to_have_value("")
+    page.select_option("#id_space", str(lab.pk))
+    page.select_option("#id_owner", str(space_admin.pk))
+    page.fill("#id_name", "Form agent")
+    page.select_option("#id_model_connection", str(connection.pk))
+    page.check("input[name=tools][value=echo]")
+    page.check("input[name=tools][value=calculator]")
+    page.fill("#id_sub_agents-0-name", "checker")
+    page.fill("#id_sub_agents-0-description", "Checks sums.")
+    page.check("input[name='sub_agents-0-tools'][value=calculator]")
+    page.fill("#id_target_ratio", "0.9")
+    page.click("input[name=_continue]")
+
+    error = page.locator(".field-target_ratio .errorlist")
+    expect(error).to_have_text("must be below context_ratio")
+    expect(page.locator(".errorlist")).to_have_count(1)
+    screenshot("admin-agent-form-error")
+
+    page.fill("#id_target_ratio", "0.5")
+    page.click("input[name=_continue]")
+    expect(page.locator(".messagelist")).to_contain_text("was added successfully")
+    expect(page.locator("input[name=tools][value=calculator]")).to_be_checked()
+    expect(page.locator("input[name=tools][value=fail]")).not_to_be_checked()
+    expect(page.locator("#id_sub_agents-0-name")).to_have_value("checker")
+    expect(page.locator("input[name='sub_agents-0-tools'][value=calculator]")).to_be_checked()
+    expect(page.locator("#id_target_ratio")).to_have_value("0.5")
+    expect(page.locator(".field-publication")).to_contain_text("Not published yet")
+    screenshot("admin-agent-form-saved")
+    with transaction.atomic():
+        agent = Agent.objects.get(name="Form agent")
+    assert agent.sub_agents[0]["tools"] == ["calculator"]
+    assert agent.context_policy["target_ratio"] == 0.5
+    assert browser_errors == []
+
+
+def test_admin_records_read_as_trees_and_link_to_the_console(
+    admin_page, lab, space_admin, screenshot, browser_errors
+):
+    page = admin_page
+    connection = make_connection(lab, name="Demo connection")
+    agent = agent_create(
+        user=space_admin,
+        space=lab,
+        name="Tree agent",
+        model_connection=connection.pk,
+        tools=["echo"],
+    )
+    version = agent_publish(user=space_admin, agent=agent)
+    session = session_create(user=space_admin, agent_version=version)
+    run = run_ask(user=space_admin, session=session, question='/tool echo {"text": "NONCE-T"}')
+    run_execute(run_id=run.pk)
+
+    page.goto(f"/admin/sessions_app/run/{run.pk}/change/")
+    tree = page.locator(".field-checkpoint_tree .json-tree")
+    expect(tree).to_be_visible()
+    expect(tree.locator("details.json-node").first).to_have_attribute("open", "")
+    screenshot("admin-run-checkpoint")
+
+    page.locator(".field-console a", has_text="Context").click()
+    expect(page.locator("h1")).to_contain_text("Context of run #1")
+    page.locator("a.admin-link", has_text="This run in the admin").click()
+    expect(page).to_have_url(re.compile(rf"/admin/sessions_app/run/{run.pk}/change/$"))
+
+    # A model call's admin page and its row on the Context page link to each other.
+    page.goto(f"/runs/{run.pk}/context/")
+    page.locator("#model-calls tbody tr").first.locator("a").click()
+    expect(page.locator(".field-response_tree .json-tree")).to_contain_text("NONCE-T")
+    screenshot("admin-model-call-response")
+    page.locator(".field-console a").click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run.pk}/context/#model-call-\d+$"))
+    assert browser_errors == []

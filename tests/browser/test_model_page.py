@@ -33,6 +33,13 @@ def test_fetch_pick_override_and_save(admin_page, lab, provider, screenshot, bro
     page = admin_page
     page.goto(ADD)
     expect(page.locator("#window-source-badge")).to_have_text("not set")
+    expect(page.locator("#effective-budget")).to_have_text("computed on save")
+    # A provider that lists models only for a key: the page says so without asking it.
+    page.select_option("#id_provider", "openai")
+    page.click("#fetch-models")
+    expect(page.locator("#discover-status")).to_have_text(
+        "Enter the API key first: this provider lists its models only for a key."
+    )
     page.select_option("#id_space", str(lab.pk))
     page.fill("#id_name", "Team proxy")
     page.select_option("#id_provider", "openai_compatible")
@@ -43,6 +50,12 @@ def test_fetch_pick_override_and_save(admin_page, lab, provider, screenshot, bro
     models = page.locator("#discovered-models option")
     expect(models).to_have_count(3)
     expect(page.locator("#discover-status")).to_have_text("3 models (2 chat). Pick one.")
+    # Window sources are named in words, never as raw codes.
+    expect(page.locator("#discovered-models option[value='qwen-72b']")).to_contain_text(
+        "(from the provider)"
+    )
+    expect(models.first).to_contain_text("(32K fallback: check it)")
+    assert "platform_default" not in " ".join(models.all_text_contents())
     expect(
         page.locator("#discovered-models option[value='text-embedding-3-small']")
     ).to_be_disabled()
@@ -60,14 +73,14 @@ def test_fetch_pick_override_and_save(admin_page, lab, provider, screenshot, bro
         "href", provider.base_url + "/models"
     )
     expect(page.locator("#window-verified")).to_contain_text("verified 20")
-    expect(page.locator("#effective-budget")).to_have_text("125,952")
+    expect(page.locator("#effective-budget")).to_have_text("125,952 tokens")
     screenshot("model-page")
 
     page.fill("#id_context_window", "100000")
     expect(badge).to_have_text("manual")
     expect(page.locator("#id_window_source")).to_have_value("manual")
     expect(page.locator("#id_source_url")).to_have_value("")
-    expect(page.locator("#effective-budget")).to_have_text("94,880")
+    expect(page.locator("#effective-budget")).to_have_text("94,880 tokens")
     screenshot("model-page-manual")
 
     page.click("input[name=_save]")

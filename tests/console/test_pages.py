@@ -76,9 +76,7 @@ def test_ids_too_large_for_the_database_are_not_found(client_for, alice):
 # --- start page ------------------------------------------------------------------------------
 
 
-def test_home_lists_spaces_published_agents_and_own_sessions(
-    client_for, session, alice, carol, space
-):
+def test_home_lists_spaces_agents_and_own_sessions(client_for, session, alice, carol, space):
     make_agent(space, alice, name="Unpublished draft")
     ask(session, alice, "first")
     ask(session, alice, '/tool fail {"message": "boom"}')
@@ -87,7 +85,9 @@ def test_home_lists_spaces_published_agents_and_own_sessions(
     html = client_for(alice).get("/").content.decode()
     assert "Research" in html
     assert "Helper" in html and "New session" in html
-    assert "Unpublished draft" not in html
+    # A draft is listed as not published yet, without a way to open a session with it.
+    draft_row = html[html.index("Unpublished draft") :].split("</tr>")[0]
+    assert "Not published yet." in draft_row and "New session" not in draft_row
     assert "Alice&#x27;s chat" in html
     assert "#2" in html and "status-succeeded" in html
     assert "Carol&#x27;s" not in html
@@ -205,12 +205,19 @@ def hostile_model():
     engine_adapter.set_gateway_factory(None)
 
 
-def test_the_page_data_for_the_script_is_escaped_json(client_for, session, alice, hostile_model):
-    """Tool call names travel to the script in a json_script block, never as markup."""
-    ask(session, alice, "call your tool")
-    html = client_for(alice).get(reverse("console-chat", args=[session.pk])).content.decode()
-    config = html.split('id="console-config"', 1)[1].split("</script>", 1)[0]
-    assert "<b>" not in config and "\\u003C/script\\u003E\\u003Cb\\u003Ex" in config
+def test_fragments_the_script_fetches_escape_what_they_show(
+    client_for, session, alice, hostile_model
+):
+    """Tool call names reach the live chat in the server's templates, escaped like the page."""
+    run = ask(session, alice, "call your tool")
+    client = client_for(alice)
+    for url in (
+        reverse("console-chat-records", args=[session.pk]) + "?after=0",
+        reverse("console-run-block", args=[run.pk]),
+        reverse("console-run-panel", args=[run.pk]),
+    ):
+        html = client.get(url).content.decode()
+        assert "<b>" not in html and "&lt;/script&gt;&lt;b&gt;x" in html, url
 
 
 # --- journal viewer --------------------------------------------------------------------------
@@ -286,3 +293,52 @@ def test_a_user_who_is_not_staff_logs_in_to_the_console(client, django_user_mode
     )
     assert response.status_code == 302 and response["Location"] == "/"
     assert client.get("/").status_code == 200
+
+
+# --- fragments the pages poll ----------------------------------------------------------------
+
+
+def test_chat_records_after_a_seq_name_results_after_calls_read_before(client_for, session, alice):
+    run = ask(session, alice, '/tool echo {"text": "NONCE-FRAG"}')
+    seqs = list(run.messages.order_by("seq").values_list("seq", "kind"))
+    call_seq = next(seq for seq, kind in seqs if kind == "assistant")
+    url = reverse("console-chat-records", args=[session.pk])
+    response = client_for(alice).get(f"{url}?after={call_seq}&run={run.pk}")
+    html = response.content.decode()
+    assert response["X-Last-Seq"] == str(seqs[-1][0])
+    assert f'data-records-for="{run.pk}"' in html and f'data-marks-for="{run.pk}"' in html
+    # The result read here is named after the call read in an earlier fetch.
+    assert "Result of <code>echo</code>" in html
+    assert f'data-seq="{call_seq}"' not in html
+
+
+def test_journal_rows_continue_a_run_without_a_second_heading(client_for, session, alice):
+    first = ask(session, alice, "one")
+    ask(session, alice, "two")
+    url = reverse("console-journal-rows", args=[session.pk])
+    client = client_for(alice)
+    response = client.get(f"{url}?after=1&limit=2&run={first.pk}")
+    html = response.content.decode()
+    assert html.count('class="run-boundary"') == 0  # records 2 and 3 of run #1
+    assert (response["X-Next-After"], response["X-Has-More"]) == ("3", "true")
+    response = client.get(f"{url}?after=3&limit=10&run={first.pk}")
+    assert response.content.decode().count('class="run-boundary"') == 1  # run #2 starts
+    assert response["X-Has-More"] == "false"
+    assert client.get(f"{url}?instance=bad").status_code == 400
+
+
+def test_fragments_are_404_to_anyone_else(client_for, session, alice, carol):
+    run = ask(session, alice, "hello")
+    client = client_for(carol)
+    for url in (
+        reverse("console-chat-records", args=[session.pk]),
+        reverse("console-journal-rows", args=[session.pk]),
+        reverse("console-run-block", args=[run.pk]),
+        reverse("console-run-panel", args=[run.pk]),
+        reverse("console-run-meter", args=[run.pk]),
+    ):
+        assert client.get(url).status_code == 404, url
+    own = client_for(alice)
+    assert (
+        own.get(reverse("console-chat-records", args=[session.pk]) + "?after=x").status_code == 404
+    )

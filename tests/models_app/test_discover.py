@@ -210,3 +210,12 @@ def test_an_invalid_idna_host_is_a_400_naming_base_url(api, base_url):
     response = api.post(URL, {"provider": "openai_compatible", "base_url": base_url}, format="json")
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["base_url"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "deepseek"])
+def test_a_blank_key_for_a_provider_that_needs_one_is_refused_before_any_call(api, provider):
+    response = api.post(URL, {"provider": provider, "api_key": "  "}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "api_key": ["Enter the API key first: this provider lists its models only for a key."]
+    }

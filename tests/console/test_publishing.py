@@ -1,0 +1,191 @@
+"""Publishing from the pages: the admin's button and action, drafts and differences on the home."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from context_app.models import Agent
+from context_app.selectors import draft_changes
+from context_app.services import agent_update
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff_alice(alice):
+    """Alice as staff with the agent admin's permissions (she administers the space)."""
+    alice.is_staff = True
+    alice.save()
+    alice.user_permissions.add(*Permission.objects.filter(content_type__app_label="context_app"))
+    return alice
+
+
+def agent_form(agent, **overrides) -> dict:
+    """Return the admin form's POST data for `agent` as it is, with `overrides`."""
+    data = {
+        "space": agent.space_id,
+        "owner": agent.owner_id,
+        "name": agent.name,
+        "system_prompt": agent.system_prompt,
+        "model_connection": agent.model_connection_id or "",
+        "tools": list(agent.tools),
+        **{key: "" if value is None else value for key, value in agent.context_policy.items()},
+    }
+    for index, sub in enumerate(agent.sub_agents):
+        for key in ("name", "description", "system_prompt"):
+            data[f"sub_agents-{index}-{key}"] = sub[key]
+        data[f"sub_agents-{index}-tools"] = sub["tools"]
+    if agent.verify_completion:
+        data["verify_completion"] = "on"
+    data.update(overrides)
+    return data
+
+
+def test_a_fresh_version_has_no_differences_and_edits_are_named(version, alice):
+    agent = version.agent
+    assert draft_changes(agent, version) == []
+    agent = agent_update(user=alice, agent=agent, tools=["echo"], system_prompt="Be brief.")
+    assert draft_changes(agent, version) == ["system_prompt", "tools"]
+    agent = agent_update(user=alice, agent=agent, context_policy={"context_ratio": 0.7})
+    assert draft_changes(agent, version) == ["system_prompt", "tools", "context_policy"]
+
+
+def test_a_connection_budget_change_counts_as_a_difference(version):
+    agent = version.agent
+    agent.model_connection.max_output_tokens = 1234
+    agent.model_connection.save()
+    assert draft_changes(Agent.objects.get(pk=agent.pk), version) == ["model_connection"]
+
+
+def test_the_home_lists_drafts_and_differences(client_for, version, staff_alice, carol, space):
+    draft = Agent.objects.create(space=space, owner=staff_alice, name="Unpublished")
+    agent_update(user=staff_alice, agent=version.agent, tools=["echo"])
+
+    page = client_for(staff_alice).get("/").content.decode()
+    assert "Unpublished" in page
+    assert "Not published yet." in page
+    assert reverse("admin:context_app_agent_change", args=[draft.pk]) in page
+    assert "Draft differs from v1: tools." in page
+
+    # A plain member sees the hint without the admin link, and no "New session" for a draft.
+    page = client_for(carol).get("/").content.decode()
+    assert "Not published yet. A space admin publishes it." in page
+    assert reverse("admin:context_app_agent_change", args=[draft.pk]) not in page
+
+
+def test_the_admin_publish_button_saves_then_publishes(client_for, version, staff_alice):
+    agent = version.agent
+    client = client_for(staff_alice)
+    url = reverse("admin:context_app_agent_change", args=[agent.pk])
+    assert "Save and publish" in client.get(url).content.decode()
+    form = agent_form(agent, system_prompt="Newer prompt.", _publish="Save and publish")
+    response = client.post(url, form, follow=True)
+    assert response.redirect_chain[-1][0] == url
+    text = response.content.decode()
+    assert "Published Helper as v2." in text
+    assert agent.versions.count() == 2
+    assert agent.versions.get(number=2).snapshot["system_prompt"] == "Newer prompt."
+    assert "Published as v2; the draft is the same." in text
+
+
+def test_the_admin_list_action_publishes_and_names_refusals(
+    client_for, version, staff_alice, space
+):
+    lonely = Agent.objects.create(space=space, owner=staff_alice, name="No connection")
+    response = client_for(staff_alice).post(
+        reverse("admin:context_app_agent_changelist"),
+        {
+            "action": "publish_selected",
+            "_selected_action": [version.agent_id, lonely.pk],
+        },
+        follow=True,
+    )
+    text = response.content.decode()
+    assert "Published Helper as v2." in text
+    assert "No connection not published (model connection): Choose a model connection" in text
+    assert version.agent.versions.count() == 2
+    assert not lonely.versions.exists()
+
+
+# --- the agent form ------------------------------------------------------------------------------
+
+
+def _errors_of(response) -> dict:
+    form = response.context["adminform"].form
+    return {name: list(errors) for name, errors in form.errors.items()}
+
+
+def test_a_new_agent_shows_the_default_policy_and_tool_descriptions(client_for, staff_alice, space):
+    html = client_for(staff_alice).get(reverse("admin:context_app_agent_add")).content.decode()
+    assert 'name="context_ratio" value="0.8"' in html
+    assert 'name="target_ratio" value="0.6"' in html
+    assert 'name="max_compaction_calls" value="4"' in html
+    assert "Default: 0.8." in html and "Default: blank (never)." in html
+    assert 'type="checkbox" name="tools" value="echo"' in html
+    assert "echo — Return the given text unchanged." in html
+    assert 'id="sub-agents-editor"' in html
+    assert "null" not in html.split('id="agent_form"')[1].split("</form>")[0]
+
+
+def test_the_form_round_trips_tools_sub_agents_and_policy(client_for, version, staff_alice):
+    agent = version.agent
+    url = reverse("admin:context_app_agent_change", args=[agent.pk])
+    data = agent_form(
+        agent,
+        tools=["echo", "calculator"],
+        user_turns="5",
+        target_ratio="0.5",
+        **{
+            "sub_agents-0-remove": "1",  # the researcher goes
+            "sub_agents-1-name": "writer",
+            "sub_agents-1-description": "Writes it up.",
+            "sub_agents-1-system_prompt": "Write.",
+            "sub_agents-1-tools": ["echo"],
+        },
+    )
+    response = client_for(staff_alice).post(url, data)
+    assert response.status_code == 302, _errors_of(response)
+    agent.refresh_from_db()
+    assert agent.tools == ["echo", "calculator"]
+    assert agent.sub_agents == [
+        {
+            "name": "writer",
+            "description": "Writes it up.",
+            "system_prompt": "Write.",
+            "tools": ["echo"],
+        }
+    ]
+    assert agent.context_policy == {
+        "context_ratio": 0.8,
+        "target_ratio": 0.5,
+        "user_turns": 5,
+        "model_steps": None,
+        "max_compaction_calls": 4,
+    }
+    html = client_for(staff_alice).get(url).content.decode()
+    assert 'value="writer"' in html and 'name="user_turns" value="5"' in html
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"target_ratio": "0.9"}, "target_ratio", "must be below context_ratio"),
+        ({"context_ratio": "1.5"}, "context_ratio", "must be a number in (0, 1]"),
+        ({"max_compaction_calls": "40"}, "max_compaction_calls", "must be an integer from 1 to 16"),
+        ({"user_turns": "0"}, "user_turns", "must be a positive integer or null"),
+        ({"sub_agents-0-name": "Bad Name"}, "sub_agents", "Item 0: name must match"),
+        ({"name": "   "}, "name", "This field is required."),
+    ],
+)
+def test_a_refusal_is_shown_on_its_field(client_for, version, staff_alice, change, field, message):
+    agent = version.agent
+    url = reverse("admin:context_app_agent_change", args=[agent.pk])
+    response = client_for(staff_alice).post(url, agent_form(agent, **change))
+    assert response.status_code == 200
+    errors = _errors_of(response)
+    assert list(errors) == [field], errors
+    assert errors[field][0].startswith(message), errors
+    agent.refresh_from_db()
+    assert agent.context_policy == version.snapshot["context_policy"]
