@@ -15,10 +15,9 @@ from django.db.models import Count, Min, OuterRef, Q, QuerySet, Subquery
 
 from agentloom.engine import (
     HANDOFF_MARK,
-    CalibratedEstimator,
-    Calibration,
     as_ranges,
     measure_context,
+    resumed_estimator,
 )
 from agentloom.errors import NotFound
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures
@@ -316,15 +315,12 @@ def run_context(run: Run) -> dict[str, Any]:
     frame = loaded.to_dict() if loaded is not None else {}
     snapshot = run.session.agent_version.snapshot
     policy, budget, estimator = run_measures(snapshot, frame.get("binding"))
-    settings = (frame.get("binding") or {}).get("calibration")
-    if settings is not None:
-        # A calibrated run measures in the provider's tokens: the ratio it last learned.
-        learned = Calibration.from_dict(
-            (frame.get("state") or {}).get("calibration"), keep=settings.get("samples", 5)
-        )
-        estimator = CalibratedEstimator(estimator, learned)
+    # A calibrated run measures in the provider's tokens: the ratio it last learned.
+    estimator = resumed_estimator(
+        estimator, frame.get("binding") or {}, (frame.get("state") or {}).get("calibration")
+    )
     messages = list(frame.get("messages") or [])
-    reading = loaded is not None and any(o and "ref" in o for o in loaded.origins)
+    reading = loaded is not None and loaded.holds_references()
     measure = measure_context(
         policy=policy,
         budget=budget,

@@ -22,6 +22,7 @@ from agentloom.engine._calibration import (
     CalibratedEstimator,
     Calibration,
     calibration_config,
+    resumed_estimator,
 )
 from agentloom.engine._clock import (
     Clock,
@@ -109,6 +110,7 @@ from agentloom.engine._projection import (
     JournalRecord,
     ProjectedHistory,
     ReusableView,
+    block_excerpts,
     is_run_note,
     project_history,
 )
@@ -238,6 +240,7 @@ __all__ = [
     "Toolset",
     "TriggerPolicy",
     "as_ranges",
+    "block_excerpts",
     "build_toolset",
     "builtin_tools",
     "cached_prompt_tokens",
@@ -259,6 +262,7 @@ __all__ = [
     "protocol_problems",
     "reported_completion_tokens",
     "reported_prompt_tokens",
+    "resumed_estimator",
     "reusable_views",
     "status_key",
     "system_clock",

@@ -32,7 +32,13 @@ from typing import Any
 from agentloom.engine._budget import TokenEstimator
 from agentloom.engine._errors import ConfigurationError
 
-__all__ = ["DEFAULT_SAMPLES", "CalibratedEstimator", "Calibration", "calibration_config"]
+__all__ = [
+    "DEFAULT_SAMPLES",
+    "CalibratedEstimator",
+    "Calibration",
+    "calibration_config",
+    "resumed_estimator",
+]
 
 DEFAULT_SAMPLES = 5
 
@@ -154,3 +160,18 @@ class CalibratedEstimator(TokenEstimator):
             return
         self.calibration.add(reported / raw)
         self._base = (messages[0], messages[-1], len(messages), len(tools), reported, raw)
+
+
+def resumed_estimator(
+    estimator: TokenEstimator, binding: dict[str, Any], calibration: dict[str, Any] | None
+) -> TokenEstimator:
+    """Return `estimator` as a checkpoint measures with it: calibrated by its learned ratio.
+
+    `binding` is the checkpoint's binding, `calibration` its `state.calibration`; a binding
+    without calibration leaves the estimator as it is.
+    """
+    settings = calibration_config(binding.get("calibration"))
+    if settings is None:
+        return estimator
+    learned = Calibration.from_dict(calibration, keep=settings["samples"])
+    return CalibratedEstimator(estimator, learned)

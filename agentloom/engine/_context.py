@@ -476,7 +476,7 @@ class JournalContextManager(ContextManager):
 
     def holds_references(self) -> bool:
         """Return True when the view shows an excerpt or a masked result (`read_record` helps)."""
-        return any(origin and "ref" in origin for origin in self.frame.origins)
+        return self.frame.holds_references()
 
     def read_record(self, ref: str, offset: int = 0, limit: int | None = None) -> str:
         """Return a slice of a record this instance may see; ToolError for anything else."""
@@ -767,16 +767,28 @@ class JournalContextManager(ContextManager):
         rows.append({"revision": revision, "covered_seq": covered_seq, **metrics, "at": at})
         frame.state.compaction_log = [*log, *rows]
 
-    def _sources_at(self, indexes: list[int]) -> dict[str, list[list[int]]]:
-        """Return the own local seqs and session seqs of the view messages at `indexes`."""
+    def _sources_at(
+        self, indexes: list[int], earlier: dict[int, dict[str, Any]] | None = None
+    ) -> dict[str, list[list[int]]]:
+        """Return the own local seqs and session seqs of the view messages at `indexes`.
+
+        With `earlier` (sources by snapshot revision), a summary message counts as the records
+        its compaction summarised.
+        """
         own: set[int] = set()
         session: set[int] = set()
         for index in indexes:
             origin = self.frame.origins[index] if index < len(self.frame.origins) else None
-            if origin and "own" in origin:
+            if not origin:
+                continue
+            if "own" in origin:
                 own.add(origin["own"])
-            elif origin and "s" in origin:
+            elif "s" in origin:
                 session.add(origin["s"])
+            elif "summary" in origin and earlier is not None:
+                before = earlier.get(origin["summary"], {})
+                own.update(seq for a, b in before.get("own", []) for seq in range(a, b + 1))
+                session.update(seq for a, b in before.get("session", []) for seq in range(a, b + 1))
         return {"own": as_ranges(own), "session": as_ranges(session)}
 
     def _summarised_sources(self, outcome: CompactionOutcome) -> dict[str, list[list[int]]]:
@@ -785,23 +797,8 @@ class JournalContextManager(ContextManager):
         A summary that summarises an earlier one covers what that one covered, so the ranges
         stay exact through repeated compactions.
         """
-        frame = self.frame
-        own: set[int] = set()
-        session: set[int] = set()
-        earlier = {s["revision"]: s.get("sources") or {} for s in frame.compactions}
-        for index in outcome.details.get("summarised", []):
-            origin = frame.origins[index] if index < len(frame.origins) else None
-            if not origin:
-                continue
-            if "own" in origin:
-                own.add(origin["own"])
-            elif "s" in origin:
-                session.add(origin["s"])
-            elif "summary" in origin:
-                before = earlier.get(origin["summary"], {})
-                own.update(seq for a, b in before.get("own", []) for seq in range(a, b + 1))
-                session.update(seq for a, b in before.get("session", []) for seq in range(a, b + 1))
-        return {"own": as_ranges(own), "session": as_ranges(session)}
+        earlier = {s["revision"]: s.get("sources") or {} for s in self.frame.compactions}
+        return self._sources_at(outcome.details.get("summarised", []), earlier)
 
     def verification_messages(self, candidate_answer: str) -> list[dict[str, Any]]:
         """Return the verification request: the task, the evidence and the candidate answer."""

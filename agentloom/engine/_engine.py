@@ -36,7 +36,12 @@ from agentloom.engine._budget import (
     TokenEstimator,
     estimator_from_binding,
 )
-from agentloom.engine._calibration import CalibratedEstimator, Calibration, calibration_config
+from agentloom.engine._calibration import (
+    CalibratedEstimator,
+    Calibration,
+    calibration_config,
+    resumed_estimator,
+)
 from agentloom.engine._clock import Clock, system_clock
 from agentloom.engine._compaction import CompactionPolicy
 from agentloom.engine._context import ContextManager, JournalContextManager
@@ -315,10 +320,7 @@ class Engine:
             self.redactor.value(frame_dict), store=self.config.record_store
         )
         policy, budget, estimator = self._bound(frame.binding)
-        settings = calibration_config(frame.binding.get("calibration"))
-        if settings is not None:
-            learned = Calibration.from_dict(frame.state.calibration, keep=settings["samples"])
-            estimator = CalibratedEstimator(estimator, learned)
+        estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
         large_records = LargeRecords.from_config(frame.binding.get("large_records"))
         execution = _Execution(self, policy, budget, estimator, large_records)
         context = execution.new_context()

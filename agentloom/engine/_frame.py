@@ -190,6 +190,10 @@ class InstanceFrame:
         self.messages.append(message)
         self.origins.append(origin)
 
+    def holds_references(self) -> bool:
+        """Return True when the view shows an excerpt or a masked result (see `_large`)."""
+        return any(origin and "ref" in origin for origin in self.origins)
+
     def add_record(self, record: Record) -> None:
         self.records.append(record)
         if record.kind == "status":

@@ -39,7 +39,14 @@ from agentloom.engine._refs import Origin, materialize
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]
 
-__all__ = ["ExcerptJudge", "JournalRecord", "ProjectedHistory", "ReusableView", "project_history"]
+__all__ = [
+    "ExcerptJudge",
+    "JournalRecord",
+    "ProjectedHistory",
+    "ReusableView",
+    "block_excerpts",
+    "project_history",
+]
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,11 @@ class ProjectedHistory:
         if self.excerpts:
             block["ex"] = {str(seq): chars for seq, chars in sorted(self.excerpts.items())}
         return block
+
+
+def block_excerpts(block: Mapping[str, Any]) -> dict[int, int]:
+    """Return the excerpt decisions a stored history block names (seq -> characters shown)."""
+    return {int(seq): chars for seq, chars in (block.get("ex") or {}).items()}
 
 
 class _OpenGroup:

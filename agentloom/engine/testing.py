@@ -31,7 +31,12 @@ from agentloom.engine._gateway import (
 from agentloom.engine._large import LargeRecords, RecordSizer, history_judge
 from agentloom.engine._measure import check_input
 from agentloom.engine._policy import ContextPolicy
-from agentloom.engine._projection import JournalRecord, ProjectedHistory, project_history
+from agentloom.engine._projection import (
+    JournalRecord,
+    ProjectedHistory,
+    block_excerpts,
+    project_history,
+)
 from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._refs import Origin, RecordStore
 from agentloom.engine._tools import ReadRecordTool, Tool
@@ -155,8 +160,9 @@ class _Store(RecordStore):
             for row in self.source.rows
             if block["after"] < row.seq <= block["upto"] and row.instance == MAIN_INSTANCE
         ]
-        excerpts = {int(seq): chars for seq, chars in (block.get("ex") or {}).items()}
-        history = project_history(rows, tool_result_chars=block["cap"], excerpts=excerpts)
+        history = project_history(
+            rows, tool_result_chars=block["cap"], excerpts=block_excerpts(block)
+        )
         return history.messages, history.origins
 
     def main_record(

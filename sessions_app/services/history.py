@@ -16,6 +16,7 @@ from agentloom.engine import (
     Origin,
     ProjectedHistory,
     ReusableView,
+    block_excerpts,
     history_judge,
     project_history,
 )
@@ -94,6 +95,7 @@ def history_block(
         view = SessionView.objects.get(session_id=session_id, revision=block["view"])
     session = Session(pk=session_id)
     records = main_records_after(session, block["after"], up_to=block["upto"])
-    excerpts = {int(seq): chars for seq, chars in (block.get("ex") or {}).items()}
-    history = project_after_view(records, view, tool_result_chars=block["cap"], excerpts=excerpts)
+    history = project_after_view(
+        records, view, tool_result_chars=block["cap"], excerpts=block_excerpts(block)
+    )
     return history.messages, history.origins
