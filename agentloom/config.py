@@ -106,8 +106,12 @@ def env_secret_list(name: str) -> list[str]:
     return values
 
 
-def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
-    """Return a DATABASES entry for `url` (sqlite:///path or postgres://…)."""
+def database_from_url(url: str, *, sqlite_timeout: int = 20, pool_size: int = 0) -> dict:
+    """Return a DATABASES entry for `url` (sqlite:///path or postgres://…).
+
+    On PostgreSQL, `pool_size` > 0 gives each process a connection pool of at most that many
+    connections (psycopg's pool); a thread that closes its connection hands it back.
+    """
     import dj_database_url
 
     if "://" not in url:
@@ -138,9 +142,32 @@ def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
     else:
         if not config.get("NAME"):
             raise ImproperlyConfigured("DATABASE_URL names no PostgreSQL database")
-        config.setdefault("CONN_MAX_AGE", 60)
         config["CONN_HEALTH_CHECKS"] = True
+        if pool_size > 0:
+            # A pooled connection is handed back when a request or a run's database work ends.
+            config["CONN_MAX_AGE"] = 0
+            config.setdefault("OPTIONS", {})["pool"] = {
+                "min_size": 1,
+                "max_size": pool_size,
+                "timeout": 30,
+            }
+        else:
+            config.setdefault("CONN_MAX_AGE", 60)
     return config
+
+
+def database_slots(sqlite: bool, pool_size: int, asked: int) -> int:
+    """Return a worker process's database slots: `asked`, or the default for the database."""
+    if sqlite:
+        return asked or 1
+    if pool_size and asked >= pool_size:
+        raise ImproperlyConfigured(
+            f"RUN_DATABASE_SLOTS ({asked}) must be below DATABASE_POOL_SIZE ({pool_size}): "
+            "the lease renewer needs a connection of its own"
+        )
+    if asked:
+        return asked
+    return max(1, pool_size - 1) if pool_size else 9
 
 
 def local_secret(var_dir: Path, name: str, *, debug: bool) -> str:

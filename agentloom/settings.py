@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agentloom.config import (
     database_from_url,
+    database_slots,
     env_bool,
     env_heartbeat,
     env_int,
@@ -107,14 +108,23 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL: each process's connection pool (0: no pool, a connection per thread kept 60 s).
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10, minimum=0)
 DATABASES = {
     "default": database_from_url(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'agentloom.sqlite3'}"),
+        pool_size=DATABASE_POOL_SIZE,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+_SQLITE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+if _SQLITE:
     # Tests that start a worker process need a file both processes can open.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_SQLITE_NAME")}
+# How many of a worker process's runs use the database at once (sessions_app/services/slots.py):
+# one on SQLite, one less than the pool on PostgreSQL (the lease renewer keeps the last one).
+RUN_DATABASE_SLOTS = database_slots(
+    _SQLITE, DATABASE_POOL_SIZE, env_int("RUN_DATABASE_SLOTS", 0, minimum=0)
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -41,7 +41,11 @@ def _database_url() -> str:
     return f"sqlite:///{name}"
 
 
-def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) -> subprocess.Popen:
+def _start_worker(
+    redis_url: str, tmp_path: Path, *, lease: int = 3, pool: str = "solo", **extra
+) -> subprocess.Popen:
+    """Start a worker process (`pool`: solo, or `threads:N` for N runs in flight)."""
+    pool, _, concurrency = pool.partition(":")
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
@@ -61,7 +65,8 @@ def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) ->
             "-A",
             "agentloom.celery",
             "worker",
-            "--pool=solo",
+            f"--pool={pool}",
+            *([f"--concurrency={concurrency}"] if concurrency else []),
             "--loglevel=INFO",
             "--without-heartbeat",
             "--without-mingle",
