@@ -156,6 +156,21 @@ def database_from_url(url: str, *, sqlite_timeout: int = 20, pool_size: int = 0)
     return config
 
 
+def database_identity(database: dict) -> str:
+    """Return a short name of the database a deployment keeps its data in (no credentials).
+
+    It is the same in every process of one deployment (web, workers, beat) and differs between
+    deployments on different databases: tasks carry it, and the default queue is named after it.
+    """
+    import hashlib
+
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        where = str(Path(str(database["NAME"])).resolve())
+    else:
+        where = f"{database.get('HOST') or ''}:{database.get('PORT') or 5432}/{database['NAME']}"
+    return hashlib.sha256(f"{database['ENGINE']}|{where}".encode()).hexdigest()[:12]
+
+
 def database_slots(sqlite: bool, pool_size: int, asked: int) -> int:
     """Return a worker process's database slots: `asked`, or the default for the database."""
     if sqlite:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agentloom.config import (
     database_from_url,
+    database_identity,
     database_slots,
     env_bool,
     env_heartbeat,
@@ -204,6 +205,11 @@ elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://")):
         f"CELERY_BROKER_URL must start with filesystem://, redis://, rediss:// or amqp://, "
         f"got {CELERY_BROKER_URL.split('://', 1)[0]!r}"
     )
+# Every task carries the name of this deployment's database, and goes to (and is consumed from)
+# this deployment's own queue: two deployments sharing a Redis database never take each other's
+# runs (a worker that gets one anyway hands it back, sessions_app/tasks.py).
+DEPLOYMENT_ID = database_identity(DATABASES["default"])
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", f"agentloom-{DEPLOYMENT_ID}")
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

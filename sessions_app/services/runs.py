@@ -33,8 +33,8 @@ WORKER_LOST = "worker_lost"
 def _enqueue(run: Run) -> None:
     from sessions_app.tasks import execute_run
 
-    run_id = run.pk
-    transaction.on_commit(lambda: execute_run.delay(run_id))
+    run_id, deployment = run.pk, settings.DEPLOYMENT_ID
+    transaction.on_commit(lambda: execute_run.delay(run_id, deployment=deployment))
 
 
 # --- sessions ------------------------------------------------------------------------------

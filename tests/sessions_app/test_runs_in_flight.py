@@ -19,7 +19,7 @@ from sessions_app.services.renewer import LeaseRenewer
 from sessions_app.services.runs import claim_run, run_ask, run_resume, sweep_expired_leases
 from sessions_app.services.slots import DatabaseSlots
 from tests.factories import make_agent, make_connection, make_run, make_session, make_space
-from tests.sessions_app.test_worker import _start_worker, _wait
+from tests.sessions_app.test_worker import QUEUE, _start_worker, _wait
 from tests.support.delayed_model import DelayedModel
 
 
@@ -177,7 +177,9 @@ def _send_all(redis_url: str, run_ids: list[int]) -> None:
     sender = Celery(broker=redis_url)
     with sender.connection_for_write() as broker:
         for run_id in run_ids:
-            sender.send_task("sessions_app.tasks.execute_run", args=[run_id], connection=broker)
+            sender.send_task(
+                "sessions_app.tasks.execute_run", args=[run_id], queue=QUEUE, connection=broker
+            )
     sender.close()
 
 
@@ -220,7 +222,6 @@ def _check_own_records(run: Run) -> None:
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.postgres
-@pytest.mark.real_worker
 @pytest.mark.django_db(transaction=True)
 def test_fifty_runs_in_flight_in_one_worker_keep_their_own_records(redis_url, alice, tmp_path):
     model = DelayedModel(1.5)
@@ -259,7 +260,6 @@ def test_fifty_runs_in_flight_in_one_worker_keep_their_own_records(redis_url, al
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.postgres
-@pytest.mark.real_worker
 @pytest.mark.django_db(transaction=True)
 def test_kill_9_of_a_worker_with_fifty_runs_in_flight_leaves_every_run_resumable(
     redis_url, alice, tmp_path

@@ -28,6 +28,8 @@ from tests.factories import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+# The queue the test workers consume and the tests send to.
+QUEUE = f"agentloom-test-{os.getpid()}"
 
 
 def _database_url() -> str:
@@ -54,6 +56,7 @@ def _start_worker(
         # The heartbeat defaults to a quarter of the lease.
         "RUN_LEASE_SECONDS": str(lease),
         "PYTHONPATH": str(ROOT),
+        "CELERY_QUEUE": QUEUE,
         **extra,
     }
     log = open(tmp_path / f"worker-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
@@ -82,7 +85,7 @@ def _start_worker(
 
 def _send(redis_url: str, run_id: int) -> None:
     sender = Celery(broker=redis_url)
-    sender.send_task("sessions_app.tasks.execute_run", args=[run_id])
+    sender.send_task("sessions_app.tasks.execute_run", args=[run_id], queue=QUEUE)
     sender.close()
 
 
