@@ -138,6 +138,9 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Web server processes `python -m agentloom.serve` starts (agentloom/serve.py).
+WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1)
+
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
