@@ -185,6 +185,29 @@ def database_slots(sqlite: bool, pool_size: int, asked: int) -> int:
     return max(1, pool_size - 1) if pool_size else 9
 
 
+def env_rate(name: str, default: str):
+    """Return the rate limit `name` sets ("N/minute", "N/hour", "N/second", or "off")."""
+    from agentloom.ratelimit import parse_rate
+
+    value = env_str(name, default)
+    try:
+        return parse_rate(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}, got {value!r}") from None
+
+
+def cache_from_url(url: str | None) -> dict:
+    """Return Django's CACHES for `url`: Redis (shared by every process) or per-process memory."""
+    if not url or url == "locmem://":
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    if not url.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured(
+            f"CACHE_URL must start with redis://, rediss:// or locmem://, got "
+            f"{url.split('://', 1)[0]!r}"
+        )
+    return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}}
+
+
 def local_secret(var_dir: Path, name: str, *, debug: bool) -> str:
     """Return the secret `name` from the environment, or a generated one kept under var/.
 

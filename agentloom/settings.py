@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from agentloom.config import (
+    cache_from_url,
     database_from_url,
     database_identity,
     database_slots,
@@ -13,6 +14,7 @@ from agentloom.config import (
     env_heartbeat,
     env_int,
     env_list,
+    env_rate,
     env_secret_list,
     env_str,
     local_secret,
@@ -137,6 +139,17 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# Shared by every process (rate-limit counters) when it points at Redis; per process otherwise.
+CACHES = cache_from_url(env_str("CACHE_URL"))
+# Rate limits of the costly actions, per user and per session (agentloom/ratelimit.py).
+RATE_LIMITS = {
+    "discovery": env_rate("RATE_LIMIT_DISCOVERY", "20/minute"),
+    "runs_per_user": env_rate("RATE_LIMIT_RUNS_PER_USER", "30/minute"),
+    "runs_per_session": env_rate("RATE_LIMIT_RUNS_PER_SESSION", "10/minute"),
+    "supplements_per_user": env_rate("RATE_LIMIT_SUPPLEMENTS_PER_USER", "60/minute"),
+    "supplements_per_session": env_rate("RATE_LIMIT_SUPPLEMENTS_PER_SESSION", "20/minute"),
+}
 
 # Web server processes `python -m agentloom.serve` starts (agentloom/serve.py).
 WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1)
