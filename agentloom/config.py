@@ -175,6 +175,11 @@ def database_slots(sqlite: bool, pool_size: int, asked: int) -> int:
     """Return a worker process's database slots: `asked`, or the default for the database."""
     if sqlite:
         return asked or 1
+    if pool_size == 1:
+        raise ImproperlyConfigured(
+            "DATABASE_POOL_SIZE must be 0 (no pool) or at least 2: a worker's runs and its "
+            "lease renewer each need a connection"
+        )
     if pool_size and asked >= pool_size:
         raise ImproperlyConfigured(
             f"RUN_DATABASE_SLOTS ({asked}) must be below DATABASE_POOL_SIZE ({pool_size}): "

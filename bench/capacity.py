@@ -399,8 +399,10 @@ def _web(world: dict) -> None:
     _, key = token_create(user=world["user"], name="bench")
     total = WEB_CLIENTS * WEB_REQUESTS_PER_CLIENT
     # One round more than measured: the first requests of each server process load its code.
+    # Twice as many: a warm-up round first (each server process loads its code on first use).
     fresh = [
-        session_create(user=world["user"], agent_version=world["version"]).pk for _ in range(total)
+        session_create(user=world["user"], agent_version=world["version"]).pk
+        for _ in range(2 * total)
     ]
     journaled = (
         Session.objects.filter(messages__isnull=False).order_by("-pk").values_list("pk", flat=True)

@@ -11,8 +11,10 @@ import time
 
 import pytest
 from celery import Celery
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
+from agentloom.config import database_from_url, database_slots
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.services.checkpoints import full_checkpoint
 from sessions_app.services.renewer import LeaseRenewer
@@ -168,6 +170,18 @@ def _check_own_records_after_resume(run: Run, rows: list[SessionMessage]) -> Non
     statuses = [row.message for row in rows if row.kind == "status"]
     assert statuses[0] == {"status": "failed", "error": "worker_lost"}
     assert statuses[-1]["status"] == "succeeded"
+
+
+def test_a_pool_per_process_on_postgresql_and_the_slots_below_it():
+    pooled = database_from_url("postgres://u:p@db:5432/name", pool_size=10)
+    assert pooled["OPTIONS"]["pool"]["max_size"] == 10 and pooled["CONN_MAX_AGE"] == 0
+    assert "pool" not in database_from_url("postgres://u@db/name").get("OPTIONS", {})
+    assert database_slots(False, 10, 0) == 9, "the renewer keeps the last connection"
+    assert database_slots(True, 10, 0) == 1, "SQLite's runs take turns"
+    assert database_slots(False, 0, 0) == 9 and database_slots(False, 10, 4) == 4
+    for pool, asked in ((10, 10), (1, 0)):
+        with pytest.raises(ImproperlyConfigured):
+            database_slots(False, pool, asked)
 
 
 # --- a real worker process: 50 runs in flight ------------------------------------------------
