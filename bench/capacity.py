@@ -64,7 +64,7 @@ def main() -> None:
     for backend in options.backends.split(","):
         with tempfile.TemporaryDirectory() as scratch:
             url = _scratch_url(backend, scratch)
-            env = {**os.environ, **_bench_env(url, scratch)}
+            env = {**os.environ, **_bench_env(url, scratch, backend)}
             print(f"\n== {backend}: {url.rsplit('@', 1)[-1]}", flush=True)
             try:
                 subprocess.run(
@@ -75,8 +75,17 @@ def main() -> None:
                     check=True,
                 )
             finally:
+                _drop_queue(broker, env["CELERY_QUEUE"])
                 if backend == "postgres":
                     _admin(f'DROP DATABASE IF EXISTS "{_bench_name()}" WITH (FORCE)')
+
+
+def _drop_queue(broker: str, queue: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(broker)
+    client.delete(queue)
+    client.close()
 
 
 def _postgres_url() -> str:
@@ -108,7 +117,7 @@ def _scratch_url(backend: str, scratch: str) -> str:
     return _postgres_url().rsplit("/", 1)[0] + "/" + _bench_name()
 
 
-def _bench_env(url: str, scratch: str) -> dict[str, str]:
+def _bench_env(url: str, scratch: str, backend: str) -> dict[str, str]:
     limits = ("DISCOVERY", "RUNS_PER_USER", "RUNS_PER_SESSION", "SUPPLEMENTS_PER_USER")
     return {
         "DATABASE_URL": url,
@@ -119,7 +128,8 @@ def _bench_env(url: str, scratch: str) -> dict[str, str]:
         "FIELD_ENCRYPTION_KEY": "bench-capacity-field-key-not-for-production-0123456789",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "ALLOW_PRIVATE_MODEL_HOSTS": "true",
-        "CELERY_QUEUE": f"bench-capacity-{os.getpid()}",
+        # A queue of each leg's own: the runs the web leg leaves queued stay with it.
+        "CELERY_QUEUE": f"bench-capacity-{os.getpid()}-{backend}",
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
         **{f"RATE_LIMIT_{name}": "off" for name in limits},
