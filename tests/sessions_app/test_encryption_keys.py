@@ -96,6 +96,8 @@ def test_every_encrypted_column_is_covered():
         "sessions_app.Run.checkpoint",
         "sessions_app.Run.question",
         "sessions_app.RunSupplement.text",
+        "sessions_app.Session.title",
+        "sessions_app.SessionDeletion.session_title",
         "sessions_app.SessionMessage.message",
         "sessions_app.SessionView.messages",
     }
