@@ -83,11 +83,11 @@ def punycode_url(url: str) -> str | None:
     try:
         parsed = httpx.URL(url)
         ascii_host = parsed.raw_host.decode("ascii")
-        if not url or ascii_host == parsed.host:
-            return None
-        return str(parsed.copy_with(host=ascii_host))
     except (httpx.InvalidURL, TypeError, ValueError):
         return None
+    if ascii_host == parsed.host:
+        return None
+    return str(parsed.copy_with(host=ascii_host))
 
 
 def normalise_base_url(base_url: str) -> str:
