@@ -7,6 +7,13 @@ records from `Session.next_seq` (bumped under the row's lock), inserts them (ins
 journaled supplements consumed, and records the references of a new compaction snapshot (saving
 it as a reusable view when the prefix rule allows). A save costs what was added since the last
 one: the checkpoint holds no records and no copy of the inherited history.
+
+Lock order: a transaction that locks a session's row and one of its runs' rows locks the
+SESSION FIRST, then the run (`lock_run`). The writer's save, the sweep, `journal_status`'s
+callers, the supplement queue, resume, cancel and legacy adoption all follow it; a transaction
+that needs one of the two rows only (a model call's record, the heartbeat, closing the
+supplement queue) may lock that row alone. Taking them the other way round lets PostgreSQL
+abort one of two such transactions as a deadlock.
 """
 
 from __future__ import annotations
@@ -101,14 +108,27 @@ def append_records(
     return rows
 
 
+def lock_session(session_id: int) -> None:
+    """Lock the session row for this transaction (it exists; deleted or not)."""
+    if not Session.objects.select_for_update().filter(pk=session_id).values_list("pk"):
+        raise Session.DoesNotExist(f"session {session_id} does not exist")
+
+
+def lock_run(run_id: int, *, session_id: int) -> Run:
+    """Lock run `run_id` of session `session_id` for this transaction, the session's row first."""
+    lock_session(session_id)
+    return Run.objects.select_for_update().get(pk=run_id)
+
+
 def journal_status(run: Run, *, status: str, error: str) -> None:
     """Journal the terminal record `status:<attempt>` of `run`, written outside its engine.
 
     For a run stopped where no engine could write it: swept after its worker was lost, cancelled
     while queued, or unable to build its engine. Call inside the transaction that sets the run's
-    status; a repeat is a no-op. A run that ends before any worker started it has not journaled
-    its question yet; it is journaled first, so that every question stays in the session's
-    history. The error is redacted like everything else written for the run.
+    status, holding the session's lock and then the run's (`lock_run`); a repeat is a no-op. A
+    run that ends before any worker started it has not journaled its question yet; it is
+    journaled first, so that every question stays in the session's history. The error is
+    redacted like everything else written for the run.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -188,6 +208,9 @@ class JournalWriter:
         """Persist `checkpoint` (and `run_fields`) atomically; return what was written."""
         frame = checkpoint.frame
         with transaction.atomic():
+            # The session first, then the run (the lock order above), even with nothing to
+            # journal: a new view or a lease renewal must not lock the run before the session.
+            lock_session(self.session_id)
             result = SyncResult()
             new_rows = append_records(
                 run_id=self.run_id,

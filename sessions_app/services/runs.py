@@ -4,7 +4,8 @@ Every state change is one function with keyword-only arguments, run in a transac
 Celery task that executes a run is queued with `transaction.on_commit` so a worker never sees a
 run that is not committed yet. The actions a user takes (`run_ask`, `run_resume`, `run_cancel`,
 `supplement_add`) are durable: each is one outermost transaction, committed when it returns, and
-calling one inside another atomic block is an error, never a silent savepoint.
+calling one inside another atomic block is an error, never a silent savepoint. Each locks the
+session's row before the run's (the lock order of `services.journal`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from agentloom.validation import clean_text
 from context_app.engine_adapter import input_check, redactor_for
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
-from sessions_app.services.journal import journal_status
+from sessions_app.services.journal import journal_status, lock_run
 from sessions_app.services.legacy import adopt_unjournaled_runs
 
 MAX_QUESTION_CHARS = 100_000
@@ -97,8 +98,9 @@ def session_rename(*, user, session: Session, title) -> Session:
 def lock_live_session(session_id: int) -> None:
     """Lock the session row for this transaction; NotFound once it has been deleted.
 
-    Every write that starts or feeds a run calls this (after the run's own lock, the order the
-    journal writers use), so it cannot interleave with `session_delete`, which takes this lock.
+    Every write that starts or feeds a run calls this BEFORE it locks any run of the session
+    (the journal writers' order: session, then run), so it cannot interleave with
+    `session_delete`, which takes this lock, nor deadlock with a worker's save.
     """
     live = Session.objects.select_for_update().filter(pk=session_id, deleted_at__isnull=True)
     if not live.only("pk"):
@@ -115,9 +117,9 @@ def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[in
     if session is not None:
         stale = stale.filter(session=session)
     swept = []
-    for run_id in stale.values_list("pk", flat=True):
+    for run_id, session_id in stale.values_list("pk", "session_id"):
         with transaction.atomic():
-            run = Run.objects.select_for_update().get(pk=run_id)
+            run = lock_run(run_id, session_id=session_id)
             if run.status not in Run.ACTIVE_STATUSES or not run.lease_expires_at:
                 continue
             if run.lease_expires_at >= now:
@@ -213,8 +215,8 @@ def run_resume(*, user, run: Run) -> Run:
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     sweep_expired_leases(session=run.session)
-    run = Run.objects.select_for_update().get(pk=run.pk)
     lock_live_session(run.session_id)
+    run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
         raise Conflict(f"Only a failed or cancelled run can be resumed; this one is {run.status}.")
     if (
@@ -245,7 +247,7 @@ def run_cancel(*, user, run: Run) -> Run:
     """Cancel a queued run at once, or ask a running one to stop at its next safe point."""
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = lock_run(run.pk, session_id=run.session_id)
     if run.status == Run.Status.QUEUED:
         run.status = Run.Status.CANCELLED
         run.cancel_requested = True
@@ -269,8 +271,8 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
         raise NotFound("Not found.")
     text = redactor_for(run.session.agent_version).text(text)
     _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
-    run = Run.objects.select_for_update().get(pk=run.pk)
     lock_live_session(run.session_id)
+    run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status == Run.Status.SUCCEEDED or (
         run.status == Run.Status.RUNNING and run.supplements_closed
     ):
@@ -282,8 +284,9 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
 def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
     """Return queued supplements not yet handed out; on an empty final call, close the queue.
 
-    Only the final call locks the run: closing the queue must not race `supplement_add`. At any
-    other safe point a supplement committed a moment too late is simply taken at the next one.
+    Only the final call locks the run (and only the run: it writes nothing of the session's):
+    closing the queue must not race `supplement_add`. At any other safe point a supplement
+    committed a moment too late is simply taken at the next one.
     """
 
     def pending() -> list[RunSupplement]:
