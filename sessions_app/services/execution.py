@@ -202,17 +202,5 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
 
-    try:
-        writer.sync(
-            outcome.checkpoint,
-            status=outcome.status,
-            answer=outcome.answer,
-            error=outcome.error or "",
-            finished_at=timezone.now(),
-            lease_owner="",
-            lease_expires_at=None,
-        )
-    except LeaseLost:
-        log.warning("run %s: lease lost before the final save", run_id)
-        return "lease lost"
+    # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status

@@ -3,7 +3,8 @@
 Called on every engine save with a `Checkpoint`: the frame by reference (`format: 2`) and the
 records added since the last save. In ONE transaction it allocates session seqs for the new
 records from `Session.next_seq` (bumped under the row's lock), inserts them (insert-or-ignore on
-(run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease, marks
+(run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease (or, in the
+save that journals the run's terminal status, ends the run with that status), marks
 journaled supplements consumed, and records the references of a new compaction snapshot (saving
 it as a reusable view when the prefix rule allows). A save costs what was added since the last
 one: the checkpoint holds no records and no copy of the inherited history.
@@ -25,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -160,6 +162,50 @@ def _reserve_seqs(session_id: int, count: int) -> int:
     return row[0] - count
 
 
+def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
+    """Return the Run columns that end the run if `checkpoint` journals its terminal status.
+
+    That is the save whose records hold the main instance's `status` record of this execution
+    (the frame's `state.terminal`, cleared when a run is resumed), the last thing an execution
+    journals. Its answer is the candidate answer, kept only when the run succeeded. Empty for
+    any other save, including a resumed format-1 frame's first, which journals older statuses.
+    """
+    state = checkpoint.frame.get("state") or {}
+    terminal = state.get("terminal")
+    journals_it = any(
+        instance == MAIN_INSTANCE and record.kind == SessionMessage.Kind.STATUS
+        for instance, record in checkpoint.records
+    )
+    if not terminal or not journals_it:
+        return {}
+    return ended_run_fields(terminal, state)
+
+
+def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """Return the Run columns of a run ended with `terminal` ({status, error}) in `state`."""
+    status = terminal.get("status")
+    return {
+        "status": status,
+        "answer": state.get("candidate_answer") if status == Run.Status.SUCCEEDED else None,
+        "error": terminal.get("error") or "",
+        "finished_at": timezone.now(),
+        "lease_owner": "",
+        "lease_expires_at": None,
+    }
+
+
+def journaled_terminal(run: Run) -> dict[str, Any] | None:
+    """Return the journaled terminal status ({status, error}) of the run's current attempt."""
+    key = status_key(run.attempt)
+    return (
+        SessionMessage.objects.filter(run_id=run.pk, instance=MAIN_INSTANCE, kind="status")
+        .filter(Q(entry_key=key) | Q(entry_key__startswith=f"{key}."))
+        .order_by("-seq")
+        .values_list("message", flat=True)
+        .first()
+    )
+
+
 class JournalWriter:
     """Syncs one run's checkpoints into the journal for the worker holding its lease."""
 
@@ -205,8 +251,13 @@ class JournalWriter:
             self.unlocated.discard((instance, record.entry_key))
 
     def sync(self, checkpoint: Checkpoint, **run_fields: Any) -> SyncResult:
-        """Persist `checkpoint` (and `run_fields`) atomically; return what was written."""
+        """Persist `checkpoint` (and `run_fields`) atomically; return what was written.
+
+        The save that journals the run's terminal status ends the run in the same transaction
+        (`terminal_fields`), so no crash can leave the journal and the Run row disagreeing.
+        """
         frame = checkpoint.frame
+        run_fields.update(terminal_fields(checkpoint))
         with transaction.atomic():
             # The session first, then the run (the lock order above), even with nothing to
             # journal: a new view or a lease renewal must not lock the run before the session.

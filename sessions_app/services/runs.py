@@ -23,7 +23,12 @@ from agentloom.validation import clean_text
 from context_app.engine_adapter import input_check, redactor_for
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
-from sessions_app.services.journal import journal_status, lock_run
+from sessions_app.services.journal import (
+    ended_run_fields,
+    journal_status,
+    journaled_terminal,
+    lock_run,
+)
 from sessions_app.services.legacy import adopt_unjournaled_runs
 
 MAX_QUESTION_CHARS = 100_000
@@ -111,7 +116,12 @@ def lock_live_session(session_id: int) -> None:
 
 
 def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[int]:
-    """Mark queued or running runs whose lease expired `failed` (worker_lost); return their ids."""
+    """End queued or running runs whose lease expired; return their ids.
+
+    A run whose journal already holds its terminal status (a worker of an older release died
+    between journaling it and ending the row) ends as the journal says; any other ends
+    `failed` (worker_lost). A sweep never contradicts the journal.
+    """
     now = now or timezone.now()
     stale = Run.objects.filter(status__in=Run.ACTIVE_STATUSES, lease_expires_at__lt=now)
     if session is not None:
@@ -124,24 +134,24 @@ def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[in
                 continue
             if run.lease_expires_at >= now:
                 continue
-            run.status = Run.Status.FAILED
-            run.error = WORKER_LOST
-            run.finished_at = now
-            run.lease_owner = ""
-            run.lease_expires_at = None
-            run.save(
-                update_fields=[
-                    "status",
-                    "error",
-                    "finished_at",
-                    "lease_owner",
-                    "lease_expires_at",
-                    "updated_at",
-                ]
-            )
-            journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
+            _end_lost_run(run, now)
             swept.append(run.pk)
     return swept
+
+
+def _end_lost_run(run: Run, now) -> None:
+    terminal = journaled_terminal(run)
+    if terminal is not None:
+        fields = ended_run_fields(terminal, (run.checkpoint or {}).get("state") or {})
+    else:
+        fields = {"status": Run.Status.FAILED, "error": WORKER_LOST, "lease_owner": ""}
+        fields["lease_expires_at"] = None
+    fields["finished_at"] = now
+    for name, value in fields.items():
+        setattr(run, name, value)
+    run.save(update_fields=[*fields, "updated_at"])
+    if terminal is None:
+        journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
 
 
 def _queue_deadline():
