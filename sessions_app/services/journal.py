@@ -129,8 +129,9 @@ def journal_status(run: Run, *, status: str, error: str) -> None:
     while queued, or unable to build its engine. Call inside the transaction that sets the run's
     status, holding the session's lock and then the run's (`lock_run`); a repeat is a no-op. A
     run that ends before any worker started it has not journaled its question yet; it is
-    journaled first, so that every question stays in the session's history. The error is
-    redacted like everything else written for the run.
+    journaled first, so that every question stays in the session's history; the supplements it
+    accepted and never showed follow its status. The error is redacted like everything else
+    written for the run.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -146,6 +147,38 @@ def journal_status(run: Run, *, status: str, error: str) -> None:
         (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
     )
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
+    journal_queued_supplements(run_id=run.pk, session_id=run.session_id)
+
+
+def journal_queued_supplements(
+    *, run_id: int, session_id: int, known: set[tuple[str, str]] | None = None
+) -> list[SessionMessage]:
+    """Journal the accepted supplements of an ended run that no view has taken; return the rows.
+
+    A supplement is journaled exactly once: when it enters the run's view, or — if the run ends
+    first — here, at the run's terminal save (or at once, when it is sent to a run that has
+    already ended), after the run's status. Its row has the key the engine gives it, so when a
+    resume shows it at its first safe point, that record finds it journaled; it stays unconsumed
+    until then. Call holding the session's lock.
+    """
+    now = timezone.now()
+    waiting = RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).order_by(
+        "position"
+    )
+    records = [
+        (
+            MAIN_INSTANCE,
+            SessionMessage.Kind.SUPPLEMENT,
+            f"{SUPPLEMENT_KEY_PREFIX}{item.pk}",
+            {"role": "user", "content": item.text},
+            now,
+            None,
+        )
+        for item in waiting
+    ]
+    if not records:
+        return []
+    return append_records(run_id=run_id, session_id=session_id, records=records, known=known)
 
 
 def _reserve_seqs(session_id: int, count: int) -> int:
@@ -250,6 +283,23 @@ class JournalWriter:
             ).update(local_seq=record.seq)
             self.unlocated.discard((instance, record.entry_key))
 
+    def _mark_consumed(self, checkpoint: Checkpoint) -> None:
+        """Mark the supplements that entered the view in this save consumed.
+
+        One journaled when its run ended before any view took it is consumed only now, when a
+        resume shows it: its row was journaled then, and this record finds it known.
+        """
+        ids = [
+            record.entry_key[len(SUPPLEMENT_KEY_PREFIX) :]
+            for instance, record in checkpoint.records
+            if instance == MAIN_INSTANCE and record.kind == SessionMessage.Kind.SUPPLEMENT
+        ]
+        ids = [int(key) for key in ids if key.isdigit()]
+        if ids:
+            RunSupplement.objects.filter(
+                run_id=self.run_id, pk__in=ids, consumed_at__isnull=True
+            ).update(consumed_at=timezone.now())
+
     def sync(self, checkpoint: Checkpoint, **run_fields: Any) -> SyncResult:
         """Persist `checkpoint` (and `run_fields`) atomically; return what was written.
 
@@ -274,17 +324,15 @@ class JournalWriter:
             )
             if self.unlocated:
                 self._locate(checkpoint)
-            if new_rows:
-                result.inserted = len(new_rows)
-                consumed = [
-                    row.entry_key[len(SUPPLEMENT_KEY_PREFIX) :]
-                    for row in new_rows
-                    if row.kind == SessionMessage.Kind.SUPPLEMENT and row.instance == MAIN_INSTANCE
-                ]
-                if consumed:
-                    RunSupplement.objects.filter(
-                        run_id=self.run_id, pk__in=[int(k) for k in consumed if k.isdigit()]
-                    ).update(consumed_at=timezone.now())
+            self._mark_consumed(checkpoint)
+            late: list[SessionMessage] = []
+            if run_fields.get("status"):
+                # The run ends: what it accepted and never showed is journaled now.
+                known = self.known | {(row.instance, row.entry_key) for row in new_rows}
+                late = journal_queued_supplements(
+                    run_id=self.run_id, session_id=self.session_id, known=known
+                )
+            result.inserted = len(new_rows) + len(late)
             if frame != self.written:
                 # An unchanged checkpoint (the final save repeats the engine's last) is not
                 # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum.
@@ -296,6 +344,7 @@ class JournalWriter:
                 inherited_watermark=self.inherited_watermark,
                 frame=frame,
             )
-        self.known.update((row.instance, row.entry_key) for row in new_rows)
+        self.known.update((row.instance, row.entry_key) for row in [*new_rows, *late])
+        self.unlocated.update((row.instance, row.entry_key) for row in late)
         self.written = frame
         return result

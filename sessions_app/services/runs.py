@@ -25,6 +25,7 @@ from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
 from sessions_app.services.journal import (
     ended_run_fields,
+    journal_queued_supplements,
     journal_status,
     journaled_terminal,
     lock_run,
@@ -275,7 +276,11 @@ def run_cancel(*, user, run: Run) -> Run:
 
 @transaction.atomic(durable=True)
 def supplement_add(*, user, run: Run, text) -> RunSupplement:
-    """Queue a supplement; it enters the run's view at its next safe point (or on resume)."""
+    """Queue a supplement; it enters the run's view at its next safe point (or on resume).
+
+    Sent to a failed or cancelled run, it is journaled at once, after the run's status, so a
+    later question sees it even if the run is never resumed.
+    """
     text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
@@ -288,7 +293,11 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     ):
         raise Conflict("This run has finished; ask a new question instead.")
     position = (run.supplements.aggregate(top=Max("position"))["top"] or 0) + 1
-    return RunSupplement.objects.create(run=run, position=position, text=text)
+    supplement = RunSupplement.objects.create(run=run, position=position, text=text)
+    if run.status in Run.FINISHED_STATUSES:
+        # The run has ended (failed or cancelled): journaled now, shown if it is resumed.
+        journal_queued_supplements(run_id=run.pk, session_id=run.session_id)
+    return supplement
 
 
 def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
