@@ -30,7 +30,7 @@ from sessions_app.services.journal import (
     journaled_terminal,
     lock_run,
 )
-from sessions_app.services.legacy import adopt_unjournaled_runs
+from sessions_app.services.legacy import adopt_legacy_run, adopt_unjournaled_runs
 
 MAX_QUESTION_CHARS = 100_000
 MAX_SUPPLEMENT_CHARS = 20_000
@@ -226,6 +226,11 @@ def run_resume(*, user, run: Run) -> Run:
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     sweep_expired_leases(session=run.session)
+    # Runs recorded before the journal existed join it first, in run order, exactly as for a
+    # new question; a legacy run being resumed is adopted with the status of its failed
+    # attempt, before the claim makes it active.
+    adopt_unjournaled_runs(session=run.session)
+    adopt_legacy_run(run)
     lock_live_session(run.session_id)
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
