@@ -13,6 +13,7 @@ from agentloom.errors import Conflict
 from sessions_app.models import MAIN_INSTANCE, Run, RunSupplement, SessionMessage
 from sessions_app.services import journal
 from sessions_app.services.execution import run_execute
+from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import (
     run_ask,
     run_resume,
@@ -151,6 +152,7 @@ def test_a_supplement_accepted_before_a_failure_reaches_the_journal(
     assert [row.message["content"] for row in rows] == ["NONCE-SUPPLEMENT also say hi"]
     status = SessionMessage.objects.get(run=run, kind="status")
     assert rows[0].seq > status.seq  # journaled at the terminal save, after the status
+    assert replay_run(run).ok
     # A later question sees it in its history.
     later = run_ask(user=alice, session=session, question="And now?")
     assert run_execute(run_id=later.pk) == "succeeded"
@@ -175,6 +177,8 @@ def test_a_resume_shows_a_journaled_supplement_at_its_first_safe_point_and_journ
     assert rows[0].local_seq is not None  # the resumed frame's record is that row
     supplement.refresh_from_db()
     assert supplement.consumed_at is not None
+    report = replay_run(Run.objects.get(pk=run.pk))
+    assert report.ok, report.differences
     later = run_ask(user=alice, session=session, question="And now?")
     assert run_execute(run_id=later.pk) == "succeeded"
     asked = [m for m in gateway.action_requests()[-1].messages if m.get("role") == "user"]
