@@ -307,7 +307,8 @@ class JournalWriter:
         (`terminal_fields`), so no crash can leave the journal and the Run row disagreeing.
         """
         frame = checkpoint.frame
-        run_fields.update(terminal_fields(checkpoint))
+        ending = terminal_fields(checkpoint)
+        run_fields.update(ending)
         with transaction.atomic():
             # The session first, then the run (the lock order above), even with nothing to
             # journal: a new view or a lease renewal must not lock the run before the session.
@@ -326,7 +327,7 @@ class JournalWriter:
                 self._locate(checkpoint)
             self._mark_consumed(checkpoint)
             late: list[SessionMessage] = []
-            if run_fields.get("status"):
+            if ending:
                 # The run ends: what it accepted and never showed is journaled now.
                 known = self.known | {(row.instance, row.entry_key) for row in new_rows}
                 late = journal_queued_supplements(

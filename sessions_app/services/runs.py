@@ -141,17 +141,17 @@ def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[in
 
 
 def _end_lost_run(run: Run, now) -> None:
+    """End a run whose lease expired: as its journal says, or else `failed` (worker_lost)."""
     terminal = journaled_terminal(run)
-    if terminal is not None:
-        fields = ended_run_fields(terminal, (run.checkpoint or {}).get("state") or {})
-    else:
-        fields = {"status": Run.Status.FAILED, "error": WORKER_LOST, "lease_owner": ""}
-        fields["lease_expires_at"] = None
+    lost = terminal is None
+    if lost:
+        terminal = {"status": Run.Status.FAILED, "error": WORKER_LOST}
+    fields = ended_run_fields(terminal, (run.checkpoint or {}).get("state") or {})
     fields["finished_at"] = now
     for name, value in fields.items():
         setattr(run, name, value)
     run.save(update_fields=[*fields, "updated_at"])
-    if terminal is None:
+    if lost:
         journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
 
 
