@@ -371,6 +371,8 @@ COST_FIELDS = (
     "price_max_prompt_tokens",
     "price_source_url",
     "price_verified_on",
+    "price_source",
+    "price_band",
     "reported_prompt_tokens",
     "cached_tokens",
     "reported_completion_tokens",
@@ -386,7 +388,11 @@ def call_cost_of(call: ModelCall) -> dict[str, Any] | None:
         "amount": amount,
         "currency": call.price_currency,
         "price_date": call.price_verified_on,
-        "price_source": call.price_source_url or None,
+        # Entered by an operator (`manual`), else the page the manifest read them from.
+        "price_source": "manual"
+        if call.price_source == "manual"
+        else call.price_source_url or None,
+        "price_band": call.price_band or None,
     }
 
 

@@ -42,7 +42,13 @@ class CallCostSerializer(serializers.Serializer):
         help_text="When the prices the call was billed at were read from their source."
     )
     price_source = serializers.CharField(
-        allow_null=True, help_text="Where the prices were read (the official price page)."
+        allow_null=True,
+        help_text="Where the prices were read (the official price page), or `manual` for "
+        "prices an operator entered on the connection (then `price_date` is when).",
+    )
+    price_band = serializers.CharField(
+        allow_null=True,
+        help_text="`peak` or `off_peak` for prices that depend on the time of the call's start.",
     )
 
 

@@ -46,8 +46,9 @@ from agentloom.providers.discovery import (
     discover_models,
     is_chat_model_id,
     model_defaults,
+    retirement_of,
 )
-from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
+from agentloom.providers.manifest import Manifest, ManifestEntry, Retirement, load_manifest
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -74,6 +75,7 @@ __all__ = [
     "ProviderClient",
     "ProviderError",
     "Resolver",
+    "Retirement",
     "address_refusal",
     "discover_models",
     "endpoint_url",
@@ -86,6 +88,7 @@ __all__ = [
     "numeric_host",
     "parse_chat_completion",
     "resolve_checked",
+    "retirement_of",
     "secure_client",
     "system_resolver",
 ]
