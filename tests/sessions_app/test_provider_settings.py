@@ -207,3 +207,17 @@ def test_the_schedule_in_force_at_the_calls_start_is_copied(
     assert (call.price_source, call.price_band, call.price_currency) == ("manifest", band, "USD")
     assert call.cached_tokens == 8_000
     assert call.cost == cost
+
+
+def test_the_context_page_names_the_band_of_a_calls_price(alice, usage_gateway, monkeypatch):
+    from django.test import Client
+    from django.urls import reverse
+
+    start = datetime.datetime.fromisoformat("2026-12-01T10:00:00+08:00")
+    monkeypatch.setattr(timezone, "now", lambda: start)
+    session = session_create(user=alice, agent_version=publish(alice, deepseek_connection(alice)))
+    run = ask(session, alice, "hello")
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(reverse("console-run-context", args=[run.pk])).content.decode()
+    assert '<td class="nowrap call-cost">0.001848 USD (peak)</td>' in page
