@@ -195,8 +195,15 @@ class Manifest:
     def stale(
         self, today: datetime.date, *, max_age_days: int = MANIFEST_MAX_AGE_DAYS
     ) -> list[ManifestEntry]:
-        """Return the entries verified more than `max_age_days` before `today`, oldest first."""
-        old = [entry for entry in self.entries.values() if entry.age_days(today) > max_age_days]
+        """Return the entries verified more than `max_age_days` before `today`, oldest first.
+
+        A retired model's entry is history: its figures are not checked again.
+        """
+        old = [
+            entry
+            for entry in self.entries.values()
+            if entry.age_days(today) > max_age_days and entry.retired_on is None
+        ]
         return sorted(old, key=lambda entry: (entry.verified_on, entry.provider, entry.model_id))
 
 
