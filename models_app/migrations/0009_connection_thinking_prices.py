@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("models_app", "0007_local_servers"),
+        ("models_app", "0008_connection_previous_keys"),
     ]
 
     operations = [

@@ -68,6 +68,18 @@ def title_from_question(question: str) -> str:
     return cut.rstrip() + "…"
 
 
+def _title_if_untitled(session: Session, question: str) -> None:
+    """Name an untitled session after its first question (as redacted).
+
+    The title is encrypted, so it cannot be compared in SQL: it is read again under the session
+    row's lock, which the caller holds, so a rename that came first is kept.
+    """
+    if Session.objects.values_list("title", flat=True).get(pk=session.pk):
+        return
+    session.title = title_from_question(question)
+    Session.objects.filter(pk=session.pk).update(title=session.title)
+
+
 @transaction.atomic
 def session_rename(*, user, session: Session, title) -> Session:
     """Give the caller's own session a new title (blank: the default "Session N")."""
@@ -186,10 +198,7 @@ def _run_create(session: Session, question: str) -> Run:
                 inherited_watermark=journaled,
                 lease_expires_at=_queue_deadline(),
             )
-            if not session.title:
-                # An untitled session is named after its first question (as redacted).
-                session.title = title_from_question(question)
-                Session.objects.filter(pk=session.pk, title="").update(title=session.title)
+            _title_if_untitled(session, question)
             _enqueue(run)
     except IntegrityError:
         # The one-active-run constraint (or the run-number one) lost a race: the database
