@@ -8,6 +8,7 @@ with a clear error instead of silently running another model.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ from agentloom.engine import (
     load_policy,
 )
 from agentloom.errors import ApplicationError
+from agentloom.providers import retirement_of
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
@@ -79,6 +81,12 @@ def estimator_name(module_id: str | None) -> str:
     return _NAMES.get(module_id or "", "bytes")
 
 
+class RetiredModel(ApplicationError):
+    """The version's model ID was retired by its provider on the endpoint it calls."""
+
+    status = 409
+
+
 def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
     budget = snapshot["budget"]
     connection = ModelConnection.objects.filter(pk=budget["connection_id"]).first()
@@ -90,19 +98,33 @@ def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
             f"this version was published for {budget['provider']}:{budget['model_id']}. "
             "Publish a new version to use the new model."
         )
+    retirement = retirement_of(connection.provider, connection.base_url, connection.model_id)
+    if retirement is not None:
+        raise RetiredModel(
+            f"{retirement.message(connection.get_provider_display())} This version can no longer "
+            "run: point a connection at the replacement, publish a new version with it and "
+            "start a new session."
+        )
     return connection
 
 
-def price_for(version: AgentVersion) -> PriceInForce | None:
-    """Return the prices in force for calls of `version` now, or None when they are unknown.
+def price_for(version: AgentVersion, at: datetime.datetime | None = None) -> PriceInForce | None:
+    """Return the prices of a call of `version` that started at `at` (default now), or None.
 
-    Read from the manifest for the version's exact model on the live connection's endpoint.
+    Read from the manifest for the version's exact model on the live connection's official
+    endpoint, else from the prices an operator entered on the connection.
     """
     budget = version.snapshot.get("budget") or {}
     connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
     if connection is None or connection.model_id != budget.get("model_id"):
         return None
-    return price_in_force(connection.provider, connection.base_url, connection.model_id)
+    return price_in_force(
+        connection.provider,
+        connection.base_url,
+        connection.model_id,
+        at=at or datetime.datetime.now(datetime.UTC),
+        manual=connection.prices,
+    )
 
 
 # Tests and replays substitute the gateway for a version here.
@@ -117,6 +139,11 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
     options: dict[str, Any] = {}
     if connection.provider == ModelConnection.Provider.OLLAMA:
         options["num_ctx"] = connection.num_ctx
+    if connection.provider == ModelConnection.Provider.DEEPSEEK:
+        # As frozen at publish: a later change of the connection reaches new versions only.
+        thinking = version.snapshot.get("thinking") or {}
+        options["thinking"] = thinking.get("thinking")
+        options["reasoning_effort"] = thinking.get("reasoning_effort")
     return gateway_for_provider(
         connection.provider,
         connection.base_url,

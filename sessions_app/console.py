@@ -212,6 +212,17 @@ def _cost_text(amount, currency: str) -> str | None:
     return f"{format(amount.normalize(), 'f')} {currency}"
 
 
+def _call_cost_text(call) -> str | None:
+    """Return a call's cost, with the band of a time-of-day price or `manual` prices named."""
+    text = _cost_text(call.cost, call.price_currency)
+    if text is None:
+        return None
+    notes = [call.price_band.replace("_", "-")] if call.price_band else []
+    if call.price_source == "manual":
+        notes.append("manual prices")
+    return f"{text} ({', '.join(notes)})" if notes else text
+
+
 def _summary_text(summary: dict | None) -> dict | None:
     """Return a cost summary as the Context page shows it (None: no cost is known)."""
     if summary is None:
@@ -739,7 +750,7 @@ def run_context_page(request, run_id: int):
                     "usage": _usage_text(call.usage),
                     "error": _signed_percent(call.estimate_error),
                     "cached": _cached_text(call),
-                    "cost": _cost_text(call.cost, call.price_currency),
+                    "cost": _call_cost_text(call),
                 }
                 for call in calls
             ],

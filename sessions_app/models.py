@@ -238,6 +238,10 @@ class ModelCall(models.Model):
     price_max_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     price_source_url = models.URLField(max_length=500, blank=True, default="")
     price_verified_on = models.DateField(null=True, blank=True)
+    # `manifest` (read from price_source_url on price_verified_on) or `manual` (entered by an
+    # operator on price_verified_on); the band (`peak`, `off_peak`) of prices of a time of day.
+    price_source = models.CharField(max_length=16, blank=True, default="")
+    price_band = models.CharField(max_length=16, blank=True, default="")
     # (estimate - reported) / reported; positive when the estimate was too high.
     estimate_error = models.FloatField(null=True, blank=True)
     # For a calibrated estimator: {ratio, base_tokens, raw} the estimate was made with.

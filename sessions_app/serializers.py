@@ -42,7 +42,13 @@ class CallCostSerializer(serializers.Serializer):
         help_text="When the prices the call was billed at were read from their source."
     )
     price_source = serializers.CharField(
-        allow_null=True, help_text="Where the prices were read (the official price page)."
+        allow_null=True,
+        help_text="Where the prices were read (the official price page), or `manual` for "
+        "prices an operator entered on the connection (then `price_date` is when).",
+    )
+    price_band = serializers.CharField(
+        allow_null=True,
+        help_text="`peak` or `off_peak` for prices that depend on the time of the call's start.",
     )
 
 
@@ -255,6 +261,14 @@ class LastReportedSerializer(serializers.Serializer):
     estimator = serializers.CharField()
 
 
+class ToolsPartSerializer(serializers.Serializer):
+    size = serializers.IntegerField(
+        help_text="The tool schemas' part of the request's hard-check bound, in `unit`."
+    )
+    unit = serializers.ChoiceField(choices=["tokens", "bytes"])
+    share = serializers.IntegerField(help_text="Whole percent of the request's bound.")
+
+
 class RunContextSerializer(serializers.Serializer):
     messages = serializers.ListField(
         child=serializers.DictField(), help_text="The model-visible view of the main instance."
@@ -292,6 +306,10 @@ class RunContextSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The main instance's plan as set by the `update_plan` tool (kept verbatim "
         "through compaction); null when none was set.",
+    )
+    tools = ToolsPartSerializer(
+        allow_null=True,
+        help_text="How much of the next request the offered tool schemas take; null without tools.",
     )
 
 

@@ -18,8 +18,9 @@ class GatewayError(EngineError):
     """A model call failed.
 
     `kind` is one of: "auth", "rate_limit", "context_length", "bad_request", "upstream",
-    "network", "timeout", "protocol". The message is fixed text chosen by the gateway; it never
-    carries a provider's response body, headers or credentials.
+    "network", "timeout", "protocol"; the provider layer adds its own (`agentloom.providers`
+    KINDS: "quota", "model_unknown", "reasoning_missing", …). The message is fixed text chosen
+    by the gateway; it never carries a provider's response body, headers or credentials.
     """
 
     def __init__(self, kind: str, message: str, *, status: int | None = None):

@@ -1,7 +1,14 @@
 """Model providers: the secure HTTP client, model discovery, the manifest and chat gateways.
 
 Plain Python: the Django side passes settings such as `ALLOW_PRIVATE_MODEL_HOSTS` in as
-arguments, and gets dataclasses and `ProviderError`s back.
+arguments, and gets dataclasses and `ProviderError`s back. Where each rule lives:
+
+- `_errors`: the fixed message of each error kind; `_http`: which provider answer is which kind;
+- `manifest`: exact model IDs, their windows, prices and retirements; `_schedule`: prices by
+  the time of day (dated peak-hour rules, holiday calendars);
+- `pricing`: the price a call is billed at (manifest on official endpoints, an operator's
+  prices elsewhere) and its cost; `discovery`: model lists, defaults and `retirement_of`;
+- `chat`: the gateways, DeepSeek's thinking settings among them.
 """
 
 from agentloom.providers._addresses import (
@@ -47,8 +54,9 @@ from agentloom.providers.discovery import (
     discover_models,
     is_chat_model_id,
     model_defaults,
+    retirement_of,
 )
-from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
+from agentloom.providers.manifest import Manifest, ManifestEntry, Retirement, load_manifest
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -75,6 +83,7 @@ __all__ = [
     "ProviderClient",
     "ProviderError",
     "Resolver",
+    "Retirement",
     "address_refusal",
     "discover_models",
     "endpoint_url",
@@ -88,6 +97,7 @@ __all__ = [
     "parse_chat_completion",
     "punycode_url",
     "resolve_checked",
+    "retirement_of",
     "secure_client",
     "system_resolver",
 ]

@@ -165,14 +165,61 @@ class OpenAIChatGateway(OpenAICompatibleChatGateway):
     output_limit_field = "max_completion_tokens"
 
 
+# DeepSeek's thinking settings, as its "Thinking Mode" guide documents them (OpenAI format):
+# `{"thinking": {"type": "enabled" | "disabled"}}` and `{"reasoning_effort": "low" | "high" |
+# "max"}`; thinking is on by default, with effort `high`.
+THINKING_MODES = ("enabled", "disabled")
+REASONING_EFFORTS = ("low", "high", "max")
+# Parameters the same guide says thinking mode does not support (accepted, without effect).
+THINKING_IGNORED = ("temperature", "presence_penalty", "frequency_penalty")
+
+
 class DeepSeekChatGateway(OpenAICompatibleChatGateway):
-    """DeepSeek's chat completions, which take the limit as `max_tokens`."""
+    """DeepSeek's chat completions, which take the limit as `max_tokens`.
+
+    `thinking` and `reasoning_effort` (None: DeepSeek's default, nothing sent) are sent with
+    every call, whatever its purpose.
+    """
 
     provider = "deepseek"
     output_limit_field = "max_tokens"
     # In thinking mode DeepSeek refuses (400) a tool-call continuation whose assistant messages
     # lack the `reasoning_content` it returned, so the reply keeps it for the next request.
     keeps_reasoning_content = True
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model_id: str,
+        *,
+        thinking: str | None = None,
+        reasoning_effort: str | None = None,
+        **options: Any,
+    ):
+        super().__init__(base_url, api_key, model_id, **options)
+        if thinking not in (None, *THINKING_MODES):
+            raise ValueError(f"thinking must be one of {THINKING_MODES} or None")
+        if reasoning_effort not in (None, *REASONING_EFFORTS):
+            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None")
+        if thinking == "disabled" and reasoning_effort is not None:
+            raise ValueError("reasoning_effort applies in thinking mode only")
+        self.thinking = thinking
+        self.reasoning_effort = reasoning_effort
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        return self.with_thinking(super().payload(request))
+
+    def with_thinking(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Return `body` with the thinking settings, without what thinking mode ignores."""
+        if self.thinking is not None:
+            body["thinking"] = {"type": self.thinking}
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
+        if self.thinking != "disabled":
+            for name in THINKING_IGNORED:
+                body.pop(name, None)
+        return body
 
 
 class LMStudioChatGateway(OpenAICompatibleChatGateway):

@@ -8,6 +8,7 @@ after the lease was lost is recorded `discarded` (it was billed, but the run nev
 
 from __future__ import annotations
 
+import datetime
 import logging
 import statistics
 import uuid
@@ -56,6 +57,8 @@ def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
         "price_max_prompt_tokens": prices.max_prompt_tokens,
         "price_source_url": price.source_url,
         "price_verified_on": price.verified_on,
+        "price_source": price.source,
+        "price_band": price.band or "",
     }
 
 
@@ -152,8 +155,11 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     version = run.session.agent_version
     writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
-    # The price in force for this execution's calls, copied into each one as it is recorded.
-    price = price_for(version)
+
+    def price(call: Any) -> PriceInForce | None:
+        # The price in force when the call started, copied into it as it is recorded.
+        started = timezone.now() - datetime.timedelta(milliseconds=call.latency_ms or 0)
+        return price_for(version, started)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
         items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
@@ -162,7 +168,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
     hooks = EngineHooks(
         save=writer.sync,
-        on_model_call=lambda call: _record_model_call(run_id, owner, call, price),
+        on_model_call=lambda call: _record_model_call(run_id, owner, call, price(call)),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
         renew_lease=lambda: renew_lease(run_id=run_id, owner=owner),
