@@ -128,11 +128,17 @@ class ApiView(APIView):
     # Read by drf-spectacular too: list answers are documented as pages with limit/offset.
     pagination_class = ApiPagination
 
-    def paginated(self, queryset, serializer_class: type[serializers.Serializer]) -> Response:
+    def paginated(
+        self,
+        queryset,
+        serializer_class: type[serializers.Serializer],
+        context: dict[str, Any] | None = None,
+    ) -> Response:
         """Return one DRF page `{count, next, previous, results}` of `queryset`."""
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, self.request, view=self)
-        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+        data = serializer_class(page, many=True, context=context or {}).data
+        return paginator.get_paginated_response(data)
 
 
 class StrictSerializer(serializers.Serializer):

@@ -56,7 +56,7 @@ from sessions_app.selectors import (
 from sessions_app.serializers import JournalQuerySerializer
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.runs import run_ask, session_create, session_rename
-from sessions_app.services.views import view_revoke
+from sessions_app.services.views import view_derivations, view_revoke
 
 SESSIONS_PER_PAGE = 25
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
@@ -712,8 +712,14 @@ def run_context_page(request, run_id: int):
         view.append(shown)
     calls = list(model_calls_of(run))
     run_numbers = dict(runs_of(session).values_list("pk", "number"))
+    derivations = view_derivations(session.pk)
     views = [
-        {"view": item, "run_number": run_numbers.get(item.run_id)} for item in views_of(session)
+        {
+            "view": item,
+            "run_number": run_numbers.get(item.run_id),
+            "revoked_ancestor": derivations[item.revision].revoked_ancestor,
+        }
+        for item in views_of(session)
     ]
     config = {
         "session": session.pk,

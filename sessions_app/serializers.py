@@ -20,6 +20,7 @@ from sessions_app.selectors import (
     session_cost,
 )
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
+from sessions_app.services.views import Derivation
 
 # `main`, or a child instance id such as `1.1` (ASCII digits only).
 INSTANCE_PATTERN = r"^(main|[0-9]+\.[0-9]+)$"
@@ -201,12 +202,32 @@ class SessionViewSerializer(serializers.Serializer):
     model_steps = serializers.IntegerField()
     baselines = ViewBaselinesSerializer(source="*")
     created_at = serializers.DateTimeField()
-    revoked = serializers.SerializerMethodField(help_text="A revoked view is never chosen.")
+    revoked = serializers.SerializerMethodField(
+        help_text="True when revoked, directly or by derivation: a revoked view is never chosen."
+    )
     revoked_by = serializers.CharField(source="revoked_by.username", allow_null=True, default=None)
     revoked_at = serializers.DateTimeField(allow_null=True)
+    derived_from = serializers.SerializerMethodField(
+        help_text="The revision of the view its summary was made from (its run's previous view, "
+        "else the view its run inherited); null when made from the journal alone."
+    )
+    revoked_by_derivation = serializers.SerializerMethodField(
+        help_text="The revision of the nearest revoked view in its chain of `derived_from`; "
+        "null when the chain is clean."
+    )
+
+    def _derivation(self, view) -> Derivation:
+        # The API passes every view's derivation of the session (one query per answer).
+        return (self.context.get("derivations") or {}).get(view.revision, Derivation())
 
     def get_revoked(self, view) -> bool:
-        return view.revoked_at is not None
+        return view.revoked_at is not None or self.get_revoked_by_derivation(view) is not None
+
+    def get_derived_from(self, view) -> int | None:
+        return self._derivation(view).derived_from
+
+    def get_revoked_by_derivation(self, view) -> int | None:
+        return self._derivation(view).revoked_ancestor
 
 
 class CompactionSerializer(serializers.Serializer):
