@@ -81,22 +81,26 @@ class ApiPagination(LimitOffsetPagination):
     max_limit = 200
 
     def get_limit(self, request) -> int:
-        return _query_int(request, self.limit_query_param, self.default_limit, 1, self.max_limit)
+        field = QueryIntegerField(min_value=1, max_value=self.max_limit)
+        return _query_int(request, self.limit_query_param, self.default_limit, field)
 
     def get_offset(self, request) -> int:
-        return _query_int(request, self.offset_query_param, 0, 0, MAX_ID)
+        return _query_int(request, self.offset_query_param, 0, QueryPositionField())
 
     def get_schema_operation_parameters(self, view):
         limit, offset = super().get_schema_operation_parameters(view)
         limit["schema"].update(minimum=1, maximum=self.max_limit, default=self.default_limit)
-        offset["schema"].update(minimum=0, maximum=MAX_ID, default=0)
+        offset["schema"].update(
+            minimum=0,
+            default=0,
+            description="Rows to skip; an offset beyond the last row is an empty page.",
+        )
         return [limit, offset]
 
 
-def _query_int(request, name: str, default: int, minimum: int, maximum: int) -> int:
+def _query_int(request, name: str, default: int, field: serializers.IntegerField) -> int:
     if name not in request.query_params:
         return default
-    field = QueryIntegerField(min_value=minimum, max_value=maximum)
     try:
         return field.run_validation(request.query_params[name])
     except serializers.ValidationError as error:
@@ -115,6 +119,28 @@ class QueryIntegerField(serializers.IntegerField):
 
 
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
+
+
+class QueryPositionField(QueryIntegerField):
+    """A position in an ordered list (`after`, `offset`): ASCII digits of any length, ≥ 0.
+
+    A position beyond every row is simply the end of the list, however large: values past
+    `MAX_ID` read as `MAX_ID`, so they never overflow a 64-bit column.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", 0)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and _POSITION.fullmatch(data):
+            digits = data.lstrip("0") or "0"
+            # Compared by length first: Python refuses to convert very long digit strings.
+            return MAX_ID if len(digits) > len(str(MAX_ID)) else min(int(digits), MAX_ID)
+        return min(super().to_internal_value(data), MAX_ID)
+
+
+_POSITION = re.compile(r"[0-9]+")
 
 
 class ApiView(APIView):

@@ -22,8 +22,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import ValidationError
 
-from agentloom.api import MAX_ID
+from agentloom.api import QueryPositionField
 from agentloom.engine import FEEDBACK_PREFIX, message_text
 from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
@@ -467,12 +468,9 @@ def _fragment_urls() -> dict[str, str]:
 def _after(request) -> int:
     """Return the `after` query parameter: a seq, 0 when missing; a bad one is a 404."""
     try:
-        after = int(request.GET.get("after", "0"))
-    except ValueError:
+        return QueryPositionField().run_validation(request.GET.get("after", "0"))
+    except ValidationError:
         raise Http404("Not found.") from None
-    if not 0 <= after <= MAX_ID:
-        raise Http404("Not found.")
-    return after
 
 
 @require_GET

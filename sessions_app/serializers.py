@@ -8,7 +8,13 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import MAX_ID, QueryIntegerField, StrictSerializer, TextField, id_field
+from agentloom.api import (
+    QueryIntegerField,
+    QueryPositionField,
+    StrictSerializer,
+    TextField,
+    id_field,
+)
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_DEFAULT,
@@ -152,8 +158,9 @@ class SupplementSerializer(serializers.Serializer):
 
 
 class JournalQuerySerializer(serializers.Serializer):
-    after = QueryIntegerField(
-        min_value=0, max_value=MAX_ID, default=0, help_text="Return records with seq > after."
+    after = QueryPositionField(
+        default=0,
+        help_text="Return records with seq > after; beyond the last seq, an empty page.",
     )
     limit = QueryIntegerField(
         min_value=1, max_value=JOURNAL_LIMIT_MAX, default=JOURNAL_LIMIT_DEFAULT
