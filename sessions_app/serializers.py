@@ -89,7 +89,7 @@ class SessionSerializer(serializers.Serializer):
 class SessionCreateSerializer(StrictSerializer):
     agent_version = id_field(required=False, help_text="A published version to talk to.")
     agent = id_field(required=False, help_text="An agent: its latest published version is used.")
-    title = TextField(max_length=200, required=False, allow_blank=True)
+    title = TextField(max_length=200, required=False, allow_blank=True, single_line=True)
 
     required_any_of = (("agent_version",), ("agent",))
 
