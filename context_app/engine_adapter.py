@@ -45,6 +45,7 @@ from agentloom.errors import ApplicationError
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
+from models_app.services import redaction_secrets
 
 
 class ConnectionMismatch(ApplicationError):
@@ -141,18 +142,18 @@ def redactor_for(version: AgentVersion) -> Redactor:
     """Return what removes `version`'s known credentials from anything about to be written.
 
     Every path that writes a question, supplement or record redacts with it first, so a key
-    pasted into a question never reaches the journal, a run row or a checkpoint.
+    pasted into a question never reaches the journal, a run row or a checkpoint; so are the
+    connection's previous keys (`redaction_secrets`).
     """
     budget = version.snapshot.get("budget") or {}
     connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
-    return Redactor([connection.api_key] if connection and connection.api_key else [])
+    return Redactor(redaction_secrets(connection) if connection else [])
 
 
 def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
     """Return the gateway for `version` and the credentials to redact from everything written."""
     connection = _live_connection(version.snapshot)
-    secrets = [connection.api_key] if connection.api_key else []
-    return _gateway_factory(version, connection), secrets
+    return _gateway_factory(version, connection), redaction_secrets(connection)
 
 
 def run_measures(

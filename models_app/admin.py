@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agentloom.errors import ApplicationError
+from agentloom.providers import punycode_url
 from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
 from agentloom.providers.pricing import price_in_force
 from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
@@ -315,13 +316,15 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = ["effective_budget", "estimator_status", "prices"]
-        return ["space", *fields, "used_by"] if obj is not None else fields
+        return ["space", "base_url_punycode", *fields, "used_by"] if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
         # A view-only page shows every field as text, which must not include the key.
         key = "api_key" if self.has_change_permission(request, obj) else "api_key_status"
+        # A host with letters of another script is shown in punycode too: it may pass for another.
+        host = ["base_url_punycode"] if obj is not None and punycode_url(obj.base_url) else []
         fieldsets = [
-            (None, {"fields": ["space", "name", "provider", "base_url", key]}),
+            (None, {"fields": ["space", "name", "provider", "base_url", *host, key]}),
             ("Model", {"fields": ["model_id"]}),
             (
                 "Context window",
@@ -398,6 +401,13 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
             obj.get_estimator_display(),
             obj.estimator_source,
             obj.get_estimator_source_display(),
+        )
+
+    @admin.display(description="Base URL in punycode")
+    def base_url_punycode(self, obj):
+        return format_html(
+            '<code id="base-url-punycode">{}</code> (the host has non-ASCII letters)',
+            punycode_url(obj.base_url) if obj is not None else "",
         )
 
     @admin.display(description="API key")

@@ -2,7 +2,7 @@
 
 from django.db import models
 
-from agentloom.fields import EncryptedTextField
+from agentloom.fields import EncryptedJSONField, EncryptedTextField
 from agentloom.spaces.models import Space
 
 
@@ -38,6 +38,9 @@ class ModelConnection(models.Model):
     provider = models.CharField(max_length=32, choices=Provider.choices)
     base_url = models.URLField(max_length=500, blank=True)
     api_key = EncryptedTextField(blank=True, default="")
+    # Keys this connection used before, newest first: `[{"key", "retired_at"}]`, kept only to
+    # redact them (models_app.services: how many and how long), never sent anywhere.
+    previous_api_keys = EncryptedJSONField(blank=True, default=list)
     model_id = models.CharField(max_length=200)
     context_window = models.PositiveIntegerField(default=32_768)
     max_output_tokens = models.PositiveIntegerField(default=4_096)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from agentloom.api import StrictSerializer, TextField, id_field
+from agentloom.providers import punycode_url
 from models_app.models import ModelConnection
 from models_app.services import MAX_API_KEY_CHARS, MAX_TOKENS
 
@@ -38,6 +39,10 @@ class ModelConnectionSerializer(serializers.Serializer):
         help_text="True for the built-in offline demo model (provider `local`), not a real LLM."
     )
     base_url = serializers.CharField(help_text="Empty for the local demo model.")
+    base_url_punycode = serializers.SerializerMethodField(
+        help_text="The base URL with its host in punycode (as it is called) when the host has "
+        "non-ASCII letters, which can pass for another host's; null otherwise."
+    )
     has_api_key = serializers.SerializerMethodField()
     model_id = serializers.CharField()
     context_window = serializers.IntegerField()
@@ -69,6 +74,9 @@ class ModelConnectionSerializer(serializers.Serializer):
 
     def get_demo(self, connection: ModelConnection) -> bool:
         return connection.provider == ModelConnection.Provider.LOCAL
+
+    def get_base_url_punycode(self, connection: ModelConnection) -> str | None:
+        return punycode_url(connection.base_url)
 
     def get_has_api_key(self, connection: ModelConnection) -> bool:
         return bool(connection.api_key)

@@ -2,6 +2,12 @@
 
 `connection_validate` applies the rules without writing, so the admin form shows the same errors
 the API gives; `connection_create` and `connection_update` apply them again inside the write.
+
+Replaced keys stay redacted: when an update changes a connection's key, the old key joins the
+connection's previous keys (encrypted like the key), which are used for redaction only
+(`redaction_secrets`), never sent to a provider or shown. The last `PREVIOUS_KEYS_KEPT` (5)
+keys are kept, each for `PREVIOUS_KEY_DAYS` (90) days after it was replaced, so a question or
+an answer that repeats a key a client still holds is journaled as `[redacted]`.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
+from django.utils import timezone
 
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.providers import (
@@ -44,6 +51,8 @@ __all__ = [
     "DEFAULT_SAFETY_MARGIN_TOKENS",
     "MAX_API_KEY_CHARS",
     "MAX_TOKENS",
+    "PREVIOUS_KEYS_KEPT",
+    "PREVIOUS_KEY_DAYS",
     "WINDOW_VALUES",
     "clean_api_key",
     "clean_base_url",
@@ -52,6 +61,7 @@ __all__ = [
     "connection_delete",
     "connection_update",
     "connection_validate",
+    "redaction_secrets",
     "same_endpoint",
 ]
 
@@ -89,6 +99,10 @@ DEFAULT_BASE_URLS = {
     "deepseek": "https://api.deepseek.com",
 }
 assert all(url in OFFICIAL_ENDPOINTS[name] for name, url in DEFAULT_BASE_URLS.items())
+
+# How many replaced keys a connection keeps for redaction, and for how long after replacement.
+PREVIOUS_KEYS_KEPT = 5
+PREVIOUS_KEY_DAYS = 90
 
 # Hosted providers answer nothing without a key; a self-hosted compatible server may not need one.
 KEY_REQUIRED = frozenset({"openai", "deepseek"})
@@ -547,6 +561,37 @@ def _resolve_source(current, fields, *, defaults, sent, kept) -> tuple[str, str,
     return source, source_url, verified_on
 
 
+# --- keys kept for redaction --------------------------------------------------------------------
+
+
+def _previous_keys(connection: ModelConnection, *, now: datetime.datetime) -> list[dict[str, str]]:
+    """Return the connection's previous keys that are still kept at `now`, newest first."""
+    cutoff = now - datetime.timedelta(days=PREVIOUS_KEY_DAYS)
+    kept = [
+        entry
+        for entry in connection.previous_api_keys or []
+        if datetime.datetime.fromisoformat(entry["retired_at"]) > cutoff
+    ]
+    return kept[:PREVIOUS_KEYS_KEPT]
+
+
+def redaction_secrets(
+    connection: ModelConnection, *, now: datetime.datetime | None = None
+) -> list[str]:
+    """Return the keys to redact from what `connection`'s runs write: current, then previous."""
+    previous = [entry["key"] for entry in _previous_keys(connection, now=now or timezone.now())]
+    return [key for key in (connection.api_key, *previous) if key]
+
+
+def _keys_after_change(current: ModelConnection, new_key: str) -> list[dict[str, str]]:
+    """Return the previous keys once `current`'s key becomes `new_key`."""
+    now = timezone.now()
+    kept = [entry for entry in _previous_keys(current, now=now) if entry["key"] != new_key]
+    if current.api_key and current.api_key != new_key:
+        kept.insert(0, {"key": current.api_key, "retired_at": now.isoformat()})
+    return kept[:PREVIOUS_KEYS_KEPT]
+
+
 # --- writes -------------------------------------------------------------------------------------
 
 
@@ -586,6 +631,7 @@ def connection_update(*, user, connection: ModelConnection, **changes: Any) -> M
     # Compare with the stored row, not with whatever the caller's instance holds in memory.
     current = ModelConnection.objects.select_for_update().get(pk=connection.pk)
     values = _resolve(space_id=current.space_id, current=current, fields=changes)
+    current.previous_api_keys = _keys_after_change(current, values["api_key"])
     for name, value in values.items():
         setattr(current, name, value)
     _save(current)

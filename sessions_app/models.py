@@ -25,7 +25,8 @@ class Session(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
     )
-    title = models.CharField(max_length=200, blank=True, default="")
+    # Content: made from the first question, so encrypted like the question (up to 200 chars).
+    title = EncryptedTextField(blank=True, default="")
     # Set by `session_delete`: the session is hidden from everyone and takes no new run; who hid
     # it is recorded in a SessionDeletion row. Only `purge_deleted_sessions` removes it for good.
     deleted_at = models.DateTimeField(null=True, blank=True)
@@ -325,7 +326,8 @@ class SessionDeletion(models.Model):
     """
 
     session_number = models.PositiveBigIntegerField(unique=True)
-    session_title = models.CharField(max_length=200, blank=True, default="")
+    # The title as it was, encrypted like the title itself: it outlives the purge.
+    session_title = EncryptedTextField(blank=True, default="")
     space = models.ForeignKey(
         Space, null=True, on_delete=models.SET_NULL, related_name="session_deletions"
     )

@@ -25,6 +25,7 @@ from agentloom.providers._urls import (
     endpoint_url,
     is_official_endpoint,
     normalise_base_url,
+    punycode_url,
 )
 from agentloom.providers.chat import (
     DeepSeekChatGateway,
@@ -85,6 +86,7 @@ __all__ = [
     "normalise_base_url",
     "numeric_host",
     "parse_chat_completion",
+    "punycode_url",
     "resolve_checked",
     "secure_client",
     "system_resolver",

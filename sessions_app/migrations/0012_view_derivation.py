@@ -40,7 +40,7 @@ def fill_derivations(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0009_session_soft_delete"),
+        ("sessions_app", "0010_encrypted_titles"),
     ]
 
     operations = [

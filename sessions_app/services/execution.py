@@ -36,7 +36,7 @@ from context_app.engine_adapter import (
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status
+from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.runs import claim_run, renew_lease, take_supplements
 
@@ -127,6 +127,7 @@ def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> 
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
+        lock_session(run.session_id)  # before the run's row: the journal's lock order
         updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
             status=Run.Status.FAILED,
             error=error,
@@ -201,17 +202,5 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
 
-    try:
-        writer.sync(
-            outcome.checkpoint,
-            status=outcome.status,
-            answer=outcome.answer,
-            error=outcome.error or "",
-            finished_at=timezone.now(),
-            lease_owner="",
-            lease_expires_at=None,
-        )
-    except LeaseLost:
-        log.warning("run %s: lease lost before the final save", run_id)
-        return "lease lost"
+    # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status

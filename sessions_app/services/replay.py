@@ -197,13 +197,15 @@ def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
 def _attempts(run: Run, main_rows: list[SessionMessage], engine_keys: set[str]) -> list[_Attempt]:
     """Return each execution of the run with how it ended and how far the journal got.
 
-    `engine_keys` are the entry keys of the stored checkpoint's main records: a status row
-    missing from them was written outside the engine.
+    `engine_keys` are the entry keys of the stored checkpoint's main records: a status or
+    supplement row missing from them was written outside the engine.
     """
     attempts = {n: _Attempt(n) for n in range(1, run.attempt + 1)}
     count, since_previous = 0, 0
     cancel_from = None
     for row in main_rows:
+        if row.kind == "supplement" and row.entry_key not in engine_keys:
+            continue  # journaled when the run ended before showing it: no engine work
         if row.kind != "status":
             cancelled = row.kind == "tool_result" and row.message.get("content") == CANCELLED_RESULT
             note = row.kind == "feedback" and is_run_note(row.message)
@@ -378,10 +380,11 @@ def replay_run(run: Run) -> ReplayReport:
         report.differences.append("nothing was replayed")
         return report
 
+    # Statuses and unshown supplements journaled outside the engine are not the engine's records.
     stored = _by_instance(
         (row.instance, row.kind, row.entry_key, row.message)
         for row in rows
-        if not (row.instance == MAIN_INSTANCE and row.kind == "status")
+        if not (row.instance == MAIN_INSTANCE and row.kind in ("status", "supplement"))
         or row.entry_key in engine_keys
     )
     replayed = _by_instance(

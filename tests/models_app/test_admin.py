@@ -153,6 +153,9 @@ def test_adding_with_discovered_values_keeps_their_source(browser, lab):
         ({"base_url": "http://169.254.169.254/"}, "base_url"),
         ({"base_url": "http://xn--a.com/v1"}, "base_url"),
         ({"base_url": "http://xn--/v1"}, "base_url"),
+        ({"base_url": "http://exa mple.com/v1"}, "base_url"),
+        ({"base_url": "http://-bad-.com"}, "base_url"),
+        ({"base_url": "http://a..b"}, "base_url"),
         ({"model_id": "text-embedding-3-small"}, "model_id"),
         ({"model_id": ""}, "model_id"),
         ({"provider": "openai", "api_key": ""}, "api_key"),
@@ -166,6 +169,18 @@ def test_the_form_refuses_what_the_service_refuses(browser, lab, fields, named):
     assert named in errors_of(response)
     assert SECRET_KEY not in response.content.decode()
     assert not ModelConnection.objects.exists()
+
+
+def test_the_change_page_shows_a_non_ascii_host_in_punycode(browser, lab):
+    response = browser.post(ADD, form_data(lab, base_url="http://ex\u0430mple.com/v1"))
+    assert response.status_code == 302, errors_of(response)
+    connection = ModelConnection.objects.get(name="proxy")
+    page = browser.get(change_url(connection)).content.decode()
+    assert "http://ex\u0430mple.com/v1" in page and "http://xn--exmple-4nf.com/v1" in page
+
+
+def test_an_ascii_host_has_no_punycode_row(browser, saved):
+    assert "punycode" not in browser.get(change_url(saved)).content.decode().lower()
 
 
 def test_the_change_page_never_shows_the_key(browser, saved):

@@ -190,6 +190,10 @@ def test_no_key_sends_no_authorization_header(provider_double):
         # Invalid IDNA A-labels: the host cannot be decoded.
         "http://xn--a.com/v1/models",
         "http://xn--/v1/models",
+        # Host names that are not valid DNS names.
+        "http://exa mple.com/v1/models",
+        "http://-bad-.com/v1/models",
+        "http://a..b/v1/models",
     ],
 )
 def test_only_plain_http_and_https_urls_are_called(url):
