@@ -8,7 +8,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import StrictSerializer, id_field
+from agentloom.api import StrictSerializer, TextField, id_field
 from agentloom.providers import punycode_url, retirement_of
 from models_app.models import ModelConnection
 from models_app.services import MAX_API_KEY_CHARS, MAX_TOKENS
@@ -17,15 +17,6 @@ _NULL_IS_DEFAULT = (
     "Null (or omitted on create) means the default: the official manifest on the provider's "
     "official endpoint, else the 32K platform fallback; the provider is not called."
 )
-
-
-class TextField(serializers.CharField):
-    """A string field that refuses numbers rather than turning them into text."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class RetirementSerializer(serializers.Serializer):
@@ -158,7 +149,9 @@ class _ConnectionInput(StrictSerializer):
         max_length=200,
         required=False,
         allow_blank=True,
-        help_text="A chat model ID; `local-demo` (the default) for local.",
+        single_line=True,
+        help_text="A chat model ID; `local-demo` (the default) for local, required for every "
+        "other provider.",
     )
     context_window = _tokens(1, _NULL_IS_DEFAULT)
     max_output_tokens = _tokens(
@@ -214,13 +207,20 @@ class _ConnectionInput(StrictSerializer):
 
 
 class ModelConnectionCreateSerializer(_ConnectionInput):
-    space = id_field()
-    name = TextField(max_length=120)
+    space = id_field(help_text="A space the caller administers.")
+    name = TextField(
+        max_length=120, single_line=True, help_text="Unique among the space's connections."
+    )
     provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices)
 
 
 class ModelConnectionUpdateSerializer(_ConnectionInput):
-    name = TextField(max_length=120, required=False)
+    name = TextField(
+        max_length=120,
+        required=False,
+        single_line=True,
+        help_text="Unique among the space's connections.",
+    )
     provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices, required=False)
 
 

@@ -22,8 +22,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import ValidationError
 
-from agentloom.api import MAX_ID
+from agentloom.api import QueryPositionField
 from agentloom.engine import FEEDBACK_PREFIX, message_text
 from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
@@ -56,7 +57,7 @@ from sessions_app.selectors import (
 from sessions_app.serializers import JournalQuerySerializer
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.runs import run_ask, session_create, session_rename
-from sessions_app.services.views import view_revoke
+from sessions_app.services.views import view_derivations, view_revoke
 
 SESSIONS_PER_PAGE = 25
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
@@ -478,12 +479,9 @@ def _fragment_urls() -> dict[str, str]:
 def _after(request) -> int:
     """Return the `after` query parameter: a seq, 0 when missing; a bad one is a 404."""
     try:
-        after = int(request.GET.get("after", "0"))
-    except ValueError:
+        return QueryPositionField().run_validation(request.GET.get("after", "0"))
+    except ValidationError:
         raise Http404("Not found.") from None
-    if not 0 <= after <= MAX_ID:
-        raise Http404("Not found.")
-    return after
 
 
 @require_GET
@@ -723,8 +721,14 @@ def run_context_page(request, run_id: int):
         view.append(shown)
     calls = list(model_calls_of(run))
     run_numbers = dict(runs_of(session).values_list("pk", "number"))
+    derivations = view_derivations(session.pk)
     views = [
-        {"view": item, "run_number": run_numbers.get(item.run_id)} for item in views_of(session)
+        {
+            "view": item,
+            "run_number": run_numbers.get(item.run_id),
+            "revoked_ancestor": derivations[item.revision].revoked_ancestor,
+        }
+        for item in views_of(session)
     ]
     config = {
         "session": session.pk,

@@ -167,6 +167,11 @@ class SessionView(models.Model):
     binding = models.JSONField(default=dict)
     # A digest of `binding`, so a new run finds its views by index without reading any other.
     binding_key = models.CharField(max_length=64, blank=True, default="")
+    # The view this one's summary was made from: the run's own previous view, else the view
+    # the run inherited. A view whose chain holds a revoked view is never chosen either.
+    derived_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.RESTRICT, related_name="derived_views"
+    )
     # A revoked view is never chosen again; the row and who revoked it stay on record.
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.ForeignKey(

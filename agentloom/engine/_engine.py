@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from agentloom.engine._budget import (
@@ -743,6 +743,8 @@ def create_engine(
     *,
     hooks: EngineHooks | None = None,
     config: EngineConfig | None = None,
+    context_manager: ContextManagerFactory | None = None,
+    compaction_policy: CompactionPolicy | None = None,
 ) -> Engine:
     """Return an engine for one published version.
 
@@ -752,6 +754,10 @@ def create_engine(
     policy dict, or None for the legacy policy) and the model `budget` (a `ModelBudget` or its
     dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
     application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
+
+    As the design note documents (seed §1), `context_manager` replaces the default manager (a
+    factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
+    algorithm; each fills that field of `config`, which may not set it to something else.
     """
     if not isinstance(policy, TriggerPolicy):
         policy = load_policy(dict(policy) if policy is not None else None)
@@ -763,5 +769,20 @@ def create_engine(
         policy=policy,
         budget=budget,
         hooks=hooks or EngineHooks(),
-        config=config or EngineConfig(),
+        config=_config_with(
+            config or EngineConfig(),
+            context_manager=context_manager,
+            compaction_policy=compaction_policy,
+        ),
     )
+
+
+def _config_with(config: EngineConfig, **given: Any) -> EngineConfig:
+    """Return `config` with the options given to `create_engine` by keyword filled in."""
+    given = {name: value for name, value in given.items() if value is not None}
+    defaults = {option.name: option.default for option in fields(EngineConfig)}
+    for name, value in given.items():
+        current = getattr(config, name)
+        if current is not defaults[name] and current is not value:
+            raise TypeError(f"create_engine() got {name} both by keyword and in config")
+    return replace(config, **given) if given else config

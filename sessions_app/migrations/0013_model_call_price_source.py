@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0010_encrypted_titles"),
+        ("sessions_app", "0012_view_derivation"),
     ]
 
     operations = [

@@ -195,6 +195,8 @@ def test_views_are_listed_by_revision(api, run):
         "revoked": False,
         "revoked_by": None,
         "revoked_at": None,
+        "derived_from": None,
+        "revoked_by_derivation": None,
     }
     assert (second["revision"], second["watermark"]) == (2, 40)
     assert "NONCE" not in str(page)
