@@ -142,6 +142,14 @@ from agentloom.engine._refs import (
     as_ranges,
     materialize,
 )
+from agentloom.engine._rendering import (
+    CURRENT_RENDERING,
+    RENDERINGS,
+    Rendering,
+    rendering_binding,
+    rendering_named,
+    rendering_of,
+)
 from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
     DelegateTool,
@@ -162,6 +170,7 @@ from agentloom.engine._usage import (
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "CANCELLED_RESULT",
+    "CURRENT_RENDERING",
     "DEFAULT_ESTIMATOR_ID",
     "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_POLICY",
@@ -177,6 +186,7 @@ __all__ = [
     "LEGACY_CONTEXT_CHARS",
     "MAIN_INSTANCE",
     "PURPOSES",
+    "RENDERINGS",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "USER_INPUT_KEY",
@@ -229,6 +239,7 @@ __all__ = [
     "Record",
     "RecordStore",
     "Redactor",
+    "Rendering",
     "ReusableView",
     "RunOutcome",
     "SubAgent",
@@ -260,6 +271,9 @@ __all__ = [
     "message_text",
     "project_history",
     "protocol_problems",
+    "rendering_binding",
+    "rendering_named",
+    "rendering_of",
     "reported_completion_tokens",
     "reported_prompt_tokens",
     "resumed_estimator",

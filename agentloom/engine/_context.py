@@ -81,6 +81,7 @@ from agentloom.engine._records import (
 )
 from agentloom.engine._redaction import Redactor
 from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
+from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -206,8 +207,10 @@ class JournalContextManager(ContextManager):
         tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
         large_records: LargeRecords | None = None,
         record_store: RecordStore | None = None,
+        rendering: Rendering | None = None,
     ):
         self.policy = policy
+        self.rendering = rendering or rendering_named(None)
         self.budget = budget
         self.estimator = estimator or JsonBytesEstimator()
         self.compaction_policy = compaction_policy or BudgetCompactionPolicy()
@@ -227,7 +230,8 @@ class JournalContextManager(ContextManager):
     # -- lifecycle -------------------------------------------------------------------------
 
     def binding(self) -> dict[str, Any]:
-        """Return the policy, budget and estimator this context is measured with."""
+        """Return the policy, budget and estimator this context is measured with, and the
+        rendering version its views are made with."""
         binding = {
             "policy": self.policy.to_dict(),
             "budget": self.budget.to_dict(),
@@ -237,6 +241,7 @@ class JournalContextManager(ContextManager):
             binding["calibration"] = {"samples": self.estimator.calibration.keep}
         if self.large_records is not None:
             binding["large_records"] = self.large_records.to_dict()
+        binding.update(rendering_binding(self.rendering))
         return binding
 
     def create(
@@ -343,7 +348,9 @@ class JournalContextManager(ContextManager):
             raise EngineError("a new model step cannot start before every tool call has a result")
         frame, state = self.frame, self.frame.state
         step = self._count("assistant") + 1
-        cleaned = clean_assistant_message(self.redactor.value(message))
+        cleaned = clean_assistant_message(
+            self.redactor.value(message), keep_reasoning=self.rendering.keeps_reasoning
+        )
         # Ids are assigned here so they are unique in the session, whatever the provider sent.
         prefix = f"r{state.run_number}" if frame.instance == MAIN_INSTANCE else f"r{frame.instance}"
         for number, call in enumerate(cleaned.get("tool_calls") or [], start=1):

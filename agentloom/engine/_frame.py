@@ -16,6 +16,9 @@
                raw_complete},
      binding}
 
+`binding.rendering` names the rendering version the views were made with (see `_rendering`;
+absent: version 1); the inherited block is rebuilt under it.
+
 `messages` / `view` is the model-visible view; `context.records` the append-only sources (in
 format 2 they live only in the session journal, found by instance and local seq); `state` the
 execution state, never inferred from a summary. View entries are defined in `refs`; the
@@ -53,6 +56,7 @@ from agentloom.engine._refs import (
     materialize,
     session_seqs,
 )
+from agentloom.engine._rendering import rendering_of
 
 __all__ = [
     "FRAME_FORMAT",
@@ -389,13 +393,14 @@ class InstanceFrame:
             wanted |= session_seqs(snapshot.get("view") or [])
         journal = store.journal(wanted) if wanted else {}
         history = (context.get("inherited") or {}).get("history")
+        rendering = rendering_of(data.get("binding")).version
         block_cache: list[tuple[list[dict[str, Any]], list[Origin]]] = []
 
         def block() -> tuple[list[dict[str, Any]], list[Origin]]:
             if not block_cache:
                 if history is None:
                     raise FrameError("the view refers to an inherited block it does not name")
-                messages, origins = store.history(history)
+                messages, origins = store.history(history, rendering=rendering)
                 if len(messages) != history.get("count"):
                     raise FrameError("the rebuilt inherited history differs in length")
                 block_cache.append((messages, block_origins(origins)))

@@ -35,6 +35,7 @@ from agentloom.engine._protocol import (
 )
 from agentloom.engine._records import MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
+from agentloom.engine._rendering import CURRENT_RENDERING, rendering_named
 
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]
@@ -108,6 +109,8 @@ class ProjectedHistory:
     from_journal: bool = False
     # Session seq -> characters of the excerpt shown for it (large records only).
     excerpts: dict[int, int] = field(default_factory=dict)
+    # The rendering version the messages were projected with (see `_rendering`).
+    rendering: int = CURRENT_RENDERING
 
     def __post_init__(self) -> None:
         if len(self.origins) < len(self.messages):
@@ -299,17 +302,22 @@ def project_history(
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
     judge: ExcerptJudge | None = None,
     excerpts: Mapping[int, int] | None = None,
+    rendering: int | None = None,
 ) -> ProjectedHistory:
     """Return the history a new run inherits: `view` plus the main records after its watermark.
 
     Without a view, every main-instance record is projected. Totals are the view's plus the
     records after its watermark; baselines are the view's (zero without one). `judge` decides
     which records are large; `excerpts` (seq -> characters) repeats decisions made before, so a
-    stored history block is rebuilt exactly.
+    stored history block is rebuilt exactly. `rendering` is the version of the rules the
+    records are shown with (default: the current one).
     """
+    rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
         view = ReusableView.from_mapping(view)
-    history = ProjectedHistory(tool_result_chars=tool_result_chars, from_journal=True)
+    history = ProjectedHistory(
+        tool_result_chars=tool_result_chars, from_journal=True, rendering=rules.version
+    )
     if view is not None:
         history = ProjectedHistory(
             messages=list(view.messages),
@@ -323,6 +331,7 @@ def project_history(
             view_revision=view.revision,
             tool_result_chars=tool_result_chars,
             from_journal=True,
+            rendering=rules.version,
         )
     projector = _Projector(history, tool_result_chars, judge, excerpts)
     floor = history.watermark

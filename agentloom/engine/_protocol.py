@@ -15,6 +15,7 @@ __all__ = [
     "FEEDBACK_PREFIX",
     "HANDOFF_MARK",
     "INTERRUPTED_RESULT",
+    "REASONING_KEY",
     "RUN_NOTE_PREFIX",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
@@ -64,6 +65,9 @@ INTERRUPTED_RESULT = json.dumps(
     }
 )
 
+# Where a provider's reasoning text (its chain of thought) sits in an assistant message.
+REASONING_KEY = "reasoning_content"
+
 # How a run-status note begins (a run stopped, failed or was cancelled). Notes are shown on the
 # assistant side of the conversation, never in the user's voice, so a resumed run does not read
 # its own stop reason as the latest request.
@@ -94,11 +98,14 @@ def message_text(message: dict[str, Any]) -> str:
     return str(content)
 
 
-def clean_assistant_message(message: dict[str, Any]) -> dict[str, Any]:
+def clean_assistant_message(
+    message: dict[str, Any], *, keep_reasoning: bool = False
+) -> dict[str, Any]:
     """Return the protocol fields of an assistant message, with string arguments.
 
-    Provider extras (reasoning text, audio ids, refusals) are dropped because some providers
-    refuse them when they come back in a request.
+    Provider extras (audio ids, refusals) are dropped. With `keep_reasoning` the provider's
+    reasoning text (`reasoning_content`) is kept: it is part of the record, and each gateway's
+    payload decides whether it is sent back (see `ModelGateway.payload`).
     """
     calls = []
     for call in message.get("tool_calls") or []:
@@ -117,6 +124,9 @@ def clean_assistant_message(message: dict[str, Any]) -> dict[str, Any]:
     if content is not None and not isinstance(content, str):
         content = message_text(message)
     cleaned: dict[str, Any] = {"role": "assistant", "content": content}
+    reasoning = message.get(REASONING_KEY)
+    if keep_reasoning and isinstance(reasoning, str) and reasoning:
+        cleaned[REASONING_KEY] = reasoning
     if calls:
         cleaned["tool_calls"] = calls
     elif content is None:
