@@ -63,6 +63,7 @@ from agentloom.engine._protocol import (
     UNKNOWN_RESULT,
     clean_assistant_message,
     message_text,
+    place_run_note,
     protocol_problems,
     render_message,
     run_note,
@@ -341,7 +342,17 @@ class JournalContextManager(ContextManager):
         return self._kinds.get(kind, 0)
 
     def _show(self, message: dict[str, Any], origin: Origin = None) -> None:
+        state = self.frame.state
+        if state.waiting_notes:
+            shown = place_run_note(state.waiting_notes, message, group_open=self.has_open_group)
+            state.waiting_notes = [seq for seq in state.waiting_notes if seq not in shown]
+            for seq in shown:
+                self.frame.show(self._record(seq).message, {"own": seq})
         self.frame.show(message, origin)
+
+    def _record(self, seq: int) -> Record:
+        records = self.frame.records
+        return records[bisect.bisect_left(records, seq, key=lambda r: r.seq)]
 
     def add_assistant(self, message: dict[str, Any]) -> Record:
         if self.has_open_group:
@@ -396,8 +407,17 @@ class JournalContextManager(ContextManager):
         return self._add_feedback_message(message)
 
     def add_run_note(self, text: str) -> Record:
-        """Record a run-status note as feedback shown on the assistant side, not as a request."""
-        return self._add_feedback_message(run_note(self.redactor.text(text)))
+        """Record a run-status note as feedback, shown where the rendering places it.
+
+        Never in the user's voice; under rendering 2 a system message that waits for the next
+        message (`place_run_note`), so no request ends with it.
+        """
+        message = run_note(self.redactor.text(text), role=self.rendering.note_role)
+        if not self.rendering.notes_wait:
+            return self._add_feedback_message(message)
+        record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))
+        self.frame.state.waiting_notes = [*self.frame.state.waiting_notes, record.seq]
+        return record
 
     def _add_feedback_message(self, message: dict[str, Any]) -> Record:
         record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))

@@ -83,6 +83,8 @@ class ExecutionState:
     call_boundary: int | None = None
     # View messages (feedback) held back until the open tool group has all its results.
     deferred_messages: list[dict[str, Any]] = field(default_factory=list)
+    # Local seqs of run notes waiting for the next message (rendering 2, `place_run_note`).
+    waiting_notes: list[int] = field(default_factory=list)
     # Supplements taken from the queue and not yet in the view: [{"source_key", "text"}].
     queued_supplements: list[dict[str, Any]] = field(default_factory=list)
     # Index of the current task (the run's user input) in the view, pinned by compaction.
@@ -120,6 +122,7 @@ class ExecutionState:
         # Copy the containers the engine appends to, so the caller's dict is never changed.
         state.pending_tool_calls = list(state.pending_tool_calls or [])
         state.deferred_messages = list(state.deferred_messages or [])
+        state.waiting_notes = list(state.waiting_notes or [])
         state.queued_supplements = list(state.queued_supplements or [])
         state.children = dict(state.children or {})
         state.compaction_log = list(state.compaction_log or [])

@@ -11,8 +11,10 @@ Projection repairs protocol and never changes sources:
 - notes (supplements, feedback, run states, late results) that arrive while a tool group is open
   wait until the group is complete, so nothing sits between a call and its results;
 - run states (status records, and the "run stopped" / "run cancelled" feedback of a run's end)
-  are shown as assistant-side `[run note] …` messages, never in the user's voice, so a later
-  question is the latest user message and no stop reason reads as a request;
+  are shown as `[run note] …` messages, never in the user's voice, so a later question is the
+  latest user message and no stop reason reads as a request: system messages under rendering 2
+  (an assistant note after an answer would make two assistant messages in a row), assistant
+  messages under rendering 1;
 - tool results are capped at the view's 24,000 characters, with a visible marker; under a
   large-record policy (see `_large`), any record too large for its share of the budget is shown as
   an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
@@ -35,7 +37,7 @@ from agentloom.engine._protocol import (
 )
 from agentloom.engine._records import MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
-from agentloom.engine._rendering import CURRENT_RENDERING, rendering_named
+from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
 
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]
@@ -152,7 +154,9 @@ class _Projector:
         cap: int,
         judge: ExcerptJudge | None,
         excerpts: Mapping[int, int] | None,
+        rules: Rendering,
     ):
+        self.rules = rules
         self.out = history.messages
         self.origins = history.origins
         self.decided = history.excerpts
@@ -269,13 +273,16 @@ class _Projector:
         elif kind == "supplement":
             self.note_of(record, {"s": record.seq, "as": "user"})
         elif kind == "feedback":
-            how = "run_note" if is_run_note(record.message) else "feedback"
+            how = "feedback"
+            if is_run_note(record.message):
+                how = "system_note" if self.rules.note_role == "system" else "run_note"
             self.note_of(record, {"s": record.seq, "as": how})
         elif kind == "status":
             status = record.message.get("status")
             error = record.message.get("error")
             suffix = f": {error}" if error else ""
-            self.note(run_note(f"run {record.run_id} {status}{suffix}"), None)
+            text = f"run {record.run_id} {status}{suffix}"
+            self.note(run_note(text, role=self.rules.note_role), None)
         else:
             text = json.dumps(record.message, ensure_ascii=False)
             self.note({"role": "user", "content": f"[{kind} record] {text}"}, None)
@@ -289,8 +296,8 @@ _OLD_RUN_NOTES = (
 
 
 def is_run_note(message: dict[str, Any]) -> bool:
-    """Say whether a feedback record is a run-status note (new assistant-side or older form)."""
-    if message.get("role") == "assistant":
+    """Say whether a feedback record is a run-status note (system, assistant or older form)."""
+    if message.get("role") in ("assistant", "system"):
         return True
     return message_text(message).startswith(_OLD_RUN_NOTES)
 
@@ -333,7 +340,7 @@ def project_history(
             from_journal=True,
             rendering=rules.version,
         )
-    projector = _Projector(history, tool_result_chars, judge, excerpts)
+    projector = _Projector(history, tool_result_chars, judge, excerpts, rules)
     floor = history.watermark
     for record in records:
         # Child instances' inner messages are not inherited; only the main instance's are.

@@ -22,6 +22,7 @@ __all__ = [
     "cap_tool_result",
     "clean_assistant_message",
     "message_text",
+    "place_run_note",
     "protocol_problems",
     "render_message",
     "run_note",
@@ -68,15 +69,33 @@ INTERRUPTED_RESULT = json.dumps(
 # Where a provider's reasoning text (its chain of thought) sits in an assistant message.
 REASONING_KEY = "reasoning_content"
 
-# How a run-status note begins (a run stopped, failed or was cancelled). Notes are shown on the
-# assistant side of the conversation, never in the user's voice, so a resumed run does not read
-# its own stop reason as the latest request.
+# How a run-status note begins (a run stopped, failed or was cancelled). A note is never in the
+# user's voice, so a resumed run does not read its own stop reason as the latest request.
 RUN_NOTE_PREFIX = "[run note] "
 
 
-def run_note(text: str) -> dict[str, Any]:
-    """Return the view message of a run-status note: assistant-side, clearly marked."""
-    return {"role": "assistant", "content": RUN_NOTE_PREFIX + text}
+def run_note(text: str, *, role: str = "assistant") -> dict[str, Any]:
+    """Return the view message of a run-status note, clearly marked.
+
+    Rendering 1 shows notes on the assistant side; rendering 2 as system messages (see
+    `place_run_note`), so a note never makes two assistant messages follow each other.
+    """
+    return {"role": role, "content": RUN_NOTE_PREFIX + text}
+
+
+def place_run_note(
+    waiting: list[Any], next_message: dict[str, Any], *, group_open: bool
+) -> list[Any]:
+    """Return the notes of `waiting` to show now, right before `next_message`.
+
+    Where a run note goes (rendering 2): it waits until another message follows it, then goes
+    right before that message, once no tool group is open (never between a call and its
+    results). So a note never ends a request, never stands between two tool messages, and every
+    earlier request stays a byte-identical prefix of the later ones. Empty while it must wait.
+    """
+    if group_open or next_message.get("role") == "tool":
+        return []
+    return list(waiting)
 
 
 def tool_calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:

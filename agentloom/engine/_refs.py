@@ -10,8 +10,9 @@ A view message has an *origin*:
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
 rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
-`note` (`prefix` + the text capped at `cap`) and `run_note` (a run-status note shown on the
-assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped). Either kind of
+`note` (`prefix` + the text capped at `cap`), `run_note` (a run-status note shown on the
+assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped; rendering 1) and
+`system_note` (the same note as a system message; rendering 2). Either kind of
 origin may also carry a large-record transform (see `_large`): `"ex": N, "ref": R` shows an excerpt
 of N characters naming reference R; `"mask": 1, "ref": R` shows a tool result as a one-line stub.
 `materialize` is the only place each transform is defined: projection builds history messages
@@ -143,10 +144,9 @@ def _transformed(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, A
         }
     if how == "note":
         return {"role": "user", "content": origin["prefix"] + _capped(text, origin.get("cap"))}
-    if how == "run_note":
-        if text.startswith(RUN_NOTE_PREFIX):
-            return {"role": "assistant", "content": text}
-        return run_note(text.removeprefix(FEEDBACK_PREFIX))
+    if how in ("run_note", "system_note"):
+        role = "system" if how == "system_note" else "assistant"
+        return run_note(text.removeprefix(RUN_NOTE_PREFIX).removeprefix(FEEDBACK_PREFIX), role=role)
     raise FrameError(f"unknown view reference {origin!r}")
 
 

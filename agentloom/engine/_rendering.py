@@ -11,7 +11,8 @@ that version, and new runs use `CURRENT_RENDERING`.
 | version | what it renders differently from the one before |
 |---|---|
 | 1 | (the rules before versions existed) assistant records keep only protocol fields |
-| 2 | assistant records keep the provider's reasoning text (`reasoning_content`) |
+| 2 | assistant records keep the provider's reasoning text (`reasoning_content`); run notes are |
+|   | system messages shown before the message that follows them (`_protocol.place_run_note`) |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
@@ -43,11 +44,22 @@ class Rendering:
     changes: str
     # Keep the provider's reasoning text in the assistant record (and so in every view).
     keeps_reasoning: bool = False
+    # The role of a run-status note, and whether a note waits for the next message before it is
+    # shown (so a request never ends with one).
+    note_role: str = "assistant"
+    notes_wait: bool = False
 
 
 RENDERINGS: tuple[Rendering, ...] = (
     Rendering(1, "assistant records keep only protocol fields"),
-    Rendering(2, "assistant records keep reasoning_content", keeps_reasoning=True),
+    Rendering(
+        2,
+        "assistant records keep reasoning_content; run notes are system messages shown before "
+        "the message that follows them",
+        keeps_reasoning=True,
+        note_role="system",
+        notes_wait=True,
+    ),
 )
 CURRENT_RENDERING = RENDERINGS[-1].version
 _BY_VERSION = {rendering.version: rendering for rendering in RENDERINGS}
