@@ -27,6 +27,7 @@ from agentloom.engine import (
     LocalDemoGateway,
     ModelBudget,
     ModelGateway,
+    ModelRequest,
     ReadRecordTool,
     RecordStore,
     Redactor,
@@ -42,6 +43,7 @@ from agentloom.engine import (
     load_policy,
     rendering_binding,
     rendering_named,
+    sent_request,
 )
 from agentloom.errors import ApplicationError
 from agentloom.providers.pricing import PriceInForce, price_in_force
@@ -155,6 +157,28 @@ def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
     connection = _live_connection(version.snapshot)
     secrets = [connection.api_key] if connection.api_key else []
     return _gateway_factory(version, connection), secrets
+
+
+def sent_messages(
+    version: AgentVersion, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return what an action request of `messages` and `tools` puts on the wire for `version`.
+
+    The gateway decides (`ModelGateway.payload`: DeepSeek passes reasoning back, other providers
+    never send it); without a usable connection, the view itself.
+    """
+    try:
+        gateway, _ = gateway_for(version)
+    except ConnectionMismatch:
+        return messages, tools
+    budget = version.snapshot["budget"]
+    request = ModelRequest(
+        purpose="action",
+        messages=messages,
+        tools=tools,
+        max_output_tokens=budget["max_output_tokens"],
+    )
+    return sent_request(gateway.payload(request))
 
 
 def run_measures(

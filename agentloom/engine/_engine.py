@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentloom.engine._budget import (
@@ -52,10 +52,12 @@ from agentloom.engine._errors import (
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
+    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
 from agentloom.engine._frame import InstanceFrame
+from agentloom.engine._gate import check_payload, sent_request
 from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
 from agentloom.engine._policy import TriggerPolicy, load_policy
@@ -140,8 +142,8 @@ class EngineConfig:
 
     `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
     `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
-    compaction_policy, clock, redactor, large_records, record_store, rendering` for each
-    instance, default `JournalContextManager`) replace how context is kept; `secrets` are
+    compaction_policy, clock, redactor, large_records, record_store, rendering, payload` for
+    each instance, default `JournalContextManager`) replace how context is kept; `secrets` are
     removed from everything the engine hands out; `clock` stamps records and `sleeper` is what
     the `sleep` tool waits with; `sub_agents` (objects or dicts) are offered as delegation tools;
     `verify_completion` asks the model to verify a final answer before the run succeeds.
@@ -396,6 +398,7 @@ class _Execution:
             large_records=self.large_records,
             record_store=engine.config.record_store,
             rendering=self.rendering,
+            payload=engine.gateway.payload,
         )
 
     def run(self, context: ContextManager) -> RunOutcome:
@@ -456,7 +459,16 @@ class _Execution:
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
                 f"execution (limit {limit})"
             )
-        measured = self._measure(request)
+        # The gateway decides what goes on the wire: that payload is checked and measured.
+        payload = engine.gateway.payload(request)
+        rules = engine.gateway.payload_rules
+        if rules is not None:
+            check_payload(
+                payload, rules, purpose=request.purpose, notes_placed=self.rendering.notes_wait
+            )
+        messages, tools = sent_request(payload)
+        sent = replace(request, messages=messages, tools=tools)
+        measured = self._measure(sent)
         bound = measured["upper_bound"]
         effective = self.budget.effective_input_budget
         if bound > effective:
@@ -486,7 +498,7 @@ class _Execution:
         )
         self._report(request, measured, started, response, None)
         self.check_lease()
-        self._learn(request, response)
+        self._learn(sent, response)
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
@@ -634,7 +646,7 @@ class _InstanceLoop:
                 response = call_model(prepared.request)
             except GatewayError as exc:
                 return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-            except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+            except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
                 return self.finish("failed", None, str(exc))
             record = context.add_assistant(response.message)
             calls = record.message.get("tool_calls") or []
@@ -687,7 +699,7 @@ class _InstanceLoop:
             response = self.execution.call_model(prepared.request)
         except GatewayError as exc:
             return False, f"verification_failed: {exc.kind}: {exc.message}"
-        except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+        except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
             return False, str(exc)
         verdict = message_text(response.message).strip()
         self.context.add_feedback(f"verification: {verdict or '(no verdict)'}")

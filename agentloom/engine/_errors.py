@@ -51,3 +51,12 @@ class LeaseLostError(EngineError):
 
 class ToolCancelled(EngineError):
     """A tool stopped because the run was cancelled while it ran."""
+
+
+class PayloadRuleBroken(EngineError):
+    """A finished payload breaks a rule of its provider's API (see `_gate`); it was not sent."""
+
+    def __init__(self, rule: str, detail: str):
+        self.rule = rule
+        self.detail = detail
+        super().__init__(f"payload_rule_broken: {rule}: {detail}")
