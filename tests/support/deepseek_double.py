@@ -67,6 +67,8 @@ class DeepSeekDouble(ProviderDouble):
         super().__init__()
         self.models = [{"id": "deepseek-v4-flash", "object": "model", "owned_by": "deepseek"}]
         self.thinking_tokens = 0
+        # Extra characters of reasoning on every reply (a long chain of thought).
+        self.reasoning_padding = 0
         self.replies = 0
 
     def violations(self, document: dict[str, Any]) -> list[str]:
@@ -99,7 +101,8 @@ class DeepSeekDouble(ProviderDouble):
         else:
             message, finish = self._answer(document.get("messages") or [])
             if thinks:
-                message["reasoning_content"] = f"thinking NONCE-R{self.replies}"
+                padding = " …" * (self.reasoning_padding // 2)
+                message["reasoning_content"] = f"thinking NONCE-R{self.replies}{padding}"
         return ScriptedReply(200, self._completion(message, finish, document))
 
     def _answer(self, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
