@@ -499,6 +499,14 @@ class _Execution:
         self._report(request, measured, started, response, None)
         self.check_lease()
         self._learn(sent, response)
+        if _cut_before_any_text(response):
+            limit = payload.get(rules.output_limit_field) if rules else None
+            raise GatewayError(
+                "output_limit",
+                f"the answer was cut by the output limit ({limit or request.max_output_tokens} "
+                "tokens) before any text; a thinking model counts its chain of thought in that "
+                "limit, so raise max_output_tokens",
+            )
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
@@ -580,6 +588,16 @@ class _Execution:
             reason = f": {error}" if error else ""
             raise ToolError(f"sub-agent {sub_agent.name} ({child_id}) {status}{reason}")
         return answer or ""
+
+
+def _cut_before_any_text(response: ModelResponse) -> bool:
+    """Return True for a reply the length limit ended before any answer or tool call."""
+    message = response.message
+    return (
+        response.finish_reason == "length"
+        and not message_text(message).strip()
+        and not message.get("tool_calls")
+    )
 
 
 class _InstanceLoop:

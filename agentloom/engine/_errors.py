@@ -18,8 +18,10 @@ class GatewayError(EngineError):
     """A model call failed.
 
     `kind` is one of: "auth", "rate_limit", "context_length", "bad_request", "upstream",
-    "network", "timeout", "protocol". The message is fixed text chosen by the gateway; it never
-    carries a provider's response body, headers or credentials.
+    "network", "timeout", "protocol", and "output_limit" (the reply was cut by the output limit
+    before any text: a run error, never an empty answer or an empty summary). The message is
+    fixed text chosen by the gateway; it never carries a provider's response body, headers or
+    credentials.
     """
 
     def __init__(self, kind: str, message: str, *, status: int | None = None):

@@ -27,6 +27,7 @@ from agentloom.providers._urls import (
     normalise_base_url,
 )
 from agentloom.providers.chat import (
+    THINKING_OUTPUT_FLOOR,
     DeepSeekChatGateway,
     LMStudioChatGateway,
     OllamaChatGateway,
@@ -34,6 +35,7 @@ from agentloom.providers.chat import (
     OpenAICompatibleChatGateway,
     gateway_for_provider,
     parse_chat_completion,
+    thinking_output_floor,
 )
 from agentloom.providers.discovery import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -60,6 +62,7 @@ __all__ = [
     "PLATFORM_DEFAULT_WINDOW",
     "PROVIDERS",
     "RETRYABLE_KINDS",
+    "THINKING_OUTPUT_FLOOR",
     "WINDOW_SOURCES",
     "ClientFactory",
     "DeepSeekChatGateway",
@@ -88,4 +91,5 @@ __all__ = [
     "resolve_checked",
     "secure_client",
     "system_resolver",
+    "thinking_output_floor",
 ]

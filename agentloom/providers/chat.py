@@ -25,6 +25,7 @@ from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFacto
 from agentloom.providers.local_servers import chat_url, ollama_chat_payload, parse_ollama_chat
 
 __all__ = [
+    "THINKING_OUTPUT_FLOOR",
     "DeepSeekChatGateway",
     "LMStudioChatGateway",
     "OllamaChatGateway",
@@ -32,6 +33,7 @@ __all__ = [
     "OpenAICompatibleChatGateway",
     "gateway_for_provider",
     "parse_chat_completion",
+    "thinking_output_floor",
 ]
 
 logger = logging.getLogger("agentloom.providers")
@@ -260,6 +262,18 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
         if self.num_ctx is None:
             return super().parse(document)
         return parse_ollama_chat(document)
+
+
+# The least output limit of a connection to a model that thinks by default: the limit counts the
+# chain of thought, so a small one can be spent before the answer begins (DeepSeek's thinking
+# mode: "max_tokens counts the reasoning"; its own default is 32K).
+THINKING_OUTPUT_FLOOR = 8_192
+_THINKING_PROVIDERS = ("deepseek",)
+
+
+def thinking_output_floor(provider: str) -> int | None:
+    """Return the least `max_output_tokens` of a `provider` connection (None: no floor)."""
+    return THINKING_OUTPUT_FLOOR if provider in _THINKING_PROVIDERS else None
 
 
 _GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {

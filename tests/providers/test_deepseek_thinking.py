@@ -254,3 +254,24 @@ def test_records_without_reasoning_are_sent_with_thinking_disabled(deepseek):
     assert not any("reasoning_content" in m for m in body["messages"])
     check_payload(body, gateway.payload_rules, purpose="action", notes_placed=True)
     assert gateway.complete(ModelRequest(purpose="action", messages=stripped, tools=TOOLS))
+
+
+def test_an_answer_cut_by_the_output_limit_before_any_text_is_a_run_error(deepseek):
+    deepseek.thinking_tokens = 10_000  # more than the 4,096 the request may produce
+    outcome, recorder = _run(MemoryJournal(), 1, _gateway(deepseek), "think hard")
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("output_limit: the answer was cut by the output limit (4096")
+    assert outcome.answer is None and outcome.candidate_answer is None
+    assert recorder.calls[-1].response["finish_reason"] == "length"
+
+
+def test_a_summary_cut_by_the_output_limit_is_not_an_empty_summary(deepseek):
+    journal = MemoryJournal()
+    gateway = _gateway(deepseek)
+    first, _ = _run(journal, 1, gateway, '/tool echo {"text": "a"}', policy={"model_steps": 1})
+    assert first.status == "succeeded"
+    deepseek.thinking_tokens = 10_000
+    second, _ = _run(journal, 2, gateway, "again", policy={"model_steps": 1})
+    reasons = [row["reason"] for row in second.frame["state"]["compaction_log"]]
+    assert "gateway_error: output_limit" in reasons
+    assert "empty_summary" not in reasons
