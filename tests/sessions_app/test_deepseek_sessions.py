@@ -48,6 +48,12 @@ def test_two_tool_turns_and_a_plain_question_succeed_end_to_end(alice, deepseek,
     row = SessionMessage.objects.filter(run=first, kind="assistant").first()
     assert row.message["reasoning_content"].startswith("thinking NONCE-R")
     assert replay_run(third).ok
+    # Replay compares the reasoning too: a journal whose reasoning was altered differs.
+    SessionMessage.objects.filter(pk=row.pk).update(
+        message={**row.message, "reasoning_content": "NONCE-ALTERED"}
+    )
+    report = replay_run(first)
+    assert not report.ok and any("NONCE-ALTERED" in d for d in report.differences)
 
 
 def test_the_meter_measures_what_the_provider_is_sent(
