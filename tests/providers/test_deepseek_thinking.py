@@ -275,3 +275,32 @@ def test_a_summary_cut_by_the_output_limit_is_not_an_empty_summary(deepseek):
     reasons = [row["reason"] for row in second.frame["state"]["compaction_log"]]
     assert "gateway_error: output_limit" in reasons
     assert "empty_summary" not in reasons
+
+
+class _WorkerDied(Exception):
+    pass
+
+
+class _DyingRecorder(Recorder):
+    """Saves like the application, then dies right after the save that holds pending calls."""
+
+    def save(self, checkpoint):
+        super().save(checkpoint)
+        if checkpoint.frame["state"]["pending_tool_calls"]:
+            raise _WorkerDied
+
+
+def test_reasoning_is_passed_back_around_unknown_results_after_a_crash(deepseek):
+    recorder = _DyingRecorder(journal=MemoryJournal(), run_id=1)
+    config = EngineConfig(record_store=recorder.store())
+    engine = make_engine(_gateway(deepseek), recorder=recorder, config=config)
+    with pytest.raises(_WorkerDied):
+        engine.start(run_number=1, attempt=1, system_prompt="sys", question='/tool echo {"t": 1}')
+    # Resumed, the call without a result is answered `unknown`, never re-executed.
+    again = make_engine(_gateway(deepseek), recorder=Recorder(recorder.journal), config=config)
+    resumed = again.resume(recorder.stored[-1], attempt=2)
+    assert resumed.status == "succeeded", resumed.error
+    last = deepseek.chat_bodies()[-1]
+    assert '"status": "unknown"' in last["messages"][-1]["content"]
+    assert _assistants(last)[0]["reasoning_content"]
+    assert "thinking" not in last and not deepseek.requests[-1].violations
