@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,13 +135,28 @@ def tool_call_response(
     )
 
 
+# Each message's copy without reasoning, by the identity of the message (which it holds, so the
+# identity stays its own): a view is sent again at every step, and measuring a copy made anew
+# each time would miss the estimators' size caches.
+_STRIPPED: OrderedDict[int, tuple[dict[str, Any], dict[str, Any]]] = OrderedDict()
+_STRIPPED_ITEMS = 20_000
+
+
+def _stripped(message: dict[str, Any]) -> dict[str, Any]:
+    held = _STRIPPED.get(id(message))
+    if held is not None and held[0] is message:
+        return held[1]
+    copy = {k: v for k, v in message.items() if k != REASONING_KEY}
+    _STRIPPED[id(message)] = (message, copy)
+    while len(_STRIPPED) > _STRIPPED_ITEMS:
+        _STRIPPED.popitem(last=False)
+    return copy
+
+
 def without_reasoning(request: ModelRequest) -> list[dict[str, Any]]:
     """Return the request's messages without reasoning text (what most APIs are sent)."""
     return [
-        {k: v for k, v in message.items() if k != REASONING_KEY}
-        if REASONING_KEY in message
-        else message
-        for message in request.messages
+        _stripped(message) if REASONING_KEY in message else message for message in request.messages
     ]
 
 
@@ -158,7 +174,7 @@ def with_passed_back_reasoning(request: ModelRequest) -> tuple[list[dict[str, An
             complete = complete and bool(message.get(REASONING_KEY))
             messages.append(message)
         elif REASONING_KEY in message:
-            messages.append({k: v for k, v in message.items() if k != REASONING_KEY})
+            messages.append(_stripped(message))
         else:
             messages.append(message)
     return messages, complete
