@@ -7,6 +7,7 @@ The double's checks are built from the guide's own multi-turn tool-call example
 from __future__ import annotations
 
 import copy
+import json
 
 import httpx
 import pytest
@@ -203,12 +204,17 @@ def test_reasoning_is_kept_through_a_compaction_and_a_sub_agent(deepseek):
         journal,
         1,
         gateway,
-        '/tool echo {"text": "a"} /tool delegate_helper {"task": "/tool echo {}"}',
+        '/tool echo {"text": "%s"} /tool delegate_helper {"task": "/tool echo {}"}' % ("a" * 4_000),
         policy={"model_steps": 1},
         sub_agents=[HELPER],
     )
     assert outcome.status == "succeeded", outcome.error
     assert any(call.purpose == "compaction" for call in recorder.calls)
+    # Views and snapshots hold the reasoning by reference: the stored checkpoint has none of
+    # its text, the frame it rebuilds has all of it.
+    stored, full = json.dumps(recorder.stored[-1]), json.dumps(recorder.saves[-1])
+    assert "thinking NONCE-R" not in stored and "thinking NONCE-R" in full
+    assert recorder.saves[-1]["context"]["compactions"]
     child = outcome.frame["state"]["children"]["1.1"]
     child_assistant = child["context"]["records"][1]["message"]
     assert child_assistant["reasoning_content"]

@@ -17,9 +17,9 @@ Chinese page 思考模式; read 2026-12-01) and the guide's multi-turn tool-call
   empty content;
 - tool-call ordering and message shapes are OpenAI's (`openai_contract`).
 
-Replies: `/tool NAME {json}` in the latest user message calls that tool; after tool results, an
-answer citing them; otherwise an answer to the question. Every reply in thinking mode carries
-`reasoning_content`.
+Replies: `/tool NAME {json}` in the latest user message calls that tool (when the body offers
+tools); after tool results, an answer citing them; otherwise an answer to the question. Every
+reply in thinking mode carries `reasoning_content`.
 """
 
 from __future__ import annotations
@@ -99,13 +99,13 @@ class DeepSeekDouble(ProviderDouble):
             message["reasoning_content"] = "thinking " * limit
             finish = "length"
         else:
-            message, finish = self._answer(document.get("messages") or [])
+            message, finish = self._answer(document.get("messages") or [], document.get("tools"))
             if thinks:
                 padding = " …" * (self.reasoning_padding // 2)
                 message["reasoning_content"] = f"thinking NONCE-R{self.replies}{padding}"
         return ScriptedReply(200, self._completion(message, finish, document))
 
-    def _answer(self, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    def _answer(self, messages: list[dict[str, Any]], tools: Any) -> tuple[dict[str, Any], str]:
         if messages and messages[-1].get("role") == "tool":
             results = []
             for message in reversed(messages):
@@ -117,7 +117,7 @@ class DeepSeekDouble(ProviderDouble):
         question = str(users[-1].get("content")) if users else ""
         calls = []
         position = 0
-        while match := _TOOL.search(question, position):
+        while tools and (match := _TOOL.search(question, position)):
             try:
                 arguments, position = json.JSONDecoder().raw_decode(question, match.end())
             except ValueError:
