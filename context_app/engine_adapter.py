@@ -28,6 +28,7 @@ from agentloom.engine import (
     LocalDemoGateway,
     ModelBudget,
     ModelGateway,
+    ModelRequest,
     ReadRecordTool,
     RecordStore,
     Redactor,
@@ -41,6 +42,9 @@ from agentloom.engine import (
     estimator_from_binding,
     estimator_named,
     load_policy,
+    rendering_binding,
+    rendering_named,
+    sent_request,
 )
 from agentloom.errors import ApplicationError
 from agentloom.providers import retirement_of
@@ -183,6 +187,28 @@ def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
     return _gateway_factory(version, connection), redaction_secrets(connection)
 
 
+def sent_messages(
+    version: AgentVersion, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return what an action request of `messages` and `tools` puts on the wire for `version`.
+
+    The gateway decides (`ModelGateway.payload`: DeepSeek passes reasoning back, other providers
+    never send it); without a usable connection, the view itself.
+    """
+    try:
+        gateway, _ = gateway_for(version)
+    except ConnectionMismatch:
+        return messages, tools
+    budget = version.snapshot["budget"]
+    request = ModelRequest(
+        purpose="action",
+        messages=messages,
+        tools=tools,
+        max_output_tokens=budget["max_output_tokens"],
+    )
+    return sent_request(gateway.payload(request))
+
+
 def run_measures(
     snapshot: dict[str, Any], binding: dict[str, Any] | None = None
 ) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
@@ -234,11 +260,12 @@ def input_check(version: AgentVersion, text: str) -> InputCheck:
     )
 
 
-def version_binding(version: AgentVersion) -> dict[str, Any]:
+def version_binding(version: AgentVersion, *, rendering: int | None = None) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
-    one run can be matched against the binding of the next.
+    one run can be matched against the binding of the next. New runs render with the current
+    rendering version; `rendering` names another (a replay of an older run).
     """
     policy, budget, estimator = run_measures(version.snapshot)
     binding = {
@@ -252,6 +279,7 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     large_records = LargeRecords.from_config(version.snapshot.get("large_records"))
     if large_records is not None:
         binding["large_records"] = large_records.to_dict()
+    binding.update(rendering_binding(rendering_named(rendering)))
     return binding
 
 

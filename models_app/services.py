@@ -41,6 +41,7 @@ from agentloom.providers import (
     model_defaults,
     normalise_base_url,
     numeric_host,
+    thinking_output_floor,
 )
 from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
@@ -274,6 +275,22 @@ def _default_output(window: int, cap: int | None) -> int:
     # As discovery fills it in: the default reservation, never above the cap or half the window.
     limit = DEFAULT_MAX_OUTPUT_TOKENS if cap is None else min(DEFAULT_MAX_OUTPUT_TOKENS, cap)
     return max(1, min(limit, window // 2))
+
+
+def _above_thinking_floor(provider: str, tokens: int, *, chosen: bool, cap: int | None) -> int:
+    """Return the output limit raised to the thinking floor; a chosen limit below it is refused.
+
+    A thinking model counts its chain of thought in the limit (`THINKING_OUTPUT_FLOOR`).
+    """
+    floor = thinking_output_floor(provider)
+    if floor is None or tokens >= floor or (cap is not None and cap < floor):
+        return tokens
+    if chosen:
+        raise InvalidInput(
+            f"A thinking model counts its chain of thought in this limit: at least {floor}.",
+            field="max_output_tokens",
+        )
+    return floor
 
 
 # --- resolving one connection's values ----------------------------------------------------------
@@ -606,6 +623,9 @@ def _resolve_window(
             )
         # Not chosen in this request (a default, or the old value under a lowered cap).
         max_output_tokens = max_output_cap
+    max_output_tokens = _above_thinking_floor(
+        provider, max_output_tokens, chosen="max_output_tokens" in sent, cap=max_output_cap
+    )
 
     if "safety_margin_tokens" in sent:
         margin = sent["safety_margin_tokens"]

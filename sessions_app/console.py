@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import ValidationError
 
 from agentloom.api import QueryPositionField
-from agentloom.engine import FEEDBACK_PREFIX, message_text
+from agentloom.engine import FEEDBACK_PREFIX, REASONING_KEY, message_text
 from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
 from context_app.engine_adapter import estimator_name, input_check
@@ -102,6 +102,9 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
     """Return what the pages show of one journal item; remember tool call names in `call_names`."""
     message = item.get("message") or {}
     shown = {**item, "text": message_text(message), "tool_calls": []}
+    # The model's reasoning (DeepSeek's thinking mode), shown folded as "Thinking".
+    reasoning = message.get(REASONING_KEY)
+    shown["reasoning"] = reasoning if isinstance(reasoning, str) else ""
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         name = str(function.get("name") or "?")

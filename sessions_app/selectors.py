@@ -20,7 +20,7 @@ from agentloom.engine import (
     resumed_estimator,
 )
 from agentloom.errors import NotFound
-from context_app.engine_adapter import estimator_name, offered_tools, run_measures
+from context_app.engine_adapter import estimator_name, offered_tools, run_measures, sent_messages
 from sessions_app.models import (
     MAIN_INSTANCE,
     ModelCall,
@@ -321,12 +321,15 @@ def run_context(run: Run) -> dict[str, Any]:
     )
     messages = list(frame.get("messages") or [])
     reading = loaded is not None and loaded.holds_references()
-    tools = offered_tools(snapshot, reading=reading)
+    # Measured as it would be sent: what the provider's payload carries, not the stored view.
+    sent, tools = sent_messages(
+        run.session.agent_version, messages, offered_tools(snapshot, reading=reading)
+    )
     measure = measure_context(
         policy=policy,
         budget=budget,
         estimator=estimator,
-        messages=messages,
+        messages=sent,
         tools=tools,
     )
     return {
@@ -342,7 +345,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "last_reported": last_reported(run),
         "cost": run_cost(run),
         "plan": (frame.get("state") or {}).get("plan"),
-        "tools": tools_part(estimator, messages, tools),
+        "tools": tools_part(estimator, sent, tools),
     }
 
 

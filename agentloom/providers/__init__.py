@@ -35,6 +35,7 @@ from agentloom.providers._urls import (
     punycode_url,
 )
 from agentloom.providers.chat import (
+    THINKING_OUTPUT_FLOOR,
     DeepSeekChatGateway,
     LMStudioChatGateway,
     OllamaChatGateway,
@@ -42,6 +43,7 @@ from agentloom.providers.chat import (
     OpenAICompatibleChatGateway,
     gateway_for_provider,
     parse_chat_completion,
+    thinking_output_floor,
 )
 from agentloom.providers.discovery import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -69,6 +71,7 @@ __all__ = [
     "PLATFORM_DEFAULT_WINDOW",
     "PROVIDERS",
     "RETRYABLE_KINDS",
+    "THINKING_OUTPUT_FLOOR",
     "WINDOW_SOURCES",
     "ClientFactory",
     "DeepSeekChatGateway",
@@ -100,4 +103,5 @@ __all__ = [
     "retirement_of",
     "secure_client",
     "system_resolver",
+    "thinking_output_floor",
 ]

@@ -63,6 +63,25 @@ def test_items_are_decrypted_records_in_seq_order(api, run):
     assert body["next_after"] == 4
 
 
+def test_an_assistant_record_returns_its_reasoning_kept_only_encrypted(api, run):
+    message = {"role": "assistant", "content": "answer", "reasoning_content": "NONCE-THOUGHT"}
+    SessionMessage.objects.create(
+        session=run.session,
+        seq=1,
+        run=run,
+        kind="assistant",
+        entry_key="assistant:1",
+        message=message,
+        created_at=timezone.now(),
+    )
+    item = api.get(_url(run.session)).json()["items"][0]
+    assert item["message"] == message
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM sessions_app_sessionmessage")
+        stored = " ".join(str(value) for row in cursor.fetchall() for value in row)
+    assert "NONCE-THOUGHT" not in stored
+
+
 def test_paging_a_thousand_records_returns_each_once_in_order(api, run):
     rows = _journal(run.session, run, 1_000)
     seen, pages = _read_all(api, run.session, limit=37)
