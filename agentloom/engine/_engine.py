@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from agentloom.engine._budget import (
@@ -53,10 +53,12 @@ from agentloom.engine._errors import (
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
+    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
 from agentloom.engine._frame import InstanceFrame
+from agentloom.engine._gate import check_payload, sent_request
 from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
 from agentloom.engine._policy import TriggerPolicy, load_policy
@@ -65,6 +67,7 @@ from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, mes
 from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._redaction import Redactor
 from agentloom.engine._refs import RecordStore
+from agentloom.engine._rendering import Rendering, rendering_named, rendering_of
 from agentloom.engine._tools import (
     DelegateTool,
     ReadRecordTool,
@@ -146,11 +149,11 @@ class EngineConfig:
 
     `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
     `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
-    compaction_policy, clock, redactor, large_records, record_store` for each instance, default
-    `JournalContextManager`) replace how context is kept; `secrets` are removed from everything
-    the engine hands out; `clock` stamps records and `sleeper` is what the `sleep` tool waits
-    with; `sub_agents` (objects or dicts) are offered as delegation tools; `verify_completion`
-    asks the model to verify a final answer before the run succeeds.
+    compaction_policy, clock, redactor, large_records, record_store, rendering, payload` for
+    each instance, default `JournalContextManager`) replace how context is kept; `secrets` are
+    removed from everything the engine hands out; `clock` stamps records and `sleeper` is what
+    the `sleep` tool waits with; `sub_agents` (objects or dicts) are offered as delegation tools;
+    `verify_completion` asks the model to verify a final answer before the run succeeds.
 
     `record_store` is where `format: 2` checkpoints find the journal records and inherited
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
@@ -159,6 +162,10 @@ class EngineConfig:
     `large_records` (`{"share": s}`, see `_large`) shows records too large for their share of the
     budget as excerpts, offers `read_record` and masks older tool results before summarising;
     a resumed run follows its checkpoint's binding.
+
+    `rendering` is the rendering version new runs are made with (None: the current one, see
+    `_rendering`); replaying an older run passes the version of its checkpoint. A resumed run
+    always follows its checkpoint's binding.
 
     `heartbeat_seconds` is how often the lease is renewed while a call runs,
     `cancel_poll_seconds` how often cancellation is asked while a tool runs, and
@@ -177,6 +184,7 @@ class EngineConfig:
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
     large_records: LargeRecords | dict[str, Any] | None = None
+    rendering: int | None = None
     heartbeat_seconds: float = 30.0
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
@@ -187,6 +195,7 @@ class EngineConfig:
         object.__setattr__(self, "sub_agents", tuple(subs))
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
+        rendering_named(self.rendering)  # an unknown version fails here, not mid-run
         for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -305,7 +314,16 @@ class Engine:
         if settings is not None:
             start = Calibration(start=calibration_start, keep=settings["samples"])
             estimator = CalibratedEstimator(estimator, start)
-        execution = _Execution(self, self.policy, self.budget, estimator, self.config.large_records)
+        rendering = rendering_named(self.config.rendering)
+        if history is not None and history.from_journal and history.rendering != rendering.version:
+            raise ConfigurationError(
+                "history",
+                f"was projected with rendering {history.rendering}, the run uses "
+                f"{rendering.version}",
+            )
+        execution = _Execution(
+            self, self.policy, self.budget, estimator, self.config.large_records, rendering
+        )
         context = execution.new_context()
         context.create(
             instance=MAIN_INSTANCE,
@@ -329,7 +347,8 @@ class Engine:
         policy, budget, estimator = self._bound(frame.binding)
         estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
         large_records = LargeRecords.from_config(frame.binding.get("large_records"))
-        execution = _Execution(self, policy, budget, estimator, large_records)
+        rendering = rendering_of(frame.binding)
+        execution = _Execution(self, policy, budget, estimator, large_records, rendering)
         context = execution.new_context()
         context.restore(frame)
         state = frame.state
@@ -359,8 +378,10 @@ class _Execution:
         budget: ModelBudget,
         estimator: TokenEstimator,
         large_records: LargeRecords | None,
+        rendering: Rendering,
     ):
         self.engine = engine
+        self.rendering = rendering
         self.policy = policy
         self.budget = budget
         self.estimator = estimator
@@ -383,6 +404,8 @@ class _Execution:
             redactor=engine.redactor,
             large_records=self.large_records,
             record_store=engine.config.record_store,
+            rendering=self.rendering,
+            payload=engine.gateway.payload,
         )
 
     def run(self, context: ContextManager) -> RunOutcome:
@@ -452,7 +475,16 @@ class _Execution:
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
                 f"execution (limit {limit})"
             )
-        measured = self._measure(request)
+        # The gateway decides what goes on the wire: that payload is checked and measured.
+        payload = engine.gateway.payload(request)
+        rules = engine.gateway.payload_rules
+        if rules is not None:
+            check_payload(
+                payload, rules, purpose=request.purpose, notes_placed=self.rendering.notes_wait
+            )
+        messages, tools = sent_request(payload)
+        sent = replace(request, messages=messages, tools=tools)
+        measured = self._measure(sent)
         bound = measured["upper_bound"]
         effective = self.budget.effective_input_budget
         if bound > effective:
@@ -482,7 +514,15 @@ class _Execution:
         )
         self._report(request, measured, started, response, None)
         self.check_lease()
-        self._learn(request, response)
+        self._learn(sent, response)
+        if _cut_before_any_text(response):
+            limit = payload.get(rules.output_limit_field) if rules else None
+            raise GatewayError(
+                "output_limit",
+                f"the answer was cut by the output limit ({limit or request.max_output_tokens} "
+                "tokens) before any text; a thinking model counts its chain of thought in that "
+                "limit, so raise max_output_tokens",
+            )
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
@@ -566,6 +606,16 @@ class _Execution:
         return answer or ""
 
 
+def _cut_before_any_text(response: ModelResponse) -> bool:
+    """Return True for a reply the length limit ended before any answer or tool call."""
+    message = response.message
+    return (
+        response.finish_reason == "length"
+        and not message_text(message).strip()
+        and not message.get("tool_calls")
+    )
+
+
 class _InstanceLoop:
     """The loop of one instance: the main instance (parent None) or a sub-agent's child."""
 
@@ -630,7 +680,7 @@ class _InstanceLoop:
                 response = call_model(prepared.request)
             except GatewayError as exc:
                 return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-            except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+            except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
                 return self.finish("failed", None, str(exc))
             record = context.add_assistant(response.message)
             calls = record.message.get("tool_calls") or []
@@ -683,7 +733,7 @@ class _InstanceLoop:
             response = self.execution.call_model(prepared.request)
         except GatewayError as exc:
             return False, f"verification_failed: {exc.kind}: {exc.message}"
-        except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+        except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
             return False, str(exc)
         verdict = message_text(response.message).strip()
         self.context.add_feedback(f"verification: {verdict or '(no verdict)'}")
@@ -759,6 +809,8 @@ def create_engine(
     *,
     hooks: EngineHooks | None = None,
     config: EngineConfig | None = None,
+    context_manager: ContextManagerFactory | None = None,
+    compaction_policy: CompactionPolicy | None = None,
 ) -> Engine:
     """Return an engine for one published version.
 
@@ -768,6 +820,10 @@ def create_engine(
     policy dict, or None for the legacy policy) and the model `budget` (a `ModelBudget` or its
     dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
     application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
+
+    As the design note documents (seed §1), `context_manager` replaces the default manager (a
+    factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
+    algorithm; each fills that field of `config`, which may not set it to something else.
     """
     if not isinstance(policy, TriggerPolicy):
         policy = load_policy(dict(policy) if policy is not None else None)
@@ -779,5 +835,20 @@ def create_engine(
         policy=policy,
         budget=budget,
         hooks=hooks or EngineHooks(),
-        config=config or EngineConfig(),
+        config=_config_with(
+            config or EngineConfig(),
+            context_manager=context_manager,
+            compaction_policy=compaction_policy,
+        ),
     )
+
+
+def _config_with(config: EngineConfig, **given: Any) -> EngineConfig:
+    """Return `config` with the options given to `create_engine` by keyword filled in."""
+    given = {name: value for name, value in given.items() if value is not None}
+    defaults = {option.name: option.default for option in fields(EngineConfig)}
+    for name, value in given.items():
+        current = getattr(config, name)
+        if current is not defaults[name] and current is not value:
+            raise TypeError(f"create_engine() got {name} both by keyword and in config")
+    return replace(config, **given) if given else config

@@ -9,6 +9,7 @@ recorded while the lease is held; one answered after the lease was lost is recor
 
 from __future__ import annotations
 
+import datetime
 import logging
 import statistics
 import uuid
@@ -38,7 +39,7 @@ from context_app.engine_adapter import (
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status
+from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.renewer import renewer
 from sessions_app.services.runs import claim_run, take_supplements
@@ -60,6 +61,8 @@ def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
         "price_max_prompt_tokens": prices.max_prompt_tokens,
         "price_source_url": price.source_url,
         "price_verified_on": price.verified_on,
+        "price_source": price.source,
+        "price_band": price.band or "",
     }
 
 
@@ -131,6 +134,7 @@ def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> 
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
+        lock_session(run.session_id)  # before the run's row: the journal's lock order
         updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
             status=Run.Status.FAILED,
             error=error,
@@ -155,7 +159,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         started = _start(run_id, owner)
     if isinstance(started, str):
         return started
-    engine, run, writer, begin = started
+    engine, run, begin = started
     try:
         outcome = begin(engine)
     except (LeaseLost, LeaseLostError):
@@ -169,27 +173,14 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
             _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
 
-    try:
-        with database_slots.held():
-            writer.sync(
-                outcome.checkpoint,
-                status=outcome.status,
-                answer=outcome.answer,
-                error=outcome.error or "",
-                finished_at=timezone.now(),
-                lease_owner="",
-                lease_expires_at=None,
-            )
-    except LeaseLost:
-        log.warning("run %s: lease lost before the final save", run_id)
-        return "lease lost"
+    # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status
 
 
 def _start(run_id: int, owner: str):
     """Claim the run and build its engine; return what happened, or how to begin.
 
-    That is the engine, the run, its journal writer and the call that starts or resumes it.
+    That is the engine, the run and the call that starts or resumes it.
     """
     if not claim_run(run_id=run_id, owner=owner):
         return "not claimed"
@@ -198,17 +189,16 @@ def _start(run_id: int, owner: str):
         adopt_legacy_run(run)  # journal what survives before the engine continues the frame
         run.refresh_from_db(fields=["checkpoint"])
     version = run.session.agent_version
-    writer = JournalWriter(run, lease_owner=owner)
     try:
         engine = build_engine(
-            version, _hooks(run, owner, writer), record_store=SlottedStore(JournalStore(run))
+            version, _hooks(run, owner), record_store=SlottedStore(JournalStore(run))
         )
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)
         return "failed"
     if run.checkpoint is not None:
         checkpoint, attempt = run.checkpoint, run.attempt
-        return engine, run, writer, lambda engine: engine.resume(checkpoint, attempt=attempt)
+        return engine, run, lambda engine: engine.resume(checkpoint, attempt=attempt)
     start = {
         "run_number": run.number,
         "attempt": run.attempt,
@@ -221,15 +211,20 @@ def _start(run_id: int, owner: str):
             else None
         ),
     }
-    return engine, run, writer, lambda engine: engine.start(**start)
+    return engine, run, lambda engine: engine.start(**start)
 
 
-def _hooks(run: Run, owner: str, writer: JournalWriter) -> EngineHooks:
+def _hooks(run: Run, owner: str) -> EngineHooks:
     """Return the run's engine hooks: each touches the database inside a slot."""
     run_id = run.pk
+    writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
-    # The price in force for this execution's calls, copied into each one as it is recorded.
-    price = price_for(run.session.agent_version)
+    version = run.session.agent_version
+
+    def price(call: Any) -> PriceInForce | None:
+        # The price in force when the call started, copied into it as it is recorded.
+        started = timezone.now() - datetime.timedelta(milliseconds=call.latency_ms or 0)
+        return price_for(version, started)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
         items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
@@ -239,7 +234,7 @@ def _hooks(run: Run, owner: str, writer: JournalWriter) -> EngineHooks:
     held = database_slots.wrap
     return EngineHooks(
         save=held(writer.sync),
-        on_model_call=held(lambda call: _record_model_call(run_id, owner, call, price)),
+        on_model_call=held(lambda call: _record_model_call(run_id, owner, call, price(call))),
         should_cancel=held(lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists()),
         supplements=held(supplements),
         # No thread per call: the process's renewer watches every call of every run.
@@ -248,23 +243,23 @@ def _hooks(run: Run, owner: str, writer: JournalWriter) -> EngineHooks:
 
 
 class SlottedStore(RecordStore):
-    """A record store whose every read holds a database slot."""
+    """A record store whose every read holds a database slot (the arguments pass through)."""
 
     def __init__(self, store: RecordStore):
         self.store = store
 
-    def records(self, instance: str):
+    def records(self, *args, **kwargs):
         with database_slots.held():
-            return self.store.records(instance)
+            return self.store.records(*args, **kwargs)
 
-    def journal(self, seqs):
+    def journal(self, *args, **kwargs):
         with database_slots.held():
-            return self.store.journal(seqs)
+            return self.store.journal(*args, **kwargs)
 
-    def history(self, block):
+    def history(self, *args, **kwargs):
         with database_slots.held():
-            return self.store.history(block)
+            return self.store.history(*args, **kwargs)
 
-    def main_record(self, **where):
+    def main_record(self, *args, **kwargs):
         with database_slots.held():
-            return self.store.main_record(**where)
+            return self.store.main_record(*args, **kwargs)
