@@ -92,10 +92,13 @@ from agentloom.engine._large import (
     history_judge,
 )
 from agentloom.engine._measure import (
+    QUESTION_ROOM_FLOOR,
     ContextMeasure,
     InputCheck,
+    QuestionRoom,
     check_input,
     measure_context,
+    question_room,
 )
 from agentloom.engine._policy import (
     DEFAULT_POLICY,
@@ -177,6 +180,7 @@ __all__ = [
     "LEGACY_CONTEXT_CHARS",
     "MAIN_INSTANCE",
     "PURPOSES",
+    "QUESTION_ROOM_FLOOR",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "USER_INPUT_KEY",
@@ -225,6 +229,7 @@ __all__ = [
     "Origin",
     "PreparedContext",
     "ProjectedHistory",
+    "QuestionRoom",
     "ReadRecordTool",
     "Record",
     "RecordStore",
@@ -260,6 +265,7 @@ __all__ = [
     "message_text",
     "project_history",
     "protocol_problems",
+    "question_room",
     "reported_completion_tokens",
     "reported_prompt_tokens",
     "resumed_estimator",

@@ -51,6 +51,7 @@ from agentloom.engine._errors import (
     LeaseLostError,
     ModelCallLimitReached,
 )
+from agentloom.engine._measure import SUMMARY_RESERVE_SHARE
 from agentloom.engine._policy import SIZE_TRIGGERS, TriggerPolicy
 from agentloom.engine._protocol import (
     HANDOFF_MARK,
@@ -82,8 +83,6 @@ HANDOFF_HEADER = (
 )
 PLAN_HEADER = "[current plan, kept as written]"
 
-# Share of the target reserved for the summary message when choosing what to keep.
-SUMMARY_RESERVE_SHARE = 0.2
 # A turns- or steps-only trigger does not summarise less material than this (estimate units).
 MIN_COUNT_TRIGGER_GAIN = 256
 # Room left in each summary request for the estimator's rounding.

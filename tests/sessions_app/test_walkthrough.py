@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
+from agentloom.engine import JsonBytesEstimator, ModelBudget
+from sessions_app.demo import DEMO_AGENT_NAME, DEMO_SUB_AGENTS, DEMO_TOOLS, ensure_demo
 from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import run_ask, run_cancel, session_create, supplement_add
@@ -53,7 +54,8 @@ def demo_session(user):
 def test_the_walkthrough_reads_every_tool_of_the_demo_agent():
     names = {line.split()[1] for line in walkthrough_lines()}
     assert {"calculator", "echo", "sleep", "update_plan", "fail", "big_output"} <= names
-    assert "delegate_researcher" in names
+    offered = {*DEMO_TOOLS, *(f"delegate_{sub['name']}" for sub in DEMO_SUB_AGENTS)}
+    assert names <= offered, "every line of README's walkthrough names a tool the agent has"
 
 
 def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
@@ -87,3 +89,10 @@ def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
     assert [(line, status) for line, status, _ in outcomes] == expected, [
         o for o in outcomes if o[1] == "failed"
     ]
+    # The big_output lines show a compaction, as README says, and no request the provider saw
+    # was over the effective budget.
+    assert any(r.purpose == "compaction" for r in gateway.requests)
+    effective = session.agent_version.snapshot["budget"]
+    budget = ModelBudget.from_dict(effective).effective_input_budget
+    for request in gateway.requests:
+        assert JsonBytesEstimator().upper_bound(request.messages, request.tools) <= budget
