@@ -280,7 +280,7 @@ class _Session:
         words = f"{self.nonce()} " + "a long question with plain words " * (limit // 30)
         while engine_adapter.input_check(self.version, words).size > limit:
             words = words[: int(len(words) * 0.9)]
-        self.settle(self.execute(words))
+        self.settle(self.execute(words.strip()))
 
     def do_revoke(self) -> None:
         view = SessionView.objects.filter(session=self.session, revoked_at__isnull=True).last()
