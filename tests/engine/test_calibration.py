@@ -247,7 +247,7 @@ def test_a_calibrated_run_uses_the_window_and_a_resume_compacts_what_it_cannot_p
         {**final, "state": {**final["state"], "terminal": None}}, attempt=2
     )
     assert resumed.status == "succeeded"
-    assert [call.purpose for call in resumed_recorder.calls][0] == "action"
+    assert resumed_recorder.calls[0].purpose == "action"
     assert resumed_recorder.calls[0].calibration["base_tokens"] == double.real[-1]
 
     # A request that does not start with exactly the reported messages (one byte differs) is
@@ -261,7 +261,7 @@ def test_a_calibrated_run_uses_the_window_and_a_resume_compacts_what_it_cannot_p
         changed, attempt=2
     )
     assert redone.status == "succeeded"
-    assert [call.purpose for call in other_recorder.calls][0] == "compaction"
+    assert other_recorder.calls[0].purpose == "compaction"
 
 
 def test_a_resumed_run_measures_with_the_estimator_its_checkpoint_is_bound_to():
