@@ -42,6 +42,8 @@ from agentloom.engine import (
     estimator_named,
     load_policy,
     question_room,
+    rendering_binding,
+    rendering_named,
 )
 from agentloom.errors import ApplicationError
 from agentloom.providers.pricing import PriceInForce, price_in_force
@@ -222,11 +224,12 @@ def snapshot_question_room(snapshot: dict[str, Any]) -> QuestionRoom:
     )
 
 
-def version_binding(version: AgentVersion) -> dict[str, Any]:
+def version_binding(version: AgentVersion, *, rendering: int | None = None) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
-    one run can be matched against the binding of the next.
+    one run can be matched against the binding of the next. New runs render with the current
+    rendering version; `rendering` names another (a replay of an older run).
     """
     policy, budget, estimator = run_measures(version.snapshot)
     binding = {
@@ -240,6 +243,7 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     large_records = LargeRecords.from_config(version.snapshot.get("large_records"))
     if large_records is not None:
         binding["large_records"] = large_records.to_dict()
+    binding.update(rendering_binding(rendering_named(rendering)))
     return binding
 
 

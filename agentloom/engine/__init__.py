@@ -145,6 +145,14 @@ from agentloom.engine._refs import (
     as_ranges,
     materialize,
 )
+from agentloom.engine._rendering import (
+    CURRENT_RENDERING,
+    RENDERINGS,
+    Rendering,
+    rendering_binding,
+    rendering_named,
+    rendering_of,
+)
 from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
     DelegateTool,
@@ -165,6 +173,7 @@ from agentloom.engine._usage import (
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "CANCELLED_RESULT",
+    "CURRENT_RENDERING",
     "DEFAULT_ESTIMATOR_ID",
     "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_POLICY",
@@ -181,6 +190,7 @@ __all__ = [
     "MAIN_INSTANCE",
     "PURPOSES",
     "QUESTION_ROOM_FLOOR",
+    "RENDERINGS",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "USER_INPUT_KEY",
@@ -234,6 +244,7 @@ __all__ = [
     "Record",
     "RecordStore",
     "Redactor",
+    "Rendering",
     "ReusableView",
     "RunOutcome",
     "SubAgent",
@@ -266,6 +277,9 @@ __all__ = [
     "project_history",
     "protocol_problems",
     "question_room",
+    "rendering_binding",
+    "rendering_named",
+    "rendering_of",
     "reported_completion_tokens",
     "reported_prompt_tokens",
     "resumed_estimator",

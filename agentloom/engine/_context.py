@@ -64,6 +64,7 @@ from agentloom.engine._protocol import (
     UNKNOWN_RESULT,
     clean_assistant_message,
     message_text,
+    place_run_note,
     protocol_problems,
     render_message,
     run_note,
@@ -82,6 +83,7 @@ from agentloom.engine._records import (
 )
 from agentloom.engine._redaction import Redactor
 from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
+from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -207,8 +209,10 @@ class JournalContextManager(ContextManager):
         tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
         large_records: LargeRecords | None = None,
         record_store: RecordStore | None = None,
+        rendering: Rendering | None = None,
     ):
         self.policy = policy
+        self.rendering = rendering or rendering_named(None)
         self.budget = budget
         self.estimator = estimator or JsonBytesEstimator()
         self.compaction_policy = compaction_policy or BudgetCompactionPolicy()
@@ -228,7 +232,8 @@ class JournalContextManager(ContextManager):
     # -- lifecycle -------------------------------------------------------------------------
 
     def binding(self) -> dict[str, Any]:
-        """Return the policy, budget and estimator this context is measured with."""
+        """Return the policy, budget and estimator this context is measured with, and the
+        rendering version its views are made with."""
         binding = {
             "policy": self.policy.to_dict(),
             "budget": self.budget.to_dict(),
@@ -238,6 +243,7 @@ class JournalContextManager(ContextManager):
             binding["calibration"] = {"samples": self.estimator.calibration.keep}
         if self.large_records is not None:
             binding["large_records"] = self.large_records.to_dict()
+        binding.update(rendering_binding(self.rendering))
         return binding
 
     def create(
@@ -337,14 +343,26 @@ class JournalContextManager(ContextManager):
         return self._kinds.get(kind, 0)
 
     def _show(self, message: dict[str, Any], origin: Origin = None) -> None:
+        state = self.frame.state
+        if state.waiting_notes:
+            shown = place_run_note(state.waiting_notes, message, group_open=self.has_open_group)
+            state.waiting_notes = [seq for seq in state.waiting_notes if seq not in shown]
+            for seq in shown:
+                self.frame.show(self._record(seq).message, {"own": seq})
         self.frame.show(message, origin)
+
+    def _record(self, seq: int) -> Record:
+        records = self.frame.records
+        return records[bisect.bisect_left(records, seq, key=lambda r: r.seq)]
 
     def add_assistant(self, message: dict[str, Any]) -> Record:
         if self.has_open_group:
             raise EngineError("a new model step cannot start before every tool call has a result")
         frame, state = self.frame, self.frame.state
         step = self._count("assistant") + 1
-        cleaned = clean_assistant_message(self.redactor.value(message))
+        cleaned = clean_assistant_message(
+            self.redactor.value(message), keep_reasoning=self.rendering.keeps_reasoning
+        )
         # Ids are assigned here so they are unique in the session, whatever the provider sent.
         prefix = f"r{state.run_number}" if frame.instance == MAIN_INSTANCE else f"r{frame.instance}"
         for number, call in enumerate(cleaned.get("tool_calls") or [], start=1):
@@ -390,8 +408,17 @@ class JournalContextManager(ContextManager):
         return self._add_feedback_message(message)
 
     def add_run_note(self, text: str) -> Record:
-        """Record a run-status note as feedback shown on the assistant side, not as a request."""
-        return self._add_feedback_message(run_note(self.redactor.text(text)))
+        """Record a run-status note as feedback, shown where the rendering places it.
+
+        Never in the user's voice; under rendering 2 a system message that waits for the next
+        message (`place_run_note`), so no request ends with it.
+        """
+        message = run_note(self.redactor.text(text), role=self.rendering.note_role)
+        if not self.rendering.notes_wait:
+            return self._add_feedback_message(message)
+        record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))
+        self.frame.state.waiting_notes = [*self.frame.state.waiting_notes, record.seq]
+        return record
 
     def _add_feedback_message(self, message: dict[str, Any]) -> Record:
         record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))

@@ -64,6 +64,7 @@ from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, mes
 from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._redaction import Redactor
 from agentloom.engine._refs import RecordStore
+from agentloom.engine._rendering import Rendering, rendering_named, rendering_of
 from agentloom.engine._tools import (
     DelegateTool,
     ReadRecordTool,
@@ -139,11 +140,11 @@ class EngineConfig:
 
     `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
     `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
-    compaction_policy, clock, redactor, large_records, record_store` for each instance, default
-    `JournalContextManager`) replace how context is kept; `secrets` are removed from everything
-    the engine hands out; `clock` stamps records and `sleeper` is what the `sleep` tool waits
-    with; `sub_agents` (objects or dicts) are offered as delegation tools; `verify_completion`
-    asks the model to verify a final answer before the run succeeds.
+    compaction_policy, clock, redactor, large_records, record_store, rendering` for each
+    instance, default `JournalContextManager`) replace how context is kept; `secrets` are
+    removed from everything the engine hands out; `clock` stamps records and `sleeper` is what
+    the `sleep` tool waits with; `sub_agents` (objects or dicts) are offered as delegation tools;
+    `verify_completion` asks the model to verify a final answer before the run succeeds.
 
     `record_store` is where `format: 2` checkpoints find the journal records and inherited
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
@@ -152,6 +153,10 @@ class EngineConfig:
     `large_records` (`{"share": s}`, see `_large`) shows records too large for their share of the
     budget as excerpts, offers `read_record` and masks older tool results before summarising;
     a resumed run follows its checkpoint's binding.
+
+    `rendering` is the rendering version new runs are made with (None: the current one, see
+    `_rendering`); replaying an older run passes the version of its checkpoint. A resumed run
+    always follows its checkpoint's binding.
 
     `heartbeat_seconds` is how often the lease is renewed while a call runs,
     `cancel_poll_seconds` how often cancellation is asked while a tool runs, and
@@ -170,6 +175,7 @@ class EngineConfig:
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
     large_records: LargeRecords | dict[str, Any] | None = None
+    rendering: int | None = None
     heartbeat_seconds: float = 30.0
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
@@ -180,6 +186,7 @@ class EngineConfig:
         object.__setattr__(self, "sub_agents", tuple(subs))
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
+        rendering_named(self.rendering)  # an unknown version fails here, not mid-run
         for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -298,7 +305,16 @@ class Engine:
         if settings is not None:
             start = Calibration(start=calibration_start, keep=settings["samples"])
             estimator = CalibratedEstimator(estimator, start)
-        execution = _Execution(self, self.policy, self.budget, estimator, self.config.large_records)
+        rendering = rendering_named(self.config.rendering)
+        if history is not None and history.from_journal and history.rendering != rendering.version:
+            raise ConfigurationError(
+                "history",
+                f"was projected with rendering {history.rendering}, the run uses "
+                f"{rendering.version}",
+            )
+        execution = _Execution(
+            self, self.policy, self.budget, estimator, self.config.large_records, rendering
+        )
         context = execution.new_context()
         context.create(
             instance=MAIN_INSTANCE,
@@ -322,7 +338,8 @@ class Engine:
         policy, budget, estimator = self._bound(frame.binding)
         estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
         large_records = LargeRecords.from_config(frame.binding.get("large_records"))
-        execution = _Execution(self, policy, budget, estimator, large_records)
+        rendering = rendering_of(frame.binding)
+        execution = _Execution(self, policy, budget, estimator, large_records, rendering)
         context = execution.new_context()
         context.restore(frame)
         state = frame.state
@@ -352,8 +369,10 @@ class _Execution:
         budget: ModelBudget,
         estimator: TokenEstimator,
         large_records: LargeRecords | None,
+        rendering: Rendering,
     ):
         self.engine = engine
+        self.rendering = rendering
         self.policy = policy
         self.budget = budget
         self.estimator = estimator
@@ -376,6 +395,7 @@ class _Execution:
             redactor=engine.redactor,
             large_records=self.large_records,
             record_store=engine.config.record_store,
+            rendering=self.rendering,
         )
 
     def run(self, context: ContextManager) -> RunOutcome:

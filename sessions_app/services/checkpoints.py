@@ -47,8 +47,10 @@ class JournalStore(RecordStore):
     def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
         return journal_messages(self.session_id, seqs)
 
-    def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
-        return history_block(self.session_id, block)
+    def history(
+        self, block: dict[str, Any], *, rendering: int
+    ) -> tuple[list[dict[str, Any]], list[Origin]]:
+        return history_block(self.session_id, block, rendering=rendering)
 
     def main_record(
         self,

@@ -41,6 +41,7 @@ from agentloom.engine import (
     create_engine,
     is_run_note,
     iter_frame_records,
+    rendering_of,
 )
 from context_app.engine_adapter import run_measures, version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
@@ -327,6 +328,8 @@ def replay_run(run: Run) -> ReplayReport:
             raise _StopAttempt
 
     policy, budget, estimator = run_measures(snapshot)
+    # The run is replayed under the rendering rules it was made with.
+    rendering = rendering_of(stored_checkpoint.get("binding")).version
     engine = create_engine(
         gateway,
         tools,
@@ -343,6 +346,7 @@ def replay_run(run: Run) -> ReplayReport:
             record_store=JournalStore(run),
             calibration=snapshot.get("calibration"),
             large_records=snapshot.get("large_records"),
+            rendering=rendering,
         ),
     )
     # A calibrated run started from its connection's ratio of that moment, kept in its state.
@@ -365,7 +369,9 @@ def replay_run(run: Run) -> ReplayReport:
                     system_prompt=snapshot.get("system_prompt", ""),
                     question=run.question,
                     history=history_for_new_run(
-                        run.session, version_binding(run.session.agent_version), as_of=run
+                        run.session,
+                        version_binding(run.session.agent_version, rendering=rendering),
+                        as_of=run,
                     ),
                     calibration_start=calibration_start,
                 )
