@@ -69,6 +69,8 @@ class Calibration:
     keep: int = DEFAULT_SAMPLES
     # The last reported action request: message count, digest, reported tokens and raw size.
     base: dict[str, Any] | None = None
+    # The reported request the run started from (the session's last), kept for replay.
+    start_base: dict[str, Any] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -84,6 +86,8 @@ class Calibration:
         data: dict[str, Any] = {"start": self.start, "samples": list(self.samples)}
         if self.base is not None:
             data["base"] = dict(self.base)
+        if self.start_base is not None:
+            data["start_base"] = dict(self.start_base)
         return data
 
     @classmethod
@@ -91,14 +95,20 @@ class Calibration:
         data = data or {}
         start = data.get("start")
         samples = [float(s) for s in data.get("samples") or [] if _positive(s)]
-        base = data.get("base")
-        valid = isinstance(base, dict) and set(base) == {"count", "digest", "tokens", "raw"}
         return cls(
             start=float(start) if _positive(start) else None,
             samples=samples,
             keep=keep,
-            base=dict(base) if valid else None,
+            base=_base(data.get("base")),
+            start_base=_base(data.get("start_base")),
         )
+
+
+def _base(data: Any) -> dict[str, Any] | None:
+    """Return a stored reported request, or None when it is not one."""
+    if isinstance(data, dict) and set(data) == {"count", "digest", "tokens", "raw"}:
+        return dict(data)
+    return None
 
 
 def request_digest(

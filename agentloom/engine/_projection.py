@@ -7,7 +7,8 @@ Projection repairs protocol and never changes sources:
 - a result that arrives after its group was closed (a late result, e.g. from resuming an old run
   after later runs) is kept as a user-role note, not as a tool message that would break protocol;
 - call ids are rewritten to `h<seq>_<n>` (session seq of the assistant record, call number), so
-  history ids cannot collide with each other or with the new run's ids;
+  history ids cannot collide with each other or with the new run's ids; from rendering 3 the ids
+  a run gave its calls (`r<run>-<step>-<n>`, unique in the session) are kept instead;
 - notes (supplements, feedback, run states, late results) that arrive while a tool group is open
   wait until the group is complete, so nothing sits between a call and its results;
 - run states (status records, and the "run stopped" / "run cancelled" feedback of a run's end)
@@ -24,6 +25,7 @@ Projection repairs protocol and never changes sources:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +40,9 @@ from agentloom.engine._protocol import (
 from agentloom.engine._records import MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
 from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
+
+# The call ids the engine gives a main-instance run's calls: unique in the session.
+_RUN_CALL_ID = re.compile(r"r\d+-\d+-\d+")
 
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]
@@ -164,6 +169,8 @@ class _Projector:
         self.judge = judge
         self.given = excerpts
         self.group: _OpenGroup | None = None
+        # Call ids kept as the run gave them, so none is shown twice.
+        self.shown_ids: set[str] = set()
         self.deferred: list[tuple[dict[str, Any], Origin]] = []
         # (run id, original call id) -> (rewritten id, tool name), to describe late results.
         self.calls: dict[tuple[Any, str], tuple[str, str]] = {}
@@ -219,7 +226,8 @@ class _Projector:
 
     def assistant(self, record: JournalRecord) -> None:
         self.close_group()
-        origin = self.sized(record, {"s": record.seq, "as": "assistant"})
+        how = "assistant_ids" if self.keeps_ids(record) else "assistant"
+        origin = self.sized(record, {"s": record.seq, "as": how})
         message = materialize(origin, record.message)
         self.emit(message, origin)
         calls = record.message.get("tool_calls") or []
@@ -231,6 +239,20 @@ class _Projector:
             ids[original] = rewritten["id"]
             self.calls[(record.run_id, original)] = (rewritten["id"], rewritten["function"]["name"])
         self.group = _OpenGroup(record.run_id, ids)
+
+    def keeps_ids(self, record: JournalRecord) -> bool:
+        """Return True when the record's call ids can stay: unique ids the run gave (rendering 3).
+
+        Ids of the form `r<run>-<step>-<n>` are given by the engine, unique in the session; any
+        other id (a provider's, or one already shown) is rewritten, as before.
+        """
+        if not self.rules.keeps_call_ids:
+            return False
+        ids = [str(call.get("id") or "") for call in record.message.get("tool_calls") or []]
+        if not all(_RUN_CALL_ID.fullmatch(i) for i in ids) or self.shown_ids.intersection(ids):
+            return False
+        self.shown_ids.update(ids)
+        return True
 
     def tool_result(self, record: JournalRecord) -> None:
         original = str(record.message.get("tool_call_id") or "")

@@ -9,7 +9,9 @@ A view message has an *origin*:
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
-rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
+rewritten to `h<seq>_<n>`), `assistant_ids` (the same, keeping the call ids the run gave, which
+are already unique in the session; rendering 3), `tool` (answering call `id`, capped at `cap`),
+`user`, `feedback`,
 `note` (`prefix` + the text capped at `cap`), `run_note` (a run-status note shown on the
 assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped; rendering 1) and
 `system_note` (the same note as a system message; rendering 2). Either kind of
@@ -71,10 +73,14 @@ Origin = dict[str, Any] | None
 LARGE_KEYS = ("ex", "mask", "ref")
 
 
-def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
+def history_assistant(
+    seq: int, message: dict[str, Any], *, keep_ids: bool = False
+) -> dict[str, Any]:
     """Return an assistant record as history shows it: call ids rewritten to `h<seq>_<n>`.
 
-    Reasoning text stays with its message (only records of rendering 2 or later have any).
+    With `keep_ids`, the recorded call ids stay (the run's `r<run>-<step>-<n>` ids are already
+    unique in the session). Reasoning text stays with its message (only records of rendering 2
+    or later have any).
     """
     calls = message.get("tool_calls") or []
     content = message.get("content")
@@ -92,7 +98,7 @@ def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
             arguments = json.dumps(arguments, ensure_ascii=False)
         rewritten.append(
             {
-                "id": f"h{seq}_{number}",
+                "id": str(call.get("id")) if keep_ids else f"h{seq}_{number}",
                 "type": "function",
                 "function": {"name": str(function.get("name") or ""), "arguments": arguments},
             }
@@ -126,8 +132,8 @@ def _transformed(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, A
     how = origin.get("as")
     if how == "own":
         return _as_recorded(message, origin.get("cap"))
-    if how == "assistant":
-        return history_assistant(origin["s"], message)
+    if how in ("assistant", "assistant_ids"):
+        return history_assistant(origin["s"], message, keep_ids=how == "assistant_ids")
     text = message_text(message)
     if how == "tool":
         return {

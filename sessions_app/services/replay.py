@@ -349,10 +349,10 @@ def replay_run(run: Run) -> ReplayReport:
             rendering=rendering,
         ),
     )
-    # A calibrated run started from its connection's ratio of that moment, kept in its state.
-    calibration_start = ((stored_checkpoint.get("state") or {}).get("calibration") or {}).get(
-        "start"
-    )
+    # A calibrated run started from its connection's ratio of that moment and the session's last
+    # reported call, both kept in its state.
+    started = (stored_checkpoint.get("state") or {}).get("calibration") or {}
+    calibration_start = started.get("start")
     frame = None
     engine_keys = {record["entry_key"] for record in stored_main}
     for attempt in _attempts(run, main_rows, engine_keys):
@@ -374,6 +374,7 @@ def replay_run(run: Run) -> ReplayReport:
                         as_of=run,
                     ),
                     calibration_start=calibration_start,
+                    calibration_base=started.get("start_base"),
                 )
             else:
                 outcome = engine.resume(frame, attempt=attempt.number)

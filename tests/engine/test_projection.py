@@ -75,6 +75,32 @@ def test_history_call_ids_are_rewritten_consistently_and_cannot_collide():
     assert history.view_revision is None
 
 
+def test_history_keeps_the_session_unique_ids_a_run_gave_its_calls_from_rendering_3():
+    records = [
+        user(1, 1, "first"),
+        calls(2, 1, "r1-1-1", "r1-1-2"),
+        result(3, 1, "r1-1-1", "one"),
+        result(4, 1, "r1-1-2", "two"),
+        answer(5, 1, "done"),
+        user(6, 2, "second"),
+        calls(7, 2, "call_1"),  # a provider's id, not unique: rewritten as before
+        result(8, 2, "call_1", "three"),
+        calls(9, 2, "r1-1-1"),  # already shown: rewritten, never shown twice
+        result(10, 2, "r1-1-1", "four"),
+    ]
+
+    def ids(history):
+        return [c["id"] for m in history.messages for c in m.get("tool_calls") or []]
+
+    current = project_history(records)
+    assert_usable(current)
+    assert ids(current) == ["r1-1-1", "r1-1-2", "h7_1", "h9_1"]
+    answered = [m["tool_call_id"] for m in current.messages if m["role"] == "tool"]
+    assert answered == ["r1-1-1", "r1-1-2", "h7_1", "h9_1"]
+    # Rendering 2 (and every checkpoint made with it) keeps rewriting them all.
+    assert ids(project_history(records, rendering=2)) == ["h2_1", "h2_2", "h7_1", "h9_1"]
+
+
 def test_a_call_without_a_result_gets_an_unknown_result_that_forbids_assuming_success():
     records = [
         user(1, 1, "q"),
