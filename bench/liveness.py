@@ -63,6 +63,9 @@ def main() -> None:
         started = time.perf_counter()
         for seed in range(arguments.first_seed, arguments.first_seed + arguments.sequences):
             reports.append(run_sequence(seed, user))
+            if len(reports) % 250 == 0:
+                alive = sum(r.alive for r in reports)
+                print(f"... {len(reports)} sequences, {alive} alive", flush=True)
         elapsed = time.perf_counter() - started
         figures = summarise(reports)
         _print(figures, reports, elapsed)
