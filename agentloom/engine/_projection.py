@@ -32,10 +32,12 @@ from typing import Any
 
 from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
+    RUN_NOTE_PREFIX,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
     run_note,
+    run_states_text,
 )
 from agentloom.engine._records import MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
@@ -171,6 +173,11 @@ class _Projector:
         self.group: _OpenGroup | None = None
         # Call ids kept as the run gave them, so none is shown twice.
         self.shown_ids: set[str] = set()
+        # Rendering 3: stop notes said again by their run's state, and the note of the run
+        # states in a row shown last (with its states), which the next state joins.
+        self.stop_notes: dict[Any, str] = {}
+        self.states: list[tuple[Any, str, str, str | None]] = []
+        self.states_note: dict[str, Any] | None = None
         self.deferred: list[tuple[dict[str, Any], Origin]] = []
         # (run id, original call id) -> (rewritten id, tool name), to describe late results.
         self.calls: dict[tuple[Any, str], tuple[str, str]] = {}
@@ -219,6 +226,27 @@ class _Projector:
             self.emit(message, origin)
         else:
             self.deferred.append((message, origin))
+
+    def run_state(self, record: JournalRecord) -> None:
+        """Show a run's state in one short note, merged into the note just before it, if any."""
+        error = str(record.message.get("error") or "")
+        state = (
+            record.run_id,
+            str(record.message.get("status")),
+            error.split(":", 1)[0].strip(),
+            self.stop_notes.pop(record.run_id, None),
+        )
+        if self.group is not None:
+            last = self.deferred[-1][0] if self.deferred else None
+        else:
+            last = self.out[-1] if self.out else None
+        if last is not None and last is self.states_note:
+            self.states.append(state)
+            last["content"] = RUN_NOTE_PREFIX + run_states_text(self.states)
+            return
+        self.states = [state]
+        self.states_note = run_note(run_states_text(self.states), role=self.rules.note_role)
+        self.note(self.states_note, None)
 
     def note_of(self, record: JournalRecord, origin: dict[str, Any]) -> None:
         origin = self.sized(record, origin)
@@ -294,11 +322,16 @@ class _Projector:
             self.made(record, {"s": record.seq, "as": "user"})
         elif kind == "supplement":
             self.note_of(record, {"s": record.seq, "as": "user"})
+        elif kind == "feedback" and self.rules.collapses_notes and is_run_note(record.message):
+            # Said again, shorter, by the run's state that follows (rendering 3).
+            self.stop_notes[record.run_id] = f"s:{record.seq}"
         elif kind == "feedback":
             how = "feedback"
             if is_run_note(record.message):
                 how = "system_note" if self.rules.note_role == "system" else "run_note"
             self.note_of(record, {"s": record.seq, "as": how})
+        elif kind == "status" and self.rules.collapses_notes:
+            self.run_state(record)
         elif kind == "status":
             status = record.message.get("status")
             error = record.message.get("error")
