@@ -813,7 +813,8 @@ class JournalContextManager(ContextManager):
         """Return the own local seqs and session seqs of the view messages at `indexes`.
 
         With `earlier` (sources by snapshot revision), a summary message counts as the records
-        its compaction summarised.
+        its compaction summarised; an inherited summary counts as the session records its view
+        says it stood for (`src`), so ranges stay exact across runs.
         """
         own: set[int] = set()
         session: set[int] = set()
@@ -825,7 +826,10 @@ class JournalContextManager(ContextManager):
                 own.add(origin["own"])
             elif "s" in origin:
                 session.add(origin["s"])
-            elif "summary" in origin and earlier is not None:
+            elif "src" in origin:
+                # An inherited summary: the session records its view says it stood for.
+                session.update(seq for a, b in origin["src"] for seq in range(a, b + 1))
+            elif "summary" in origin and "b" not in origin and earlier is not None:
                 before = earlier.get(origin["summary"], {})
                 own.update(seq for a, b in before.get("own", []) for seq in range(a, b + 1))
                 session.update(seq for a, b in before.get("session", []) for seq in range(a, b + 1))

@@ -4,6 +4,8 @@ A view message has an *origin*:
 
 - `None`: made here and stored inline (system prompt, `unknown` placeholder, run-status note);
 - `{"summary": revision}`: the handoff summary made by compaction `revision`, stored inline;
+- `{"src": ranges}`: an inherited handoff summary, stored inline, that stands for the session
+  records `ranges` (so a summary of it covers them too);
 - `{"own": seq}`: the instance's own record `seq`, as recorded;
 - `{"own": seq, "cap": N}`: its own tool result, shown capped at N characters;
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
@@ -251,8 +253,10 @@ class ViewEncoder:
         elif "s" in origin:
             self.entries.append({k: v for k, v in origin.items() if k != "b"})
         else:
-            # A message of an inherited view that was stored inline there.
-            self.entries.append({"m": message})
+            # A message of an inherited view that was stored inline there (a summary keeps the
+            # session ranges it stands for).
+            stood = {"src": origin["src"]} if "src" in origin else {}
+            self.entries.append({"m": message, **stood})
 
     def _follows(self, last: int, seq: int) -> bool:
         if seq == last + 1:
@@ -306,7 +310,10 @@ def decode_entries(
     for entry in entries:
         if "m" in entry:
             messages.append(entry["m"])
-            origins.append({"summary": entry["summary"]} if "summary" in entry else None)
+            if "summary" in entry:
+                origins.append({"summary": entry["summary"]})
+            else:
+                origins.append({"src": entry["src"]} if "src" in entry else None)
         elif "own" in entry:
             start, end = entry["own"]
             for seq in range(start, end + 1):

@@ -7,6 +7,7 @@ asked afterwards must be answered.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -96,3 +97,30 @@ def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
     budget = ModelBudget.from_dict(effective).effective_input_budget
     for request in gateway.requests:
         assert JsonBytesEstimator().upper_bound(request.messages, request.tools) <= budget
+
+
+def test_summarised_ranges_include_what_an_inherited_summary_stood_for(alice, gateway):
+    from rest_framework.test import APIClient
+
+    session = demo_session(alice)
+    api = APIClient()
+    api.force_authenticate(alice)
+    summaries = []  # (run number, session seqs its summary replaced), in order
+    for n in range(10):
+        run = run_ask(user=alice, session=session, question='/tool big_output {"chars": 1500}')
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        assert run.status == "succeeded", run.error
+        for item in api.get(f"/api/v1/runs/{run.pk}/context").json()["compactions"]:
+            if item["stage"] == "summary" and item["outcome"] == "succeeded":
+                ranges = item["summarised_ranges"]
+                summaries.append((n, {s for a, b in ranges for s in range(a, b + 1)}))
+    across = [
+        (earlier, later)
+        for (run_a, earlier), (run_b, later) in itertools.pairwise(summaries)
+        if run_b > run_a
+    ]
+    assert across, "a later run summarised the summary it inherited"
+    for earlier, later in across:
+        # Each summary updates the one before it, so it stands for all that one stood for.
+        assert earlier <= later, sorted(earlier - later)
