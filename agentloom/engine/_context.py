@@ -624,6 +624,9 @@ class JournalContextManager(ContextManager):
                 f"context_budget_exceeded: the {purpose} request is estimated at {estimate}, "
                 f"above the effective input budget of {effective}"
             )
+            if outcome is not None and not outcome.succeeded:
+                # Why compaction could not make room: the run's stated reason names it.
+                reason += f" (compaction {outcome.outcome}: {outcome.reason})"
             return PreparedContext(None, estimate, reason, outcome)
         return PreparedContext(request, estimate, None, outcome)
 

@@ -106,6 +106,10 @@ def test_a_request_over_the_hard_budget_always_gets_its_compaction(scripted):
     failed = engine.start(run_number=1, attempt=1, system_prompt="sys", question="q")
     purposes = failing.purposes()
     assert purposes[:3] == ["action", "compaction", "action"]
+    # It could not make room: the run fails and says why compaction did not help.
+    assert failed.status == "failed"
+    assert failed.error.startswith("context_budget_exceeded")
+    assert "(compaction failed: " in failed.error
 
     # Resumed with a summariser that works: the request over the hard budget is compacted first.
     def summary(request):
