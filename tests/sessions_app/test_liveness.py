@@ -25,6 +25,7 @@ def _check(seed, user):
 def test_random_sessions_stay_alive(alice):
     # 100 seeded sequences on SQLite, 20 on PostgreSQL (the leg's database is slower).
     examples = 20 if connection.vendor == "postgresql" else 100
+    seeds = []
 
     @settings(
         max_examples=examples,
@@ -35,9 +36,11 @@ def test_random_sessions_stay_alive(alice):
     )
     @given(st.integers(min_value=0, max_value=2**31))
     def sequences(seed):
+        seeds.append(seed)
         _check(seed, alice)
 
     sequences()
+    assert len(set(seeds)) >= examples, "every sequence was a distinct seed"
 
 
 def test_a_few_random_sessions_stay_alive(alice):
