@@ -46,3 +46,30 @@ def test_random_sessions_stay_alive(alice):
 def test_a_few_random_sessions_stay_alive(alice):
     for seed in (1, 2, 3):
         _check(seed, alice)
+
+
+def test_after_a_run_compaction_could_not_save_the_next_run_starts_from_a_view_that_fits(alice):
+    from context_app import engine_adapter
+    from sessions_app.models import Run
+    from tests.sessions_app.conftest import ask
+    from tests.sessions_app.test_walkthrough import demo_session
+    from tests.support.liveness import LivenessGateway
+
+    session = demo_session(alice)
+    budget = session.agent_version.snapshot["budget"]
+    effective = budget["context_window"] - budget["max_output_tokens"]
+    effective -= budget["safety_margin_tokens"]
+    provider = LivenessGateway("failing", effective, failures=10**6)  # down until told otherwise
+    engine_adapter.set_gateway_factory(lambda version, connection: provider)
+    try:
+        runs = [ask(session, alice, '/tool big_output {"chars": 30000}') for _ in range(6)]
+        failed = [run for run in runs if run.status == Run.Status.FAILED]
+        assert failed, "with the summariser down, a run had to stop"
+        assert all("(compaction failed: gateway_error: upstream)" in r.error for r in failed)
+
+        provider.failures = 0  # the summariser recovers
+        answered = ask(session, alice, "What did the tools return?")
+    finally:
+        engine_adapter.set_gateway_factory(None)
+    assert answered.status == Run.Status.SUCCEEDED, answered.error
+    assert provider.over_budget == 0
