@@ -293,13 +293,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
 
         masked_at: list[int] = []
         if request.mask is not None and not count_only:
-            masked_view = list(view)
-            for unit in units[:kept_from]:
-                for index in range(unit.start, unit.end):
-                    stub = request.mask(index)
-                    if stub is not None:
-                        masked_view[index] = stub
-                        masked_at.append(index)
+            masked_view, masked_at = _masked(request, view, units[:kept_from])
             if masked_at:
                 masked_size = policy.measure(masked_view, tools, estimator)
                 stages.append(
@@ -355,13 +349,15 @@ class BudgetCompactionPolicy(CompactionPolicy):
             return outcome("failed", "boundary_violation", calls=calls)
         after = policy.measure(new_view, tools, estimator)
         cut = body.endswith(SUMMARY_CUT)
-        while after >= trigger_at and body:
-            # Longer than its room (a summariser may ignore its output limit): cut to fit, at
-            # least the excess (a character is at least one unit of a byte count) or an eighth.
-            over = after - trigger_at + 1
-            body = body[: max(len(body) - max(over, len(body) // 8), 0)]
-            new_view, new_task_index, summarised = assemble(body + SUMMARY_CUT, consumed)
-            after, cut = policy.measure(new_view, tools, estimator), True
+        if after >= trigger_at:
+            # Longer than its room (a summariser may ignore its output limit): cut to fit.
+            new_view, new_task_index, summarised, after = _cut_to_fit(
+                lambda text: assemble(text, consumed),
+                lambda messages: policy.measure(messages, tools, estimator),
+                body,
+                trigger_at,
+            )
+            cut = True
         if after >= before:
             return outcome("failed", "no_reduction", after=after, calls=calls)
         if after >= trigger_at:
@@ -473,6 +469,39 @@ class BudgetCompactionPolicy(CompactionPolicy):
                 ),
             },
         ]
+
+
+def _masked(
+    request: CompactionRequest, view: list[dict[str, Any]], units: list[_Unit]
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Return `view` with the tool results of `units` masked to stubs, and where they were."""
+    masked_view = list(view)
+    masked_at: list[int] = []
+    if request.mask is None:
+        return masked_view, masked_at
+    for unit in units:
+        for index in range(unit.start, unit.end):
+            stub = request.mask(index)
+            if stub is not None:
+                masked_view[index] = stub
+                masked_at.append(index)
+    return masked_view, masked_at
+
+
+def _cut_to_fit(assemble, measure, body: str, trigger_at: int):
+    """Return the view with `body` cut (and marked) until the view is below `trigger_at`.
+
+    Each round cuts at least the excess (a character is at least one unit of a byte count) or
+    an eighth of what is left, so it ends; `assemble(text)` builds (view, task index, summarised).
+    """
+    view, task_index, summarised = assemble(body)
+    after = measure(view)
+    while after >= trigger_at and body:
+        over = after - trigger_at + 1
+        body = body[: max(len(body) - max(over, len(body) // 8), 0)]
+        view, task_index, summarised = assemble(body + SUMMARY_CUT)
+        after = measure(view)
+    return view, task_index, summarised, after
 
 
 def _clipped(text: str, limit: int, estimator: TokenEstimator) -> str:
