@@ -8,6 +8,7 @@ with a clear error instead of silently running another model.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from agentloom.engine import (
     LocalDemoGateway,
     ModelBudget,
     ModelGateway,
+    ModelRequest,
     QuestionRoom,
     ReadRecordTool,
     RecordStore,
@@ -44,11 +46,14 @@ from agentloom.engine import (
     question_room,
     rendering_binding,
     rendering_named,
+    sent_request,
 )
 from agentloom.errors import ApplicationError
+from agentloom.providers import retirement_of
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from models_app.models import ModelConnection
+from models_app.services import redaction_secrets
 
 
 class ConnectionMismatch(ApplicationError):
@@ -82,6 +87,12 @@ def estimator_name(module_id: str | None) -> str:
     return _NAMES.get(module_id or "", "bytes")
 
 
+class RetiredModel(ApplicationError):
+    """The version's model ID was retired by its provider on the endpoint it calls."""
+
+    status = 409
+
+
 def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
     budget = snapshot["budget"]
     connection = ModelConnection.objects.filter(pk=budget["connection_id"]).first()
@@ -93,19 +104,33 @@ def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
             f"this version was published for {budget['provider']}:{budget['model_id']}. "
             "Publish a new version to use the new model."
         )
+    retirement = retirement_of(connection.provider, connection.base_url, connection.model_id)
+    if retirement is not None:
+        raise RetiredModel(
+            f"{retirement.message(connection.get_provider_display())} This version can no longer "
+            "run: point a connection at the replacement, publish a new version with it and "
+            "start a new session."
+        )
     return connection
 
 
-def price_for(version: AgentVersion) -> PriceInForce | None:
-    """Return the prices in force for calls of `version` now, or None when they are unknown.
+def price_for(version: AgentVersion, at: datetime.datetime | None = None) -> PriceInForce | None:
+    """Return the prices of a call of `version` that started at `at` (default now), or None.
 
-    Read from the manifest for the version's exact model on the live connection's endpoint.
+    Read from the manifest for the version's exact model on the live connection's official
+    endpoint, else from the prices an operator entered on the connection.
     """
     budget = version.snapshot.get("budget") or {}
     connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
     if connection is None or connection.model_id != budget.get("model_id"):
         return None
-    return price_in_force(connection.provider, connection.base_url, connection.model_id)
+    return price_in_force(
+        connection.provider,
+        connection.base_url,
+        connection.model_id,
+        at=at or datetime.datetime.now(datetime.UTC),
+        manual=connection.prices,
+    )
 
 
 # Tests and replays substitute the gateway for a version here.
@@ -120,6 +145,11 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
     options: dict[str, Any] = {}
     if connection.provider == ModelConnection.Provider.OLLAMA:
         options["num_ctx"] = connection.num_ctx
+    if connection.provider == ModelConnection.Provider.DEEPSEEK:
+        # As frozen at publish: a later change of the connection reaches new versions only.
+        thinking = version.snapshot.get("thinking") or {}
+        options["thinking"] = thinking.get("thinking")
+        options["reasoning_effort"] = thinking.get("reasoning_effort")
     return gateway_for_provider(
         connection.provider,
         connection.base_url,
@@ -145,18 +175,40 @@ def redactor_for(version: AgentVersion) -> Redactor:
     """Return what removes `version`'s known credentials from anything about to be written.
 
     Every path that writes a question, supplement or record redacts with it first, so a key
-    pasted into a question never reaches the journal, a run row or a checkpoint.
+    pasted into a question never reaches the journal, a run row or a checkpoint; so are the
+    connection's previous keys (`redaction_secrets`).
     """
     budget = version.snapshot.get("budget") or {}
     connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
-    return Redactor([connection.api_key] if connection and connection.api_key else [])
+    return Redactor(redaction_secrets(connection) if connection else [])
 
 
 def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
     """Return the gateway for `version` and the credentials to redact from everything written."""
     connection = _live_connection(version.snapshot)
-    secrets = [connection.api_key] if connection.api_key else []
-    return _gateway_factory(version, connection), secrets
+    return _gateway_factory(version, connection), redaction_secrets(connection)
+
+
+def sent_messages(
+    version: AgentVersion, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return what an action request of `messages` and `tools` puts on the wire for `version`.
+
+    The gateway decides (`ModelGateway.payload`: DeepSeek passes reasoning back, other providers
+    never send it); without a usable connection, the view itself.
+    """
+    try:
+        gateway, _ = gateway_for(version)
+    except ConnectionMismatch:
+        return messages, tools
+    budget = version.snapshot["budget"]
+    request = ModelRequest(
+        purpose="action",
+        messages=messages,
+        tools=tools,
+        max_output_tokens=budget["max_output_tokens"],
+    )
+    return sent_request(gateway.payload(request))
 
 
 def run_measures(

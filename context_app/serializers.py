@@ -111,7 +111,12 @@ class AgentUpdateSerializer(StrictSerializer):
     system_prompt = TextField(
         max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
     )
-    model_connection = id_field(allow_null=True, required=False)
+    model_connection = id_field(
+        allow_null=True,
+        required=False,
+        help_text="A model connection of the agent's space; an id of another space's "
+        "connection, or of none, is refused (400).",
+    )
     tools = _tools_field(required=False)
     sub_agents = SubAgentSerializer(many=True, required=False, max_length=MAX_SUB_AGENTS)
     verify_completion = FlagField(required=False)

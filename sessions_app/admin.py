@@ -6,6 +6,8 @@ deleting a session is `session_delete`'s soft delete.
 """
 
 from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.urls import reverse
 from django.utils.html import format_html_join
 
@@ -87,6 +89,20 @@ class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
     def get_deleted_objects(self, objs, request):
         # A soft delete removes nothing: the confirmation lists the sessions alone.
         return [str(obj) for obj in objs], {"sessions": len(objs)}, set(), []
+
+    def log_deletions(self, request, queryset):
+        # The admin's log is stored in clear: it names a session by number, never by its title.
+        entries = [
+            LogEntry(
+                user_id=request.user.pk,
+                content_type_id=ContentType.objects.get_for_model(obj).pk,
+                object_id=obj.pk,
+                object_repr=f"Session {obj.pk}",
+                action_flag=DELETION,
+            )
+            for obj in queryset
+        ]
+        return LogEntry.objects.bulk_create(entries)
 
     def delete_model(self, request, obj):
         try:

@@ -25,7 +25,8 @@ class Session(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
     )
-    title = models.CharField(max_length=200, blank=True, default="")
+    # Content: made from the first question, so encrypted like the question (up to 200 chars).
+    title = EncryptedTextField(blank=True, default="")
     # Set by `session_delete`: the session is hidden from everyone and takes no new run; who hid
     # it is recorded in a SessionDeletion row. Only `purge_deleted_sessions` removes it for good.
     deleted_at = models.DateTimeField(null=True, blank=True)
@@ -166,6 +167,11 @@ class SessionView(models.Model):
     binding = models.JSONField(default=dict)
     # A digest of `binding`, so a new run finds its views by index without reading any other.
     binding_key = models.CharField(max_length=64, blank=True, default="")
+    # The view this one's summary was made from: the run's own previous view, else the view
+    # the run inherited. A view whose chain holds a revoked view is never chosen either.
+    derived_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.RESTRICT, related_name="derived_views"
+    )
     # A revoked view is never chosen again; the row and who revoked it stay on record.
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.ForeignKey(
@@ -237,6 +243,10 @@ class ModelCall(models.Model):
     price_max_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     price_source_url = models.URLField(max_length=500, blank=True, default="")
     price_verified_on = models.DateField(null=True, blank=True)
+    # `manifest` (read from price_source_url on price_verified_on) or `manual` (entered by an
+    # operator on price_verified_on); the band (`peak`, `off_peak`) of prices of a time of day.
+    price_source = models.CharField(max_length=16, blank=True, default="")
+    price_band = models.CharField(max_length=16, blank=True, default="")
     # (estimate - reported) / reported; positive when the estimate was too high.
     estimate_error = models.FloatField(null=True, blank=True)
     # For a calibrated estimator: {ratio, base_tokens, raw} the estimate was made with.
@@ -320,7 +330,8 @@ class SessionDeletion(models.Model):
     """
 
     session_number = models.PositiveBigIntegerField(unique=True)
-    session_title = models.CharField(max_length=200, blank=True, default="")
+    # The title as it was, encrypted like the title itself: it outlives the purge.
+    session_title = EncryptedTextField(blank=True, default="")
     space = models.ForeignKey(
         Space, null=True, on_delete=models.SET_NULL, related_name="session_deletions"
     )

@@ -59,6 +59,7 @@ from agentloom.engine._errors import (
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
+    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
@@ -78,6 +79,13 @@ from agentloom.engine._frame import (
     iter_frame_records,
     reusable_views,
 )
+from agentloom.engine._gate import (
+    PayloadRules,
+    check_payload,
+    payload_problems,
+    reasoning_required,
+    sent_request,
+)
 from agentloom.engine._gateway import (
     PURPOSES,
     LocalDemoGateway,
@@ -86,6 +94,8 @@ from agentloom.engine._gateway import (
     ModelResponse,
     text_response,
     tool_call_response,
+    with_passed_back_reasoning,
+    without_reasoning,
 )
 from agentloom.engine._large import (
     LargeRecords,
@@ -122,6 +132,7 @@ from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     HANDOFF_MARK,
     INTERRUPTED_RESULT,
+    REASONING_KEY,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
@@ -190,6 +201,7 @@ __all__ = [
     "MAIN_INSTANCE",
     "PURPOSES",
     "QUESTION_ROOM_FLOOR",
+    "REASONING_KEY",
     "RENDERINGS",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
@@ -237,6 +249,8 @@ __all__ = [
     "ModelResponse",
     "O200kEstimator",
     "Origin",
+    "PayloadRuleBroken",
+    "PayloadRules",
     "PreparedContext",
     "ProjectedHistory",
     "QuestionRoom",
@@ -262,6 +276,7 @@ __all__ = [
     "cached_prompt_tokens",
     "calibration_config",
     "check_input",
+    "check_payload",
     "create_engine",
     "estimate_error",
     "estimator_from_binding",
@@ -274,9 +289,11 @@ __all__ = [
     "materialize",
     "measure_context",
     "message_text",
+    "payload_problems",
     "project_history",
     "protocol_problems",
     "question_room",
+    "reasoning_required",
     "rendering_binding",
     "rendering_named",
     "rendering_of",
@@ -284,8 +301,11 @@ __all__ = [
     "reported_prompt_tokens",
     "resumed_estimator",
     "reusable_views",
+    "sent_request",
     "status_key",
     "system_clock",
     "text_response",
     "tool_call_response",
+    "with_passed_back_reasoning",
+    "without_reasoning",
 ]

@@ -53,6 +53,7 @@ from agentloom.engine._errors import (
     ToolError,
 )
 from agentloom.engine._frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
+from agentloom.engine._gate import sent_request
 from agentloom.engine._gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine._large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
 from agentloom.engine._measure import input_size, measure_context, plan_reserve
@@ -210,8 +211,11 @@ class JournalContextManager(ContextManager):
         large_records: LargeRecords | None = None,
         record_store: RecordStore | None = None,
         rendering: Rendering | None = None,
+        payload: Callable[[ModelRequest], dict[str, Any]] | None = None,
     ):
         self.policy = policy
+        # What goes on the wire for a request (the gateway's `payload`): what is measured.
+        self.payload = payload
         self.rendering = rendering or rendering_named(None)
         self.budget = budget
         self.estimator = estimator or JsonBytesEstimator()
@@ -617,7 +621,7 @@ class JournalContextManager(ContextManager):
             max_output_tokens=self.budget.max_output_tokens,
             instance=self.frame.instance,
         )
-        estimate = self.estimator.upper_bound(request.messages, request.tools)
+        estimate = self.estimator.upper_bound(*self.sent(request))
         effective = self.budget.effective_input_budget
         if estimate > effective:
             reason = (
@@ -630,22 +634,36 @@ class JournalContextManager(ContextManager):
             return PreparedContext(None, estimate, reason, outcome)
         return PreparedContext(request, estimate, None, outcome)
 
+    def sent(self, request: ModelRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Return the messages and tool schemas that go on the wire for `request`."""
+        if self.payload is None:
+            return list(request.messages), list(request.tools)
+        return sent_request(self.payload(request))
+
     def triggers(self, tools: list[dict[str, Any]]) -> tuple[int, tuple[str, ...]]:
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
+        messages, tools = self.sent(
+            ModelRequest(
+                purpose="action",
+                messages=frame.messages,
+                tools=tools,
+                max_output_tokens=self.budget.max_output_tokens,
+                instance=frame.instance,
+            )
+        )
         size = measure_context(
             policy=self.policy,
             budget=self.budget,
             estimator=self.estimator,
-            messages=frame.messages,
+            messages=messages,
             tools=tools,
         ).size
         fired = self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
         if (
             isinstance(self.estimator, CalibratedEstimator)
             and TRIGGER_BUDGET not in fired
-            and self.estimator.upper_bound(frame.messages, tools)
-            > self.budget.effective_input_budget
+            and self.estimator.upper_bound(messages, tools) > self.budget.effective_input_budget
         ):
             # Small in the provider's tokens, but not provably under the budget: it could not
             # be sent, so it is compacted first.

@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from agentloom.engine._budget import (
@@ -52,10 +52,12 @@ from agentloom.engine._errors import (
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
+    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
 from agentloom.engine._frame import InstanceFrame
+from agentloom.engine._gate import check_payload, sent_request
 from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
 from agentloom.engine._policy import TriggerPolicy, load_policy
@@ -140,8 +142,8 @@ class EngineConfig:
 
     `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
     `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
-    compaction_policy, clock, redactor, large_records, record_store, rendering` for each
-    instance, default `JournalContextManager`) replace how context is kept; `secrets` are
+    compaction_policy, clock, redactor, large_records, record_store, rendering, payload` for
+    each instance, default `JournalContextManager`) replace how context is kept; `secrets` are
     removed from everything the engine hands out; `clock` stamps records and `sleeper` is what
     the `sleep` tool waits with; `sub_agents` (objects or dicts) are offered as delegation tools;
     `verify_completion` asks the model to verify a final answer before the run succeeds.
@@ -407,6 +409,7 @@ class _Execution:
             large_records=self.large_records,
             record_store=engine.config.record_store,
             rendering=self.rendering,
+            payload=engine.gateway.payload,
         )
 
     def run(self, context: ContextManager) -> RunOutcome:
@@ -467,7 +470,16 @@ class _Execution:
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
                 f"execution (limit {limit})"
             )
-        measured = self._measure(request)
+        # The gateway decides what goes on the wire: that payload is checked and measured.
+        payload = engine.gateway.payload(request)
+        rules = engine.gateway.payload_rules
+        if rules is not None:
+            check_payload(
+                payload, rules, purpose=request.purpose, notes_placed=self.rendering.notes_wait
+            )
+        messages, tools = sent_request(payload)
+        sent = replace(request, messages=messages, tools=tools)
+        measured = self._measure(sent)
         bound = measured["upper_bound"]
         effective = self.budget.effective_input_budget
         if bound > effective:
@@ -497,7 +509,15 @@ class _Execution:
         )
         self._report(request, measured, started, response, None)
         self.check_lease()
-        self._learn(request, response)
+        self._learn(sent, response)
+        if _cut_before_any_text(response):
+            limit = payload.get(rules.output_limit_field) if rules else None
+            raise GatewayError(
+                "output_limit",
+                f"the answer was cut by the output limit ({limit or request.max_output_tokens} "
+                "tokens) before any text; a thinking model counts its chain of thought in that "
+                "limit, so raise max_output_tokens",
+            )
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
@@ -581,6 +601,16 @@ class _Execution:
         return answer or ""
 
 
+def _cut_before_any_text(response: ModelResponse) -> bool:
+    """Return True for a reply the length limit ended before any answer or tool call."""
+    message = response.message
+    return (
+        response.finish_reason == "length"
+        and not message_text(message).strip()
+        and not message.get("tool_calls")
+    )
+
+
 class _InstanceLoop:
     """The loop of one instance: the main instance (parent None) or a sub-agent's child."""
 
@@ -645,7 +675,7 @@ class _InstanceLoop:
                 response = call_model(prepared.request)
             except GatewayError as exc:
                 return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-            except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+            except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
                 return self.finish("failed", None, str(exc))
             record = context.add_assistant(response.message)
             calls = record.message.get("tool_calls") or []
@@ -698,7 +728,7 @@ class _InstanceLoop:
             response = self.execution.call_model(prepared.request)
         except GatewayError as exc:
             return False, f"verification_failed: {exc.kind}: {exc.message}"
-        except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+        except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
             return False, str(exc)
         verdict = message_text(response.message).strip()
         self.context.add_feedback(f"verification: {verdict or '(no verdict)'}")
@@ -774,6 +804,8 @@ def create_engine(
     *,
     hooks: EngineHooks | None = None,
     config: EngineConfig | None = None,
+    context_manager: ContextManagerFactory | None = None,
+    compaction_policy: CompactionPolicy | None = None,
 ) -> Engine:
     """Return an engine for one published version.
 
@@ -783,6 +815,10 @@ def create_engine(
     policy dict, or None for the legacy policy) and the model `budget` (a `ModelBudget` or its
     dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
     application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
+
+    As the design note documents (seed §1), `context_manager` replaces the default manager (a
+    factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
+    algorithm; each fills that field of `config`, which may not set it to something else.
     """
     if not isinstance(policy, TriggerPolicy):
         policy = load_policy(dict(policy) if policy is not None else None)
@@ -794,5 +830,20 @@ def create_engine(
         policy=policy,
         budget=budget,
         hooks=hooks or EngineHooks(),
-        config=config or EngineConfig(),
+        config=_config_with(
+            config or EngineConfig(),
+            context_manager=context_manager,
+            compaction_policy=compaction_policy,
+        ),
     )
+
+
+def _config_with(config: EngineConfig, **given: Any) -> EngineConfig:
+    """Return `config` with the options given to `create_engine` by keyword filled in."""
+    given = {name: value for name, value in given.items() if value is not None}
+    defaults = {option.name: option.default for option in fields(EngineConfig)}
+    for name, value in given.items():
+        current = getattr(config, name)
+        if current is not defaults[name] and current is not value:
+            raise TypeError(f"create_engine() got {name} both by keyword and in config")
+    return replace(config, **given) if given else config

@@ -1,6 +1,16 @@
-"""Check and normalise provider base URLs, and recognise the providers' official endpoints."""
+"""Check and normalise provider base URLs, and recognise the providers' official endpoints.
+
+Host rule (`checked_url`, the one check for a URL that is saved or called): a host is an IP
+literal or a DNS name whose dot-separated labels, in their ASCII (IDNA) form, are 1 to 63
+letters, digits or hyphens, neither starting nor ending with a hyphen, at most 253 characters in
+all (one final dot allowed). Spaces, underscores, empty labels and invalid IDNA labels are
+refused. A name with non-ASCII letters is allowed, and shown with its punycode form beside it
+(`punycode_url`), since a letter of another script can pass for a real host's.
+"""
 
 from __future__ import annotations
+
+import re
 
 import httpx
 
@@ -13,6 +23,7 @@ __all__ = [
     "endpoint_url",
     "is_official_endpoint",
     "normalise_base_url",
+    "punycode_url",
 ]
 
 PROVIDERS = ("openai", "deepseek", "openai_compatible", "ollama", "lmstudio", "local")
@@ -25,6 +36,8 @@ OFFICIAL_ENDPOINTS = {
 }
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
+_MAX_HOST_CHARS = 253
 
 
 def checked_url(url: str | httpx.URL) -> httpx.URL:
@@ -47,7 +60,34 @@ def checked_url(url: str | httpx.URL) -> httpx.URL:
         )
     if not parsed.host:
         raise ProviderError("address_refused", "The provider URL has no host.")
+    _check_host_name(parsed)
     return parsed
+
+
+def _check_host_name(parsed: httpx.URL) -> None:
+    if ":" in parsed.host:
+        return  # An IPv6 literal, already checked by the parser.
+    name = parsed.raw_host.decode("ascii")
+    name = name[:-1] if name.endswith(".") else name
+    if len(name) > _MAX_HOST_CHARS or not all(_LABEL.fullmatch(part) for part in name.split(".")):
+        raise ProviderError(
+            "address_refused",
+            "The provider host name is not valid: each dot-separated part is 1 to 63 letters, "
+            "digits or hyphens, not starting or ending with a hyphen (no spaces, underscores or "
+            "empty parts).",
+        )
+
+
+def punycode_url(url: str) -> str | None:
+    """Return `url` with its host in punycode when the host has non-ASCII letters, else None."""
+    try:
+        parsed = httpx.URL(url)
+        ascii_host = parsed.raw_host.decode("ascii")
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return None
+    if ascii_host == parsed.host:
+        return None
+    return str(parsed.copy_with(host=ascii_host))
 
 
 def normalise_base_url(base_url: str) -> str:

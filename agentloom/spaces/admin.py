@@ -1,11 +1,20 @@
-"""Spaces, memberships and API tokens in the admin, scoped like the API (admin_scoping.py).
+"""Spaces, memberships, API tokens, users and groups in the admin.
 
-Memberships are changed only by an admin of their space, so nobody can make herself a member, let
-alone an admin, of a space she does not administer.
+Spaces, memberships and tokens are scoped like the API (admin_scoping.py). Memberships are
+changed only by an admin of their space, so nobody can make herself a member, let alone an admin,
+of a space she does not administer; a member is named by exact username, as the API's members
+endpoint takes it, so adding one never lists the platform's users.
+
+Users, groups and permissions belong to the platform, not to a space: only superusers see or
+change them here, whatever permissions a staff user holds, so nobody can give himself
+`is_staff`, `is_superuser` or a permission he was not granted.
 """
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.template.response import TemplateResponse
 
 from agentloom.errors import ApplicationError
@@ -21,12 +30,38 @@ def _administers(request, space) -> bool:
     )
 
 
+class UsernameField(forms.ModelChoiceField):
+    """A user named by exact username: the form never offers a list of users to choose from."""
+
+    widget = forms.TextInput
+    default_error_messages = {"invalid_choice": "No user has this username."}
+
+    def __init__(self, **kwargs):
+        super().__init__(get_user_model().objects.all(), to_field_name="username", **kwargs)
+
+    def prepare_value(self, value):
+        # The stored value is the user's id; the page shows the username instead.
+        if isinstance(value, int):
+            value = self.queryset.filter(pk=value).values_list("username", flat=True).first()
+        return super().prepare_value(value)
+
+
+def _member_field(db_field, formfield):
+    """Return the username field in place of the admin's `user` choice, else `formfield`."""
+    if db_field.name == "user":
+        return UsernameField(label=db_field.verbose_name.capitalize())
+    return formfield
+
+
 class MembershipInline(admin.TabularInline):
     """The members of a space, on its page: edited by the space's admins only."""
 
     model = Membership
     extra = 0
-    autocomplete_fields = ["user"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        return _member_field(db_field, field)
 
     def has_add_permission(self, request, obj=None) -> bool:
         return super().has_add_permission(request, obj) and _administers(request, obj)
@@ -65,13 +100,11 @@ class SpaceAdmin(SpaceScopedAdmin):
 class MembershipAdmin(SpaceScopedAdmin):
     list_display = ["space", "user", "role", "created_at"]
     list_filter = ["role"]
-    # Any user may be added to a space; the space itself is chosen among those the caller admins.
-    autocomplete_fields = ["user"]
 
-    def choices_for(self, db_field, request):
-        if db_field.name == "user":
-            return None
-        return super().choices_for(db_field, request)
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        # Any user may be added, by username; the space is one of those the caller admins.
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        return _member_field(db_field, field)
 
     def save_model(self, request, obj, form, change):
         if not request.user.is_superuser:
@@ -167,3 +200,43 @@ class ApiTokenAdmin(admin.ModelAdmin):
             except ApplicationError as error:
                 self.message_user(request, f"{token}: {error.detail}", messages.ERROR)
         self.message_user(request, "Revoked; the tokens no longer authenticate.")
+
+
+# --- the platform's users and groups: superusers only ------------------------------------------
+
+
+class SuperusersOnlyAdmin(admin.ModelAdmin):
+    """An admin that only active superusers see or use, whatever permissions staff hold."""
+
+    def _superuser(self, request) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_module_permission(self, request) -> bool:
+        return self._superuser(request)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self._superuser(request)
+
+    def has_add_permission(self, request) -> bool:
+        return self._superuser(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self._superuser(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return self._superuser(request)
+
+
+for _model in (get_user_model(), Group):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
+
+
+@admin.register(get_user_model())
+class PlatformUserAdmin(SuperusersOnlyAdmin, UserAdmin):
+    pass
+
+
+@admin.register(Group)
+class PlatformGroupAdmin(SuperusersOnlyAdmin, GroupAdmin):
+    pass

@@ -17,7 +17,7 @@ from django.db import transaction
 from agentloom.engine import Checkpoint, InstanceFrame, Origin, Record, RecordStore, iso_utc
 from sessions_app.models import MAIN_INSTANCE, Run, SessionMessage
 from sessions_app.services.history import history_block
-from sessions_app.services.journal import JournalWriter
+from sessions_app.services.journal import JournalWriter, lock_run
 from sessions_app.services.views import journal_messages
 
 
@@ -90,7 +90,7 @@ def migrate_checkpoint(run: Run) -> bool:
     references are recorded, in one transaction.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run.pk)
+        run = lock_run(run.pk, session_id=run.session_id)
         checkpoint = run.checkpoint
         if not isinstance(checkpoint, dict) or checkpoint.get("format", 1) != 1:
             return False

@@ -8,6 +8,7 @@ after the lease was lost is recorded `discarded` (it was billed, but the run nev
 
 from __future__ import annotations
 
+import datetime
 import logging
 import statistics
 import uuid
@@ -36,7 +37,7 @@ from context_app.engine_adapter import (
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status
+from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.runs import claim_run, renew_lease, take_supplements
 
@@ -56,6 +57,8 @@ def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
         "price_max_prompt_tokens": prices.max_prompt_tokens,
         "price_source_url": price.source_url,
         "price_verified_on": price.verified_on,
+        "price_source": price.source,
+        "price_band": price.band or "",
     }
 
 
@@ -144,6 +147,7 @@ def last_reported_call(run: Run) -> dict[str, Any] | None:
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
+        lock_session(run.session_id)  # before the run's row: the journal's lock order
         updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
             status=Run.Status.FAILED,
             error=error,
@@ -168,8 +172,11 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     version = run.session.agent_version
     writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
-    # The price in force for this execution's calls, copied into each one as it is recorded.
-    price = price_for(version)
+
+    def price(call: Any) -> PriceInForce | None:
+        # The price in force when the call started, copied into it as it is recorded.
+        started = timezone.now() - datetime.timedelta(milliseconds=call.latency_ms or 0)
+        return price_for(version, started)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
         items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
@@ -178,7 +185,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
     hooks = EngineHooks(
         save=writer.sync,
-        on_model_call=lambda call: _record_model_call(run_id, owner, call, price),
+        on_model_call=lambda call: _record_model_call(run_id, owner, call, price(call)),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
         renew_lease=lambda: renew_lease(run_id=run_id, owner=owner),
@@ -221,17 +228,5 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
 
-    try:
-        writer.sync(
-            outcome.checkpoint,
-            status=outcome.status,
-            answer=outcome.answer,
-            error=outcome.error or "",
-            finished_at=timezone.now(),
-            lease_owner="",
-            lease_expires_at=None,
-        )
-    except LeaseLost:
-        log.warning("run %s: lease lost before the final save", run_id)
-        return "lease lost"
+    # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status

@@ -150,7 +150,7 @@ def test_she_cannot_make_herself_admin_of_another_space(browser, mallory, mine, 
     page = browser.get(add)
     assert page.status_code == 200
     assert list(page.context["adminform"].form.fields["space"].queryset) == [mine["space"]]
-    response = browser.post(add, {"space": theirs["space"].pk, "user": mallory.pk, "role": "admin"})
+    response = browser.post(add, {"space": theirs["space"].pk, "user": "mallory", "role": "admin"})
     assert response.status_code == 200  # the form again, with the error
     assert "space" in response.context["adminform"].form.errors
     assert not Membership.objects.filter(space=theirs["space"], user=mallory).exists()
@@ -159,7 +159,7 @@ def test_she_cannot_make_herself_admin_of_another_space(browser, mallory, mine, 
     assert browser.get(space_page).status_code == 302
     # In her own space she may add people.
     carol = make_user("carol")
-    ok = browser.post(add, {"space": mine["space"].pk, "user": carol.pk, "role": "member"})
+    ok = browser.post(add, {"space": mine["space"].pk, "user": "carol", "role": "member"})
     assert ok.status_code == 302
     assert Membership.objects.filter(space=mine["space"], user=carol, role="member").exists()
 
@@ -303,3 +303,69 @@ def test_a_token_made_in_the_admin_shows_its_key_once(browser, mallory, bob):
     )
     assert made.status_code == 200
     assert ApiToken.objects.get(user=bob).expires_at is None
+
+
+# --- users, groups and permissions: superusers only ----------------------------------------
+
+
+@pytest.fixture
+def eve(db):
+    """Staff with every auth permission and no membership at all."""
+    user = make_user("eve", staff=True)
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="auth"))
+    return user
+
+
+def test_staff_with_auth_permissions_cannot_make_themselves_superuser(client, eve, bob):
+    client.force_login(eve)
+    assert client.get("/admin/auth/user/").status_code == 403
+    assert client.get(f"/admin/auth/user/{bob.pk}/change/").status_code == 403
+    assert client.get(f"/admin/auth/user/{bob.pk}/password/").status_code == 403
+    response = client.post(
+        f"/admin/auth/user/{eve.pk}/change/",
+        {
+            "username": "eve",
+            "is_active": "on",
+            "is_staff": "on",
+            "is_superuser": "on",
+            "date_joined_0": "2026-01-01",
+            "date_joined_1": "00:00:00",
+        },
+    )
+    assert response.status_code == 403
+    eve.refresh_from_db()
+    assert not eve.is_superuser
+    assert client.post("/admin/auth/user/add/", {"username": "x"}).status_code == 403
+    assert client.get("/admin/auth/group/").status_code == 403
+    assert client.post("/admin/auth/group/add/", {"name": "root"}).status_code == 403
+    # Nor do users or groups appear in her admin index, nor can she search users.
+    index = client.get("/admin/")
+    assert b"/admin/auth/" not in index.content
+    search = client.get(
+        "/admin/autocomplete/",
+        {"app_label": "spaces", "model_name": "membership", "field_name": "user", "term": "b"},
+    )
+    assert search.status_code in (403, 404)
+    assert b"bob" not in search.content
+
+
+def test_a_space_admin_adds_members_by_username_without_a_list_of_users(browser, mine, bob):
+    add = "/admin/spaces/membership/add/"
+    page = browser.get(add)
+    assert b"bob" not in page.content
+    refused = browser.post(add, {"space": mine["space"].pk, "user": "nobody", "role": "member"})
+    assert "user" in refused.context["adminform"].form.errors
+    ok = browser.post(add, {"space": mine["space"].pk, "user": "bob", "role": "member"})
+    assert ok.status_code == 302
+    membership = Membership.objects.get(space=mine["space"], user=bob)
+    # The change page names the member by username; the member stays who he is.
+    change = browser.get(url(membership))
+    assert b"bob" in change.content
+
+
+def test_superusers_manage_users(bob):
+    client = Client()
+    client.force_login(make_user("root", superuser=True))
+    assert client.get("/admin/auth/user/").status_code == 200
+    assert client.get(f"/admin/auth/user/{bob.pk}/change/").status_code == 200
+    assert client.get("/admin/auth/group/").status_code == 200

@@ -153,6 +153,9 @@ def test_adding_with_discovered_values_keeps_their_source(browser, lab):
         ({"base_url": "http://169.254.169.254/"}, "base_url"),
         ({"base_url": "http://xn--a.com/v1"}, "base_url"),
         ({"base_url": "http://xn--/v1"}, "base_url"),
+        ({"base_url": "http://exa mple.com/v1"}, "base_url"),
+        ({"base_url": "http://-bad-.com"}, "base_url"),
+        ({"base_url": "http://a..b"}, "base_url"),
         ({"model_id": "text-embedding-3-small"}, "model_id"),
         ({"model_id": ""}, "model_id"),
         ({"provider": "openai", "api_key": ""}, "api_key"),
@@ -166,6 +169,18 @@ def test_the_form_refuses_what_the_service_refuses(browser, lab, fields, named):
     assert named in errors_of(response)
     assert SECRET_KEY not in response.content.decode()
     assert not ModelConnection.objects.exists()
+
+
+def test_the_change_page_shows_a_non_ascii_host_in_punycode(browser, lab):
+    response = browser.post(ADD, form_data(lab, base_url="http://ex\u0430mple.com/v1"))
+    assert response.status_code == 302, errors_of(response)
+    connection = ModelConnection.objects.get(name="proxy")
+    page = browser.get(change_url(connection)).content.decode()
+    assert "http://ex\u0430mple.com/v1" in page and "http://xn--exmple-4nf.com/v1" in page
+
+
+def test_an_ascii_host_has_no_punycode_row(browser, saved):
+    assert "punycode" not in browser.get(change_url(saved)).content.decode().lower()
 
 
 def test_the_change_page_never_shows_the_key(browser, saved):
@@ -297,3 +312,48 @@ def test_agent_pages_link_back_to_the_connection(browser, root, lab, saved):
     )
     agent_page = browser.get(f"/admin/context_app/agent/{agent.pk}/change/").content.decode()
     assert "/admin/models_app/modelconnection/__fk__/change/" in agent_page
+
+
+def test_the_model_page_takes_manual_prices_and_thinking_and_marks_retired_ids(browser, lab):
+    response = browser.post(
+        ADD,
+        {
+            "space": lab.pk,
+            "name": "proxy",
+            "provider": "openai_compatible",
+            "base_url": PROXY,
+            "model_id": "qwen-72b",
+            "prices": '{"input": "0.4", "output": "1.6", "currency": "USD"}',
+            "safety_margin_tokens": "1024",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    proxy = ModelConnection.objects.get(name="proxy")
+    assert proxy.prices["input"] == "0.4"
+    page = browser.get(change_url(proxy)).content.decode()
+    assert "source manual, entered" in page
+    retired = connection_create(
+        user=proxy.space.memberships.get().user,
+        space=lab,
+        name="old",
+        provider="deepseek",
+        api_key=SECRET_KEY,
+        model_id="deepseek-reasoner",
+        thinking="enabled",
+    )
+    page = browser.get(change_url(retired)).content.decode()
+    assert "retired the model ID deepseek-reasoner" in page
+    assert "choose deepseek-flash (thinking enabled)" in page
+    refused = browser.post(
+        change_url(retired),
+        {
+            "name": "old",
+            "provider": "deepseek",
+            "model_id": "deepseek-reasoner",
+            "thinking": "disabled",
+            "reasoning_effort": "max",
+            "safety_margin_tokens": "1024",
+        },
+    )
+    assert refused.status_code == 200
+    assert "applies in thinking mode only" in refused.content.decode()

@@ -19,9 +19,14 @@ FIELDS = {
     "id",
     "space",
     "name",
+    "thinking",
+    "reasoning_effort",
+    "prices",
+    "retired",
     "provider",
     "demo",
     "base_url",
+    "base_url_punycode",
     "has_api_key",
     "model_id",
     "context_window",
@@ -271,6 +276,12 @@ BAD_INPUT = [
     ("base_url", "http://169.254.169.254/latest"),
     ("base_url", "http://xn--a.com/v1"),
     ("base_url", "http://xn--/v1"),
+    # Host names are checked label by label when the connection is saved.
+    ("base_url", "http://exa mple.com/v1"),
+    ("base_url", "http://-bad-.com"),
+    ("base_url", "http://a..b"),
+    ("base_url", "http://bad_label.example.com/v1"),
+    ("base_url", f"http://{'a' * 64}.example.com/v1"),
     ("api_key", {"k": 1}),
     ("api_key", "a b"),
     ("api_key", "x" * 5_000),
@@ -300,6 +311,30 @@ def test_bad_input_on_update_is_a_400_naming_the_field(api, stored, field, value
     assert response.status_code == 400, response.content
     assert list(response.json()) == [field]
     assert SECRET_KEY not in body(response)
+
+
+def test_a_host_with_non_ascii_letters_is_shown_in_punycode_beside_it(api, space):
+    response = api.post(
+        LIST,
+        {
+            "space": space.pk,
+            "name": "lookalike",
+            "provider": "openai_compatible",
+            "base_url": "http://ex\u0430mple.com/v1",  # a Cyrillic "a"
+            "model_id": "m",
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert data["base_url"] == "http://ex\u0430mple.com/v1"
+    assert data["base_url_punycode"] == "http://xn--exmple-4nf.com/v1"
+    listed = api.get(LIST).json()["results"]
+    assert [item["base_url_punycode"] for item in listed] == ["http://xn--exmple-4nf.com/v1"]
+
+
+def test_an_ascii_host_has_no_punycode_form(api, stored):
+    assert api.get(detail(stored.pk)).json()["base_url_punycode"] is None
 
 
 def test_missing_base_url_for_a_compatible_server(api, space):

@@ -50,6 +50,7 @@ def test_lists_models_with_their_window_and_source(api, listed, caplog):
         "tokenizer": None,
         "estimator": "bytes",
         "warning": None,
+        "retired": None,
     }
     assert models["plain-model"]["window_source"] == "platform_default"
     assert models["plain-model"]["context_window"] == 32_768
@@ -205,8 +206,18 @@ def test_bad_input_is_a_400(api, body):
     assert response.status_code == 400, response.content
 
 
-@pytest.mark.parametrize("base_url", ["http://xn--a.com/v1", "http://xn--/v1", "https://xn--a/v1"])
-def test_an_invalid_idna_host_is_a_400_naming_base_url(api, base_url):
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://xn--a.com/v1",
+        "http://xn--/v1",
+        "https://xn--a/v1",
+        "http://exa mple.com/v1",
+        "http://-bad-.com",
+        "http://a..b",
+    ],
+)
+def test_an_invalid_host_is_a_400_naming_base_url(api, base_url):
     response = api.post(URL, {"provider": "openai_compatible", "base_url": base_url}, format="json")
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["base_url"]

@@ -190,6 +190,10 @@ def test_no_key_sends_no_authorization_header(provider_double):
         # Invalid IDNA A-labels: the host cannot be decoded.
         "http://xn--a.com/v1/models",
         "http://xn--/v1/models",
+        # Host names that are not valid DNS names.
+        "http://exa mple.com/v1/models",
+        "http://-bad-.com/v1/models",
+        "http://a..b/v1/models",
     ],
 )
 def test_only_plain_http_and_https_urls_are_called(url):
@@ -202,7 +206,9 @@ def test_provider_errors_are_gateway_errors_with_fixed_kinds():
     error = ProviderError("rate_limit", status=429, retry_after=1.5)
     assert isinstance(error, GatewayError)
     assert error.retryable and error.retry_after == 1.5
-    assert str(error) == "The provider is limiting the request rate. (HTTP 429)"
+    assert str(error) == (
+        "The provider is limiting the request rate; it asks to retry after 2 s. (HTTP 429)"
+    )
     assert set(KINDS) >= {"auth", "rate_limit", "context_length", "too_large", "address_refused"}
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.kind, copy.status, copy.retry_after, str(copy)) == (

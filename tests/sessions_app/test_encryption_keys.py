@@ -90,11 +90,14 @@ def test_every_encrypted_column_is_covered():
     labels = {f"{model._meta.label}.{field.name}" for model, field in encrypted_fields()}
     assert labels == {
         "models_app.ModelConnection.api_key",
+        "models_app.ModelConnection.previous_api_keys",
         "sessions_app.ModelCall.response",
         "sessions_app.Run.answer",
         "sessions_app.Run.checkpoint",
         "sessions_app.Run.question",
         "sessions_app.RunSupplement.text",
+        "sessions_app.Session.title",
+        "sessions_app.SessionDeletion.session_title",
         "sessions_app.SessionMessage.message",
         "sessions_app.SessionView.messages",
     }
