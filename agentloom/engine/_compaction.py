@@ -319,7 +319,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
         if earlier:
             kept_from = max(kept_from, earlier[-1] + 1)
         material = [n for n in range(kept_from) if n not in earlier]
-        if count_only and sum(sizes[n] for n in material) < MIN_COUNT_TRIGGER_GAIN:
+        if count_only and sum(sizes[:kept_from]) < MIN_COUNT_TRIGGER_GAIN:
             return outcome("skipped", "no_gain")
 
         def assemble(body: str, consumed: int) -> tuple[list[dict[str, Any]], int | None, list]:
