@@ -44,7 +44,9 @@ def test_random_sessions_stay_alive(alice):
 
 
 def test_a_few_random_sessions_stay_alive(alice):
-    for seed in (1, 2, 3):
+    # 676: found by bench/liveness.py (a run compacted in its resumed attempt; replay resumed it
+    # from a self-contained frame and lost where its history came from).
+    for seed in (1, 2, 3, 676):
         _check(seed, alice)
 
 
