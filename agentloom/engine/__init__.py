@@ -102,10 +102,13 @@ from agentloom.engine._large import (
     history_judge,
 )
 from agentloom.engine._measure import (
+    QUESTION_ROOM_FLOOR,
     ContextMeasure,
     InputCheck,
+    QuestionRoom,
     check_input,
     measure_context,
+    question_room,
 )
 from agentloom.engine._policy import (
     DEFAULT_POLICY,
@@ -197,6 +200,7 @@ __all__ = [
     "LEGACY_CONTEXT_CHARS",
     "MAIN_INSTANCE",
     "PURPOSES",
+    "QUESTION_ROOM_FLOOR",
     "REASONING_KEY",
     "RENDERINGS",
     "TOOL_RESULT_VIEW_CHARS",
@@ -249,6 +253,7 @@ __all__ = [
     "PayloadRules",
     "PreparedContext",
     "ProjectedHistory",
+    "QuestionRoom",
     "ReadRecordTool",
     "Record",
     "RecordStore",
@@ -287,6 +292,7 @@ __all__ = [
     "payload_problems",
     "project_history",
     "protocol_problems",
+    "question_room",
     "reasoning_required",
     "rendering_binding",
     "rendering_named",

@@ -303,16 +303,27 @@ class Engine:
         question: str,
         history: ProjectedHistory | None = None,
         calibration_start: float | None = None,
+        calibration_base: dict[str, Any] | None = None,
     ) -> RunOutcome:
         """Run a new question: a new main instance with the inherited history and the task.
 
         `calibration_start` is the ratio a calibrated version starts from (the connection's
         recent calls); it is kept in the checkpoint, so a replay can start from it too.
+        `calibration_base` is the session's last reported call (a checkpoint's
+        `state.calibration["base"]`): a first request that extends it exactly is measured from
+        its reported tokens; it is kept in the checkpoint as well.
         """
         estimator = self.estimator
         settings = self.config.calibration
         if settings is not None:
-            start = Calibration(start=calibration_start, keep=settings["samples"])
+            start = Calibration.from_dict(
+                {
+                    "start": calibration_start,
+                    "base": calibration_base,
+                    "start_base": calibration_base,
+                },
+                keep=settings["samples"],
+            )
             estimator = CalibratedEstimator(estimator, start)
         rendering = rendering_named(self.config.rendering)
         if history is not None and history.from_journal and history.rendering != rendering.version:

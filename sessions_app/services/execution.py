@@ -131,6 +131,23 @@ def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> 
     return statistics.median(ratios) if ratios else None
 
 
+def last_reported_call(run: Run) -> dict[str, Any] | None:
+    """Return the session's last reported action request before `run` (its digest and size).
+
+    A session keeps one agent version, so the previous run measured with the same model,
+    estimator and budget; calibration uses the base only for a request that extends it exactly.
+    """
+    previous = (
+        Run.objects.filter(session_id=run.session_id, number__lt=run.number)
+        .order_by("-number")
+        .first()
+    )
+    if previous is None or not previous.checkpoint:
+        return None
+    state = (previous.checkpoint or {}).get("state") or {}
+    return (state.get("calibration") or {}).get("base")
+
+
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
@@ -209,6 +226,9 @@ def _start(run_id: int, owner: str):
             recent_ratio(version.model_connection_id)
             if version.snapshot.get("calibration")
             else None
+        ),
+        "calibration_base": (
+            last_reported_call(run) if version.snapshot.get("calibration") else None
         ),
     }
     return engine, run, lambda engine: engine.start(**start)
