@@ -33,6 +33,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from agentloom.api import object_id
+from agentloom.errors import NotFound
 from sessions_app.models import Run, SessionMessage
 from sessions_app.selectors import run_get
 from sessions_app.services.live import read_deltas
@@ -69,9 +70,11 @@ class RunFeed:
 
     def poll(self) -> tuple[list[str], bool]:
         frames: list[str] = []
-        deltas, self.cursor = read_deltas(self.run_id, self.cursor)
-        for _, data in deltas:
+        deltas, cursor = read_deltas(self.run_id, self.cursor)
+        for ident, data in deltas:
+            self.cursor = ident  # each event's id names itself, for `Last-Event-ID`
             frames.append(self._frame("delta", data))
+        self.cursor = cursor
         finished = False
         if self.polls % RECORD_POLLS == 0:
             # The status is read before the records: a run seen finished has journaled them all.
@@ -148,7 +151,7 @@ def _open(request, id: str) -> RunFeed | JsonResponse:
         return answer
     try:
         run = run_get(user=user, run_id=object_id(id))
-    except exceptions.NotFound:
+    except NotFound:
         return JsonResponse({"detail": "Not found."}, status=404)
     after = request.GET.get("after", "")
     return RunFeed(
