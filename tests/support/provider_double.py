@@ -15,8 +15,8 @@ A chat request with `"stream": true` gets its completion as server-sent events, 
 reasoning and tool-call arguments cut into `chunk_chars` pieces sent `chunk_delay` seconds
 apart (slowly when a test asks), and the usage chunk when `stream_options.include_usage` asks;
 `reply_stream(events)` scripts the chunks themselves. `first_bytes` holds when each stream's
-first byte went out (`time.perf_counter()`), and `streams_cut` counts streams the client closed
-before their end.
+first byte went out (`time.time()`, comparable with a browser's `Date.now()`), and
+`streams_cut` counts streams the client closed before their end.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ class ProviderDouble:
                 handler.wfile.flush()
                 if number == 0:
                     with self._lock:
-                        self.first_bytes.append(time.perf_counter())
+                        self.first_bytes.append(time.time())
         except OSError:
             with self._lock:
                 self.streams_cut += 1
