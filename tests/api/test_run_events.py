@@ -148,3 +148,13 @@ def test_the_redis_channel_keeps_deltas_encrypted_and_expiring(done, settings, r
     assert [data["content"] for _, data in first] == ["NONCE-REDIS-1", "NONCE-REDIS-2"]
     assert [data["content"] for _, data in live.after(done.pk, first[0][0])] == ["NONCE-REDIS-2"]
     live.redis.delete(live.key(done.pk))
+
+
+def test_a_call_stopped_by_a_cancel_is_listed_discarded_with_its_cost_incomplete(api, run):
+    from sessions_app.models import ModelCall
+
+    ModelCall.objects.create(
+        run=run, purpose="action", error="cancelled: stopped", discarded=True, cost_incomplete=True
+    )
+    listed = api.get(f"/api/v1/runs/{run.pk}/model-calls").json()["results"]
+    assert (listed[0]["discarded"], listed[0]["cost_incomplete"]) == (True, True)
