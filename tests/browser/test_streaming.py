@@ -28,15 +28,17 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 __all__ = ["Worker", "console_worker"]
 
 SECRET = "sk-live-NONCE-stream-key-0123456789"
-# Every text the live preview ever showed, and when its answer text first appeared.
+# Every text the live preview ever showed, and when its first character (answer or reasoning)
+# appeared.
 WATCH = """
 window.shownTexts = [];
 window.firstShown = null;
 new MutationObserver(() => {
   for (const node of document.querySelectorAll("[data-live-answer]")) {
     window.shownTexts.push(node.textContent);
-    const text = node.querySelector(".answer .text");
-    if (window.firstShown === null && text && text.textContent) window.firstShown = Date.now();
+    const parts = node.querySelectorAll(".answer .text, .thinking pre");
+    const text = [...parts].map((part) => part.textContent).join("");
+    if (window.firstShown === null && text) window.firstShown = Date.now();
   }
 }).observe(document, { childList: true, subtree: true, characterData: true });
 """
@@ -141,6 +143,11 @@ def test_a_key_split_across_two_chunks_never_reaches_the_page(
             "NONCE-KEY", timeout=20_000
         )
         screenshot("stream-key-held-back")
+        first_shown = page.evaluate("window.firstShown") / 1000
+        save_measure(
+            "stream-latency-plain",
+            {"first_byte_to_first_visible_ms": round((first_shown - double.first_bytes[0]) * 1000)},
+        )
         wait_for_run(page, 1)
         expect(run_block(page, 1).locator(".msg.answer")).to_contain_text("[redacted] and more")
     shown = " ".join(page.evaluate("window.shownTexts"))
