@@ -12,6 +12,7 @@ from models_app.models import ModelConnection
 from sessions_app.models import ModelCall, Run, RunDelta, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.live import read_deltas
+from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_cancel
 from tests.sessions_app.conftest import SECRET, ask
 from tests.support.provider_double import ProviderDouble
@@ -125,3 +126,5 @@ def test_a_cancel_mid_stream_ends_the_run_within_a_second(alice, double, streame
         time.sleep(0.05)
     assert double.streams_cut == 1  # the stream was closed, not drained
     assert len(shown(done)) < 200
+    # Replay skips the discarded call and cancels where the journal says the run was cancelled.
+    assert replay_run(done).ok
