@@ -23,6 +23,7 @@ from sessions_app.api import (
     SessionViewRevokeApi,
     SessionViewsApi,
 )
+from sessions_app.events import run_events
 
 
 def unknown_path(request, *args, **kwargs):
@@ -52,5 +53,6 @@ urlpatterns = [
     endpoint("v1/runs/{id}/cancel", RunCancelApi, "api-run-cancel"),
     endpoint("v1/runs/{id}/context", RunContextApi, "api-run-context"),
     endpoint("v1/runs/{id}/model-calls", RunModelCallsApi, "api-run-model-calls"),
+    re_path(r"^v1/runs/(?P<id>[^/]+)/events/?$", run_events, name="api-run-events"),
     re_path(r"^v1/", unknown_path, name="api-unknown"),
 ]

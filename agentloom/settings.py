@@ -226,6 +226,17 @@ elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://")):
 # runs (a worker that gets one anyway hands it back, sessions_app/tasks.py).
 DEPLOYMENT_ID = database_identity(DATABASES["default"])
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", f"agentloom-{DEPLOYMENT_ID}")
+# Live deltas of streamed model calls (sessions_app.services.live): `database` (the embedded
+# default, one machine) or a redis:// URL (many web and worker processes). Unset: the Celery
+# broker when it is Redis, else the database. Deltas are encrypted and kept LIVE_DELTA_SECONDS.
+LIVE_CHANNEL_URL = env_str("LIVE_CHANNEL_URL", "") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "database"
+)
+if LIVE_CHANNEL_URL != "database" and not LIVE_CHANNEL_URL.startswith(("redis://", "rediss://")):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("LIVE_CHANNEL_URL must be `database` or a redis:// URL")
+LIVE_DELTA_SECONDS = env_int("LIVE_DELTA_SECONDS", 600, minimum=10)
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

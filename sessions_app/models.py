@@ -6,7 +6,11 @@ from django.conf import settings
 from django.db import models
 
 from agentloom.engine import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
-from agentloom.fields import CompressedEncryptedJSONField, EncryptedTextField
+from agentloom.fields import (
+    CompressedEncryptedJSONField,
+    EncryptedJSONField,
+    EncryptedTextField,
+)
 from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import call_cost
 from agentloom.spaces.models import Space
@@ -258,6 +262,9 @@ class ModelCall(models.Model):
     # True when the answer arrived after the worker had lost the run's lease: it was billed,
     # but the run never used it (another worker may be running the run by now).
     discarded = models.BooleanField(default=False)
+    # True when the usage (and so the cost) is not all known: a streamed call stopped by a
+    # cancel was billed for what it generated, but usage arrives only at the end of a stream.
+    cost_incomplete = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -353,3 +360,21 @@ class SessionDeletion(models.Model):
 
     def __str__(self) -> str:
         return f"Session {self.session_number} deleted by {self.deleted_by_username}"
+
+
+class RunDelta(models.Model):
+    """A piece of a running model call's output, on its way to the events stream (embedded).
+
+    The database channel of `sessions_app.services.live`: encrypted, and deleted once older
+    than `LIVE_DELTA_SECONDS`; the journal record, not this, is what is kept.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="deltas")
+    data = EncryptedJSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["run_id", "id"]
+
+    def __str__(self) -> str:
+        return f"Delta {self.pk} of run {self.run_id}"

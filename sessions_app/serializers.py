@@ -374,7 +374,12 @@ class ModelCallSerializer(serializers.Serializer):
     latency_ms = serializers.FloatField(help_text="Wall time of the call, in milliseconds.")
     error = serializers.CharField(allow_blank=True)
     discarded = serializers.BooleanField(
-        help_text="The answer came after the worker had lost the run's lease: billed, not used."
+        help_text="Billed, not used: the answer came after the worker had lost the run's lease, "
+        "or a cancel stopped the call's stream."
+    )
+    cost_incomplete = serializers.BooleanField(
+        help_text="The usage, so the cost, is not all known: a streamed call stopped by a cancel "
+        "was billed for what it generated, and usage arrives only at a stream's end."
     )
     created_at = serializers.DateTimeField()
 

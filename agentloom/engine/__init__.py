@@ -58,6 +58,7 @@ from agentloom.engine._errors import (
     FrameError,
     GatewayError,
     LeaseLostError,
+    ModelCallCancelled,
     ModelCallLimitReached,
     PayloadRuleBroken,
     ToolCancelled,
@@ -88,6 +89,7 @@ from agentloom.engine._gate import (
 )
 from agentloom.engine._gateway import (
     PURPOSES,
+    CallStream,
     LocalDemoGateway,
     ModelGateway,
     ModelRequest,
@@ -148,6 +150,7 @@ from agentloom.engine._records import (
 )
 from agentloom.engine._redaction import (
     Redactor,
+    StreamRedactor,
 )
 from agentloom.engine._refs import (
     LARGE_KEYS,
@@ -209,6 +212,7 @@ __all__ = [
     "BudgetCompactionPolicy",
     "CalibratedEstimator",
     "Calibration",
+    "CallStream",
     "Checkpoint",
     "Clock",
     "CompactionOutcome",
@@ -242,6 +246,7 @@ __all__ = [
     "LocalDemoGateway",
     "ManagedContext",
     "ModelBudget",
+    "ModelCallCancelled",
     "ModelCallLimitReached",
     "ModelCallRecord",
     "ModelGateway",
@@ -261,6 +266,7 @@ __all__ = [
     "Rendering",
     "ReusableView",
     "RunOutcome",
+    "StreamRedactor",
     "SubAgent",
     "TokenEstimator",
     "TokenizerEstimator",

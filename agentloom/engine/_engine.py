@@ -52,6 +52,7 @@ from agentloom.engine._errors import (
     EngineError,
     GatewayError,
     LeaseLostError,
+    ModelCallCancelled,
     ModelCallLimitReached,
     PayloadRuleBroken,
     ToolCancelled,
@@ -59,13 +60,13 @@ from agentloom.engine._errors import (
 )
 from agentloom.engine._frame import InstanceFrame
 from agentloom.engine._gate import check_payload, sent_request
-from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine._gateway import CallStream, ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
 from agentloom.engine._policy import TriggerPolicy, load_policy
 from agentloom.engine._projection import ProjectedHistory
 from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, message_text
 from agentloom.engine._records import MAIN_INSTANCE, Record
-from agentloom.engine._redaction import Redactor
+from agentloom.engine._redaction import Redactor, StreamRedactor
 from agentloom.engine._refs import RecordStore
 from agentloom.engine._rendering import Rendering, rendering_named, rendering_of
 from agentloom.engine._tools import (
@@ -127,11 +128,16 @@ class EngineHooks:
     - `renew_lease()` is called every `heartbeat_seconds` while a model call or a tool runs (from
       another thread) and answers whether the run's lease is still held;
     - `watch_exit()` runs in that watching thread as it ends;
-    - `watch(deadline_seconds=, lost=, cancelled=, relay_cancel=)`, when given, replaces that
-      thread: it returns the context manager that watches one call for as long as it runs,
-      renewing the lease (never past `deadline_seconds`), setting `lost` and `cancelled` once
-      the lease is lost and, when `relay_cancel` (a tool), setting `cancelled` on a cancel
-      request. A process running many engines watches all their calls from one place.
+    - `watch(deadline_seconds=, lost=, cancelled=, relay_cancel=, on_cancel=)`, when given,
+      replaces that thread: it returns the context manager that watches one call for as long as
+      it runs, renewing the lease (never past `deadline_seconds`), setting `lost` and `cancelled`
+      once the lease is lost and, when `relay_cancel` (a tool or a streamed call), setting
+      `cancelled` and calling `on_cancel` (which closes a stream) on a cancel request. A process
+      running many engines watches all their calls from one place;
+    - `on_delta(instance, delta)` receives a streamed call's output as it arrives (`delta` holds
+      `content` and `reasoning` text, redacted with a hold-back so that a secret split across
+      pieces is caught, and `tool_calls`, the names of calls just decided); the journal still
+      gets the reply once, whole.
     """
 
     save: Callable[[Checkpoint], None] | None = None
@@ -141,6 +147,7 @@ class EngineHooks:
     renew_lease: Callable[[], bool] | None = None
     watch_exit: Callable[[], None] | None = None
     watch: Callable[..., AbstractContextManager[Any]] | None = None
+    on_delta: Callable[[str, dict[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +252,8 @@ class ModelCallRecord:
     estimator: str = ""
     # For a calibrated estimator: the ratio and reported base the estimate used (else None).
     calibration: dict[str, Any] | None = None
+    # A streamed call stopped by a cancel: billed for what was generated, usage never reported.
+    cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -450,9 +459,13 @@ class _Execution:
         return self.cancel_seen.is_set()
 
     def watch(
-        self, *, deadline: float | None, signal: threading.Event | None = None
+        self,
+        *,
+        deadline: float | None,
+        signal: threading.Event | None = None,
+        on_cancel: Callable[[], None] | None = None,
     ) -> AbstractContextManager[Any]:
-        """Return the watch of one call: lease renewal, and for a tool (`signal`) cancellation."""
+        """Return the watch of one call: lease renewal, and for a tool or a stream cancellation."""
         config, hooks = self.engine.config, self.engine.hooks
         if hooks.watch is not None:
             return hooks.watch(
@@ -460,8 +473,10 @@ class _Execution:
                 lost=self.lease_lost,
                 cancelled=signal if signal is not None else threading.Event(),
                 relay_cancel=signal is not None,
+                on_cancel=on_cancel,
             )
         return Watch(
+            on_cancel=on_cancel,
             renew_lease=hooks.renew_lease,
             should_cancel=hooks.should_cancel if signal is not None else None,
             heartbeat_seconds=config.heartbeat_seconds,
@@ -507,15 +522,19 @@ class _Execution:
         if self.main is not None:
             self.main.managed.state.model_calls = self.model_calls
         started = time.perf_counter()
-        deadline = getattr(engine.gateway, "deadline_seconds", None)
+        stream = self._stream(request.instance)
         try:
-            with self.watch(deadline=deadline or engine.config.model_call_seconds):
-                response = engine.gateway.complete(request)
-            if not isinstance(response.message, dict):
-                raise GatewayError("protocol", "The model's answer could not be understood.")
+            response = self._complete(request, stream)
         except GatewayError as exc:
-            self._report(request, measured, started, None, f"{exc.kind}: {exc.message}")
+            cancelled = stream is not None and stream.cancelled.is_set()
+            error = ModelCallCancelled() if cancelled else exc
+            self._report(
+                request, measured, started, None, f"{error.kind}: {error.message}", cancelled
+            )
             self.check_lease()
+            if cancelled:
+                self.cancel_seen.set()
+                raise error from None
             raise
         response = ModelResponse(
             message=engine.redactor.value(response.message),
@@ -534,6 +553,32 @@ class _Execution:
                 "tokens) before any text; a thinking model counts its chain of thought in that "
                 "limit, so raise max_output_tokens",
             )
+        return response
+
+    def _stream(self, instance: str) -> CallStream | None:
+        """Return the stream of one call when the gateway streams, its deltas redacted."""
+        if not self.engine.gateway.streams:
+            return None
+        on_delta = self.engine.hooks.on_delta
+        relay = _DeltaRelay(instance, on_delta, self.engine.redactor) if on_delta else None
+        return CallStream(relay)
+
+    def _complete(self, request: ModelRequest, stream: CallStream | None) -> ModelResponse:
+        """Make the gateway call under a watch; a stream is closed as soon as a cancel is seen."""
+        gateway = self.engine.gateway
+        deadline = gateway.deadline_seconds or self.engine.config.model_call_seconds
+        if stream is None:
+            with self.watch(deadline=deadline):
+                response = gateway.complete(request)
+        else:
+            with self.watch(deadline=deadline, signal=stream.cancelled, on_cancel=stream.cancel):
+                response = gateway.complete(request, stream=stream)
+            if stream.cancelled.is_set():
+                raise ModelCallCancelled()
+            if isinstance(stream.on_delta, _DeltaRelay):
+                stream.on_delta.flush()
+        if not isinstance(response.message, dict):
+            raise GatewayError("protocol", "The model's answer could not be understood.")
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
@@ -572,6 +617,7 @@ class _Execution:
         started: float,
         response: ModelResponse | None,
         error: str | None,
+        cancelled: bool = False,
     ) -> None:
         on_model_call = self.engine.hooks.on_model_call
         if on_model_call is None:
@@ -588,6 +634,7 @@ class _Execution:
                 error=redactor.text(error) if error else None,
                 estimator=self.estimator.module_id,
                 calibration=measured["calibration"],
+                cancelled=cancelled,
             )
         )
 
@@ -615,6 +662,35 @@ class _Execution:
             reason = f": {error}" if error else ""
             raise ToolError(f"sub-agent {sub_agent.name} ({child_id}) {status}{reason}")
         return answer or ""
+
+
+class _DeltaRelay:
+    """Pass a stream's pieces to `on_delta`, redacted, holding back what may begin a secret."""
+
+    def __init__(
+        self,
+        instance: str,
+        on_delta: Callable[[str, dict[str, Any]], None],
+        redactor: Redactor,
+    ):
+        self.instance = instance
+        self.on_delta = on_delta
+        self.redactor = redactor
+        self.content = StreamRedactor(redactor)
+        self.reasoning = StreamRedactor(redactor)
+
+    def __call__(self, content: str, reasoning: str, tool_names: list[str]) -> None:
+        names = [self.redactor.text(name) for name in tool_names]
+        self._send(self.content.feed(content), self.reasoning.feed(reasoning), names)
+
+    def flush(self) -> None:
+        """Send what was held back, once the call has answered in full."""
+        self._send(self.content.flush(), self.reasoning.flush(), [])
+
+    def _send(self, content: str, reasoning: str, names: list[str]) -> None:
+        if content or reasoning or names:
+            delta = {"content": content, "reasoning": reasoning, "tool_calls": names}
+            self.on_delta(self.instance, delta)
 
 
 def _cut_before_any_text(response: ModelResponse) -> bool:
@@ -687,8 +763,12 @@ class _InstanceLoop:
             prepared = context.prepare("action", tools=self.offered(schemas), call_model=call_model)
             if prepared.request is None:
                 return self.finish("failed", None, prepared.stop_reason)
+            if self.execution.cancel_seen.is_set():
+                return self.finish("cancelled", None, None)
             try:
                 response = call_model(prepared.request)
+            except ModelCallCancelled:
+                return self.finish("cancelled", None, None)
             except GatewayError as exc:
                 return self.finish("failed", None, f"{exc.kind}: {exc.message}")
             except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
@@ -742,6 +822,9 @@ class _InstanceLoop:
             return False, prepared.stop_reason
         try:
             response = self.execution.call_model(prepared.request)
+        except ModelCallCancelled:
+            # Not passed and no error: the loop's next safe point ends the run cancelled.
+            return False, None
         except GatewayError as exc:
             return False, f"verification_failed: {exc.kind}: {exc.message}"
         except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:

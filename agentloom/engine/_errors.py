@@ -32,6 +32,13 @@ class GatewayError(EngineError):
         self.status = status
 
 
+class ModelCallCancelled(GatewayError):
+    """A streamed model call was stopped because the run was cancelled while it ran."""
+
+    def __init__(self) -> None:
+        super().__init__("cancelled", "the model call was stopped: the run was cancelled")
+
+
 class ToolError(EngineError):
     """A tool could not do what it was asked; the message is shown to the model."""
 

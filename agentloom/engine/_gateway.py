@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text
 __all__ = [
     "DEMO_LABEL",
     "PURPOSES",
+    "CallStream",
     "GatewayError",
     "LocalDemoGateway",
     "ModelGateway",
@@ -77,6 +79,42 @@ class ModelResponse:
         )
 
 
+class CallStream:
+    """What a streaming gateway reports to while one call runs, and how it learns of a cancel.
+
+    The gateway calls `delta(content, reasoning, tool_names)` with each piece as it arrives
+    (text exactly as received: the engine redacts before anything leaves it), and `on_abort`
+    with a function that stops the call at once. `cancel()` (from any thread) sets `cancelled`
+    and calls that function; the gateway then raises, and the engine records the call as
+    cancelled.
+    """
+
+    def __init__(self, on_delta=None):
+        self.on_delta = on_delta
+        self.cancelled = threading.Event()
+        self._abort = None
+        self._lock = threading.Lock()
+
+    def delta(self, content: str, reasoning: str, tool_names: list[str]) -> None:
+        if self.on_delta is not None and not self.cancelled.is_set():
+            self.on_delta(content, reasoning, tool_names)
+
+    def on_abort(self, abort) -> None:
+        """Register what stops the call; called at once if the call is already cancelled."""
+        with self._lock:
+            self._abort = abort
+            cancelled = self.cancelled.is_set()
+        if cancelled:
+            abort()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled.set()
+            abort = self._abort
+        if abort is not None:
+            abort()
+
+
 class ModelGateway(abc.ABC):
     """Sends one request to a model and returns its reply, or raises `GatewayError`.
 
@@ -84,6 +122,9 @@ class ModelGateway(abc.ABC):
     hard budget check and the meter, and checks it against `payload_rules` (the integrity gate,
     `_gate`) before every call. A gateway whose body is not a chat-completions body names no
     rules (None) and is not checked.
+
+    A gateway that `streams` takes `complete(request, stream=CallStream)` and reports what
+    arrives to it; the reply it returns is still the whole answer.
     """
 
     provider: str = "unknown"
@@ -92,6 +133,7 @@ class ModelGateway(abc.ABC):
     # lease is never renewed past it.
     deadline_seconds: float | None = None
     payload_rules: PayloadRules | None = PayloadRules()
+    streams: bool = False
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """Return the body sent for `request`: OpenAI chat completions, no reasoning text."""

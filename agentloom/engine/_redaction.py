@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["REDACTED", "Redactor"]
+__all__ = ["REDACTED", "Redactor", "StreamRedactor"]
 
 REDACTED = "[redacted]"
 
@@ -38,3 +38,36 @@ class Redactor:
         if isinstance(data, list | tuple):
             return [self.value(item) for item in data]
         return data
+
+
+class StreamRedactor:
+    """Redact text that arrives in pieces, so that a secret split across pieces is still caught.
+
+    `feed(piece)` returns what may be shown now: everything but the longest tail that could
+    still begin a secret, which is held back until the next piece decides it. `flush()`
+    returns the rest once the text is complete.
+    """
+
+    def __init__(self, redactor: Redactor):
+        self.redactor = redactor
+        self._pending = ""
+
+    def feed(self, piece: str) -> str:
+        text = self.redactor.text(self._pending + piece)
+        hold = self._held(text)
+        self._pending = text[len(text) - hold :] if hold else ""
+        return text[: len(text) - hold]
+
+    def flush(self) -> str:
+        text, self._pending = self._pending, ""
+        return self.redactor.text(text)
+
+    def _held(self, text: str) -> int:
+        """Return the length of the longest tail of `text` that begins some secret."""
+        secrets = self.redactor.secrets
+        longest = max((len(s) for s in secrets), default=0)
+        for size in range(min(len(text), longest - 1), 0, -1):
+            tail = text[-size:]
+            if any(secret.startswith(tail) for secret in secrets):
+                return size
+        return 0

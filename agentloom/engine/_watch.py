@@ -10,8 +10,9 @@ as that one call:
 - it never renews past the call's own deadline (the gateway's read timeout × attempts for a
   model call, the tool's limit for a tool), so a hung call cannot hold the run forever: its lease
   then expires and the run is swept as `worker_lost`;
-- for a tool it polls `should_cancel` every `cancel_poll_seconds` and sets the signal, so a
-  waiting tool stops within that time.
+- for a tool or a streamed model call it polls `should_cancel` every `cancel_poll_seconds` and
+  sets the signal (and calls `on_cancel`, which closes a stream), so the call stops within
+  that time.
 
 `on_exit` is called in the watch's thread before it ends (the application releases what the
 thread opened, such as a database connection).
@@ -43,6 +44,7 @@ class Watch:
         lost: threading.Event,
         cancelled: threading.Event,
         on_exit: Callable[[], None] | None = None,
+        on_cancel: Callable[[], None] | None = None,
     ):
         self.renew_lease = renew_lease
         self.should_cancel = should_cancel
@@ -52,6 +54,7 @@ class Watch:
         self.lost = lost
         self.cancelled = cancelled
         self.on_exit = on_exit
+        self.on_cancel = on_cancel
         self.beats = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,6 +69,11 @@ class Watch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+    def _cancel(self) -> None:
+        self.cancelled.set()
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def _watch(self) -> None:
         try:
@@ -93,7 +101,7 @@ class Watch:
                 and not self.cancelled.is_set()
                 and self.should_cancel()
             ):
-                self.cancelled.set()
+                self._cancel()
             now = time.monotonic()
             if renew is None or now < next_beat:
                 continue
@@ -110,6 +118,6 @@ class Watch:
                 continue
             if not held:
                 self.lost.set()
-                self.cancelled.set()
+                self._cancel()
                 return
             self.beats += 1

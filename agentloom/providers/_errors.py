@@ -39,6 +39,7 @@ _MESSAGES = {
     "timeout": "The provider did not answer in time.",
     "address_refused": "The provider address is not allowed.",
     "protocol": "The provider's answer could not be understood.",
+    "cancelled": "The call was stopped because the run was cancelled.",
 }
 
 KINDS = tuple(_MESSAGES)

@@ -15,9 +15,10 @@ import json
 import logging
 import math
 import re
+import socket
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ import httpx
 
 from agentloom.providers._addresses import Resolver, resolve_checked, system_resolver
 from agentloom.providers._errors import ProviderError
+from agentloom.providers._stream import sse_data
 from agentloom.providers._urls import checked_url
 
 __all__ = [
@@ -233,6 +235,27 @@ class ProviderClient:
         """POST `payload` as JSON to `url` and return the JSON body of the answer."""
         return self._request("POST", url, api_key=api_key, payload=payload)
 
+    def post_stream(
+        self,
+        url: str,
+        payload: Any,
+        *,
+        api_key: str | None,
+        on_data: Callable[[bytes], None],
+        on_open: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Any:
+        """POST `payload` and pass the data of each server-sent event to `on_data`.
+
+        Returns None once the stream ends, or the decoded JSON body when the server answered
+        with JSON instead of a stream (some compatible servers ignore `stream`). `on_open` is
+        given a function that closes the connection at once, from any thread. The body cap and
+        the total timeout bound the whole stream; a failure after the first byte is not
+        retryable, since the model was already working (and billing).
+        """
+        reader = _StreamReader(on_data, on_open)
+        body = self._request("POST", url, api_key=api_key, payload=payload, reader=reader)
+        return body
+
     def close(self) -> None:
         self._http.close()
 
@@ -242,20 +265,17 @@ class ProviderClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _request(self, method: str, url: str, *, api_key: str | None, payload: Any) -> Any:
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        api_key: str | None,
+        payload: Any,
+        reader: _StreamReader | None = None,
+    ) -> Any:
         target = checked_url(url)
-        headers = {
-            "Accept": "application/json",
-            # Ask for an uncompressed body: the size cap then bounds what is held in memory.
-            "Accept-Encoding": "identity",
-            "User-Agent": "AgentLoom",
-        }
-        if api_key:
-            if not _HEADER_SAFE.match(api_key):
-                raise ProviderError(
-                    "bad_request", "The API key contains characters that cannot be sent."
-                )
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers = _headers(api_key, accept=reader.accept if reader else "application/json")
         content = None
         if payload is not None:
             try:
@@ -268,12 +288,14 @@ class ProviderClient:
         failure: ProviderError | None = None
         quiet = _IN_PROVIDER_CALL.set(True)
         try:
-            body = self._exchange(method, target, headers, content)
+            body = self._exchange(method, target, headers, content, reader)
         except ProviderError as exc:
             failure = exc
         finally:
             _IN_PROVIDER_CALL.reset(quiet)
         if failure is not None:
+            if reader is not None and reader.started and failure.retryable:
+                failure.retryable = False
             # The host only: a path or query may carry a token on some proxies.
             logger.warning(
                 "Provider call %s to %s failed: kind=%s status=%s",
@@ -283,15 +305,25 @@ class ProviderClient:
                 failure.status,
             )
             raise failure
+        if body is None:
+            return None
         try:
             return json.loads(body, parse_constant=_refuse_constant)
         except (ValueError, RecursionError):
             raise ProviderError("protocol", "The provider's answer is not valid JSON.") from None
 
     def _exchange(
-        self, method: str, target: httpx.URL, headers: dict[str, str], content: bytes | None
-    ) -> bytes:
-        """Send the request and return the body of a 2xx answer, or raise `ProviderError`."""
+        self,
+        method: str,
+        target: httpx.URL,
+        headers: dict[str, str],
+        content: bytes | None,
+        reader: _StreamReader | None = None,
+    ) -> bytes | None:
+        """Send the request and return the body of a 2xx answer, or raise `ProviderError`.
+
+        With a `reader`, an event-stream answer is read through it and None returned.
+        """
         deadline = time.monotonic() + self.total_timeout
         try:
             with self._http.stream(method, target, headers=headers, content=content) as response:
@@ -303,6 +335,9 @@ class ProviderClient:
                     raise _status_error(status, body, response.headers)
                 if status < 200:
                     raise ProviderError("protocol", status=status)
+                if reader is not None and reader.wants(response):
+                    reader.read(response, self.max_response_bytes, deadline)
+                    return None
                 return _read_capped(response, self.max_response_bytes, deadline, strict=True)
         except ProviderError:
             raise
@@ -326,6 +361,70 @@ def _ssl_context() -> ssl.SSLContext:
     client per call would pay on every model call of every run.
     """
     return httpx.create_ssl_context(trust_env=False)
+
+
+def _headers(api_key: str | None, *, accept: str) -> dict[str, str]:
+    headers = {
+        "Accept": accept,
+        # Ask for an uncompressed body: the size cap then bounds what is held in memory.
+        "Accept-Encoding": "identity",
+        "User-Agent": "AgentLoom",
+    }
+    if api_key:
+        if not _HEADER_SAFE.match(api_key):
+            raise ProviderError(
+                "bad_request", "The API key contains characters that cannot be sent."
+            )
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+class _StreamReader:
+    """Read an event-stream answer, event by event, within the size cap and the deadline."""
+
+    accept = "text/event-stream, application/json"
+
+    def __init__(
+        self,
+        on_data: Callable[[bytes], None],
+        on_open: Callable[[Callable[[], None]], None] | None,
+    ):
+        self.on_data = on_data
+        self.on_open = on_open
+        self.started = False
+
+    @staticmethod
+    def wants(response: httpx.Response) -> bool:
+        return "text/event-stream" in response.headers.get("content-type", "")
+
+    def read(self, response: httpx.Response, limit: int, deadline: float) -> None:
+        if self.on_open is not None:
+            self.on_open(functools.partial(_abort, response))
+        for data in sse_data(self._chunks(response, limit, deadline)):
+            self.on_data(data)
+
+    def _chunks(self, response: httpx.Response, limit: int, deadline: float) -> Iterator[bytes]:
+        size = 0
+        for chunk in response.iter_bytes():
+            self.started = True
+            size += len(chunk)
+            if size > limit:
+                raise ProviderError("too_large", status=response.status_code)
+            if time.monotonic() > deadline:
+                raise ProviderError("timeout")
+            yield chunk
+
+
+def _abort(response: httpx.Response) -> None:
+    """Close a response's connection now, waking a read blocked on it in another thread."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        return
+    with contextlib.suppress(Exception):
+        response.close()
 
 
 def secure_client(
@@ -389,21 +488,41 @@ def _status_error(status: int, body: bytes, headers: httpx.Headers) -> ProviderE
     reaches the error.
     """
     code, text = _error_details(body)
+    return classify_error(status, code, text, retry_after=_retry_after(headers))
+
+
+_STREAM_CODES = {"rate_limit_exceeded": "rate_limit", "server_error": "upstream"}
+
+
+def classify_error(
+    status: int | None, code: str | None, text: str | None, *, retry_after: float | None = None
+) -> ProviderError:
+    """Return the error for a provider's status, error code and message (None: not known).
+
+    An error event in a stream has no status of its own: its code decides, and an unknown one
+    is the provider failing to answer.
+    """
     if status in (401, 403):
         return ProviderError("auth", status=status)
     if status == 402 or code in _QUOTA_CODES:
         # DeepSeek answers 402 "Insufficient Balance"; OpenAI 429 with `insufficient_quota`.
         return ProviderError("quota", status=status, retryable=False)
-    if code in _MODEL_CODES or (status in (400, 404, 422) and text and _MODEL_TEXT.search(text)):
+    if code in _MODEL_CODES or (
+        status in (None, 400, 404, 422) and text and _MODEL_TEXT.search(text)
+    ):
         return ProviderError("model_unknown", status=status)
+    if status is None:
+        if code in _CONTEXT_CODES or (text and _CONTEXT_TEXT.search(text)):
+            return ProviderError("context_length")
+        return ProviderError(_STREAM_CODES.get(code or "", "upstream"), retryable=False)
     if status == 404:
         return ProviderError("not_found", status=status)
     if status == 408:
         return ProviderError("timeout", status=status)
     if status == 429:
-        return ProviderError("rate_limit", status=status, retry_after=_retry_after(headers))
+        return ProviderError("rate_limit", status=status, retry_after=retry_after)
     if status >= 500:
-        return ProviderError("upstream", status=status, retry_after=_retry_after(headers))
+        return ProviderError("upstream", status=status, retry_after=retry_after)
     if status == 413 or code in _CONTEXT_CODES or (text and _CONTEXT_TEXT.search(text)):
         return ProviderError("context_length", status=status)
     if text and _REASONING_TEXT.search(text):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentloom.engine import (
+    CallStream,
     ModelGateway,
     ModelRequest,
     ModelResponse,
@@ -20,6 +21,7 @@ from agentloom.engine import (
 )
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
+from agentloom.providers._stream import StreamAssembly
 from agentloom.providers._urls import PROVIDERS, endpoint_url
 from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFactory
 from agentloom.providers.local_servers import chat_url, ollama_chat_payload, parse_ollama_chat
@@ -48,6 +50,11 @@ class OpenAICompatibleChatGateway(ModelGateway):
     twice as long each time (at most `max_backoff`), or the provider's `Retry-After` if longer
     and at most `max_retry_after`; a longer `Retry-After` ends the retries. A read timeout is
     not retried.
+
+    With `stream` (the default) the completion is requested streamed, with its usage in the
+    stream (`stream_options.include_usage`), and what arrives is reported to the call's
+    `CallStream`; the reply returned is assembled from the whole stream (`_stream`). A stream
+    that fails after its first byte is not retried: the model was already working.
     """
 
     provider = "openai_compatible"
@@ -74,6 +81,7 @@ class OpenAICompatibleChatGateway(ModelGateway):
         max_retry_after: float = 30.0,
         read_timeout: float = 300.0,
         sleep: Callable[[float], None] = time.sleep,
+        stream: bool = True,
     ):
         if not isinstance(model_id, str) or not model_id.strip():
             raise ValueError("model_id must be a non-empty string")
@@ -99,6 +107,7 @@ class OpenAICompatibleChatGateway(ModelGateway):
         self.max_retry_after = max_retry_after
         self._api_key = api_key
         self._sleep = sleep
+        self.streams = stream
         # Every attempt may take the whole response time, and the waits between them count too.
         self.deadline_seconds = (read_timeout + 60.0) * max_attempts + max_retry_after * (
             max_attempts - 1
@@ -115,14 +124,16 @@ class OpenAICompatibleChatGateway(ModelGateway):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url={self.url!r}, model_id={self.model_id!r})"
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
+    def complete(self, request: ModelRequest, stream: CallStream | None = None) -> ModelResponse:
         """Return the model's reply to `request`, or raise `ProviderError`."""
         payload = self.payload(request)
         with self._client_factory() as client:
             for attempt in range(1, self.max_attempts + 1):
                 try:
-                    document = client.post_json(self.url, payload, api_key=self._api_key)
+                    document = self._exchange(client, payload, stream)
                 except ProviderError as exc:
+                    if stream is not None and stream.cancelled.is_set():
+                        raise ProviderError("cancelled") from None
                     delay = self._retry_delay(exc, attempt)
                     if delay is None:
                         raise
@@ -139,6 +150,28 @@ class OpenAICompatibleChatGateway(ModelGateway):
                     return self.parse(document)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _exchange(self, client: Any, payload: dict[str, Any], stream: CallStream | None) -> Any:
+        """Send one attempt; return the answer document, assembled from the stream if streamed."""
+        if not self.streams:
+            return client.post_json(self.url, payload, api_key=self._api_key)
+        assembly = StreamAssembly(stream.delta if stream is not None else None)
+
+        def on_data(data: bytes) -> None:
+            if stream is not None and stream.cancelled.is_set():
+                raise ProviderError("cancelled")
+            assembly.add_data(data)
+
+        document = client.post_stream(
+            self.url,
+            payload,
+            api_key=self._api_key,
+            on_data=on_data,
+            on_open=stream.on_abort if stream is not None else None,
+        )
+        if stream is not None and stream.cancelled.is_set():
+            raise ProviderError("cancelled")
+        return assembly.document() if document is None else document
+
     def parse(self, document: Any) -> ModelResponse:
         """Return the reply in the provider's answer `document`."""
         return parse_chat_completion(document, keep_reasoning_content=self.keeps_reasoning_content)
@@ -149,6 +182,9 @@ class OpenAICompatibleChatGateway(ModelGateway):
         if request.tools:
             body["tools"] = list(request.tools)
         body[self.output_limit_field] = self.output_limit(request.max_output_tokens)
+        if self.streams:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         return body
 
     def output_limit(self, requested: int | None) -> int:
@@ -297,7 +333,9 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
         self.num_ctx = num_ctx
         self.url = chat_url(self.provider, base_url, num_ctx=num_ctx)
         if num_ctx is not None:
+            # The native `/api/chat` streams NDJSON, not events: it is asked for whole answers.
             self.payload_rules = None
+            self.streams = False
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         if self.num_ctx is None:

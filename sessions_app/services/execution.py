@@ -41,6 +41,7 @@ from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
+from sessions_app.services.live import DeltaPublisher
 from sessions_app.services.renewer import renewer
 from sessions_app.services.runs import claim_run, take_supplements
 from sessions_app.services.slots import database_slots
@@ -72,7 +73,8 @@ def _record_model_call(
     """Record one gateway call with the price in force when it was made.
 
     Every call is recorded, whatever became of its answer: the provider billed it. It is
-    `discarded` when this worker no longer holds the run's lease.
+    `discarded` when this worker no longer holds the run's lease, and when a cancel stopped
+    its stream, which also leaves its cost incomplete (usage comes only at a stream's end).
     """
     with transaction.atomic():
         held = list(
@@ -80,7 +82,8 @@ def _record_model_call(
             .filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING)
             .values_list("pk", flat=True)
         )
-        _create_model_call(run_id, call, discarded=not held, price=price)
+        cancelled = bool(getattr(call, "cancelled", False))
+        _create_model_call(run_id, call, discarded=cancelled or not held, price=price)
 
 
 def _create_model_call(
@@ -105,6 +108,7 @@ def _create_model_call(
         error=call.error or "",
         **_price_fields(price),
         discarded=discarded,
+        cost_incomplete=bool(getattr(call, "cancelled", False)),
     )
 
 
@@ -251,10 +255,18 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
         handed_out.update(item.pk for item in items)
         return [(str(item.pk), item.text) for item in items]
 
+    deltas = DeltaPublisher(run_id)
+
+    def on_model_call(call: Any) -> None:
+        deltas.end_call()
+        _record_model_call(run_id, owner, call, price(call))
+
     held = database_slots.wrap
     return EngineHooks(
         save=held(writer.sync),
-        on_model_call=held(lambda call: _record_model_call(run_id, owner, call, price(call))),
+        on_model_call=held(on_model_call),
+        # The database channel writes deltas: each batch holds a slot like any other write.
+        on_delta=held(deltas.publish),
         should_cancel=held(lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists()),
         supplements=held(supplements),
         # No thread per call: the process's renewer watches every call of every run.

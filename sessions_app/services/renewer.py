@@ -49,6 +49,8 @@ class _Call:
     cancelled: threading.Event
     relay_cancel: bool
     next_beat: float
+    # Called on a relayed cancel, after `cancelled` is set (a streamed call closes its stream).
+    on_cancel: Callable[[], None] | None = None
     # No renewal at or after this moment (monotonic); None renews until the call ends.
     renew_until: float | None
     renewing: bool = True
@@ -74,6 +76,7 @@ class LeaseRenewer:
             lost: threading.Event,
             cancelled: threading.Event,
             relay_cancel: bool,
+            on_cancel: Callable[[], None] | None = None,
         ) -> AbstractContextManager[_Call]:
             now = time.monotonic()
             call = _Call(
@@ -82,6 +85,7 @@ class LeaseRenewer:
                 lost=lost,
                 cancelled=cancelled,
                 relay_cancel=relay_cancel,
+                on_cancel=on_cancel,
                 next_beat=now + settings.RUN_HEARTBEAT_SECONDS,
                 renew_until=None if deadline_seconds is None else now + deadline_seconds,
             )
@@ -158,6 +162,8 @@ class LeaseRenewer:
         for call in watched:
             if call.run_id in asked:
                 call.cancelled.set()
+                if call.on_cancel is not None:
+                    call.on_cancel()
 
     def _beat(self, call: _Call, now: float) -> None:
         call.next_beat = now + settings.RUN_HEARTBEAT_SECONDS

@@ -170,7 +170,9 @@
         const records = block.querySelector(".records");
         for (const node of [...group.children]) {
           // A block fetched just now already holds the records it was rendered with.
-          if (node.dataset.seq && records.querySelector(`[data-seq="${node.dataset.seq}"]`)) continue;
+          // One record may render as two nodes (its Thinking, then its answer): match both.
+          const same = `${node.localName}.${CSS.escape(node.classList[0] || "")}[data-seq="${node.dataset.seq}"]`;
+          if (node.dataset.seq && records.querySelector(same)) continue;
           records.append(node);
           added = true;
         }
@@ -265,10 +267,17 @@
       controls.hidden = false;
       activeHint.hidden = false;
       const block = await runBlock(runId);
+      document.dispatchEvent(new CustomEvent("agentloom:follow", { detail: { runId } }));
       if (timer) clearTimeout(timer);
       timer = setTimeout(poll, 0);
       return block;
     }
+
+    // The streamed answer (stream.js) asks for a record as soon as it lands.
+    document.addEventListener("agentloom:records", async (event) => {
+      await fetchRecords(event.detail.runId);
+      if (activeRun && !timer) timer = setTimeout(poll, 0);
+    });
 
     // The size of the question as the agent's estimator will count it, against its limit:
     // exact for bytes (a user message's JSON plus its envelope), approximate for tokenizers.

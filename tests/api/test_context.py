@@ -238,6 +238,7 @@ def test_model_calls_are_listed_without_their_responses(api, run):
         "latency_ms": 321.0,
         "error": "",
         "discarded": False,
+        "cost_incomplete": False,
         "created_at": first["created_at"],
     }
     assert (second["purpose"], second["instance"], second["usage"]) == ("compaction", "1.1", None)

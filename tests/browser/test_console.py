@@ -22,6 +22,7 @@ from agentloom.engine._tools import SleepTool
 from context_app.models import Agent
 from context_app.services import agent_create, agent_publish
 from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
+from sessions_app.events import RunFeed
 from sessions_app.models import SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import run_ask, session_create
@@ -92,8 +93,17 @@ def console_worker(transactional_db, live_server, queued_runs, monkeypatch):
             finally:
                 gate.acquire()
 
+        # The run's events stream reads the database after its answer has begun, outside the
+        # request's gate: each of its polls takes the gate instead.
+        poll_events = RunFeed.poll
+
+        def poll_with_gate(self):
+            with gate:
+                return poll_events(self)
+
         httpd.set_app(gated_app)
         monkeypatch.setattr(SleepTool, "run_in", sleep_with_gate_open)
+        monkeypatch.setattr(RunFeed, "poll", poll_with_gate)
         for conn in shared.values():
             conn.inc_thread_sharing()
     stop = threading.Event()

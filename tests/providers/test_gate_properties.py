@@ -62,7 +62,7 @@ class Offline:
             problems.append("reasoning sent to an OpenAI-family API")
         return problems
 
-    def complete(self, request):
+    def complete(self, request, stream=None):
         body = self.gateway.payload(request)
         assert not self.problems(body), self.problems(body)
         self.bodies.append(body)

@@ -95,6 +95,7 @@ def test_every_encrypted_column_is_covered():
         "sessions_app.Run.answer",
         "sessions_app.Run.checkpoint",
         "sessions_app.Run.question",
+        "sessions_app.RunDelta.data",
         "sessions_app.RunSupplement.text",
         "sessions_app.Session.title",
         "sessions_app.SessionDeletion.session_title",

@@ -10,6 +10,13 @@ provider would reject. Tests script it per path:
     double.reply_chat(content="hello")
     double.redirect("/v1/models", to="/v1/landing")
     assert double.hits("/v1/landing") == 0
+
+A chat request with `"stream": true` gets its completion as server-sent events, the content,
+reasoning and tool-call arguments cut into `chunk_chars` pieces sent `chunk_delay` seconds
+apart (slowly when a test asks), and the usage chunk when `stream_options.include_usage` asks;
+`reply_stream(events)` scripts the chunks themselves. `first_bytes` holds when each stream's
+first byte went out (`time.time()`, comparable with a browser's `Date.now()`), and
+`streams_cut` counts streams the client closed before their end.
 """
 
 from __future__ import annotations
@@ -25,7 +32,13 @@ from typing import Any
 
 from tests.support.openai_contract import violations
 
-__all__ = ["ProviderDouble", "RecordedRequest", "ScriptedReply", "chat_completion"]
+__all__ = [
+    "ProviderDouble",
+    "RecordedRequest",
+    "ScriptedReply",
+    "chat_completion",
+    "stream_chunks",
+]
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
@@ -42,6 +55,8 @@ class ScriptedReply:
     delay: float = 0.0
     # False sends no Content-Length and ends the body by closing the connection.
     content_length: bool = True
+    # The chunks of a streamed answer, sent as they are (None: cut from `json`).
+    events: list[Any] | None = None
 
     def encoded(self) -> bytes:
         if self.body is not None:
@@ -91,6 +106,41 @@ def chat_completion(
     }
 
 
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+def stream_chunks(completion: dict[str, Any], *, chunk_chars: int = 8) -> list[dict[str, Any]]:
+    """Return the `chat.completion.chunk` events OpenAI would stream for `completion`."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    model = completion.get("model", "double-model")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": completion.get("id", "chatcmpl-double"),
+            "object": "chat.completion.chunk",
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    for piece in _pieces(message.get("reasoning_content") or "", chunk_chars):
+        events.append(chunk({"reasoning_content": piece}))
+    for piece in _pieces(message.get("content") or "", chunk_chars):
+        events.append(chunk({"content": piece}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        head = {"index": index, "id": call["id"], "type": "function"}
+        events.append(chunk({"tool_calls": [{**head, "function": {"name": function["name"]}}]}))
+        for piece in _pieces(function.get("arguments") or "", chunk_chars):
+            part = {"index": index, "function": {"arguments": piece}}
+            events.append(chunk({"tool_calls": [part]}))
+    events.append(chunk({}, choice.get("finish_reason") or "stop"))
+    events.append({**chunk({}), "choices": [], "usage": completion.get("usage")})
+    return events
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     double: ProviderDouble
@@ -128,6 +178,10 @@ class ProviderDouble:
         self.models_body: Any = None
         self.requests: list[RecordedRequest] = []
         self.connections = 0
+        self.chunk_chars = 8
+        self.chunk_delay = 0.0
+        self.first_bytes: list[float] = []
+        self.streams_cut = 0
         self._scripts: dict[str, deque[ScriptedReply]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -163,6 +217,12 @@ class ProviderDouble:
         scripted = ScriptedReply(status, json, body, dict(headers or {}), delay, content_length)
         with self._lock:
             self._scripts.setdefault(path, deque()).append(scripted)
+
+    def reply_stream(self, events: list[Any], *, delay: float = 0.0) -> None:
+        """Queue one streamed answer made of these chunks (dicts, or raw `data:` strings)."""
+        scripted = ScriptedReply(200, None, None, {}, delay, False, events=list(events))
+        with self._lock:
+            self._scripts.setdefault(CHAT_PATH, deque()).append(scripted)
 
     def reply_chat(self, **completion: Any) -> None:
         """Queue one successful chat completion; arguments as for `chat_completion`."""
@@ -242,7 +302,10 @@ class ProviderDouble:
             )
         if scripted is None:
             scripted = self._default(handler.command, path, document)
-        self._send(handler, scripted)
+        if self._streamed(document, scripted):
+            self._send_stream(handler, scripted, document)
+        else:
+            self._send(handler, scripted)
 
     def _default(self, method: str, path: str, document: Any) -> ScriptedReply:
         if method == "GET" and path == MODELS_PATH:
@@ -274,3 +337,47 @@ class ProviderDouble:
             for start in range(0, len(payload), 64 * 1024):
                 handler.wfile.write(payload[start : start + 64 * 1024])
             handler.wfile.flush()
+
+    @staticmethod
+    def _streamed(document: Any, scripted: ScriptedReply) -> bool:
+        if not isinstance(document, dict) or document.get("stream") is not True:
+            return False
+        if scripted.events is not None:
+            return True
+        answer = scripted.json
+        return (
+            scripted.status == 200
+            and scripted.body is None
+            and isinstance(answer, dict)
+            and isinstance(answer.get("choices"), list)
+            and bool(answer["choices"])
+            and "message" in answer["choices"][0]
+        )
+
+    def _send_stream(self, handler: _Handler, scripted: ScriptedReply, document: Any) -> None:
+        events = scripted.events
+        if events is None:
+            events = stream_chunks(scripted.json, chunk_chars=self.chunk_chars)
+            if not (document.get("stream_options") or {}).get("include_usage"):
+                events = [event for event in events if event.get("choices")]
+        if scripted.delay:
+            self._stopping.wait(scripted.delay)
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Cache-Control", "no-cache")
+            handler.send_header("Connection", "close")
+            handler.close_connection = True
+            handler.end_headers()
+            for number, event in enumerate([*events, "[DONE]"]):
+                if number and self.chunk_delay and self._stopping.wait(self.chunk_delay):
+                    return
+                data = event if isinstance(event, str) else json.dumps(event)
+                handler.wfile.write(f"data: {data}\n\n".encode())
+                handler.wfile.flush()
+                if number == 0:
+                    with self._lock:
+                        self.first_bytes.append(time.time())
+        except OSError:
+            with self._lock:
+                self.streams_cut += 1

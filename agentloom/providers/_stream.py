@@ -1,0 +1,165 @@
+"""Streamed chat completions: server-sent events read into one chat-completion document.
+
+Every OpenAI-style gateway streams through here. `StreamAssembly` takes the JSON of each
+`data:` event (content, `reasoning_content` and tool-call argument deltas, the finish reason,
+the usage chunk `stream_options.include_usage` asks for) and returns the same document a
+non-streamed answer would have been, so one parser reads both. What arrives is reported to
+`on_delta(content, reasoning, tool_call_names)` as it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from agentloom.providers._errors import ProviderError
+
+__all__ = ["DeltaCallback", "StreamAssembly", "sse_data"]
+
+DeltaCallback = Callable[[str, str, list[str]], None]
+_DONE = b"[DONE]"
+
+
+def sse_data(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Yield the data of each server-sent event of a byte stream (`[DONE]` included).
+
+    Comment lines (keep-alives) and event names are skipped; a multi-line event's data lines
+    are joined with newlines, as the SSE format says.
+    """
+    pending = b""
+    data: list[bytes] = []
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if not line:
+                if data:
+                    yield b"\n".join(data)
+                    data = []
+            elif line.startswith(b"data:"):
+                data.append(line[5:].removeprefix(b" "))
+    if data:
+        yield b"\n".join(data)
+
+
+class StreamAssembly:
+    """Assemble chat-completion chunks into one `chat.completion` document."""
+
+    def __init__(self, on_delta: DeltaCallback | None = None):
+        self.on_delta = on_delta
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.chunks = 0
+        self.done = False
+
+    def add_data(self, data: bytes) -> None:
+        """Take the data of one event: a JSON chunk, or `[DONE]`."""
+        if data.strip() == _DONE:
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise ProviderError("protocol", "The provider's stream is not valid JSON.") from None
+        self.add(chunk)
+
+    def add(self, chunk: Any) -> None:
+        """Take one chunk (the decoded JSON of one event)."""
+        if not isinstance(chunk, dict):
+            raise ProviderError("protocol", "The provider's stream could not be understood.")
+        if "error" in chunk:
+            raise stream_error(chunk["error"])
+        self.chunks += 1
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise ProviderError("protocol", "The provider's stream could not be understood.")
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            self._delta(delta)
+
+    def _delta(self, delta: dict[str, Any]) -> None:
+        content = delta.get("content")
+        content = content if isinstance(content, str) else ""
+        reasoning = delta.get("reasoning_content")
+        reasoning = reasoning if isinstance(reasoning, str) else ""
+        named = [self._call(part) for part in delta.get("tool_calls") or []]
+        names = [name for name in named if name]
+        if content:
+            self.content.append(content)
+        if reasoning:
+            self.reasoning.append(reasoning)
+        if self.on_delta is not None and (content or reasoning or names):
+            self.on_delta(content, reasoning, names)
+
+    def _call(self, part: Any) -> str | None:
+        """Merge one tool-call delta; return the call's name when this delta decided it."""
+        if not isinstance(part, dict) or not isinstance(part.get("function", {}), dict):
+            raise ProviderError("protocol", "The provider's tool calls are malformed.")
+        index = part.get("index", len(self.calls))
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise ProviderError("protocol", "The provider's tool calls are malformed.")
+        call = self.calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if isinstance(part.get("id"), str) and part["id"]:
+            call["id"] = part["id"]
+        function = part.get("function") or {}
+        decided = None
+        name = function.get("name")
+        if isinstance(name, str) and name and not call["name"]:
+            call["name"] = decided = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call["arguments"].append(arguments)
+        return decided
+
+    def document(self) -> dict[str, Any]:
+        """Return the assembled answer as a non-streamed chat completion would have been."""
+        if not self.chunks or not (self.done or self.finish_reason):
+            # Cut short: a connection closed mid-answer reads as a normal end of the body.
+            raise ProviderError("protocol", "The provider's stream ended before the answer did.")
+        content = "".join(self.content) if self.content else None
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for _, call in sorted(self.calls.items())
+            ]
+        return {
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "usage": self.usage,
+        }
+
+
+def stream_error(error: Any) -> ProviderError:
+    """Return the error for an `error` event in a stream, chosen from its code, never its text."""
+    from agentloom.providers._http import classify_error
+
+    code = error.get("code") or error.get("type") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return classify_error(
+        None,
+        code if isinstance(code, str) else None,
+        message if isinstance(message, str) else None,
+    )

@@ -1,0 +1,197 @@
+"""Streamed answers in headless Chromium: tokens before the run ends, Thinking folded, a key split
+across two chunks never on the page, a cancel mid-stream that ends the run within a second.
+
+The events stream holds a request open beside the worker thread; an in-memory SQLite database is
+one connection shared by every thread, so these tests run on a file database or PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from context_app.services import agent_create, agent_publish
+from sessions_app.models import ModelCall, Run
+from sessions_app.services.runs import session_create
+from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_console import Worker, ask, console_worker, run_block, wait_for_run
+from tests.factories import make_connection, make_space, make_user
+from tests.support.deepseek_double import DeepSeekDouble
+from tests.support.provider_double import ProviderDouble
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+__all__ = ["Worker", "console_worker"]
+
+SECRET = "sk-live-NONCE-stream-key-0123456789"
+# Every text the live preview ever showed, and when its first character (answer or reasoning)
+# appeared.
+WATCH = """
+window.shownTexts = [];
+window.firstShown = null;
+new MutationObserver(() => {
+  for (const node of document.querySelectorAll("[data-live-answer]")) {
+    window.shownTexts.push(node.textContent);
+    const parts = node.querySelectorAll(".answer .text, .thinking pre");
+    const text = [...parts].map((part) => part.textContent).join("");
+    if (window.firstShown === null && text) window.firstShown = Date.now();
+  }
+}).observe(document, { childList: true, subtree: true, characterData: true });
+"""
+
+
+@pytest.fixture(autouse=True)
+def file_database():
+    if any(c.vendor == "sqlite" and c.is_in_memory_db() for c in connections.all()):
+        pytest.skip("needs a file database (TEST_SQLITE_NAME) or PostgreSQL: see the docstring")
+
+
+def streamed_chat(page, login, settings, double, provider):
+    settings.ALLOW_PRIVATE_MODEL_HOSTS = True
+    user = make_user("sam", staff=True)
+    space = make_space(admin=user)
+    connection = make_connection(
+        space,
+        provider=provider,
+        base_url=double.base_url,
+        api_key=SECRET,
+        context_window=200_000,
+        max_output_tokens=8_192,
+        safety_margin_tokens=200,
+    )
+    agent = agent_create(
+        user=user,
+        space=space,
+        name="Streamer",
+        system_prompt="You stream.",
+        model_connection=connection.pk,
+        tools=["echo"],
+        sub_agents=[],
+        context_policy=None,
+    )
+    version = agent_publish(user=user, agent=agent)
+    session = session_create(user=user, agent_version=version, title="Streamed")
+    page.add_init_script(WATCH)
+    login(user)
+    page.goto(f"/sessions/{session.pk}/")
+    return user, session
+
+
+def save_measure(name: str, value: dict) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"{name}.json").write_text(json.dumps(value, indent=1))
+
+
+def test_tokens_show_before_the_run_ends_then_the_record_replaces_them(
+    page, login, settings, console_worker, screenshot, browser_errors
+):
+    with DeepSeekDouble() as double:
+        double.chunk_chars = 3
+        double.chunk_delay = 0.08
+        double.reasoning_padding = 120
+        streamed_chat(page, login, settings, double, "deepseek")
+        ask(page, "NONCE-QUESTION streamed slowly " * 3)
+        live = page.locator("[data-live-answer]")
+        expect(live.locator(".answer .text")).to_contain_text("You asked", timeout=20_000)
+        status = run_block(page, 1).locator("[data-run-status]")
+        assert status.inner_text() != "succeeded"  # on the page before the run ended
+        thinking = live.locator("details.thinking")
+        expect(thinking).to_be_visible()
+        assert thinking.get_attribute("open") is None  # folded
+        expect(thinking.locator("summary")).to_have_text("Thinking")
+        screenshot("stream-growing")
+        thinking.locator("summary").click()
+        expect(thinking.locator("pre")).to_contain_text("thinking NONCE-R1")
+        screenshot("stream-thinking-open")
+        wait_for_run(page, 1)
+        expect(live).to_have_count(0)
+        answer = run_block(page, 1).locator(".msg.answer")
+        expect(answer).to_contain_text("You asked: NONCE-QUESTION streamed slowly")
+        expect(run_block(page, 1).locator("details.thinking")).to_have_count(1)  # the record's
+        screenshot("stream-replaced-by-record")
+        first_shown = page.evaluate("window.firstShown") / 1000
+        save_measure(
+            "stream-latency",
+            {"first_byte_to_first_visible_ms": round((first_shown - double.first_bytes[0]) * 1000)},
+        )
+    assert browser_errors == []
+
+
+def test_a_key_split_across_two_chunks_never_reaches_the_page(
+    page, login, settings, console_worker, screenshot, browser_errors
+):
+    cut = len(SECRET) // 2
+
+    def chunk(content):
+        return {"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]}
+
+    with ProviderDouble() as double:
+        double.chunk_delay = 0.3
+        events = [chunk("NONCE-KEY the key is "), chunk(SECRET[:cut]), chunk(SECRET[cut:])]
+        events += [
+            chunk(" and more"),
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        double.reply_stream(events)
+        streamed_chat(page, login, settings, double, "openai_compatible")
+        ask(page, "tell me the key")
+        expect(page.locator("[data-live-answer] .text")).to_contain_text(
+            "NONCE-KEY", timeout=20_000
+        )
+        screenshot("stream-key-held-back")
+        first_shown = page.evaluate("window.firstShown") / 1000
+        save_measure(
+            "stream-latency-plain",
+            {"first_byte_to_first_visible_ms": round((first_shown - double.first_bytes[0]) * 1000)},
+        )
+        wait_for_run(page, 1)
+        expect(run_block(page, 1).locator(".msg.answer")).to_contain_text("[redacted] and more")
+    shown = " ".join(page.evaluate("window.shownTexts"))
+    assert "NONCE-KEY" in shown and "[redacted]" in shown
+    assert SECRET[:cut] not in shown and SECRET[cut:] not in shown
+    assert SECRET not in page.content()
+    assert browser_errors == []
+
+
+def test_a_cancel_mid_stream_ends_the_run_within_a_second(
+    page, login, settings, console_worker, screenshot, browser_errors
+):
+    with ProviderDouble() as double:
+        double.chunk_chars = 2
+        double.chunk_delay = 0.2
+        double.reply_chat(content="NONCE-SLOW " * 40)  # about 44 s of streaming
+        _, session = streamed_chat(page, login, settings, double, "openai_compatible")
+        ask(page, "answer slowly")
+        expect(page.locator("[data-live-answer] .text")).to_contain_text("NONCE", timeout=20_000)
+        screenshot("stream-before-cancel")
+        asked = timezone.now()
+        page.click("#cancel-run")
+        wait_for_run(page, 1, "cancelled")
+        expect(page.locator("[data-live-answer]")).to_have_count(0)
+        screenshot("stream-cancelled")
+        with console_worker.db():
+            run = Run.objects.get(session=session)
+            call = ModelCall.objects.get(run=run)
+        ended = (run.finished_at - asked).total_seconds()
+        save_measure("stream-cancel", {"cancel_to_run_end_s": round(ended, 3)})
+        assert ended < 1.0
+        assert call.discarded and call.cost_incomplete
+        deadline = time.monotonic() + 2
+        while not double.streams_cut and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert double.streams_cut == 1
+        # Another user gets 404 for these events; Last-Event-ID resumes after the last seen.
+        events_url = f"/api/v1/runs/{run.pk}/events"
+        whole = page.request.get(f"{events_url}?after=0").text()
+        ids = [line[4:] for line in whole.splitlines() if line.startswith("id: ")]
+        resumed = page.request.get(events_url, headers={"Last-Event-ID": ids[0]}).text()
+        assert resumed.count("id: ") == len(ids) - 1
+    other = make_user("olga", staff=True)
+    page.context.clear_cookies()
+    login(other)
+    assert page.request.get(events_url).status == 404
+    assert [e for e in browser_errors if "404" not in e] == []
