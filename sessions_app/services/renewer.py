@@ -49,11 +49,11 @@ class _Call:
     cancelled: threading.Event
     relay_cancel: bool
     next_beat: float
-    # Called on a relayed cancel, after `cancelled` is set (a streamed call closes its stream).
-    on_cancel: Callable[[], None] | None = None
     # No renewal at or after this moment (monotonic); None renews until the call ends.
     renew_until: float | None
     renewing: bool = True
+    # Called on a relayed cancel, after `cancelled` is set (a streamed call closes its stream).
+    on_cancel: Callable[[], None] | None = None
 
 
 class LeaseRenewer:

@@ -147,7 +147,7 @@ class SharedWatch:
         self.calls: list[dict] = []
         self.lose_during = lose_during
 
-    def __call__(self, *, deadline_seconds, lost, cancelled, relay_cancel):
+    def __call__(self, *, deadline_seconds, lost, cancelled, relay_cancel, on_cancel=None):
         import contextlib
 
         self.calls.append({"deadline": deadline_seconds, "relay_cancel": relay_cancel})
