@@ -434,6 +434,45 @@
     setTimeout(poll, POLL_MS);
   }
 
+  // --- rendered text: copy buttons and "Show all" ------------------------------------------
+
+  /** Return the text a copy button copies: its code block's code, or its message as written. */
+  function copiedText(button) {
+    if (button.dataset.copy === "code") {
+      const code = button.closest(".code-block").querySelector("code");
+      return code ? code.textContent : "";
+    }
+    const raw = button.closest("[data-text-block]").querySelector("template[data-raw]");
+    return raw ? raw.content.textContent : "";
+  }
+
+  async function copy(button) {
+    const text = copiedText(button);
+    const label = button.textContent;
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = "Copied";
+    } catch (error) {
+      button.textContent = "Not copied";
+    }
+    setTimeout(() => { button.textContent = label; }, 1500);
+  }
+
+  function toggleLong(button) {
+    const block = button.previousElementSibling;
+    if (!block || !block.hasAttribute("data-text-block")) return;
+    if (!button.dataset.label) button.dataset.label = button.textContent;
+    const collapsed = block.classList.toggle("collapsed");
+    button.textContent = collapsed ? button.dataset.label : "Show less";
+  }
+
+  document.addEventListener("click", (event) => {
+    const copyButton = event.target.closest("[data-copy]");
+    if (copyButton) copy(copyButton);
+    const showAll = event.target.closest("[data-show-all]");
+    if (showAll) toggleLong(showAll);
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-meter]").forEach(placeMeter);
     // Forms that change something for good ask first (revoking a view, deleting a session).
