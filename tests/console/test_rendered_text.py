@@ -7,6 +7,9 @@ import re
 import pytest
 from django.urls import reverse
 
+from agentloom.engine.testing import ScriptedGateway
+from agentloom.providers import ProviderError
+from context_app import engine_adapter
 from sessions_app.templatetags.console_text import is_long, render_markdown, thousands
 from tests.console.conftest import ask
 
@@ -74,3 +77,30 @@ def test_long_questions_are_collapsed_with_show_all(client_for, session, alice):
     question = chat[chat.index('class="msg question"') :]
     assert 'class="text-block collapsed"' in question
     assert "Show all (2,010 characters)" in question
+
+
+@pytest.fixture
+def failing_model():
+    """A model whose provider refuses the key."""
+    script = ScriptedGateway([ProviderError("auth", status=401)])
+    engine_adapter.set_gateway_factory(lambda version, connection: script)
+    yield script
+    engine_adapter.set_gateway_factory(None)
+
+
+@pytest.mark.django_db
+def test_a_run_error_links_to_the_model_connection(client_for, session, alice, failing_model):
+    run = ask(session, alice, "hello")
+    assert run.status == "failed"
+    connection = session.agent_version.model_connection
+    link = reverse("admin:models_app_modelconnection_change", args=[connection.pk])
+    chat_url = reverse("console-chat", args=[session.pk])
+    assert link not in client_for(alice).get(chat_url).content.decode()  # not staff
+    alice.is_staff = True
+    alice.save()
+    client = client_for(alice)
+    html = client.get(chat_url).content.decode()
+    status_line = html[html.index('class="status-line"') :].split("</p>")[0]
+    assert "The provider rejected the credentials." in status_line and link in status_line
+    panel = client.get(reverse("console-run-panel", args=[run.pk])).content.decode()
+    assert link in panel

@@ -1,0 +1,73 @@
+"""Setup that checks itself, in headless Chromium: "Test connection" on the model page with a
+good key, a bad key and a dead port, and a refused form that asks for the key again."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_model_page import ADD, KEY, provider
+from tests.models_app.test_connection_test import dead_port_url
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+__all__ = ["provider"]  # the provider double of test_model_page
+
+
+def fill(page, base_url: str, key: str) -> None:
+    page.goto(ADD)
+    page.select_option("#id_provider", "openai_compatible")
+    page.fill("#id_base_url", base_url)
+    page.fill("#id_api_key", key)
+    page.fill("#id_model_id", "qwen-72b")
+
+
+def test_test_connection_with_a_good_key_a_bad_key_and_a_dead_port(
+    admin_page, lab, provider, screenshot, browser_errors
+):
+    page = admin_page
+    status = page.locator("#test-status")
+
+    provider.reply_chat(content="OK", model="qwen-72b")
+    fill(page, provider.base_url, KEY)
+    page.click("#test-connection")
+    expect(status).to_have_text(
+        re.compile(r"^Connected: the model answered in [\d,]+ ms \(qwen-72b\)\.$")
+    )
+    expect(status).to_have_attribute("data-kind", "ok")
+    screenshot("test-connection-ok")
+
+    provider.reply(status=401, json={"error": {"message": "invalid key"}})
+    page.fill("#id_api_key", "sk-wrong")
+    page.click("#test-connection")
+    expect(status).to_contain_text("The provider rejected the credentials. (HTTP 401)")
+    expect(status).to_have_attribute("data-kind", "error")
+    screenshot("test-connection-bad-key")
+
+    fill(page, dead_port_url(), KEY)
+    page.click("#test-connection")
+    expect(status).to_contain_text("The provider could not be reached.")
+    screenshot("test-connection-dead-port")
+    assert [request.path for request in provider.requests] == ["/v1/chat/completions"] * 2
+    assert browser_errors == []
+
+
+def test_a_refused_form_keeps_what_was_typed_and_asks_for_the_key_again(
+    admin_page, lab, provider, screenshot
+):
+    page = admin_page
+    fill(page, provider.base_url, KEY)
+    page.select_option("#id_space", str(lab.pk))
+    page.fill("#id_name", "NONCE-NAME")
+    page.fill("#id_safety_margin_tokens", "-1")
+    page.click("input[name=_save]")
+    expect(page.locator(".errornote")).to_be_visible()
+    expect(page.locator("#id_name")).to_have_value("NONCE-NAME")
+    expect(page.locator("#id_model_id")).to_have_value("qwen-72b")
+    expect(page.locator("#id_api_key")).to_have_value("")
+    expect(page.locator("#key-again")).to_have_text(
+        "Enter the API key again: the key you typed was not saved, and a key is never shown back."
+    )
+    screenshot("connection-form-key-again")
