@@ -539,7 +539,7 @@ def test_the_agent_form_round_trip_shows_a_refusal_on_its_field(
     page.click("input[name=_continue]")
 
     error = page.locator(".field-target_ratio .errorlist")
-    expect(error).to_have_text("must be below context_ratio")
+    expect(error).to_have_text("Target share must be below the trigger share.")
     expect(page.locator(".errorlist")).to_have_count(1)
     screenshot("admin-agent-form-error")
 
