@@ -55,7 +55,12 @@ from sessions_app.selectors import (
 )
 from sessions_app.serializers import JournalQuerySerializer
 from sessions_app.services.deletion import session_delete
-from sessions_app.services.runs import run_ask, session_create, session_rename
+from sessions_app.services.runs import (
+    MAX_QUESTION_CHARS,
+    run_ask,
+    session_create,
+    session_rename,
+)
 from sessions_app.services.views import view_revoke
 
 SESSIONS_PER_PAGE = 25
@@ -190,6 +195,8 @@ def _input_limit(session: Session) -> dict[str, Any]:
         # The page counts bytes exactly as the byte estimator does; tokens only approximately.
         "inputUnit": estimator_name((version.snapshot.get("estimator") or {}).get("module_id")),
         "inputLegacy": version.snapshot.get("context_policy") is None,
+        # The service's own ceiling in characters, whatever the estimator says.
+        "questionMaxChars": MAX_QUESTION_CHARS,
     }
 
 
@@ -319,9 +326,41 @@ def home(request):
         {"space": space, "agents": agents_by_space.get(space.pk, [])}
         for space in spaces_for_user(user).order_by("name", "id")
     ]
-    sessions = session_list(user)
-    page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "console/home.html", {"spaces": spaces, "sessions": page})
+    config = {"sessionsUrl": reverse("console-home-sessions")}
+    return render(
+        request,
+        "console/home.html",
+        {"spaces": spaces, "sessions": _sessions_page(request), "config": config},
+    )
+
+
+def _sessions_page(request):
+    sessions = session_list(request.user)
+    return Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+
+
+@require_GET
+@login_required
+def home_sessions(request):
+    """Serve the home page's table of the caller's sessions as HTML (the page refreshes it)."""
+    return render(request, "console/_sessions.html", {"sessions": _sessions_page(request)})
+
+
+@require_GET
+@login_required
+def session_state(request, session_id: int):
+    """Serve where the session stands as HTML data attributes: its active run, its latest run
+    and its last journal seq. The chat polls it, so a run started in another tab or through the
+    API shows up there.
+    """
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    latest = runs_of(session).order_by("-number").first()
+    state = {
+        "active": active_run(session),
+        "latest": latest,
+        "last_seq": session.next_seq - 1,
+    }
+    return render(request, "console/_session_state.html", {"state": state})
 
 
 @require_POST
@@ -458,6 +497,7 @@ def _fragment_urls() -> dict[str, str]:
     # The script fills in ids; the routes themselves stay defined in console_urls only.
     return {
         "recordsUrl": reverse("console-chat-records", args=[0]).replace("/0/", "/{id}/"),
+        "stateUrl": reverse("console-session-state", args=[0]).replace("/0/", "/{id}/"),
         "blockUrl": reverse("console-run-block", args=[0]).replace("/0/", "/{id}/"),
         "panelUrl": reverse("console-run-panel", args=[0]).replace("/0/", "/{id}/"),
         "contextUrl": _context_url_template(),

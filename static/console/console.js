@@ -12,6 +12,7 @@
 
   const API = "/api/v1";
   const POLL_MS = 1000;
+  const HOME_POLL_MS = 2000;
   const ACTIVE = ["queued", "running"];
   // How close to the bottom (px) the reader must be for the chat to follow new records.
   const FOLLOW_SLACK = 240;
@@ -259,6 +260,31 @@
       if (activeRun === runId) timer = setTimeout(poll, POLL_MS);
     }
 
+    // Between runs the chat watches the session, so a run started in another tab or through
+    // the API shows up here within a second (and Ask is disabled while it is active).
+    let watching = null;
+    async function watch() {
+      watching = null;
+      if (!activeRun && document.visibilityState !== "hidden") {
+        const rendered = await fragment(url(cfg.stateUrl, cfg.session));
+        const state = rendered && rendered.nodes.querySelector("[data-session-state]");
+        if (state && !activeRun) {
+          const active = Number(state.dataset.activeRun) || null;
+          const latest = Number(state.dataset.latestRun) || null;
+          if (active) {
+            await follow(active);
+          } else if (Number(state.dataset.lastSeq) > lastSeq && latest) {
+            // A run began and ended between two looks: show its records and final state.
+            await runBlock(latest);
+            await fetchRecords(latest);
+            const shown = await refreshPanel(latest);
+            if (shown) showState(shown);
+          }
+        }
+      }
+      if (!watching) watching = setTimeout(watch, POLL_MS);
+    }
+
     async function follow(runId) {
       activeRun = runId;
       askButton.disabled = true;
@@ -280,14 +306,33 @@
       const bytes = utf8.encode(JSON.stringify({ role: "user", content: text })).length + 12;
       return cfg.inputUnit === "bytes" ? bytes : Math.ceil(bytes / 4);
     }
+    const unit = cfg.inputLegacy ? "characters" : cfg.inputUnit === "bytes" ? "bytes" : "tokens";
+    const approx = !cfg.inputLegacy && cfg.inputUnit !== "bytes";
     function showSize() {
       const size = questionSize(askField.value);
-      const unit = cfg.inputLegacy ? "characters" : cfg.inputUnit === "bytes" ? "bytes" : "tokens (approx.)";
-      askSize.textContent = `${size.toLocaleString()} of ${cfg.inputLimit.toLocaleString()} ${unit}`;
-      askSize.classList.toggle("error-text", size > cfg.inputLimit);
+      askSize.textContent = `${askField.value.length.toLocaleString()} characters · ${approx ? "about " : ""}${size.toLocaleString()} of ${cfg.inputLimit.toLocaleString()} ${unit}`;
+      askSize.classList.toggle("error-text", size > cfg.inputLimit || askField.value.length > cfg.questionMaxChars);
+    }
+    // The limit in characters, said before it is reached: plain text of one byte (or about a
+    // quarter token) per character, beside the envelope every message carries.
+    function showLimit() {
+      const room = Math.max(cfg.inputLimit - questionSize(""), 0);
+      const chars = Math.min(cfg.inputLegacy ? cfg.inputLimit : cfg.inputUnit === "bytes" ? room : room * 4, cfg.questionMaxChars);
+      document.getElementById("ask-limit").textContent =
+        `Questions up to about ${chars.toLocaleString()} characters (${cfg.inputLimit.toLocaleString()} ${unit}).`;
+    }
+    /** Return the door's refusal of the question as written, or "" when it may be sent. */
+    function doorRefusal(text) {
+      const size = questionSize(text);
+      if (size <= cfg.inputLimit) {
+        if (text.length <= cfg.questionMaxChars) return "";
+        return `This question has ${text.length.toLocaleString()} characters, above the limit of ${cfg.questionMaxChars.toLocaleString()} characters. Shorten it, or split it.`;
+      }
+      return `This question is estimated at ${approx ? "about " : ""}${size.toLocaleString()} ${unit}, above the limit of ${cfg.inputLimit.toLocaleString()} ${unit} that this agent's context budget leaves for one message (its compaction target, less the system prompt, tool schemas and the plan). Shorten it, or split it.`;
     }
     askField.addEventListener("input", showSize);
     showSize();
+    showLimit();
 
     // Enter sends, Shift+Enter breaks the line (and Enter while composing text in an IME
     // only confirms the composition).
@@ -299,6 +344,12 @@
 
     askForm.addEventListener("submit", async (event) => {
       event.preventDefault();
+      const refusal = doorRefusal(askField.value);
+      if (refusal) {
+        // Said before anything is sent; the text stays as typed.
+        say(refusal, true);
+        return;
+      }
       askButton.disabled = true;
       const answer = await api("POST", `/sessions/${cfg.session}/runs`, { question: askField.value });
       if (!answer.ok) {
@@ -359,10 +410,38 @@
       await follow(answer.data.id);
     });
 
-    // The page opens at the latest run.
+    // The page opens at the latest run, with the composer ready for typing.
     const blocks = conversation.querySelectorAll("article.run");
     if (blocks.length) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
+    askField.focus({ preventScroll: true });
     if (activeRun) timer = setTimeout(poll, 0);
+    watching = setTimeout(watch, POLL_MS);
+
+    // `/` outside a text field goes to the composer.
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
+      const target = event.target;
+      if (target.closest("input, textarea, select, [contenteditable]")) return;
+      event.preventDefault();
+      askField.focus();
+    });
+  }
+
+  // --- home -------------------------------------------------------------------------------
+
+  /** Refresh the table of sessions (latest runs and their status) while the page is open. */
+  function initHome(cfg) {
+    async function refresh() {
+      if (document.visibilityState !== "hidden") {
+        const page = new URLSearchParams(window.location.search).get("page");
+        const rendered = await fragment(cfg.sessionsUrl + (page ? `?page=${encodeURIComponent(page)}` : ""));
+        const table = rendered && rendered.nodes.querySelector("[data-sessions-table]");
+        const shown = document.getElementById("sessions-table");
+        if (table && shown) shown.replaceWith(table);
+      }
+      setTimeout(refresh, HOME_POLL_MS);
+    }
+    setTimeout(refresh, HOME_POLL_MS);
   }
 
   // --- journal viewer ---------------------------------------------------------------------
@@ -466,6 +545,18 @@
     button.textContent = collapsed ? button.dataset.label : "Show less";
   }
 
+  // Esc closes the panel that is open (a <details> such as "Rename or delete" or a tool call).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    const open = [...document.querySelectorAll("details[open]")];
+    const inner = event.target.closest && event.target.closest("details[open]");
+    const panel = inner || open[open.length - 1];
+    if (!panel) return;
+    panel.open = false;
+    const summary = panel.querySelector("summary");
+    if (summary) summary.focus();
+  });
+
   document.addEventListener("click", (event) => {
     const copyButton = event.target.closest("[data-copy]");
     if (copyButton) copy(copyButton);
@@ -484,6 +575,7 @@
     const cfg = config();
     if (!cfg) return;
     if (document.body.classList.contains("page-chat")) initChat(cfg);
+    else if (document.body.classList.contains("page-home")) initHome(cfg);
     else if (document.body.classList.contains("page-journal")) initJournal(cfg);
     else if (document.body.classList.contains("page-context")) initContext(cfg);
   });
