@@ -62,6 +62,7 @@ from sessions_app.services.runs import (
     session_rename,
 )
 from sessions_app.services.views import view_revoke
+from sessions_app.templatetags.console_text import unit_name
 
 SESSIONS_PER_PAGE = 25
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
@@ -181,10 +182,17 @@ def _share_text(estimate: int, ceiling: int) -> str:
     return "<1" if 0 < share < 1 else str(round(share))
 
 
-def _last_reported(reported: dict[str, Any] | None) -> dict[str, Any] | None:
+def _last_reported(reported: dict[str, Any] | None) -> dict | None:
+    """Return the last reported call: its own estimate and error, side by side."""
     if reported is None:
         return None
-    return {**reported, "error_percent": _signed_percent(reported["estimate_error"])}
+    return {
+        **reported,
+        "error_percent": _signed_percent(reported["estimate_error"]),
+        "unit": unit_name(
+            calibrated=reported.get("calibrated", False), estimator=reported.get("estimator") or ""
+        ),
+    }
 
 
 def _input_limit(session: Session) -> dict[str, Any]:
@@ -201,15 +209,14 @@ def _input_limit(session: Session) -> dict[str, Any]:
 
 
 def _signed_percent(fraction: float | None) -> str | None:
-    return None if fraction is None else f"{100 * fraction:+.1f}"
+    return None if fraction is None else f"{100 * fraction:+,.1f}"
 
 
 def _cached_text(call) -> str | None:
     if not call.cached_tokens or not call.reported_prompt_tokens:
         return None
-    return (
-        f"{call.cached_tokens} ({round(100 * call.cached_tokens / call.reported_prompt_tokens)}%)"
-    )
+    share = round(100 * call.cached_tokens / call.reported_prompt_tokens)
+    return f"{call.cached_tokens:,} provider tokens ({share}%)"
 
 
 def _cost_text(amount, currency: str) -> str | None:
@@ -262,7 +269,7 @@ def _usage_text(usage: Any) -> str:
         return "–"
     names = ("prompt_tokens", "completion_tokens", "total_tokens")
     if all(isinstance(usage.get(name), int) for name in names):
-        return " / ".join(str(usage[name]) for name in names)
+        return " / ".join(f"{usage[name]:,}" for name in names)
     # Other shapes are shown as reported, minus nested details.
     return ", ".join(
         f"{key} {value}" for key, value in usage.items() if isinstance(value, int | float | str)

@@ -123,3 +123,39 @@ def thousands(value) -> str:
     if isinstance(value, bool) or not isinstance(value, int):
         return "" if value is None else str(value)
     return f"{value:,}"
+
+
+def unit_name(*, legacy: bool = False, calibrated: bool = False, estimator: str = "") -> str:
+    """Return the unit a size is in, as the pages name it: every figure says what it counts."""
+    if legacy:
+        return "characters"
+    if calibrated:
+        return "calibrated tokens"
+    if estimator in ("", "bytes"):
+        return "bytes"
+    return f"{estimator} tokens"
+
+
+@register.filter
+def call_unit(call) -> str:
+    """Return the unit of a model call's request estimate."""
+    return unit_name(calibrated=bool(call.calibration), estimator=call.estimator)
+
+
+@register.filter
+def meter_unit(meter: dict) -> str:
+    """Return the unit of a context meter's figures."""
+    return unit_name(
+        legacy=meter.get("unit") == "characters",
+        calibrated=bool(meter.get("calibrated")),
+        estimator=meter.get("estimator") or "",
+    )
+
+
+@register.filter
+def compaction_outcome(item: dict) -> str:
+    """Return a compaction's outcome in words: a stage that made the request larger says so."""
+    before, after = item.get("before"), item.get("after")
+    if before is not None and after is not None and after > before:
+        return "grew the request"
+    return item.get("outcome") or "?"
