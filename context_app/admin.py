@@ -297,6 +297,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         ),
     ]
     list_display = ["name", "space", "model_connection", "publication", "updated_at"]
+    ordering = ["-id"]
     list_filter = ["space"]
     search_fields = ["name"]
     readonly_fields = ["publication"]
@@ -362,6 +363,7 @@ class AgentVersionAdmin(SpaceScopedAdmin):
 
     space_path = "agent__space"
     list_display = ["agent", "number", "model_connection", "published_by", "created_at"]
+    ordering = ["-id"]
     fields = ["agent", "number", "snapshot_tree", "model_connection", "published_by"]
     readonly_fields = fields
 

@@ -302,6 +302,7 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         "estimator",
     ]
     list_filter = ["provider", "window_source"]
+    ordering = ["-id"]
     search_fields = ["name", "model_id"]
 
     class Media:
