@@ -699,6 +699,8 @@ def journal(request, session_id: int):
         "limit": params["limit"],
         "nextAfter": page["next_after"],
         "lastRun": page["records"][-1]["run_id"] if page["records"] else None,
+        "stateUrl": reverse("console-session-state", args=[session.pk]),
+        "sessionSeq": session.next_seq - 1,
     }
     return render(
         request,
@@ -767,6 +769,10 @@ def run_context_page(request, run_id: int):
         "activeRun": run.pk if run.is_active else None,
         "meterUrl": reverse("console-run-meter", args=[run.pk]),
         "compactions": len(context["compactions"]),
+        "run": run.pk,
+        "stateUrl": reverse("console-session-state", args=[session.pk]),
+        "sessionSeq": session.next_seq - 1,
+        "contextUrl": _context_url_template(),
     }
     return render(
         request,

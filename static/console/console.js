@@ -446,6 +446,28 @@
 
   // --- journal viewer ---------------------------------------------------------------------
 
+  /**
+   * Call `changed(state)` whenever the session's journal grows (its last seq moves), looking
+   * once a second while the page is shown: pages of a session follow runs started anywhere.
+   */
+  function watchSession(cfg, changed) {
+    // The journal's last seq when the server rendered the page.
+    let seen = cfg.sessionSeq;
+    async function look() {
+      if (document.visibilityState !== "hidden") {
+        const rendered = await fragment(cfg.stateUrl);
+        const state = rendered && rendered.nodes.querySelector("[data-session-state]");
+        if (state) {
+          const seq = Number(state.dataset.lastSeq);
+          if (seq !== seen) await changed(state.dataset);
+          seen = seq;
+        }
+      }
+      setTimeout(look, POLL_MS);
+    }
+    setTimeout(look, POLL_MS);
+  }
+
   function initJournal(cfg) {
     const timeline = document.getElementById("timeline");
     const more = document.getElementById("load-more");
@@ -453,11 +475,11 @@
     const filter = document.getElementById("journal-filter");
     let nextAfter = cfg.nextAfter;
     let lastRun = cfg.lastRun;
+    let hasMore = Boolean(more);
 
     filter.querySelector("select").addEventListener("change", () => filter.submit());
-    if (!more) return;
-    more.addEventListener("click", async (event) => {
-      event.preventDefault();
+
+    async function loadRows() {
       const params = new URLSearchParams({ after: String(nextAfter), limit: String(cfg.limit) });
       if (cfg.instance) params.set("instance", cfg.instance);
       if (lastRun) params.set("run", String(lastRun));
@@ -473,19 +495,40 @@
       if (rows.length) lastRun = Number(rows[rows.length - 1].dataset.runId) || lastRun;
       timeline.append(rendered.nodes);
       nextAfter = Number(rendered.headers.get("X-Next-After")) || nextAfter;
-      params.set("after", String(nextAfter));
-      params.delete("run");
-      more.href = `?${params}`;
-      if (rendered.headers.get("X-Has-More") !== "true") {
-        more.hidden = true;
-        end.hidden = false;
+      hasMore = rendered.headers.get("X-Has-More") === "true";
+      if (more) {
+        params.set("after", String(nextAfter));
+        params.delete("run");
+        more.href = `?${params}`;
+        more.hidden = !hasMore;
       }
+      end.hidden = hasMore;
+    }
+
+    if (more) {
+      more.addEventListener("click", (event) => {
+        event.preventDefault();
+        loadRows();
+      });
+    }
+    // At the end of the journal, new records (a run started anywhere) are appended as they come.
+    watchSession(cfg, async () => {
+      if (!hasMore) await loadRows();
     });
   }
 
   // --- context page -----------------------------------------------------------------------
 
   function initContext(cfg) {
+    // A run started after this one (in any tab, or through the API) is named with a link.
+    const newer = document.getElementById("newer-run");
+    watchSession(cfg, async (state) => {
+      const latest = Number(state.latestRun);
+      if (!latest || latest === cfg.run) return;
+      const link = newer.querySelector("a");
+      link.href = cfg.contextUrl.replace("{id}", String(latest));
+      newer.hidden = false;
+    });
     const runId = cfg.activeRun;
     if (!runId) return;
     const status = document.querySelector("[data-live-status]");

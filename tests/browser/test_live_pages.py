@@ -105,3 +105,38 @@ def test_keys_slash_focuses_the_composer_and_escape_closes_a_panel(chat):
     page.keyboard.press("Shift+Enter")
     page.keyboard.type("second")
     expect(page.locator("#question")).to_have_value("first line\nsecond")
+
+
+def _ask_when_idle(worker, user, session, question: str):
+    """Ask once the session has no active run (the worker thread runs it meanwhile)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with worker.db():
+            if not session.runs.filter(status__in=["queued", "running"]).exists():
+                return run_ask(user=user, session=session, question=question)
+        assert time.monotonic() < deadline, "the run did not end"
+        time.sleep(0.1)
+
+
+def test_the_journal_and_context_pages_follow_runs_started_elsewhere(
+    chat, console_worker, demo_session, screenshot, browser_errors
+):
+    page = chat
+    user, session = demo_session
+    with console_worker.db():
+        first = run_ask(user=user, session=session, question="NONCE-FIRST")
+    page.goto(f"/sessions/{session.pk}/journal/")
+    expect(page.locator("#timeline")).to_contain_text("NONCE-FIRST", timeout=10_000)
+    page.reload()
+    expect(page.locator("#journal-end")).to_be_visible()
+    _ask_when_idle(console_worker, user, session, "NONCE-SECOND")
+    expect(page.locator("#timeline")).to_contain_text("NONCE-SECOND", timeout=3_000)
+    expect(page.locator("li.run-boundary", has_text="Run #2")).to_have_count(1)
+    screenshot("journal-follows-runs")
+
+    page.goto(f"/runs/{first.pk}/context/")
+    expect(page.locator("#newer-run")).to_be_hidden()
+    _ask_when_idle(console_worker, user, session, "NONCE-THIRD")
+    expect(page.locator("#newer-run")).to_be_visible(timeout=3_000)
+    screenshot("context-newer-run")
+    assert unexpected(browser_errors) == []
