@@ -527,6 +527,7 @@
       if (!latest || latest === cfg.run) return;
       const link = newer.querySelector("a");
       link.href = cfg.contextUrl.replace("{id}", String(latest));
+      newer.querySelector("[data-newer-name]").textContent = `Run #${state.latestNumber}`;
       newer.hidden = false;
     });
     const runId = cfg.activeRun;

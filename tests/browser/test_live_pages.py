@@ -138,5 +138,6 @@ def test_the_journal_and_context_pages_follow_runs_started_elsewhere(
     expect(page.locator("#newer-run")).to_be_hidden()
     _ask_when_idle(console_worker, user, session, "NONCE-THIRD")
     expect(page.locator("#newer-run")).to_be_visible(timeout=3_000)
+    expect(page.locator("#newer-run")).to_contain_text("Run #3 of this session has started")
     screenshot("context-newer-run")
     assert unexpected(browser_errors) == []

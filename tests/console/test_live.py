@@ -14,12 +14,16 @@ pytestmark = pytest.mark.django_db
 def test_the_session_state_names_its_active_and_latest_run(client_for, session, alice, bob):
     url = reverse("console-session-state", args=[session.pk])
     client = client_for(alice)
-    assert 'data-active-run="" data-latest-run="" data-last-seq="0"' in client.get(url).text
+    assert 'data-active-run="" data-latest-run="" data-latest-number="" data-last-seq="0"' in (
+        client.get(url).text
+    )
     done = ask(session, alice, "hello")
     state = client.get(url).text
     assert f'data-active-run="" data-latest-run="{done.pk}"' in state
     queued = run_ask(user=alice, session=session, question="again")
-    assert f'data-active-run="{queued.pk}" data-latest-run="{queued.pk}"' in client.get(url).text
+    state = client.get(url).text
+    assert f'data-active-run="{queued.pk}" data-latest-run="{queued.pk}"' in state
+    assert f'data-latest-number="{queued.number}"' in state
     assert client_for(bob).get(url).status_code == 404
 
 
