@@ -7,6 +7,7 @@ and shows each refusal on the field it is about.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from django import forms
@@ -30,6 +31,7 @@ from context_app.services import (
     MAX_SUB_AGENTS,
     agent_publish,
     agent_question_room,
+    clean_sub_agent,
     draft_validate,
 )
 
@@ -61,6 +63,9 @@ class SubAgentsWidget(forms.Widget):
     """A small table editor: one row per sub-agent (name, description, prompt, tools)."""
 
     template_name = "admin/context_app/agent/sub_agents_widget.html"
+    # Set by AgentForm.clean: what is wrong with each row, by its position; only those rows
+    # are outlined.
+    row_errors: dict[int, str] = {}
 
     def get_context(self, name, value, attrs):
         context = super().get_context(name, value, attrs)
@@ -68,7 +73,12 @@ class SubAgentsWidget(forms.Widget):
         rows += [{} for _ in range(min(BLANK_SUB_AGENT_ROWS, MAX_SUB_AGENTS - len(rows)))]
         context["widget"].update(
             rows=[
-                {"prefix": f"{name}-{index}", "index": index, **row}
+                {
+                    "prefix": f"{name}-{index}",
+                    "index": index,
+                    "error": self.row_errors.get(index, ""),
+                    **row,
+                }
                 for index, row in enumerate(rows)
             ],
             tool_choices=_tool_choices(),
@@ -147,15 +157,69 @@ class AgentForm(forms.ModelForm):
                 policy[name] = value
         return policy
 
+    def _label(self, name: str) -> str:
+        return str(self.fields[name].label)
+
+    def _in_words(self, field: str, message: str) -> str:
+        """Return a policy rule's message with the labels the form shows for the fields."""
+        for name in DEFAULT_POLICY:
+            message = re.sub(rf"\b{name}\b", f"the {self._label(name).lower()}", message)
+        # The form leaves a number blank where the policy says null.
+        return f"{self._label(field)} {message.replace(' or null', ' or blank')}."
+
+    def _policy_errors(self, policy: dict[str, Any]) -> list[tuple[str, str]]:
+        """Return every rule the policy breaks, so that all are said at once: each value is
+        checked beside the defaults, then the others together (a rule across fields).
+        """
+        found: dict[str, str] = {}
+        for name in DEFAULT_POLICY:
+            if name not in policy:
+                continue
+            try:
+                ContextPolicy.from_dict({name: policy[name]})
+            except ConfigurationError as error:
+                if error.field == name:
+                    found[name] = error.message
+        try:
+            ContextPolicy.from_dict({k: v for k, v in policy.items() if k not in found})
+        except ConfigurationError as error:
+            found.setdefault(error.field, error.message)
+        return list(found.items())
+
+    def _sub_agent_errors(self, rows: list[dict[str, Any]]) -> dict[int, str]:
+        """Return what is wrong with each sub-agent row (the services' rule), by position."""
+        errors, seen = {}, set()
+        for index, row in enumerate(rows):
+            try:
+                name = clean_sub_agent(row)["name"]
+            except InvalidInput as error:
+                errors[index] = error.detail
+                continue
+            if name in seen:
+                errors[index] = "Another sub-agent already has this name."
+            seen.add(name)
+        return errors
+
+    def _form_errors(self) -> bool:
+        """Add every fault of the policy and sub-agent fields; return whether there was one."""
+        faulty = False
+        if not any(name in self.errors for name in DEFAULT_POLICY):
+            for field, message in self._policy_errors(self._policy()):
+                named = field if field in self.fields else None
+                self.add_error(named, self._in_words(field, message) if named else message)
+                faulty = True
+        rows = self.cleaned_data.get("sub_agents") or []
+        row_errors = self._sub_agent_errors(rows)
+        self.fields["sub_agents"].widget.row_errors = row_errors
+        for index, message in row_errors.items():
+            self.add_error("sub_agents", f"Sub-agent {index + 1}: {message}")
+            faulty = True
+        return faulty
+
     def clean(self):
         cleaned = super().clean()
-        if any(name in self.errors for name in DEFAULT_POLICY):
-            return cleaned
         policy = self._policy()
-        try:
-            ContextPolicy.from_dict(policy)
-        except ConfigurationError as error:
-            self.add_error(error.field if error.field in self.fields else None, error.message)
+        if self._form_errors() or any(name in self.errors for name in DEFAULT_POLICY):
             return cleaned
         if "space" not in cleaned or self.errors:
             return cleaned
@@ -235,6 +299,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         ),
     ]
     list_display = ["name", "space", "model_connection", "publication", "updated_at"]
+    ordering = ["-id"]
     list_filter = ["space"]
     search_fields = ["name"]
     readonly_fields = ["publication", "question_room"]
@@ -314,6 +379,7 @@ class AgentVersionAdmin(SpaceScopedAdmin):
 
     space_path = "agent__space"
     list_display = ["agent", "number", "model_connection", "published_by", "created_at"]
+    ordering = ["-id"]
     fields = ["agent", "number", "snapshot_tree", "model_connection", "published_by"]
     readonly_fields = fields
 

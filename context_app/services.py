@@ -25,6 +25,10 @@ from models_app.models import ModelConnection
 SNAPSHOT_FORMAT = 1
 SUB_AGENT_FIELDS = ("name", "description", "system_prompt", "tools")
 SUB_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+SUB_AGENT_NAME_RULE = (
+    "Sub-agent names use lower-case letters, digits and underscores, starting with a letter "
+    "(at most 40 characters)."
+)
 MAX_SUB_AGENTS = 8
 MAX_PROMPT_CHARS = 100_000
 
@@ -52,39 +56,46 @@ def _clean_sub_agents(value: Any) -> list[dict]:
         raise InvalidInput(f"At most {MAX_SUB_AGENTS} sub-agents.", field="sub_agents")
     cleaned, names = [], set()
     for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise InvalidInput(f"Item {index} must be an object.", field="sub_agents")
-        extra = sorted(set(item) - set(SUB_AGENT_FIELDS))
-        if extra:
+        try:
+            sub_agent = clean_sub_agent(item)
+        except InvalidInput as error:
+            raise InvalidInput(f"Item {index}: {error.detail}", field="sub_agents") from None
+        if sub_agent["name"] in names:
             raise InvalidInput(
-                f"Item {index} may not set {', '.join(extra)}: a sub-agent has only "
-                f"{', '.join(SUB_AGENT_FIELDS)} and uses its parent's model and context policy.",
-                field="sub_agents",
+                f"Duplicate sub-agent name {sub_agent['name']!r}.", field="sub_agents"
             )
-        name = item.get("name")
-        if not isinstance(name, str) or not SUB_AGENT_NAME.match(name):
-            raise InvalidInput(
-                f"Item {index}: name must match {SUB_AGENT_NAME.pattern}.", field="sub_agents"
-            )
-        if name in names:
-            raise InvalidInput(f"Duplicate sub-agent name {name!r}.", field="sub_agents")
-        names.add(name)
-        cleaned.append(
-            {
-                "name": name,
-                "description": clean_text(
-                    item.get("description"), field="sub_agents", max_chars=2_000, required=False
-                ),
-                "system_prompt": clean_text(
-                    item.get("system_prompt"),
-                    field="sub_agents",
-                    max_chars=MAX_PROMPT_CHARS,
-                    required=False,
-                ),
-                "tools": _clean_tools(item.get("tools"), field="sub_agents"),
-            }
-        )
+        names.add(sub_agent["name"])
+        cleaned.append(sub_agent)
     return cleaned
+
+
+def clean_sub_agent(item: Any) -> dict:
+    """Return one sub-agent validated, or raise InvalidInput (field `sub_agents`) saying why."""
+    if not isinstance(item, dict):
+        raise InvalidInput("A sub-agent must be an object.", field="sub_agents")
+    extra = sorted(set(item) - set(SUB_AGENT_FIELDS))
+    if extra:
+        raise InvalidInput(
+            f"A sub-agent may not set {', '.join(extra)}: it has only "
+            f"{', '.join(SUB_AGENT_FIELDS)} and uses its parent's model and context policy.",
+            field="sub_agents",
+        )
+    name = item.get("name")
+    if not isinstance(name, str) or not SUB_AGENT_NAME.match(name):
+        raise InvalidInput(SUB_AGENT_NAME_RULE, field="sub_agents")
+    return {
+        "name": name,
+        "description": clean_text(
+            item.get("description"), field="sub_agents", max_chars=2_000, required=False
+        ),
+        "system_prompt": clean_text(
+            item.get("system_prompt"),
+            field="sub_agents",
+            max_chars=MAX_PROMPT_CHARS,
+            required=False,
+        ),
+        "tools": _clean_tools(item.get("tools"), field="sub_agents"),
+    }
 
 
 def clean_context_policy(value: Any) -> dict:

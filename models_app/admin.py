@@ -51,6 +51,11 @@ SOURCE_NOTES = {
 }
 
 
+KEY_AGAIN = (
+    "Enter the API key again: the key you typed was not saved, and a key is never shown back."
+)
+
+
 class ModelIdWidget(admin_widgets.AdminTextInputWidget):
     """The model ID input with the "Fetch available models" button and the list it fills."""
 
@@ -67,11 +72,16 @@ class ModelIdWidget(admin_widgets.AdminTextInputWidget):
             ' <span id="discover-status" class="discover-status" role="status" '
             'aria-live="polite"></span>'
             '<select id="discovered-models" class="discovered-models" size="8" hidden '
-            'aria-label="Available models"></select></div></div>',
+            'aria-label="Available models"></select>'
+            '<div class="connection-test" data-test-url="{}">'
+            '<button type="button" class="button" id="test-connection">Test connection</button>'
+            ' <span id="test-status" class="discover-status" role="status" aria-live="polite">'
+            "</span></div></div></div>",
             field,
             reverse("api-models-discover"),
             self.resource_id or "",
             "true" if self.has_api_key else "false",
+            reverse("api-model-connections-test"),
         )
 
 
@@ -232,6 +242,15 @@ class ModelConnectionForm(forms.ModelForm):
                 key: value for key, value in instance.prices.items() if key != "entered_on"
             }
 
+    def full_clean(self):
+        super().full_clean()
+        typed_key = str(self.data.get(self.add_prefix("api_key")) or "").strip()
+        if self.errors and typed_key and "api_key" in self.fields:
+            # Every other field keeps what was typed; a key is never sent back to the page.
+            note = format_html('<span class="key-again" id="key-again">{}</span>', KEY_AGAIN)
+            # The bound field copied the help text when the fields were cleaned.
+            self.fields["api_key"].help_text = self["api_key"].help_text = note
+
     def service_fields(self) -> dict[str, Any]:
         """Return what the service gets: every filled field on add, the changed ones on edit."""
         data = self.cleaned_data
@@ -294,6 +313,7 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         "estimator",
     ]
     list_filter = ["provider", "window_source"]
+    ordering = ["-id"]
     search_fields = ["name", "model_id"]
 
     class Media:

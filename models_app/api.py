@@ -9,9 +9,11 @@ from rest_framework.response import Response
 
 from agentloom.api import ApiView, DetailSerializer, api_schema, object_id
 from agentloom.spaces.selectors import require_space_admin
-from models_app.discovery import models_discover
+from models_app.discovery import connection_test, models_discover
 from models_app.selectors import connection_get, connections_for_user, space_get
 from models_app.serializers import (
+    ConnectionTestRequestSerializer,
+    ConnectionTestResultSerializer,
     DiscoverResultSerializer,
     DiscoverSerializer,
     ModelConnectionCreateSerializer,
@@ -138,3 +140,23 @@ class ModelDiscoverApi(ApiView):
         data.is_valid(raise_exception=True)
         models = models_discover(user=request.user, **data.validated_data)
         return Response({"models": [model.to_dict() for model in models]})
+
+
+class ModelConnectionTestApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=ConnectionTestResultSerializer,
+        request=ConnectionTestRequestSerializer,
+        errors=(403, 404),
+        operation_id="model_connections_test",
+        description="Send one tiny chat request through the guarded client (no retries) and "
+        "say how it went: `ok` with the latency, or the provider error's kind and its fixed "
+        "text. Nothing is saved; the key is used for this request only, and with `resource_id` "
+        "a blank key means that connection's stored key, for its own provider and base_url.",
+    )
+    def post(self, request):
+        """Test a model connection with one short chat request."""
+        data = ConnectionTestRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = connection_test(user=request.user, **data.validated_data)
+        return Response(ConnectionTestResultSerializer(result.to_dict()).data)

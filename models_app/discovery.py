@@ -1,14 +1,29 @@
-"""List a provider's models for the model page, without saving anything."""
+"""Call a provider for the model page without saving anything: list its models, test a chat.
+
+Both use the key typed on the page once, or with `resource_id` the stored key of that
+connection, but only for the provider and base URL it was saved for (`_key_for_call`). A failed
+call is told in the provider layer's own words (`ProviderError.message`, fixed text), read in
+one place, `_failure_text`.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
 
+from agentloom.engine import ModelRequest
 from agentloom.errors import InvalidInput, PermissionDenied, UpstreamError
-from agentloom.providers import ClientFactory, DiscoveredModel, ProviderError, discover_models
+from agentloom.providers import (
+    ClientFactory,
+    DiscoveredModel,
+    ProviderError,
+    discover_models,
+    gateway_for_provider,
+)
 from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import administered_spaces, require_space_admin
 from models_app.selectors import connection_get
@@ -41,27 +56,14 @@ def models_discover(
     limit("discovery", user.pk, what="model listings")
     provider = clean_provider(provider)
     base_url = clean_base_url(provider, base_url)
-    key = clean_api_key(api_key)
-    if resource_id is not None:
-        connection = connection_get(user=user, connection_id=resource_id)
-        require_space_admin(user, connection.space_id)
-        if not key and connection.api_key and provider != "local":
-            if not same_endpoint(connection, provider, base_url):
-                raise InvalidInput(
-                    "Enter the API key: the saved key is used only with the provider and base "
-                    "URL it was saved for.",
-                    field="api_key",
-                )
-            key = connection.api_key
-    elif not administered_spaces(user).exists():
-        # Only someone who may create a connection has a reason to make the server call out.
-        raise PermissionDenied("Only a space admin may list a provider's models.")
-    if not key and provider in KEY_REQUIRED:
-        # Said here rather than by the provider's 401 after a round trip.
-        raise InvalidInput(
-            "Enter the API key first: this provider lists its models only for a key.",
-            field="api_key",
-        )
+    key = _key_for_call(
+        user=user,
+        provider=provider,
+        base_url=base_url,
+        api_key=api_key,
+        resource_id=resource_id,
+        missing="Enter the API key first: this provider lists its models only for a key.",
+    )
     try:
         return discover_models(
             provider,
@@ -79,5 +81,135 @@ def models_discover(
             error.status,
         )
         if error.kind == "address_refused":
-            raise InvalidInput(error.message, field="base_url") from None
-        raise UpstreamError(error.message) from None
+            raise InvalidInput(_failure_text(error), field="base_url") from None
+        raise UpstreamError(_failure_text(error)) from None
+
+
+def _key_for_call(*, user, provider, base_url, api_key, resource_id, missing: str) -> str:
+    """Return the key a call to `provider` at `base_url` is made with ("" for none).
+
+    With `resource_id` and a blank key, that connection's stored key, only for the provider and
+    base URL it was saved for; without one, only a space admin may make the server call out.
+    """
+    key = clean_api_key(api_key)
+    if resource_id is not None:
+        connection = connection_get(user=user, connection_id=resource_id)
+        require_space_admin(user, connection.space_id)
+        if not key and connection.api_key and provider != "local":
+            if not same_endpoint(connection, provider, base_url):
+                raise InvalidInput(
+                    "Enter the API key: the saved key is used only with the provider and base "
+                    "URL it was saved for.",
+                    field="api_key",
+                )
+            key = connection.api_key
+    elif not administered_spaces(user).exists():
+        # Only someone who may create a connection has a reason to make the server call out.
+        raise PermissionDenied("Only a space admin may call a provider from the model page.")
+    if not key and provider in KEY_REQUIRED:
+        # Said here rather than by the provider's 401 after a round trip.
+        raise InvalidInput(missing, field="api_key")
+    return key
+
+
+def _failure_text(error: ProviderError) -> str:
+    """Return what the page says of a failed provider call: the provider layer's words for it."""
+    return error.message
+
+
+# A connection test is one short chat request: no retries, a short wait, a tiny answer.
+TEST_PROMPT = "Reply with the single word OK."
+TEST_MAX_OUTPUT_TOKENS = 16
+TEST_READ_TIMEOUT_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class ConnectionTest:
+    """What one test chat request showed: whether it answered, how fast, or why not."""
+
+    ok: bool
+    latency_ms: int
+    model: str | None = None
+    kind: str | None = None
+    detail: str | None = None
+    status: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def connection_test(
+    *,
+    user,
+    provider: Any,
+    base_url: Any = "",
+    api_key: Any = None,
+    model_id: Any = "",
+    resource_id: int | None = None,
+    client_factory: ClientFactory | None = None,
+) -> ConnectionTest:
+    """Send one tiny chat request through the guarded client and return how it went.
+
+    Nothing is saved; the key is used for this request only (see `_key_for_call`).
+    """
+    # An outbound request to an address an admin typed, like a listing: the same count.
+    limit("discovery", user.pk, what="connection tests")
+    provider = clean_provider(provider)
+    base_url = clean_base_url(provider, base_url)
+    model = str(model_id or "").strip()
+    if not model and provider != "local":
+        raise InvalidInput(
+            "Enter the model first: the test asks it one short question.", field="model_id"
+        )
+    key = _key_for_call(
+        user=user,
+        provider=provider,
+        base_url=base_url,
+        api_key=api_key,
+        resource_id=resource_id,
+        missing="Enter the API key first: this provider answers only with a key.",
+    )
+    gateway = _test_gateway(provider, base_url, key, model, client_factory)
+    request = ModelRequest(
+        purpose="verification",
+        messages=[{"role": "user", "content": TEST_PROMPT}],
+        max_output_tokens=TEST_MAX_OUTPUT_TOKENS,
+    )
+    started = time.monotonic()
+    try:
+        reply = gateway.complete(request)
+    except ProviderError as error:
+        logger.info(
+            "connection test failed: provider=%s kind=%s status=%s",
+            provider,
+            error.kind,
+            error.status,
+        )
+        return ConnectionTest(
+            ok=False,
+            latency_ms=_elapsed_ms(started),
+            kind=error.kind,
+            detail=_failure_text(error),
+            status=error.status,
+        )
+    return ConnectionTest(ok=True, latency_ms=_elapsed_ms(started), model=reply.model or model)
+
+
+def _test_gateway(provider, base_url, key, model, client_factory):
+    if provider == "local":
+        return gateway_for_provider(provider, "", None, "local-demo")
+    return gateway_for_provider(
+        provider,
+        base_url,
+        key or None,
+        model,
+        max_output_tokens=TEST_MAX_OUTPUT_TOKENS,
+        allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+        client_factory=client_factory,
+        max_attempts=1,
+        read_timeout=TEST_READ_TIMEOUT_SECONDS,
+    )
+
+
+def _elapsed_ms(started: float) -> int:
+    return round(1000 * (time.monotonic() - started))

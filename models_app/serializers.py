@@ -278,3 +278,27 @@ class DiscoveredModelSerializer(serializers.Serializer):
 
 class DiscoverResultSerializer(serializers.Serializer):
     models = DiscoveredModelSerializer(many=True)
+
+
+class ConnectionTestRequestSerializer(DiscoverSerializer):
+    model_id = TextField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text="The model asked; required except for the local demo model.",
+    )
+
+
+class ConnectionTestResultSerializer(serializers.Serializer):
+    ok = serializers.BooleanField(help_text="True when the provider answered the test request.")
+    latency_ms = serializers.IntegerField(help_text="How long the one request took.")
+    model = serializers.CharField(allow_null=True, help_text="The model that answered.")
+    kind = serializers.CharField(
+        allow_null=True, help_text="How the request failed (a provider error kind)."
+    )
+    detail = serializers.CharField(
+        allow_null=True, help_text="Why it failed, in words; never the provider's body."
+    )
+    status = serializers.IntegerField(
+        allow_null=True, help_text="The provider's HTTP status, when it answered one."
+    )

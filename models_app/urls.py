@@ -1,10 +1,16 @@
 """Model-connection API routes (mounted under /api/), each with or without its final slash."""
 
 from agentloom.api import endpoint
-from models_app.api import ModelConnectionDetailApi, ModelConnectionListCreateApi, ModelDiscoverApi
+from models_app.api import (
+    ModelConnectionDetailApi,
+    ModelConnectionListCreateApi,
+    ModelConnectionTestApi,
+    ModelDiscoverApi,
+)
 
 urlpatterns = [
     endpoint("models/discover", ModelDiscoverApi, "api-models-discover"),
     endpoint("v1/model-connections/", ModelConnectionListCreateApi, "api-model-connections"),
+    endpoint("v1/model-connections/test", ModelConnectionTestApi, "api-model-connections-test"),
     endpoint("v1/model-connections/{id}/", ModelConnectionDetailApi, "api-model-connection"),
 ]

@@ -61,6 +61,10 @@ class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
         "console",
     ]
     list_filter = ["space"]
+    # Titles are encrypted, so a session is found by its number, its creator or its agent.
+    search_fields = ["=id", "created_by__username", "agent__name"]
+    search_help_text = "Session number, creator's user name or agent name."
+    ordering = ["-id"]
     actions = ["soft_delete"]
 
     @admin.display(description="Console")
@@ -130,6 +134,11 @@ class RunAdmin(SessionScopedAdmin):
     list_display = ["id", "session", "number", "status", "attempt", "error", "created_at"]
     list_display += ["console"]
     list_filter = ["status"]
+    search_fields = ["=session__id", "=status"]
+    search_help_text = (
+        "Session number, or a status (queued, running, succeeded, failed, cancelled)."
+    )
+    ordering = ["-id"]
 
     @admin.display(description="Console")
     def console(self, obj):
@@ -145,6 +154,7 @@ class SessionMessageAdmin(SessionScopedAdmin):
     json_fields = ("message",)
     list_display = ["session", "seq", "run", "instance", "kind", "entry_key", "created_at"]
     list_filter = ["kind", "instance"]
+    ordering = ["-id"]
 
 
 @admin.register(SessionView)
@@ -152,6 +162,7 @@ class SessionViewAdmin(SessionScopedAdmin):
     encrypted_fields = ("messages",)
     json_fields = ("messages",)
     list_display = ["session", "revision", "watermark", "run", "user_turns", "model_steps"]
+    ordering = ["-id"]
 
 
 @admin.register(RunSupplement)
@@ -159,6 +170,8 @@ class RunSupplementAdmin(SessionScopedAdmin):
     session_path = "run__session"
     encrypted_fields = ("text",)
     list_display = ["run", "position", "consumed_at", "created_at"]
+    ordering = ["-id"]
+    list_select_related = ["run"]
 
 
 @admin.register(ModelCall)
@@ -169,6 +182,14 @@ class ModelCallAdmin(SessionScopedAdmin):
     link_fields = ("console",)
     list_display = ["run", "instance", "purpose", "request_estimate", "latency_ms", "error"]
     list_filter = ["purpose"]
+    search_fields = [
+        "=run__id",
+        "run__session__agent_version__model_connection__provider",
+        "=purpose",
+    ]
+    search_help_text = "Run id (as in its admin address), provider (openai, local, …) or purpose."
+    ordering = ["-id"]
+    list_select_related = ["run"]
 
     @admin.display(description="Console")
     def console(self, obj):

@@ -56,8 +56,14 @@ from sessions_app.selectors import (
 )
 from sessions_app.serializers import JournalQuerySerializer
 from sessions_app.services.deletion import session_delete
-from sessions_app.services.runs import run_ask, session_create, session_rename
+from sessions_app.services.runs import (
+    MAX_QUESTION_CHARS,
+    run_ask,
+    session_create,
+    session_rename,
+)
 from sessions_app.services.views import view_derivations, view_revoke
+from sessions_app.templatetags.console_text import unit_name
 
 SESSIONS_PER_PAGE = 25
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
@@ -180,10 +186,17 @@ def _share_text(estimate: int, ceiling: int) -> str:
     return "<1" if 0 < share < 1 else str(round(share))
 
 
-def _last_reported(reported: dict[str, Any] | None) -> dict[str, Any] | None:
+def _last_reported(reported: dict[str, Any] | None) -> dict | None:
+    """Return the last reported call: its own estimate and error, side by side."""
     if reported is None:
         return None
-    return {**reported, "error_percent": _signed_percent(reported["estimate_error"])}
+    return {
+        **reported,
+        "error_percent": _signed_percent(reported["estimate_error"]),
+        "unit": unit_name(
+            calibrated=reported.get("calibrated", False), estimator=reported.get("estimator") or ""
+        ),
+    }
 
 
 def _input_limit(session: Session) -> dict[str, Any]:
@@ -194,19 +207,20 @@ def _input_limit(session: Session) -> dict[str, Any]:
         # The page counts bytes exactly as the byte estimator does; tokens only approximately.
         "inputUnit": estimator_name((version.snapshot.get("estimator") or {}).get("module_id")),
         "inputLegacy": version.snapshot.get("context_policy") is None,
+        # The service's own ceiling in characters, whatever the estimator says.
+        "questionMaxChars": MAX_QUESTION_CHARS,
     }
 
 
 def _signed_percent(fraction: float | None) -> str | None:
-    return None if fraction is None else f"{100 * fraction:+.1f}"
+    return None if fraction is None else f"{100 * fraction:+,.1f}"
 
 
 def _cached_text(call) -> str | None:
     if not call.cached_tokens or not call.reported_prompt_tokens:
         return None
-    return (
-        f"{call.cached_tokens} ({round(100 * call.cached_tokens / call.reported_prompt_tokens)}%)"
-    )
+    share = round(100 * call.cached_tokens / call.reported_prompt_tokens)
+    return f"{call.cached_tokens:,} provider tokens ({share}%)"
 
 
 def _cost_text(amount, currency: str) -> str | None:
@@ -270,7 +284,7 @@ def _usage_text(usage: Any) -> str:
         return "–"
     names = ("prompt_tokens", "completion_tokens", "total_tokens")
     if all(isinstance(usage.get(name), int) for name in names):
-        return " / ".join(str(usage[name]) for name in names)
+        return " / ".join(f"{usage[name]:,}" for name in names)
     # Other shapes are shown as reported, minus nested details.
     return ", ".join(
         f"{key} {value}" for key, value in usage.items() if isinstance(value, int | float | str)
@@ -334,9 +348,41 @@ def home(request):
         {"space": space, "agents": agents_by_space.get(space.pk, [])}
         for space in spaces_for_user(user).order_by("name", "id")
     ]
-    sessions = session_list(user)
-    page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "console/home.html", {"spaces": spaces, "sessions": page})
+    config = {"sessionsUrl": reverse("console-home-sessions")}
+    return render(
+        request,
+        "console/home.html",
+        {"spaces": spaces, "sessions": _sessions_page(request), "config": config},
+    )
+
+
+def _sessions_page(request):
+    sessions = session_list(request.user)
+    return Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+
+
+@require_GET
+@login_required
+def home_sessions(request):
+    """Serve the home page's table of the caller's sessions as HTML (the page refreshes it)."""
+    return render(request, "console/_sessions.html", {"sessions": _sessions_page(request)})
+
+
+@require_GET
+@login_required
+def session_state(request, session_id: int):
+    """Serve where the session stands as HTML data attributes: its active run, its latest run
+    and its last journal seq. The chat polls it, so a run started in another tab or through the
+    API shows up there.
+    """
+    session = _or_404(session_get, user=request.user, session_id=session_id)
+    latest = runs_of(session).order_by("-number").first()
+    state = {
+        "active": active_run(session),
+        "latest": latest,
+        "last_seq": session.next_seq - 1,
+    }
+    return render(request, "console/_session_state.html", {"state": state})
 
 
 @require_POST
@@ -473,6 +519,7 @@ def _fragment_urls() -> dict[str, str]:
     # The script fills in ids; the routes themselves stay defined in console_urls only.
     return {
         "recordsUrl": reverse("console-chat-records", args=[0]).replace("/0/", "/{id}/"),
+        "stateUrl": reverse("console-session-state", args=[0]).replace("/0/", "/{id}/"),
         "blockUrl": reverse("console-run-block", args=[0]).replace("/0/", "/{id}/"),
         "panelUrl": reverse("console-run-panel", args=[0]).replace("/0/", "/{id}/"),
         "contextUrl": _context_url_template(),
@@ -664,6 +711,8 @@ def journal(request, session_id: int):
         "limit": params["limit"],
         "nextAfter": page["next_after"],
         "lastRun": page["records"][-1]["run_id"] if page["records"] else None,
+        "stateUrl": reverse("console-session-state", args=[session.pk]),
+        "sessionSeq": session.next_seq - 1,
     }
     return render(
         request,
@@ -738,6 +787,10 @@ def run_context_page(request, run_id: int):
         "activeRun": run.pk if run.is_active else None,
         "meterUrl": reverse("console-run-meter", args=[run.pk]),
         "compactions": len(context["compactions"]),
+        "run": run.pk,
+        "stateUrl": reverse("console-session-state", args=[session.pk]),
+        "sessionSeq": session.next_seq - 1,
+        "contextUrl": _context_url_template(),
     }
     return render(
         request,

@@ -26,10 +26,12 @@ register_converter(ObjectIdConverter, "pk")
 urlpatterns = [
     path("", console.home, name="home"),
     path("sessions/new/", console.session_new, name="console-session-new"),
+    path("sessions/table/", console.home_sessions, name="console-home-sessions"),
     path("sessions/<pk:session_id>/", console.chat, name="console-chat"),
     path("sessions/<pk:session_id>/ask/", console.ask, name="console-ask"),
     path("sessions/<pk:session_id>/rename/", console.rename, name="console-session-rename"),
     path("sessions/<pk:session_id>/delete/", console.delete, name="console-session-delete"),
+    path("sessions/<pk:session_id>/state/", console.session_state, name="console-session-state"),
     path("sessions/<pk:session_id>/records/", console.chat_records, name="console-chat-records"),
     path(
         "sessions/<pk:session_id>/journal/rows/", console.journal_rows, name="console-journal-rows"

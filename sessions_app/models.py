@@ -96,7 +96,7 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Run {self.number} of session {self.session_id} ({self.status})"
+        return f"Run #{self.number} of session {self.session_id} ({self.status})"
 
     @property
     def is_active(self) -> bool:
@@ -218,7 +218,7 @@ class RunSupplement(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Supplement {self.position} of run {self.run_id}"
+        return f"Supplement {self.position} of run #{self.run.number}"
 
 
 class ModelCall(models.Model):
@@ -271,7 +271,7 @@ class ModelCall(models.Model):
         ordering = ["run_id", "id"]
 
     def __str__(self) -> str:
-        return f"{self.purpose} call of run {self.run_id}"
+        return f"{self.purpose} call of run #{self.run.number}"
 
     @property
     def prices(self) -> Prices | None:

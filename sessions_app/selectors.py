@@ -338,6 +338,8 @@ def run_context(run: Run) -> dict[str, Any]:
         "unit": measure.unit,
         "ceiling": measure.ceiling,
         "estimator": estimator_name(estimator.module_id),
+        # Calibrated: the estimate is in the provider's tokens, by the ratio last learned.
+        "calibrated": getattr(estimator, "calibration", None) is not None,
         "effective_budget": budget.effective_input_budget,
         "trigger_at": measure.trigger_at,
         "target_at": measure.target_at,
@@ -371,7 +373,13 @@ def last_reported(run: Run) -> dict[str, Any] | None:
     """Return the input size the provider last reported for the run, with the estimate's error."""
     call = (
         ModelCall.objects.filter(run=run, reported_prompt_tokens__isnull=False)
-        .only("reported_prompt_tokens", "request_estimate", "estimate_error", "estimator")
+        .only(
+            "reported_prompt_tokens",
+            "request_estimate",
+            "estimate_error",
+            "estimator",
+            "calibration",
+        )
         .order_by("-id")
         .first()
     )
@@ -382,6 +390,7 @@ def last_reported(run: Run) -> dict[str, Any] | None:
         "estimate": call.request_estimate,
         "estimate_error": call.estimate_error,
         "estimator": call.estimator,
+        "calibrated": call.calibration is not None,
     }
 
 

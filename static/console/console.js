@@ -12,6 +12,7 @@
 
   const API = "/api/v1";
   const POLL_MS = 1000;
+  const HOME_POLL_MS = 2000;
   const ACTIVE = ["queued", "running"];
   // How close to the bottom (px) the reader must be for the chat to follow new records.
   const FOLLOW_SLACK = 240;
@@ -261,6 +262,31 @@
       if (activeRun === runId) timer = setTimeout(poll, POLL_MS);
     }
 
+    // Between runs the chat watches the session, so a run started in another tab or through
+    // the API shows up here within a second (and Ask is disabled while it is active).
+    let watching = null;
+    async function watch() {
+      watching = null;
+      if (!activeRun && document.visibilityState !== "hidden") {
+        const rendered = await fragment(url(cfg.stateUrl, cfg.session));
+        const state = rendered && rendered.nodes.querySelector("[data-session-state]");
+        if (state && !activeRun) {
+          const active = Number(state.dataset.activeRun) || null;
+          const latest = Number(state.dataset.latestRun) || null;
+          if (active) {
+            await follow(active);
+          } else if (Number(state.dataset.lastSeq) > lastSeq && latest) {
+            // A run began and ended between two looks: show its records and final state.
+            await runBlock(latest);
+            await fetchRecords(latest);
+            const shown = await refreshPanel(latest);
+            if (shown) showState(shown);
+          }
+        }
+      }
+      if (!watching) watching = setTimeout(watch, POLL_MS);
+    }
+
     async function follow(runId) {
       activeRun = runId;
       askButton.disabled = true;
@@ -289,14 +315,33 @@
       const bytes = utf8.encode(JSON.stringify({ role: "user", content: text })).length + 12;
       return cfg.inputUnit === "bytes" ? bytes : Math.ceil(bytes / 4);
     }
+    const unit = cfg.inputLegacy ? "characters" : cfg.inputUnit === "bytes" ? "bytes" : "tokens";
+    const approx = !cfg.inputLegacy && cfg.inputUnit !== "bytes";
     function showSize() {
       const size = questionSize(askField.value);
-      const unit = cfg.inputLegacy ? "characters" : cfg.inputUnit === "bytes" ? "bytes" : "tokens (approx.)";
-      askSize.textContent = `${size.toLocaleString()} of ${cfg.inputLimit.toLocaleString()} ${unit}`;
-      askSize.classList.toggle("error-text", size > cfg.inputLimit);
+      askSize.textContent = `${askField.value.length.toLocaleString()} characters · ${approx ? "about " : ""}${size.toLocaleString()} of ${cfg.inputLimit.toLocaleString()} ${unit}`;
+      askSize.classList.toggle("error-text", size > cfg.inputLimit || askField.value.length > cfg.questionMaxChars);
+    }
+    // The limit in characters, said before it is reached: plain text of one byte (or about a
+    // quarter token) per character, beside the envelope every message carries.
+    function showLimit() {
+      const room = Math.max(cfg.inputLimit - questionSize(""), 0);
+      const chars = Math.min(cfg.inputLegacy ? cfg.inputLimit : cfg.inputUnit === "bytes" ? room : room * 4, cfg.questionMaxChars);
+      document.getElementById("ask-limit").textContent =
+        `Questions up to about ${chars.toLocaleString()} characters (${cfg.inputLimit.toLocaleString()} ${unit}).`;
+    }
+    /** Return the door's refusal of the question as written, or "" when it may be sent. */
+    function doorRefusal(text) {
+      const size = questionSize(text);
+      if (size <= cfg.inputLimit) {
+        if (text.length <= cfg.questionMaxChars) return "";
+        return `This question has ${text.length.toLocaleString()} characters, above the limit of ${cfg.questionMaxChars.toLocaleString()} characters. Shorten it, or split it.`;
+      }
+      return `This question is estimated at ${approx ? "about " : ""}${size.toLocaleString()} ${unit}, above the limit of ${cfg.inputLimit.toLocaleString()} ${unit} that this agent's context budget leaves for one message (its compaction target, less the system prompt, tool schemas and the plan). Shorten it, or split it.`;
     }
     askField.addEventListener("input", showSize);
     showSize();
+    showLimit();
 
     // Enter sends, Shift+Enter breaks the line (and Enter while composing text in an IME
     // only confirms the composition).
@@ -308,6 +353,12 @@
 
     askForm.addEventListener("submit", async (event) => {
       event.preventDefault();
+      const refusal = doorRefusal(askField.value);
+      if (refusal) {
+        // Said before anything is sent; the text stays as typed.
+        say(refusal, true);
+        return;
+      }
       askButton.disabled = true;
       const answer = await api("POST", `/sessions/${cfg.session}/runs`, { question: askField.value });
       if (!answer.ok) {
@@ -368,13 +419,63 @@
       await follow(answer.data.id);
     });
 
-    // The page opens at the latest run.
+    // The page opens at the latest run, with the composer ready for typing.
     const blocks = conversation.querySelectorAll("article.run");
     if (blocks.length) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
+    askField.focus({ preventScroll: true });
     if (activeRun) timer = setTimeout(poll, 0);
+    watching = setTimeout(watch, POLL_MS);
+
+    // `/` outside a text field goes to the composer.
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
+      const target = event.target;
+      if (target.closest("input, textarea, select, [contenteditable]")) return;
+      event.preventDefault();
+      askField.focus();
+    });
+  }
+
+  // --- home -------------------------------------------------------------------------------
+
+  /** Refresh the table of sessions (latest runs and their status) while the page is open. */
+  function initHome(cfg) {
+    async function refresh() {
+      if (document.visibilityState !== "hidden") {
+        const page = new URLSearchParams(window.location.search).get("page");
+        const rendered = await fragment(cfg.sessionsUrl + (page ? `?page=${encodeURIComponent(page)}` : ""));
+        const table = rendered && rendered.nodes.querySelector("[data-sessions-table]");
+        const shown = document.getElementById("sessions-table");
+        if (table && shown) shown.replaceWith(table);
+      }
+      setTimeout(refresh, HOME_POLL_MS);
+    }
+    setTimeout(refresh, HOME_POLL_MS);
   }
 
   // --- journal viewer ---------------------------------------------------------------------
+
+  /**
+   * Call `changed(state)` whenever the session's journal grows (its last seq moves), looking
+   * once a second while the page is shown: pages of a session follow runs started anywhere.
+   */
+  function watchSession(cfg, changed) {
+    // The journal's last seq when the server rendered the page.
+    let seen = cfg.sessionSeq;
+    async function look() {
+      if (document.visibilityState !== "hidden") {
+        const rendered = await fragment(cfg.stateUrl);
+        const state = rendered && rendered.nodes.querySelector("[data-session-state]");
+        if (state) {
+          const seq = Number(state.dataset.lastSeq);
+          if (seq !== seen) await changed(state.dataset);
+          seen = seq;
+        }
+      }
+      setTimeout(look, POLL_MS);
+    }
+    setTimeout(look, POLL_MS);
+  }
 
   function initJournal(cfg) {
     const timeline = document.getElementById("timeline");
@@ -383,11 +484,11 @@
     const filter = document.getElementById("journal-filter");
     let nextAfter = cfg.nextAfter;
     let lastRun = cfg.lastRun;
+    let hasMore = Boolean(more);
 
     filter.querySelector("select").addEventListener("change", () => filter.submit());
-    if (!more) return;
-    more.addEventListener("click", async (event) => {
-      event.preventDefault();
+
+    async function loadRows() {
       const params = new URLSearchParams({ after: String(nextAfter), limit: String(cfg.limit) });
       if (cfg.instance) params.set("instance", cfg.instance);
       if (lastRun) params.set("run", String(lastRun));
@@ -403,19 +504,41 @@
       if (rows.length) lastRun = Number(rows[rows.length - 1].dataset.runId) || lastRun;
       timeline.append(rendered.nodes);
       nextAfter = Number(rendered.headers.get("X-Next-After")) || nextAfter;
-      params.set("after", String(nextAfter));
-      params.delete("run");
-      more.href = `?${params}`;
-      if (rendered.headers.get("X-Has-More") !== "true") {
-        more.hidden = true;
-        end.hidden = false;
+      hasMore = rendered.headers.get("X-Has-More") === "true";
+      if (more) {
+        params.set("after", String(nextAfter));
+        params.delete("run");
+        more.href = `?${params}`;
+        more.hidden = !hasMore;
       }
+      end.hidden = hasMore;
+    }
+
+    if (more) {
+      more.addEventListener("click", (event) => {
+        event.preventDefault();
+        loadRows();
+      });
+    }
+    // At the end of the journal, new records (a run started anywhere) are appended as they come.
+    watchSession(cfg, async () => {
+      if (!hasMore) await loadRows();
     });
   }
 
   // --- context page -----------------------------------------------------------------------
 
   function initContext(cfg) {
+    // A run started after this one (in any tab, or through the API) is named with a link.
+    const newer = document.getElementById("newer-run");
+    watchSession(cfg, async (state) => {
+      const latest = Number(state.latestRun);
+      if (!latest || latest === cfg.run) return;
+      const link = newer.querySelector("a");
+      link.href = cfg.contextUrl.replace("{id}", String(latest));
+      newer.querySelector("[data-newer-name]").textContent = `Run #${state.latestNumber}`;
+      newer.hidden = false;
+    });
     const runId = cfg.activeRun;
     if (!runId) return;
     const status = document.querySelector("[data-live-status]");
@@ -443,6 +566,57 @@
     setTimeout(poll, POLL_MS);
   }
 
+  // --- rendered text: copy buttons and "Show all" ------------------------------------------
+
+  /** Return the text a copy button copies: its code block's code, or its message as written. */
+  function copiedText(button) {
+    if (button.dataset.copy === "code") {
+      const code = button.closest(".code-block").querySelector("code");
+      return code ? code.textContent : "";
+    }
+    const raw = button.closest("[data-text-block]").querySelector("template[data-raw]");
+    return raw ? raw.content.textContent : "";
+  }
+
+  async function copy(button) {
+    const text = copiedText(button);
+    const label = button.textContent;
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = "Copied";
+    } catch (error) {
+      button.textContent = "Not copied";
+    }
+    setTimeout(() => { button.textContent = label; }, 1500);
+  }
+
+  function toggleLong(button) {
+    const block = button.previousElementSibling;
+    if (!block || !block.hasAttribute("data-text-block")) return;
+    if (!button.dataset.label) button.dataset.label = button.textContent;
+    const collapsed = block.classList.toggle("collapsed");
+    button.textContent = collapsed ? button.dataset.label : "Show less";
+  }
+
+  // Esc closes the panel that is open (a <details> such as "Rename or delete" or a tool call).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    const open = [...document.querySelectorAll("details[open]")];
+    const inner = event.target.closest && event.target.closest("details[open]");
+    const panel = inner || open[open.length - 1];
+    if (!panel) return;
+    panel.open = false;
+    const summary = panel.querySelector("summary");
+    if (summary) summary.focus();
+  });
+
+  document.addEventListener("click", (event) => {
+    const copyButton = event.target.closest("[data-copy]");
+    if (copyButton) copy(copyButton);
+    const showAll = event.target.closest("[data-show-all]");
+    if (showAll) toggleLong(showAll);
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-meter]").forEach(placeMeter);
     // Forms that change something for good ask first (revoking a view, deleting a session).
@@ -454,6 +628,7 @@
     const cfg = config();
     if (!cfg) return;
     if (document.body.classList.contains("page-chat")) initChat(cfg);
+    else if (document.body.classList.contains("page-home")) initHome(cfg);
     else if (document.body.classList.contains("page-journal")) initJournal(cfg);
     else if (document.body.classList.contains("page-context")) initContext(cfg);
   });

@@ -44,6 +44,7 @@
     base_url: "Base URL",
     api_key: "API key",
     resource_id: "Connection",
+    model_id: "Model",
   };
 
   function byId(id) {
@@ -253,6 +254,54 @@
       showBadge();
     }
 
+    // "Test connection": one tiny chat request with what the form holds now, nothing saved.
+    const testButton = byId("test-connection");
+    const testStatus = byId("test-status");
+    function setTestStatus(text, kind) {
+      testStatus.textContent = text;
+      testStatus.dataset.kind = kind || "";
+    }
+
+    async function testConnection() {
+      const body = {
+        provider: field("provider").value,
+        base_url: field("base_url").value.trim(),
+        api_key: field("api_key").value.trim(),
+        model_id: field("model_id").value.trim(),
+      };
+      if (container.dataset.resourceId) {
+        body.resource_id = Number(container.dataset.resourceId);
+      }
+      testButton.disabled = true;
+      setTestStatus("Sending one short request…", "busy");
+      try {
+        const response = await fetch(testButton.parentElement.dataset.testUrl, {
+          method: "POST",
+          credentials: "same-origin",
+          headers: {
+            "Content-Type": "application/json",
+            Accept: "application/json",
+            "X-CSRFToken": csrfToken(),
+          },
+          body: JSON.stringify(body),
+        });
+        const data = await response.json().catch(() => null);
+        if (!response.ok) {
+          setTestStatus(errorText(data, response.status), "error");
+        } else if (data.ok) {
+          const model = data.model ? ` (${data.model})` : "";
+          setTestStatus(`Connected: the model answered in ${Number(data.latency_ms).toLocaleString("en")} ms${model}.`, "ok");
+        } else {
+          setTestStatus(`Not connected after ${Number(data.latency_ms).toLocaleString("en")} ms: ${data.detail}`, "error");
+        }
+      } catch (error) {
+        setTestStatus("The request did not reach the server; try again.", "error");
+      } finally {
+        testButton.disabled = false;
+      }
+    }
+
+    testButton.addEventListener("click", testConnection);
     button.addEventListener("click", fetchModels);
     list.addEventListener("change", pick);
     for (const name of WINDOW_VALUES) {

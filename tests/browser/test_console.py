@@ -362,10 +362,10 @@ def test_the_context_page_shows_the_meter_and_compaction_history(
     page.click("[data-context-link]")
     expect(page.locator("h1")).to_contain_text(f"Context of run #{number}")
     meter = page.locator("[data-meter]")
-    expect(meter.locator("[data-meter-estimate]")).to_have_text(str(context["estimate"]))
-    expect(meter.locator("[data-meter-budget]")).to_have_text(str(context["effective_budget"]))
-    expect(meter.locator("[data-meter-trigger-at]")).to_have_text(str(context["trigger_at"]))
-    expect(meter.locator("[data-meter-target-at]")).to_have_text(str(context["target_at"]))
+    expect(meter.locator("[data-meter-estimate]")).to_have_text(f"{context['estimate']:,}")
+    expect(meter.locator("[data-meter-budget]")).to_have_text(f"{context['effective_budget']:,}")
+    expect(meter.locator("[data-meter-trigger-at]")).to_have_text(f"{context['trigger_at']:,}")
+    expect(meter.locator("[data-meter-target-at]")).to_have_text(f"{context['target_at']:,}")
     width = meter.locator("[data-meter-fill]").evaluate("node => parseFloat(node.style.width)")
     assert 0 < width <= 100
     history = page.locator("#compactions tbody tr")
@@ -549,7 +549,7 @@ def test_the_agent_form_round_trip_shows_a_refusal_on_its_field(
     page.click("input[name=_continue]")
 
     error = page.locator(".field-target_ratio .errorlist")
-    expect(error).to_have_text("must be below context_ratio")
+    expect(error).to_have_text("Target share must be below the trigger share.")
     expect(page.locator(".errorlist")).to_have_count(1)
     screenshot("admin-agent-form-error")
 

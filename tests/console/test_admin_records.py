@@ -9,6 +9,7 @@ from agentloom.spaces.admin_encrypted import HIDDEN
 from agentloom.spaces.admin_json import json_tree
 from agentloom.spaces.models import Membership
 from sessions_app.models import ModelCall, SessionMessage
+from sessions_app.services.runs import session_create
 from tests.console.conftest import ask
 from tests.factories import make_user
 
@@ -96,3 +97,43 @@ def test_the_console_links_back_to_the_admin_for_staff_only(client_for, session,
     call = ModelCall.objects.filter(run=run).first()
     assert reverse("admin:sessions_app_modelcall_change", args=[call.pk]) in html
     assert f'id="model-call-{call.pk}"' in html
+
+
+def _listed(client, url: str, **query) -> str:
+    response = client.get(url, query)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_admin_searches_sessions_runs_and_model_calls_newest_first(
+    client_for, session, alice, root, version
+):
+    first = ask(session, alice, "one")
+    second = ask(session, alice, "two")
+    other = session_create(user=alice, agent_version=version, title="Other")
+    client = client_for(root)
+    sessions = reverse("admin:sessions_app_session_changelist")
+    found = _listed(client, sessions, q=str(session.pk))
+    assert f"/admin/sessions_app/session/{session.pk}/change/" in found
+    assert f"/admin/sessions_app/session/{other.pk}/change/" not in found
+    assert "Alice&#x27;s chat" in _listed(client, sessions, q="alice")
+    assert "No sessions" not in _listed(client, sessions, q="Helper")
+    assert "0 sessions" in _listed(client, sessions, q="nobody-by-that-name")
+    everything = _listed(client, sessions)
+    assert everything.index(f"/{other.pk}/change/") < everything.index(f"/{session.pk}/change/")
+
+    runs = reverse("admin:sessions_app_run_changelist")
+    listed = _listed(client, runs, q=str(session.pk))
+    assert listed.index(f"/run/{second.pk}/change/") < listed.index(f"/run/{first.pk}/change/")
+    assert f"/run/{first.pk}/change/" in _listed(client, runs, q="succeeded")
+    assert f"/run/{first.pk}/change/" not in _listed(client, runs, q="failed")
+
+    calls = reverse("admin:sessions_app_modelcall_changelist")
+    call = ModelCall.objects.filter(run=first).first()
+    assert f"/modelcall/{call.pk}/change/" in _listed(client, calls, q=str(first.pk))
+    assert f"/modelcall/{call.pk}/change/" in _listed(client, calls, q="action")
+    assert f"/modelcall/{call.pk}/change/" not in _listed(client, calls, q="compaction")
+    assert f"/modelcall/{call.pk}/change/" in _listed(client, calls, q="local")
+    newest = ModelCall.objects.order_by("-id").first()
+    shown = _listed(client, calls)
+    assert shown.index(f"/modelcall/{newest.pk}/change/") < shown.index(f"/modelcall/{call.pk}/")

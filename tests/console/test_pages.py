@@ -281,7 +281,7 @@ def test_context_page_shows_meter_view_calls_and_compaction_history(client_for, 
     assert 'id="session-views"' in html and "r1" in html
     assert 'id="model-calls"' in html and "purpose-compaction" in html
     assert "handoff summary" in html  # the compacted view's summary message
-    assert re.search(r"<td class=\"nowrap\">\d+ / \d+ / \d+</td>", html)  # reported usage
+    assert re.search(r"<td class=\"nowrap\">[\d,]+ / [\d,]+ / [\d,]+</td>", html)  # usage
 
 
 def test_a_user_who_is_not_staff_logs_in_to_the_console(client, django_user_model):

@@ -171,11 +171,24 @@ def test_the_form_round_trips_tools_sub_agents_and_policy(client_for, version, s
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"target_ratio": "0.9"}, "target_ratio", "must be below context_ratio"),
-        ({"context_ratio": "1.5"}, "context_ratio", "must be a number in (0, 1]"),
-        ({"max_compaction_calls": "40"}, "max_compaction_calls", "must be an integer from 1 to 16"),
-        ({"user_turns": "0"}, "user_turns", "must be a positive integer or null"),
-        ({"sub_agents-0-name": "Bad Name"}, "sub_agents", "Item 0: name must match"),
+        ({"target_ratio": "0.9"}, "target_ratio", "Target share must be below the trigger share."),
+        ({"context_ratio": "1.5"}, "context_ratio", "Trigger share must be a number in (0, 1]."),
+        (
+            {"max_compaction_calls": "40"},
+            "max_compaction_calls",
+            "Calls per compaction must be an integer from 1 to 16.",
+        ),
+        (
+            {"user_turns": "0"},
+            "user_turns",
+            "Every N user turns must be a positive integer or blank.",
+        ),
+        (
+            {"sub_agents-0-name": "Bad Name"},
+            "sub_agents",
+            "Sub-agent 1: Sub-agent names use lower-case letters, digits and underscores, "
+            "starting with a letter",
+        ),
         ({"name": "   "}, "name", "This field is required."),
     ],
 )
@@ -217,3 +230,31 @@ def test_the_agent_page_shows_the_room_for_a_question_and_publishing_refuses_too
     answer = client.post(url, agent_form(agent, _publish="1"), follow=True).content.decode()
     assert "not published (question room)" in answer and "floor of 512" in answer
     assert not AgentVersion.objects.filter(agent=agent).exists()
+
+
+def test_the_agent_form_says_every_fault_at_once_and_outlines_only_faulty_rows(
+    client_for, version, staff_alice
+):
+    agent = version.agent
+    url = reverse("admin:context_app_agent_change", args=[agent.pk])
+    change = {
+        "target_ratio": "0.9",
+        "context_ratio": "0.5",
+        "max_compaction_calls": "40",
+        "sub_agents-1-name": "Bad Name",
+        "sub_agents-1-description": "second",
+    }
+    response = client_for(staff_alice).post(url, agent_form(agent, **change))
+    errors = _errors_of(response)
+    assert errors == {
+        "target_ratio": ["Target share must be below the trigger share."],
+        "max_compaction_calls": ["Calls per compaction must be an integer from 1 to 16."],
+        "sub_agents": [
+            "Sub-agent 2: Sub-agent names use lower-case letters, digits and underscores, "
+            "starting with a letter (at most 40 characters)."
+        ],
+    }, errors
+    html = response.content.decode()
+    assert 'class="sub-agent-row row-error" data-row="1"' in html
+    assert 'class="sub-agent-row" data-row="0"' in html
+    assert "context_ratio" not in str(errors)

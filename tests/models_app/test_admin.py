@@ -357,3 +357,23 @@ def test_the_model_page_takes_manual_prices_and_thinking_and_marks_retired_ids(b
     )
     assert refused.status_code == 200
     assert "applies in thinking mode only" in refused.content.decode()
+
+
+def test_the_model_page_has_a_test_connection_button(browser, lab):
+    html = browser.get(ADD).content.decode()
+    assert 'id="test-connection"' in html
+    assert 'data-test-url="/api/v1/model-connections/test"' in html
+
+
+def test_a_refused_form_keeps_what_was_typed_and_asks_for_the_key_again(browser, lab):
+    response = browser.post(ADD, form_data(lab, name="NONCE-NAME", safety_margin_tokens="-1"))
+    html = response.content.decode()
+    assert "safety_margin_tokens" in errors_of(response)
+    assert 'value="NONCE-NAME"' in html and 'value="qwen-72b"' in html
+    assert 'id="key-again"' in html and "Enter the API key again" in html
+    assert SECRET_KEY not in html
+
+
+def test_a_refused_form_without_a_typed_key_does_not_ask_for_one(browser, lab):
+    response = browser.post(ADD, form_data(lab, api_key="", safety_margin_tokens="-1"))
+    assert 'id="key-again"' not in response.content.decode()

@@ -25,6 +25,7 @@ OPERATIONS = [
     ("PATCH", "/api/v1/model-connections/{id}/"),
     ("DELETE", "/api/v1/model-connections/{id}/"),
     ("POST", "/api/models/discover"),
+    ("POST", "/api/v1/model-connections/test"),
 ]
 
 CHECKS = SchemathesisConfig.from_dict(
@@ -67,7 +68,7 @@ def wsgi_token(alice, space):
 
 @pytest.fixture
 def offline_provider(monkeypatch, settings):
-    """Answer every discovery from memory: generated base URLs must not reach any network."""
+    """Answer discoveries and test chats from memory: generated base URLs must reach no network."""
     settings.ALLOW_PRIVATE_MODEL_HOSTS = True
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -80,6 +81,19 @@ def offline_provider(monkeypatch, settings):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(discovery, "discover_models", offline)
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": "OK"}}]})
+
+    real_gateway = discovery._test_gateway
+
+    def offline_gateway(provider, base_url, key, model, client_factory):
+        transport = httpx.MockTransport(chat)
+        return real_gateway(
+            provider, base_url, key, model, lambda: secure_client(transport=transport)
+        )
+
+    monkeypatch.setattr(discovery, "_test_gateway", offline_gateway)
 
 
 def test_every_operation_is_documented(db):
