@@ -52,8 +52,10 @@ def test_a_question_over_the_door_limit_is_refused_before_sending_and_not_cut(
 ):
     page = chat
     _, session = demo_session
+    with console_worker.db():
+        limit = input_check(session.agent_version, "x").limit  # the door the server keeps
     expect(page.locator("#ask-limit")).to_have_text(
-        re.compile(r"^Questions up to about [\d,]+ characters \(274 bytes\)\.$")
+        re.compile(rf"^Questions up to about [\d,]+ characters \({limit:,} bytes\)\.$")
     )
     posts: list[str] = []
     page.on(
