@@ -59,6 +59,15 @@ def _tools_field(**kwargs) -> serializers.ListField:
     )
 
 
+def _agent_tools_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=TextField(max_length=100),
+        help_text=f"Built-in tool names ({', '.join(builtin_tool_names())}) and tool-server "
+        "tools as `<server>__<tool>` (as the server's listing names them).",
+        **kwargs,
+    )
+
+
 class SubAgentSerializer(StrictSerializer):
     """A sub-agent: it has no model or policy of its own and uses its parent's."""
 
@@ -84,7 +93,7 @@ class AgentSerializer(serializers.Serializer):
     name = serializers.CharField()
     system_prompt = serializers.CharField()
     model_connection = serializers.IntegerField(source="model_connection_id", allow_null=True)
-    tools = _tools_field()
+    tools = _agent_tools_field()
     sub_agents = SubAgentSerializer(many=True)
     verify_completion = serializers.BooleanField()
     context_policy = ContextPolicyField()
@@ -98,7 +107,7 @@ class AgentUpdateSerializer(StrictSerializer):
         max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
     )
     model_connection = id_field(allow_null=True, required=False)
-    tools = _tools_field(required=False)
+    tools = _agent_tools_field(required=False)
     sub_agents = SubAgentSerializer(many=True, required=False, max_length=MAX_SUB_AGENTS)
     verify_completion = FlagField(required=False)
     context_policy = ContextPolicyInputField(required=False, allow_null=True)

@@ -12,9 +12,11 @@ from django.db.models import Max
 from agentloom.engine import DEFAULT_SAMPLES, ConfigurationError, ContextPolicy, LargeRecords
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.spaces.selectors import require_space_admin
+from agentloom.toolservers import SEPARATOR
 from agentloom.validation import clean_text
 from context_app.engine_adapter import builtin_tool_names, estimator_binding
 from context_app.models import Agent, AgentVersion
+from context_app.server_tools import clean_server_tool_names, frozen_server_tools
 from models_app.models import ModelConnection
 
 SNAPSHOT_FORMAT = 1
@@ -24,13 +26,14 @@ MAX_SUB_AGENTS = 8
 MAX_PROMPT_CHARS = 100_000
 
 
-def _clean_tools(value: Any, *, field: str = "tools") -> list[str]:
+def _clean_tools(value: Any, *, field: str = "tools", space_id: int | None = None) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
         raise InvalidInput("Must be a list of tool names.", field=field)
+    clean_server_tool_names(value, space_id=space_id, field=field)
     known = builtin_tool_names()
-    unknown = sorted(set(value) - set(known))
+    unknown = sorted(set(value) - set(known) - {name for name in value if SEPARATOR in name})
     if unknown:
         raise InvalidInput(
             f"Unknown tool(s): {', '.join(unknown)}. Available: {', '.join(known)}.", field=field
@@ -135,7 +138,7 @@ def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
             changes["model_connection"], space_id=agent.space_id
         )
     if "tools" in changes:
-        agent.tools = _clean_tools(changes["tools"])
+        agent.tools = _clean_tools(changes["tools"], space_id=agent.space_id)
     if "sub_agents" in changes:
         agent.sub_agents = _clean_sub_agents(changes["sub_agents"])
     if "verify_completion" in changes:
@@ -191,6 +194,8 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         "agent": {"id": agent.pk, "name": agent.name},
         "system_prompt": agent.system_prompt,
         "tools": list(agent.tools),
+        # Each chosen tool-server tool as listed at publish (context_app.server_tools).
+        "server_tools": frozen_server_tools(agent.space_id, list(agent.tools)),
         "sub_agents": [dict(sub) for sub in agent.sub_agents],
         "verify_completion": agent.verify_completion,
         "budget": {

@@ -70,6 +70,7 @@ from agentloom.engine._tools import (
     SubAgent,
     Tool,
     ToolContext,
+    ToolOutput,
     Toolset,
     argument_errors,
     build_toolset,
@@ -703,9 +704,15 @@ class _InstanceLoop:
                 self.context.add_tool_result(call_id, f"ERROR: {exc}")
                 self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
                 continue
+            if isinstance(result, ToolOutput):
+                text = f"ERROR: {result.text}" if result.error else result.text
+                self.context.add_tool_result(call_id, text, detail=result.detail)
+                if result.error:
+                    self.context.add_feedback(f"tool {name} ({call_id}) failed: {result.error}")
+                continue
             self.context.add_tool_result(call_id, result)
 
-    def _run_tool(self, tool: Tool, raw_arguments: str) -> str:
+    def _run_tool(self, tool: Tool, raw_arguments: str) -> str | ToolOutput:
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
@@ -732,7 +739,7 @@ class _InstanceLoop:
             # A tool bug must not end the run or leak a traceback: the model sees a short error.
             raise ToolError(f"the tool failed unexpectedly ({type(exc).__name__})") from exc
         self.execution.check_lease()
-        return result if isinstance(result, str) else str(result)
+        return result if isinstance(result, str | ToolOutput) else str(result)
 
 
 def create_engine(

@@ -27,7 +27,13 @@ from agentloom.toolservers._client import (
 )
 from agentloom.toolservers._errors import ToolServerError
 from agentloom.toolservers._results import block_placeholder, result_text
-from agentloom.toolservers._tool import DEFAULT_CALL_SECONDS, SEPARATOR, ServerTool, model_tool_name
+from agentloom.toolservers._tool import (
+    DEFAULT_CALL_SECONDS,
+    SEPARATOR,
+    ServerTool,
+    failure_reason,
+    model_tool_name,
+)
 from agentloom.toolservers._transport import DEFAULT_MAX_RESPONSE_BYTES, GuardedAsyncTransport
 
 __all__ = [
@@ -45,6 +51,7 @@ __all__ = [
     "ToolServerError",
     "block_placeholder",
     "call_tool",
+    "failure_reason",
     "list_tools",
     "model_tool_name",
     "result_text",

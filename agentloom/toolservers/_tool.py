@@ -16,7 +16,7 @@ from agentloom.toolservers._client import ServerAddress, call_tool
 from agentloom.toolservers._errors import ToolServerError
 from agentloom.toolservers._results import result_text
 
-__all__ = ["DEFAULT_CALL_SECONDS", "SEPARATOR", "ServerTool", "model_tool_name"]
+__all__ = ["DEFAULT_CALL_SECONDS", "SEPARATOR", "ServerTool", "failure_reason", "model_tool_name"]
 
 DEFAULT_CALL_SECONDS = 60.0
 SEPARATOR = "__"
@@ -79,13 +79,14 @@ class ServerTool(Tool):
         text = result_text(outcome.result)
         detail = {"mcp": {"protocol_version": outcome.protocol_version, **outcome.result}}
         failed = bool(outcome.result.get("isError"))
-        error = f"the tool server reported an error: {_first_line(text)}" if failed else None
-        return ToolOutput(text=text, detail=detail, error=error)
+        return ToolOutput(text=text, detail=detail, error=failure_reason(text) if failed else None)
 
     def limit_seconds(self, arguments: dict[str, Any]) -> float | None:
         return self._call_seconds + _WATCH_SLACK_SECONDS
 
 
-def _first_line(text: str, limit: int = 200) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def failure_reason(text: str, limit: int = 200) -> str:
+    """Return the feedback's reason for a result the server marked `isError`: its first line."""
+    line = text.strip().splitlines()[0] if text.strip() else "(no text)"
+    line = line if len(line) <= limit else line[: limit - 1] + "…"
+    return f"the tool server reported an error: {line}"

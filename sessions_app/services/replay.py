@@ -37,12 +37,15 @@ from agentloom.engine import (
     Tool,
     ToolCancelled,
     ToolError,
+    ToolOutput,
     builtin_tools,
     create_engine,
     is_run_note,
     iter_frame_records,
 )
+from agentloom.toolservers import failure_reason
 from context_app.engine_adapter import run_measures, version_binding
+from context_app.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.services.checkpoints import JournalStore, full_checkpoint
 from sessions_app.services.history import history_for_new_run, main_records_after
@@ -99,12 +102,19 @@ class _ReplayTool(Tool):
         self.parameters = original.parameters
         self._recorded = recorded
 
-    def run(self, arguments: dict[str, Any]) -> str:
+    def run(self, arguments: dict[str, Any]) -> str | ToolOutput:
         if not self._recorded:
             raise ToolError(f"replay: no recorded result left for tool {self.name!r}")
-        result = self._recorded.popleft()
+        message = self._recorded.popleft()
+        result = message.get("content") or ""
         if result == INTERRUPTED_RESULT:
             raise ToolCancelled("stopped by a cancellation, as recorded")
+        if "detail" in message:
+            # A tool-server result: its text, its whole result and whether it failed.
+            failed = result.startswith(ERROR_PREFIX)
+            text = result[len(ERROR_PREFIX) :] if failed else result
+            error = failure_reason(text) if failed else None
+            return ToolOutput(text, detail=message["detail"], error=error)
         if result.startswith(ERROR_PREFIX):
             raise ToolError(result[len(ERROR_PREFIX) :])
         return result
@@ -190,7 +200,7 @@ def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
             or "is not available to this agent" in content
         ):
             continue
-        results[name].append(content)
+        results[name].append(row.message)
     return results
 
 
@@ -279,6 +289,8 @@ def replay_run(run: Run) -> ReplayReport:
         for name in snapshot.get("tools", [])
         if name in originals
     ]
+    # Tool-server tools answer from the journal too: a replay never calls a server.
+    tools += [_ReplayTool(tool, recorded[tool.name]) for tool in server_tools_of(snapshot)]
     stored_checkpoint = full_checkpoint(run) or {}
     # Where each supplement entered the main instance, by its local record seq.
     stored_main = (stored_checkpoint.get("context") or {}).get("records") or []

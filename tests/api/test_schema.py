@@ -44,6 +44,13 @@ OPERATIONS = [
     ("GET", "/api/v1/model-connections/{id}/"),
     ("PATCH", "/api/v1/model-connections/{id}/"),
     ("DELETE", "/api/v1/model-connections/{id}/"),
+    ("GET", "/api/v1/tool-servers/"),
+    ("POST", "/api/v1/tool-servers/"),
+    ("GET", "/api/v1/tool-servers/{id}/"),
+    ("PATCH", "/api/v1/tool-servers/{id}/"),
+    ("DELETE", "/api/v1/tool-servers/{id}/"),
+    # Fuzzed ids name no server, so nothing is called.
+    ("POST", "/api/v1/tool-servers/{id}/refresh"),
 ]
 # POST /api/models/discover is left out: it calls the provider, and fuzzing it means network I/O.
 

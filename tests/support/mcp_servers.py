@@ -2,9 +2,10 @@
 
 `serve(app)` runs an ASGI app with uvicorn in a thread and yields its base URL. `tool_server()`
 builds the server the tool-server tests talk to: a text tool, a `structuredContent` tool, an
-image block, a slow tool, a failing tool (`isError`), a 40,000-character result and a tool that
-counts its calls. `era` picks the protocol it answers: `"2026"` (both eras, as the SDK serves),
-or `"2025"` (the `initialize` handshake only, as servers built before the 2026-07-28 revision).
+image block, a slow tool, a failing tool (`isError`) and a 40,000-character result; `Calls`
+records what it was asked. `drift=True` lists another input schema for `greet`. `era` picks the
+protocol it answers: `"2026"` (both eras, as the SDK serves), or `"2025"` (the `initialize`
+handshake only, as servers built before the 2026-07-28 revision).
 """
 
 from __future__ import annotations
@@ -38,13 +39,22 @@ class Calls:
         self.started = threading.Event()
 
 
-def tool_server(calls: Calls, *, name: str = "demo") -> MCPServer:
+def tool_server(calls: Calls, *, name: str = "demo", drift: bool = False) -> MCPServer:
     server = MCPServer(name, log_level="WARNING")
 
-    @server.tool(description="Return a greeting for a name.")
-    def greet(who: str) -> str:
-        calls.calls.append(("greet", {"who": who}))
-        return f"hello {who}"
+    if drift:
+
+        @server.tool(name="greet", description="Return a greeting for a name.")
+        def greet_loudly(who: str, loud: bool) -> str:
+            calls.calls.append(("greet", {"who": who, "loud": loud}))
+            return f"HELLO {who}" if loud else f"hello {who}"
+
+    else:
+
+        @server.tool(description="Return a greeting for a name.")
+        def greet(who: str) -> str:
+            calls.calls.append(("greet", {"who": who}))
+            return f"hello {who}"
 
     @server.tool(description="Return the weather as structured content.")
     def weather(city: str) -> CallToolResult:
@@ -129,11 +139,11 @@ def _recording(app, calls: Calls):
     return wrapped
 
 
-def mcp_app(calls: Calls, *, era: str = "2026", name: str = "demo"):
+def mcp_app(calls: Calls, *, era: str = "2026", name: str = "demo", drift: bool = False):
     """Return the ASGI app of the test tool server, at path `/mcp`."""
     # Tests reach it by other host names too (a stub resolver), so no Host-header check.
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app = tool_server(calls, name=name).streamable_http_app(
+    app = tool_server(calls, name=name, drift=drift).streamable_http_app(
         json_response=True, transport_security=security
     )
     app = _recording(app, calls)

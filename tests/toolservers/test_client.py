@@ -240,9 +240,8 @@ def test_a_redirect_is_refused_and_never_followed(where):
     calls = Calls()
     with serve(mcp_app(calls)) as target:
         location = "/elsewhere/mcp" if where == "same origin" else target + "/mcp"
-        with serve(redirecting_app(location)) as base:
-            with pytest.raises(ToolServerError) as caught:
-                list_tools(_address(base + "/mcp"))
+        with serve(redirecting_app(location)) as base, pytest.raises(ToolServerError) as caught:
+            list_tools(_address(base + "/mcp"))
     assert caught.value.kind == "redirect"
     assert calls.headers == [], "the redirect's target was never asked"
 
