@@ -11,6 +11,7 @@ failure is a `ToolServerUnavailable` (502) with a fixed message and changes noth
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,6 +52,7 @@ __all__ = [
     "tool_server_refresh",
     "tool_server_secrets",
     "tool_server_update",
+    "tool_server_validate",
     "tool_servers_for_user",
     "tool_servers_of_space",
 ]
@@ -222,6 +224,14 @@ def _save(server: ToolServer) -> None:
         raise InvalidInput(
             "A tool server with this name already exists in this space.", field="name"
         ) from None
+
+
+def tool_server_validate(*, server: ToolServer, changes: dict[str, Any]) -> ToolServer:
+    """Return an unsaved copy of `server` with `changes` applied as a write would (InvalidInput
+    names the field); the admin form checks its input with it."""
+    probe = copy.copy(server)
+    _apply(probe, changes)
+    return probe
 
 
 @transaction.atomic(durable=True)
