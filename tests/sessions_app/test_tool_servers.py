@@ -7,18 +7,28 @@ which calls `/tool NAME {json}` from the question.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
+import time
 
 import pytest
 from django.db import connection
 
-from agentloom.engine import INTERRUPTED_RESULT
+from agentloom.engine import INTERRUPTED_RESULT, UNKNOWN_RESULT
 from context_app.services import agent_create, agent_publish, agent_update
 from models_app.tool_servers import tool_server_create, tool_server_refresh, tool_server_update
 from sessions_app.models import Run, SessionMessage
 from sessions_app.services.checkpoints import frame_of
+from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
-from sessions_app.services.runs import run_ask, run_cancel, session_create
+from sessions_app.services.runs import (
+    run_ask,
+    run_cancel,
+    run_resume,
+    session_create,
+    sweep_expired_leases,
+)
 from tests.factories import make_connection, make_space
 from tests.sessions_app.conftest import ask
 from tests.support.mcp_servers import BIG_RESULT_CHARS, PNG_BYTES, Calls, mcp_app, serve
@@ -223,8 +233,6 @@ def test_a_call_cancelled_mid_call_is_stopped_and_never_presumed_done(
 
     canceller = threading.Thread(target=cancel_once_called)
     canceller.start()
-    from sessions_app.services.execution import run_execute
-
     run_execute(run_id=run.pk)
     canceller.join(20)
     run.refresh_from_db()
@@ -250,3 +258,46 @@ def test_a_later_version_without_the_tool_cannot_call_it(alice, space, tool_serv
     again = ask(session, alice, '/tool demo__greet {"who": "Cy"}')
     assert _result(again).message["content"] == "hello Cy"
     assert len(calls.calls) == before + 1
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_during_a_call_leaves_it_unknown_and_never_runs_it_again(
+    redis_url, alice, mcp_server, tmp_path
+):
+    from tests.sessions_app.test_worker import _send, _start_worker, _wait
+
+    _url, calls = mcp_server
+    space = make_space(admin=alice)
+    tool_server_refresh(
+        user=alice,
+        server=tool_server_create(user=alice, space=space, name="demo", url=_url),
+    )
+    session, _agent = _session(alice, space, TOOLS)
+    calls.started.clear()
+    slow_calls = len([call for call in calls.calls if call[0] == "slow"])
+    run = run_ask(user=alice, session=session, question='/tool demo__slow {"seconds": 30}')
+    worker = _start_worker(
+        redis_url, tmp_path, ALLOW_PRIVATE_TOOL_HOSTS="true", TOOL_CALL_SECONDS="60"
+    )
+    try:
+        _send(redis_url, run.pk)
+        assert calls.started.wait(60), "the worker called the tool"
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+    time.sleep(3.5)  # one lease (3 s): the killed worker renews nothing more
+    assert sweep_expired_leases() == [run.pk]
+    failed = Run.objects.get(pk=run.pk)
+    assert (failed.status, failed.error) == ("failed", "worker_lost")
+
+    run_resume(user=alice, run=failed)
+    run_execute(run_id=run.pk)
+    done = _wait(lambda: Run.objects.get(pk=run.pk), 5, "the resumed run")
+    assert done.status == Run.Status.SUCCEEDED, done.error
+    results = [row.message for row in SessionMessage.objects.filter(run=run, kind="tool_result")]
+    assert [message["content"] for message in results] == [UNKNOWN_RESULT]
+    assert len([call for call in calls.calls if call[0] == "slow"]) == slow_calls + 1, (
+        "the call with real effects was never run again"
+    )
