@@ -16,6 +16,7 @@ before sending `tools/call`; when they differ, nothing is sent and the call fail
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -47,6 +48,21 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# The SDK logs every message it sends and receives (tool arguments and results) at DEBUG, and the
+# HTTP libraries log URLs and headers at INFO and DEBUG: tool-server traffic is session content, so
+# these loggers (and their children, which inherit the level) say only warnings and errors.
+QUIET_LOGGERS = ("mcp", "httpx2", "httpcore2")
+
+
+def _quiet_library_loggers() -> None:
+    for name in QUIET_LOGGERS:
+        library_logger = logging.getLogger(name)
+        if library_logger.level < logging.WARNING:
+            library_logger.setLevel(logging.WARNING)
+
+
+_quiet_library_loggers()
 
 # A listing longer than this many pages is cut (a paginator that never ends cannot hang a call).
 MAX_LIST_PAGES = 20

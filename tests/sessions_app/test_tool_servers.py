@@ -11,11 +11,13 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
 
 from agentloom.engine import INTERRUPTED_RESULT, UNKNOWN_RESULT
+from context_app.engine_adapter import input_check, offered_tools
 from context_app.services import agent_create, agent_publish, agent_update
 from models_app.tool_servers import tool_server_create, tool_server_refresh, tool_server_update
 from sessions_app.models import Run, SessionMessage
@@ -301,3 +303,20 @@ def test_a_worker_killed_during_a_call_leaves_it_unknown_and_never_runs_it_again
     assert len([call for call in calls.calls if call[0] == "slow"]) == slow_calls + 1, (
         "the call with real effects was never run again"
     )
+
+
+def test_frozen_schemas_are_offered_to_the_model_and_counted(alice, space, tool_server, gateway):
+    session, _agent = _session(alice, space, ["echo", "demo__greet"])
+    snapshot = session.agent_version.snapshot
+    offered = {tool["function"]["name"]: tool["function"] for tool in offered_tools(snapshot)}
+    assert offered["demo__greet"]["parameters"] == snapshot["server_tools"][0]["input_schema"]
+    without = dict(snapshot, tools=["echo"], server_tools=[])
+    question = "how large is the room?"
+    assert (
+        input_check(session.agent_version, question).limit
+        < input_check(SimpleNamespace(snapshot=without), question).limit
+    ), "the server tool's schema takes room like a built-in one"
+    run = ask(session, alice, '/tool demo__greet {"who": "Ada"}')
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    sent = {tool["function"]["name"] for tool in gateway.action_requests()[0].tools}
+    assert sent >= {"echo", "demo__greet"}

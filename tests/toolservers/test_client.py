@@ -4,6 +4,7 @@ drift, time limits and cancellation."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -271,3 +272,18 @@ def test_a_call_whose_connection_broke_after_sending_is_not_retried(server):
         call_tool(_address(url), "slow", {"seconds": 5}, expected_schema=schema, timeout=1)
     time.sleep(0.2)
     assert len([c for c in calls.calls if c[0] == "slow"]) == before + 1
+
+
+def test_arguments_results_and_headers_stay_out_of_the_logs(server, caplog):
+    url, _calls = server
+    caplog.set_level(logging.DEBUG)
+    result = call_tool(
+        _address(url, headers={"Authorization": SECRET}),
+        "greet",
+        {"who": "NONCE-LOGGED-ARGUMENT"},
+        expected_schema=_schemas(url)["greet"],
+        timeout=10,
+    ).result
+    assert result["content"][0]["text"] == "hello NONCE-LOGGED-ARGUMENT"
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "NONCE-LOGGED-ARGUMENT" not in logged and "tok-NONCE" not in logged
