@@ -47,6 +47,8 @@ RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
 RUN_HEARTBEAT_SECONDS = env_heartbeat(RUN_LEASE_SECONDS)
 # A queued run no worker picks up within this time is marked failed (worker_lost).
 RUN_QUEUE_SECONDS = env_int("RUN_QUEUE_SECONDS", 600, minimum=5)
+# A run waiting for a person's approval of its tool calls ends `cancelled` after this long.
+RUN_APPROVAL_SECONDS = env_int("RUN_APPROVAL_SECONDS", 86_400, minimum=1)
 RUN_MAX_MODEL_CALLS = env_int("RUN_MAX_MODEL_CALLS", 32, minimum=1)
 
 INSTALLED_APPS = [

@@ -94,6 +94,11 @@ class AgentSerializer(serializers.Serializer):
     system_prompt = serializers.CharField()
     model_connection = serializers.IntegerField(source="model_connection_id", allow_null=True)
     tools = _agent_tools_field()
+    approval = serializers.DictField(
+        child=serializers.ChoiceField(choices=["always", "never"]),
+        help_text="Per tool-server tool: `always` (a person approves each call) or `never`; "
+        "a tool not named takes its server's default. Frozen at publish.",
+    )
     sub_agents = SubAgentSerializer(many=True)
     verify_completion = serializers.BooleanField()
     context_policy = ContextPolicyField()
@@ -108,6 +113,9 @@ class AgentUpdateSerializer(StrictSerializer):
     )
     model_connection = id_field(allow_null=True, required=False)
     tools = _agent_tools_field(required=False)
+    approval = serializers.DictField(
+        child=serializers.ChoiceField(choices=["always", "never"]), required=False
+    )
     sub_agents = SubAgentSerializer(many=True, required=False, max_length=MAX_SUB_AGENTS)
     verify_completion = FlagField(required=False)
     context_policy = ContextPolicyInputField(required=False, allow_null=True)

@@ -25,6 +25,7 @@ from models_app.tool_servers import server_address, tool_servers_of_space
 
 __all__ = [
     "choosable_server_tools",
+    "clean_approval",
     "clean_server_tool_names",
     "frozen_server_tools",
     "server_tools_of",
@@ -39,6 +40,7 @@ def choosable_server_tools(space_id: int) -> dict[str, dict[str, Any]]:
             if "unavailable" in entry:
                 continue
             choices[entry["model_name"]] = {
+                "default_approval": server.approval,
                 "server_id": server.pk,
                 "server": server.name,
                 "tool": entry["name"],
@@ -68,8 +70,27 @@ def clean_server_tool_names(names: list[str], *, space_id: int | None, field: st
         )
 
 
-def frozen_server_tools(space_id: int, names: list[str]) -> list[dict[str, Any]]:
-    """Return the snapshot entries of the server tools among `names`, as listed now."""
+def clean_approval(value: Any, *, tools: list[str]) -> dict[str, str]:
+    """Return the per-tool approval modes, each naming one of the agent's server tools."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("Must be an object of tool names and modes.", field="approval")
+    for name, mode in value.items():
+        if name not in tools or SEPARATOR not in name:
+            raise InvalidInput(
+                f"{name!r} is not a tool-server tool of this agent.", field="approval"
+            )
+        if mode not in ("always", "never"):
+            raise InvalidInput(f"The mode of {name} must be always or never.", field="approval")
+    return dict(value)
+
+
+def frozen_server_tools(
+    space_id: int, names: list[str], approval: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Return the snapshot entries of the server tools among `names`, as listed now; each says
+    whether a person approves its calls (the agent's mode for it, else its server's default)."""
     available = choosable_server_tools(space_id)
     wanted = [name for name in names if SEPARATOR in name]
     missing = [name for name in wanted if name not in available]
@@ -79,7 +100,13 @@ def frozen_server_tools(space_id: int, names: list[str]) -> list[dict[str, Any]]
             "remove the tools.",
             field="tools",
         )
-    return [{"name": name, **available[name]} for name in wanted]
+    approval = approval or {}
+    frozen = []
+    for name in wanted:
+        entry = dict(available[name])
+        default = entry.pop("default_approval")
+        frozen.append({"name": name, **entry, "approval": approval.get(name, default) == "always"})
+    return frozen
 
 
 def _address_of(server_id: int):
@@ -102,6 +129,7 @@ def server_tools_of(snapshot: dict[str, Any]) -> list[ServerTool]:
             input_schema=entry["input_schema"],
             address=_address_of(entry["server_id"]),
             call_seconds=settings.TOOL_CALL_SECONDS,
+            needs_approval=bool(entry.get("approval")),
         )
         for entry in snapshot.get("server_tools") or []
     ]

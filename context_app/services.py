@@ -16,7 +16,11 @@ from agentloom.toolservers import SEPARATOR
 from agentloom.validation import clean_text
 from context_app.engine_adapter import builtin_tool_names, estimator_binding
 from context_app.models import Agent, AgentVersion
-from context_app.server_tools import clean_server_tool_names, frozen_server_tools
+from context_app.server_tools import (
+    clean_approval,
+    clean_server_tool_names,
+    frozen_server_tools,
+)
 from models_app.models import ModelConnection
 
 SNAPSHOT_FORMAT = 1
@@ -114,6 +118,7 @@ _DRAFT_FIELDS = (
     "system_prompt",
     "model_connection",
     "tools",
+    "approval",
     "sub_agents",
     "verify_completion",
     "context_policy",
@@ -139,6 +144,11 @@ def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
         )
     if "tools" in changes:
         agent.tools = _clean_tools(changes["tools"], space_id=agent.space_id)
+    if "approval" in changes:
+        agent.approval = clean_approval(changes["approval"], tools=agent.tools)
+    elif "tools" in changes:
+        # A tool no longer chosen takes its mode with it.
+        agent.approval = {n: m for n, m in (agent.approval or {}).items() if n in agent.tools}
     if "sub_agents" in changes:
         agent.sub_agents = _clean_sub_agents(changes["sub_agents"])
     if "verify_completion" in changes:
@@ -195,7 +205,7 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         "system_prompt": agent.system_prompt,
         "tools": list(agent.tools),
         # Each chosen tool-server tool as listed at publish (context_app.server_tools).
-        "server_tools": frozen_server_tools(agent.space_id, list(agent.tools)),
+        "server_tools": frozen_server_tools(agent.space_id, list(agent.tools), agent.approval),
         "sub_agents": [dict(sub) for sub in agent.sub_agents],
         "verify_completion": agent.verify_completion,
         "budget": {

@@ -81,11 +81,17 @@ class ToolServer(models.Model):
     """An MCP server over Streamable HTTP whose tools a space's agents may be given.
 
     `headers` (sent with every request, such as an `Authorization` header) are encrypted like API
-    keys and never shown; `tools` is the server's listing as last refreshed.
+    keys and never shown; `tools` is the server's listing as last refreshed; `approval` is the
+    default of its tools: `always` (a person approves each call) or `never`.
     """
+
+    class Approval(models.TextChoices):
+        NEVER = "never", "Never"
+        ALWAYS = "always", "Always (a person approves each call)"
 
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="tool_servers")
     name = models.CharField(max_length=30)
+    approval = models.CharField(max_length=8, choices=Approval.choices, default=Approval.NEVER)
     url = models.URLField(max_length=500)
     headers = EncryptedJSONField(blank=True, default=dict)
     tools = models.JSONField(blank=True, default=list)

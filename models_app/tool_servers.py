@@ -196,7 +196,7 @@ def _clean_headers(value: Any) -> dict[str, str]:
 
 # --- writes --------------------------------------------------------------------------------------
 
-_FIELDS = ("name", "url", "headers")
+_FIELDS = ("name", "url", "headers", "approval")
 
 
 def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
@@ -214,6 +214,10 @@ def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
         server.url = url
     if "headers" in changes:
         server.headers = _clean_headers(changes["headers"])
+    if "approval" in changes:
+        if changes["approval"] not in ToolServer.Approval.values:
+            raise InvalidInput("Must be never or always.", field="approval")
+        server.approval = changes["approval"]
 
 
 def _save(server: ToolServer) -> None:

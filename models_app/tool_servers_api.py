@@ -41,6 +41,10 @@ class ToolServerSerializer(serializers.Serializer):
     name = serializers.CharField()
     url = serializers.CharField()
     header_names = serializers.SerializerMethodField()
+    approval = serializers.ChoiceField(
+        choices=["never", "always"],
+        help_text="The default of its tools: `always` makes a person approve each call.",
+    )
     tools = ListedToolSerializer(many=True, help_text="The listing as last refreshed.")
     protocol_version = serializers.CharField(
         help_text="The MCP revision the server spoke at the last refresh (empty before)."
@@ -62,6 +66,7 @@ _HEADERS_HELP = (
 
 class _ToolServerInput(StrictSerializer):
     url = TextField(max_length=500, required=False)
+    approval = serializers.ChoiceField(choices=["never", "always"], required=False)
     headers = serializers.DictField(
         child=TextField(allow_blank=True, trim_whitespace=False, max_length=4_096),
         required=False,

@@ -10,6 +10,11 @@ freely. Test doubles (a scripted gateway, an in-memory journal, generated histor
 in `agentloom.engine.testing`, outside this surface.
 """
 
+from agentloom.engine._approval import (
+    WAITING_APPROVAL,
+    Decision,
+    denied_result,
+)
 from agentloom.engine._budget import (
     DEFAULT_ESTIMATOR_ID,
     JsonBytesEstimator,
@@ -182,6 +187,7 @@ __all__ = [
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "USER_INPUT_KEY",
+    "WAITING_APPROVAL",
     "BudgetCompactionPolicy",
     "CalibratedEstimator",
     "Calibration",
@@ -196,6 +202,7 @@ __all__ = [
     "ContextMeasure",
     "ContextPolicy",
     "Counters",
+    "Decision",
     "DeepSeekEstimator",
     "DelegateTool",
     "Engine",
@@ -251,6 +258,7 @@ __all__ = [
     "calibration_config",
     "check_input",
     "create_engine",
+    "denied_result",
     "estimate_error",
     "estimator_from_binding",
     "estimator_named",

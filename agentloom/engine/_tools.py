@@ -81,11 +81,15 @@ class ToolOutput:
 
 
 class Tool(abc.ABC):
-    """A function the model may call, described by a JSON schema."""
+    """A function the model may call, described by a JSON schema.
+
+    `needs_approval`: a person decides each call before it runs (see `_approval`).
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
+    needs_approval: bool = False
 
     @abc.abstractmethod
     def run(self, arguments: dict[str, Any]) -> str | ToolOutput:

@@ -47,6 +47,7 @@ class ServerTool(Tool):
         input_schema: dict[str, Any],
         address: Callable[[], ServerAddress],
         call_seconds: float = DEFAULT_CALL_SECONDS,
+        needs_approval: bool = False,
     ):
         self.name = name
         self.tool = tool
@@ -54,6 +55,7 @@ class ServerTool(Tool):
         self.parameters = input_schema
         self._address = address
         self._call_seconds = call_seconds
+        self.needs_approval = needs_approval
 
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
         return self.run_in(arguments, ToolContext())

@@ -34,6 +34,7 @@ from context_app.engine_adapter import (
     version_binding,
 )
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.services.approvals import decisions_of
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status
@@ -139,6 +140,27 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
             journal_status(run, status=Run.Status.FAILED, error=error)
 
 
+def _final_fields(run: Run, outcome) -> dict[str, Any]:
+    """Return the run's columns after an execution: ended, or waiting for approval."""
+    fields: dict[str, Any] = {"status": outcome.status, "lease_owner": "", "lease_expires_at": None}
+    if outcome.status == Run.Status.WAITING_APPROVAL:
+        # The error of an earlier attempt stays, as it does while the run is queued again.
+        return {
+            **fields,
+            "pending_approvals": outcome.pending_approvals,
+            "waiting_since": timezone.now(),
+        }
+    # The decisions stay (by call id): a replay of the run decides as the run did.
+    return {
+        **fields,
+        "answer": outcome.answer,
+        "error": outcome.error or "",
+        "finished_at": timezone.now(),
+        "pending_approvals": [],
+        "waiting_since": None,
+    }
+
+
 def run_execute(*, run_id: int, owner: str | None = None) -> str:
     """Run (or continue) `run_id` if its lease can be claimed; return what happened."""
     owner = owner or uuid.uuid4().hex
@@ -159,8 +181,10 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         handed_out.update(item.pk for item in items)
         return [(str(item.pk), item.text) for item in items]
 
+    decisions = decisions_of(run)
     hooks = EngineHooks(
         save=writer.sync,
+        decisions=lambda: decisions,
         on_model_call=lambda call: _record_model_call(run_id, owner, call, price),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
@@ -189,6 +213,9 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
                     else None
                 ),
             )
+        elif run.pending_approvals:
+            # Queued again once every call it waited on was decided: its own transition.
+            outcome = engine.continue_run(run.checkpoint)
         else:
             outcome = engine.resume(run.checkpoint, attempt=run.attempt)
     except (LeaseLost, LeaseLostError):
@@ -202,15 +229,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         return "failed"
 
     try:
-        writer.sync(
-            outcome.checkpoint,
-            status=outcome.status,
-            answer=outcome.answer,
-            error=outcome.error or "",
-            finished_at=timezone.now(),
-            lease_owner="",
-            lease_expires_at=None,
-        )
+        writer.sync(outcome.checkpoint, **_final_fields(run, outcome))
     except LeaseLost:
         log.warning("run %s: lease lost before the final save", run_id)
         return "lease lost"

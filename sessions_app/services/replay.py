@@ -24,6 +24,7 @@ from agentloom.engine import (
     CANCELLED_RESULT,
     INTERRUPTED_RESULT,
     UNKNOWN_RESULT,
+    WAITING_APPROVAL,
     Checkpoint,
     EngineConfig,
     EngineError,
@@ -47,6 +48,7 @@ from agentloom.toolservers import failure_reason
 from context_app.engine_adapter import run_measures, version_binding
 from context_app.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
+from sessions_app.services.approvals import decisions_of
 from sessions_app.services.checkpoints import JournalStore, full_checkpoint
 from sessions_app.services.history import history_for_new_run, main_records_after
 from sessions_app.services.views import compliant_view, view_content
@@ -100,6 +102,7 @@ class _ReplayTool(Tool):
         self.name = original.name
         self.description = original.description
         self.parameters = original.parameters
+        self.needs_approval = original.needs_approval
         self._recorded = recorded
 
     def run(self, arguments: dict[str, Any]) -> str | ToolOutput:
@@ -338,13 +341,20 @@ def replay_run(run: Run) -> ReplayReport:
         if attempt.outside_engine and len(records) >= attempt.records_before_status:
             raise _StopAttempt
 
+    # Calls that waited for approval are decided as they were in the run.
+    decided = decisions_of(run)
     policy, budget, estimator = run_measures(snapshot)
     engine = create_engine(
         gateway,
         tools,
         policy,
         budget,
-        hooks=EngineHooks(save=save, should_cancel=should_cancel, supplements=next_supplements),
+        hooks=EngineHooks(
+            save=save,
+            should_cancel=should_cancel,
+            supplements=next_supplements,
+            decisions=lambda: decided,
+        ),
         config=EngineConfig(
             estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
@@ -383,6 +393,11 @@ def replay_run(run: Run) -> ReplayReport:
                 )
             else:
                 outcome = engine.resume(frame, attempt=attempt.number)
+            # A wait whose calls were all decided continued by its own transition.
+            while outcome.status == WAITING_APPROVAL and all(
+                item["call_id"] in decided for item in outcome.pending_approvals
+            ):
+                outcome = engine.continue_run(outcome.frame)
             frame = outcome.frame
         except _StopAttempt:
             frame = state["last_frame"]

@@ -21,6 +21,7 @@ AGENT_FIELDS = {
     "system_prompt",
     "model_connection",
     "tools",
+    "approval",
     "sub_agents",
     "verify_completion",
     "context_policy",

@@ -37,6 +37,7 @@ OPERATIONS = [
     ("POST", "/api/v1/runs/{id}/supplements"),
     ("POST", "/api/v1/runs/{id}/resume"),
     ("POST", "/api/v1/runs/{id}/cancel"),
+    ("POST", "/api/v1/runs/{id}/approvals"),
     ("GET", "/api/v1/runs/{id}/context"),
     ("GET", "/api/v1/runs/{id}/model-calls"),
     ("GET", "/api/v1/model-connections/"),

@@ -109,6 +109,7 @@ def test_publishing_freezes_each_chosen_tool(alice, space, tool_server):
             "tool": "greet",
             "description": "Return a greeting for a name.",
             "input_schema": tool_server.tools[0]["input_schema"],
+            "approval": False,
         }
     ]
 
