@@ -757,6 +757,8 @@ class _InstanceLoop:
                 decision = self.execution.decisions().get(call_id)
                 if decision is not None:
                     self.context.add_feedback(decision_feedback(name, call_id, decision))
+                    # Journaled before the call runs: a worker lost during it keeps the record.
+                    self.save()
                     if not decision.approved:
                         self.context.add_tool_result(call_id, denied_result(decision.note))
                         continue

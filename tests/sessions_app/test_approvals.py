@@ -179,3 +179,53 @@ def test_a_supplement_sent_while_waiting_is_delivered_after_the_group(alice, ses
     assert run.status == Run.Status.SUCCEEDED, run.error
     kinds = [row.kind for row in SessionMessage.objects.filter(run=run).order_by("seq")]
     assert kinds.index("supplement") > kinds.index("tool_result")
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_after_the_decision_leaves_the_call_unknown(
+    redis_url, alice, mcp_server, tmp_path
+):
+    import os
+    import signal
+    import time
+
+    from agentloom.engine import UNKNOWN_RESULT
+    from sessions_app.services.runs import run_resume, sweep_expired_leases
+    from tests.sessions_app.test_worker import _send, _start_worker
+
+    url, calls = mcp_server
+    space = make_space(admin=alice)
+    server = tool_server_create(user=alice, space=space, name="demo", url=url, approval="always")
+    tool_server_refresh(user=alice, server=server)
+    agent = agent_create(
+        user=alice,
+        space=space,
+        name="Careful",
+        model_connection=make_connection(space).pk,
+        tools=["demo__slow"],
+    )
+    session = session_create(user=alice, agent_version=agent_publish(user=alice, agent=agent))
+    run = ask(session, alice, '/tool demo__slow {"seconds": 30}')
+    assert run.status == Run.Status.WAITING_APPROVAL
+    slow_calls = len([call for call in calls.calls if call[0] == "slow"])
+    calls.started.clear()
+    run_decide(user=alice, run=run, call_id=run.pending_approvals[0]["call_id"], decision="approve")
+    worker = _start_worker(redis_url, tmp_path, ALLOW_PRIVATE_TOOL_HOSTS="true")
+    try:
+        _send(redis_url, run.pk)
+        assert calls.started.wait(60), "the worker ran the approved call"
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+    time.sleep(3.5)  # one lease (3 s)
+    assert sweep_expired_leases() == [run.pk]
+    run_resume(user=alice, run=Run.objects.get(pk=run.pk))
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    assert [m["content"] for m in _rows(run, "tool_result")] == [UNKNOWN_RESULT]
+    assert len([call for call in calls.calls if call[0] == "slow"]) == slow_calls + 1
+    feedback = [m["content"] for m in _rows(run, "feedback")]
+    assert any("approved by alice" in text for text in feedback), "the decision survived"
