@@ -15,6 +15,7 @@ before sending `tools/call`; when they differ, nothing is sent and the call fail
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -275,7 +276,30 @@ def _run_once(
         raise ToolServerError("protocol", before_call=False)
 
     with _errors_of(transport):
+        return _run_in_own_loop(main)
+
+
+def _run_in_own_loop(main: Callable[[], Awaitable[T]]) -> T:
+    """Run `main` in an event loop of its own: in a thread of its own when this thread already
+    runs one (an async server's thread, a test's browser driver)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
         return anyio.run(main)
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = anyio.run(main)
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name="tool-server-call", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 async def _watch(signal: threading.Event, scope: anyio.CancelScope) -> None:

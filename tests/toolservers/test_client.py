@@ -287,3 +287,14 @@ def test_arguments_results_and_headers_stay_out_of_the_logs(server, caplog):
     assert result["content"][0]["text"] == "hello NONCE-LOGGED-ARGUMENT"
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "NONCE-LOGGED-ARGUMENT" not in logged and "tok-NONCE" not in logged
+
+
+def test_a_call_from_a_thread_that_runs_an_event_loop_still_works(server):
+    import asyncio
+
+    url, _calls = server
+
+    async def inside_a_loop():
+        return list_tools(_address(url))
+
+    assert asyncio.run(inside_a_loop()).tools
