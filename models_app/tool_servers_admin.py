@@ -60,16 +60,25 @@ class ToolServerForm(forms.ModelForm):
 
     class Meta:
         model = ToolServer
-        fields = ["space", "name", "url"]
+        fields = ["space", "name", "url", "approval"]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         if "space" in self.fields and self.user is not None:
             self.fields["space"].queryset = administered_spaces(self.user)
+        if "approval" in self.fields:
+            self.fields["approval"].required = False
+            self.fields[
+                "approval"
+            ].help_text = "The default of this server's tools; an agent may set a mode per tool."
 
     def service_fields(self) -> dict[str, Any]:
         data = self.cleaned_data
-        fields: dict[str, Any] = {"name": data.get("name"), "url": data.get("url")}
+        fields: dict[str, Any] = {
+            "name": data.get("name"),
+            "url": data.get("url"),
+            "approval": data.get("approval") or "never",
+        }
         if self.instance.pk is not None:
             fields = {name: value for name, value in fields.items() if name in self.changed_data}
         if data.get("clear_headers"):
@@ -123,9 +132,9 @@ class ToolServerAdmin(DurableWritesAdmin, SpaceScopedAdmin):
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
-            return [(None, {"fields": ["space", "name", "url", "headers_text"]})]
+            return [(None, {"fields": ["space", "name", "url", "headers_text", "approval"]})]
         editable = self.has_change_permission(request, obj)
-        fields = ["space", "name", "url"]
+        fields = ["space", "name", "url", "approval"]
         fields += ["headers_text", "clear_headers"] if editable else []
         return [
             (None, {"fields": [*fields, "header_names"]}),

@@ -46,12 +46,14 @@ def test_a_server_is_added_its_tools_listed_and_its_headers_never_shown(browser,
             "name": "demo",
             "url": base + "/mcp",
             "headers_text": f"Authorization: {SECRET}",
+            "approval": "always",
             "_save": "Save",
         }
         response = browser.post(ADD, data)
         assert response.status_code == 302, response.content.decode()[:2000]
         server = ToolServer.objects.get()
         assert server.headers == {"Authorization": SECRET}
+        assert server.approval == "always"
         response = browser.post(
             CHANGELIST, {"action": "list_tools", "_selected_action": [server.pk]}, follow=True
         )
