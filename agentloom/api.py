@@ -21,6 +21,7 @@ from django.core.exceptions import (
 from django.http import Http404
 from django.urls import URLPattern, re_path
 from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -33,6 +34,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from agentloom.errors import ApplicationError, NotFound
 from agentloom.parsers import ApiJSONParser
+from agentloom.validation import is_single_line, text_pattern
 
 # Primary keys are 64-bit; a larger number in a path or body must answer 404/400, not overflow.
 MAX_ID = 2**63 - 1
@@ -81,22 +83,26 @@ class ApiPagination(LimitOffsetPagination):
     max_limit = 200
 
     def get_limit(self, request) -> int:
-        return _query_int(request, self.limit_query_param, self.default_limit, 1, self.max_limit)
+        field = QueryIntegerField(min_value=1, max_value=self.max_limit)
+        return _query_int(request, self.limit_query_param, self.default_limit, field)
 
     def get_offset(self, request) -> int:
-        return _query_int(request, self.offset_query_param, 0, 0, MAX_ID)
+        return _query_int(request, self.offset_query_param, 0, QueryPositionField())
 
     def get_schema_operation_parameters(self, view):
         limit, offset = super().get_schema_operation_parameters(view)
         limit["schema"].update(minimum=1, maximum=self.max_limit, default=self.default_limit)
-        offset["schema"].update(minimum=0, maximum=MAX_ID, default=0)
+        offset["schema"].update(
+            minimum=0,
+            default=0,
+            description="Rows to skip; an offset beyond the last row is an empty page.",
+        )
         return [limit, offset]
 
 
-def _query_int(request, name: str, default: int, minimum: int, maximum: int) -> int:
+def _query_int(request, name: str, default: int, field: serializers.IntegerField) -> int:
     if name not in request.query_params:
         return default
-    field = QueryIntegerField(min_value=minimum, max_value=maximum)
     try:
         return field.run_validation(request.query_params[name])
     except serializers.ValidationError as error:
@@ -117,6 +123,43 @@ class QueryIntegerField(serializers.IntegerField):
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
 
 
+class QueryPositionField(QueryIntegerField):
+    """A position in an ordered list (`after`, `offset`): ASCII digits of any length, ≥ 0.
+
+    A position beyond every row is simply the end of the list, however large: values past
+    `MAX_ID` read as `MAX_ID`, so they never overflow a 64-bit column.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", 0)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and _POSITION.fullmatch(data):
+            digits = data.lstrip("0") or "0"
+            # Compared by length first: Python refuses to convert very long digit strings.
+            return MAX_ID if len(digits) > len(str(MAX_ID)) else min(int(digits), MAX_ID)
+        return min(super().to_internal_value(data), MAX_ID)
+
+
+_POSITION = re.compile(r"[0-9]+")
+
+
+class ApiAutoSchema(AutoSchema):
+    """drf-spectacular's schema, with bodies that must carry one of several fields required.
+
+    Left to itself it makes a body with no required field optional, though an absent body
+    carries none of the fields `StrictSerializer.required_any_of` asks for.
+    """
+
+    def _get_request_for_media_type(self, serializer, direction="request"):
+        schema, required = super()._get_request_for_media_type(serializer, direction)
+        target = serializer if isinstance(serializer, type) else type(serializer)
+        if issubclass(target, StrictSerializer) and target.required_any_of:
+            required = True
+        return schema, required
+
+
 class ApiView(APIView):
     """JSON in, JSON out, authenticated callers only."""
 
@@ -127,12 +170,19 @@ class ApiView(APIView):
     permission_classes = [IsAuthenticated]
     # Read by drf-spectacular too: list answers are documented as pages with limit/offset.
     pagination_class = ApiPagination
+    schema = ApiAutoSchema()
 
-    def paginated(self, queryset, serializer_class: type[serializers.Serializer]) -> Response:
+    def paginated(
+        self,
+        queryset,
+        serializer_class: type[serializers.Serializer],
+        context: dict[str, Any] | None = None,
+    ) -> Response:
         """Return one DRF page `{count, next, previous, results}` of `queryset`."""
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, self.request, view=self)
-        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+        data = serializer_class(page, many=True, context=context or {}).data
+        return paginator.get_paginated_response(data)
 
 
 class StrictSerializer(serializers.Serializer):
@@ -165,6 +215,12 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
         target = self.target if isinstance(self.target, type) else type(self.target)
         fields = self.target.fields if not isinstance(self.target, type) else target().fields
         for name, field in fields.items():
+            if _declares_text_rule(field) and name in schema["properties"]:
+                schema["properties"][name]["pattern"] = text_pattern(
+                    trimmed=field.trim_whitespace,
+                    blank=field.allow_blank,
+                    single_line=getattr(field, "single_line", False),
+                )
             # drf-spectacular leaves a nested list's length limits out of the schema.
             if isinstance(field, serializers.ListSerializer) and name in schema["properties"]:
                 if field.max_length is not None:
@@ -179,19 +235,41 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
         return schema
 
 
+def _declares_text_rule(field: serializers.Field) -> bool:
+    # A regex field declares its own pattern; every other text field refuses NUL, and blanks
+    # unless it allows them, which the schema cannot say without a pattern.
+    return isinstance(field, serializers.CharField) and not isinstance(
+        field, serializers.RegexField
+    )
+
+
 # DRF coerces JSON values it is given (12 -> "12", "12" -> 12, "yes" -> True); a JSON body must
 # carry the type the schema says, so these body fields take their own type only.
 
 
 class TextField(serializers.CharField):
-    """A string field that takes only strings and measures them as sent (before trimming)."""
+    """A string field that takes only strings and measures them as sent (before trimming).
+
+    `single_line` text holds no control or invisible format character once trimmed
+    (`agentloom.validation.CONTROLS`). The schema declares each field's rule as a pattern
+    (`text_pattern`), NUL and blanks included.
+    """
+
+    default_error_messages = {"controls": "Must not contain control characters."}
+
+    def __init__(self, *, single_line: bool = False, **kwargs):
+        self.single_line = single_line
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
         if self.max_length is not None and len(data) > self.max_length:
             self.fail("max_length", max_length=self.max_length)
-        return super().to_internal_value(data)
+        value = super().to_internal_value(data)
+        if self.single_line and not is_single_line(value):
+            self.fail("controls")
+        return value
 
 
 class WholeNumberField(serializers.IntegerField):

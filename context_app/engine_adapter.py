@@ -8,6 +8,7 @@ with a clear error instead of silently running another model.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from agentloom.engine import (
     LocalDemoGateway,
     ModelBudget,
     ModelGateway,
+    ModelRequest,
     ReadRecordTool,
     RecordStore,
     Redactor,
@@ -40,8 +42,12 @@ from agentloom.engine import (
     estimator_from_binding,
     estimator_named,
     load_policy,
+    rendering_binding,
+    rendering_named,
+    sent_request,
 )
 from agentloom.errors import ApplicationError
+from agentloom.providers import retirement_of
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
 from context_app.server_tools import server_tools_of
@@ -80,6 +86,12 @@ def estimator_name(module_id: str | None) -> str:
     return _NAMES.get(module_id or "", "bytes")
 
 
+class RetiredModel(ApplicationError):
+    """The version's model ID was retired by its provider on the endpoint it calls."""
+
+    status = 409
+
+
 def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
     budget = snapshot["budget"]
     connection = ModelConnection.objects.filter(pk=budget["connection_id"]).first()
@@ -91,19 +103,33 @@ def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
             f"this version was published for {budget['provider']}:{budget['model_id']}. "
             "Publish a new version to use the new model."
         )
+    retirement = retirement_of(connection.provider, connection.base_url, connection.model_id)
+    if retirement is not None:
+        raise RetiredModel(
+            f"{retirement.message(connection.get_provider_display())} This version can no longer "
+            "run: point a connection at the replacement, publish a new version with it and "
+            "start a new session."
+        )
     return connection
 
 
-def price_for(version: AgentVersion) -> PriceInForce | None:
-    """Return the prices in force for calls of `version` now, or None when they are unknown.
+def price_for(version: AgentVersion, at: datetime.datetime | None = None) -> PriceInForce | None:
+    """Return the prices of a call of `version` that started at `at` (default now), or None.
 
-    Read from the manifest for the version's exact model on the live connection's endpoint.
+    Read from the manifest for the version's exact model on the live connection's official
+    endpoint, else from the prices an operator entered on the connection.
     """
     budget = version.snapshot.get("budget") or {}
     connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
     if connection is None or connection.model_id != budget.get("model_id"):
         return None
-    return price_in_force(connection.provider, connection.base_url, connection.model_id)
+    return price_in_force(
+        connection.provider,
+        connection.base_url,
+        connection.model_id,
+        at=at or datetime.datetime.now(datetime.UTC),
+        manual=connection.prices,
+    )
 
 
 # Tests and replays substitute the gateway for a version here.
@@ -118,6 +144,11 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
     options: dict[str, Any] = {}
     if connection.provider == ModelConnection.Provider.OLLAMA:
         options["num_ctx"] = connection.num_ctx
+    if connection.provider == ModelConnection.Provider.DEEPSEEK:
+        # As frozen at publish: a later change of the connection reaches new versions only.
+        thinking = version.snapshot.get("thinking") or {}
+        options["thinking"] = thinking.get("thinking")
+        options["reasoning_effort"] = thinking.get("reasoning_effort")
     return gateway_for_provider(
         connection.provider,
         connection.base_url,
@@ -155,6 +186,28 @@ def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
     """Return the gateway for `version` and the credentials to redact from everything written."""
     connection = _live_connection(version.snapshot)
     return _gateway_factory(version, connection), redaction_secrets(connection)
+
+
+def sent_messages(
+    version: AgentVersion, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return what an action request of `messages` and `tools` puts on the wire for `version`.
+
+    The gateway decides (`ModelGateway.payload`: DeepSeek passes reasoning back, other providers
+    never send it); without a usable connection, the view itself.
+    """
+    try:
+        gateway, _ = gateway_for(version)
+    except ConnectionMismatch:
+        return messages, tools
+    budget = version.snapshot["budget"]
+    request = ModelRequest(
+        purpose="action",
+        messages=messages,
+        tools=tools,
+        max_output_tokens=budget["max_output_tokens"],
+    )
+    return sent_request(gateway.payload(request))
 
 
 def run_measures(
@@ -209,11 +262,12 @@ def input_check(version: AgentVersion, text: str) -> InputCheck:
     )
 
 
-def version_binding(version: AgentVersion) -> dict[str, Any]:
+def version_binding(version: AgentVersion, *, rendering: int | None = None) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
-    one run can be matched against the binding of the next.
+    one run can be matched against the binding of the next. New runs render with the current
+    rendering version; `rendering` names another (a replay of an older run).
     """
     policy, budget, estimator = run_measures(version.snapshot)
     binding = {
@@ -227,6 +281,7 @@ def version_binding(version: AgentVersion) -> dict[str, Any]:
     large_records = LargeRecords.from_config(version.snapshot.get("large_records"))
     if large_records is not None:
         binding["large_records"] = large_records.to_dict()
+    binding.update(rendering_binding(rendering_named(rendering)))
     return binding
 
 

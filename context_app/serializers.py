@@ -111,7 +111,12 @@ class AgentUpdateSerializer(StrictSerializer):
     system_prompt = TextField(
         max_length=MAX_PROMPT_CHARS, allow_blank=True, trim_whitespace=False, required=False
     )
-    model_connection = id_field(allow_null=True, required=False)
+    model_connection = id_field(
+        allow_null=True,
+        required=False,
+        help_text="A model connection of the agent's space; an id of another space's "
+        "connection, or of none, is refused (400).",
+    )
     tools = _agent_tools_field(required=False)
     approval = serializers.DictField(
         child=serializers.ChoiceField(choices=["always", "never"]), required=False

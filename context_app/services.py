@@ -11,6 +11,7 @@ from django.db.models import Max
 
 from agentloom.engine import DEFAULT_SAMPLES, ConfigurationError, ContextPolicy, LargeRecords
 from agentloom.errors import Conflict, InvalidInput
+from agentloom.providers import retirement_of
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.toolservers import SEPARATOR
 from agentloom.validation import clean_text
@@ -218,6 +219,11 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         },
         "context_policy": clean_context_policy(agent.context_policy),
         "estimator": estimator_binding(connection.estimator),
+        # DeepSeek's thinking settings, sent with every call of the version (None: the default).
+        "thinking": {
+            "thinking": connection.thinking or None,
+            "reasoning_effort": connection.reasoning_effort or None,
+        },
         # Bytes over-count tokens several times: triggers learn the provider's counts. The demo
         # model's counts are made up, so it keeps its small byte window.
         "calibration": (
@@ -242,6 +248,14 @@ def agent_publish(*, user, agent: Agent) -> AgentVersion:
     )
     if agent.model_connection is None:
         raise InvalidInput("Choose a model connection before publishing.", field="model_connection")
+    connection = agent.model_connection
+    retirement = retirement_of(connection.provider, connection.base_url, connection.model_id)
+    if retirement is not None:
+        raise InvalidInput(
+            f"{retirement.message(connection.get_provider_display())} A new version cannot be "
+            "published on a retired model.",
+            field="model_connection",
+        )
     if agent.model_connection.effective_input_budget <= 0:
         raise InvalidInput(
             "The connection's context window leaves no input budget after max output and "

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agentloom.errors import ApplicationError
-from agentloom.providers import punycode_url
+from agentloom.providers import punycode_url, retirement_of
 from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
 from agentloom.providers.pricing import price_in_force
 from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
@@ -188,6 +188,12 @@ class ModelConnectionForm(forms.ModelForm):
         "publish.",
     )
 
+    prices = forms.JSONField(
+        required=False,
+        help_text='Custom endpoints only: {"input": "0.40", "cached_input": "0.10", "output": '
+        '"1.60", "currency": "USD"} per million tokens. Blank: cost unknown.',
+    )
+
     class Meta:
         model = ModelConnection
         # estimator_source follows from the estimator field: blank is automatic.
@@ -220,6 +226,11 @@ class ModelConnectionForm(forms.ModelForm):
             ].help_text = "“Local demo model” is the built-in offline demo, not a real LLM."
         if instance.pk is not None and instance.estimator_source != "manual":
             self.initial["estimator"] = ""
+        if instance.prices:
+            # The entry date is the service's to set; the page shows it beside the prices.
+            self.initial["prices"] = {
+                key: value for key, value in instance.prices.items() if key != "entered_on"
+            }
 
     def service_fields(self) -> dict[str, Any]:
         """Return what the service gets: every filled field on add, the changed ones on edit."""
@@ -315,7 +326,7 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         return type(form.__name__, (form,), {"user": request.user})
 
     def get_readonly_fields(self, request, obj=None):
-        fields = ["effective_budget", "estimator_status", "prices"]
+        fields = ["effective_budget", "estimator_status", "price_status", "retired_status"]
         return ["space", "base_url_punycode", *fields, "used_by"] if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
@@ -325,7 +336,7 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         host = ["base_url_punycode"] if obj is not None and punycode_url(obj.base_url) else []
         fieldsets = [
             (None, {"fields": ["space", "name", "provider", "base_url", *host, key]}),
-            ("Model", {"fields": ["model_id"]}),
+            ("Model", {"fields": ["model_id", "retired_status"]}),
             (
                 "Context window",
                 {
@@ -338,7 +349,6 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
                         "effective_budget",
                         "source_url",
                         "verified_on",
-                        "prices",
                     ],
                     "description": "Filled in from the provider's list, the official manifest or "
                     "the 32K fallback; the badge shows which. The input budget is the window "
@@ -346,6 +356,26 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
                 },
             ),
         ]
+        fieldsets.append(
+            (
+                "Prices",
+                {
+                    "fields": ["prices", "price_status"],
+                    "description": "The official endpoints' prices come from the manifest; a "
+                    "custom endpoint's only from what an operator enters here.",
+                },
+            )
+        )
+        fieldsets.append(
+            (
+                "Thinking (DeepSeek)",
+                {
+                    "fields": ["thinking", "reasoning_effort"],
+                    "description": "Sent with every call of the versions published from now "
+                    "on: their answers, summaries and verifications.",
+                },
+            )
+        )
         fieldsets.append(
             (
                 "Estimator",
@@ -370,10 +400,16 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         )
 
     @admin.display(description="Prices per 1M tokens")
-    def prices(self, obj):
+    def price_status(self, obj):
         if obj is None or obj.pk is None:
             return "from the official manifest on save, when it lists this model's prices"
-        price = price_in_force(obj.provider, obj.base_url, obj.model_id)
+        price = price_in_force(
+            obj.provider,
+            obj.base_url,
+            obj.model_id,
+            at=datetime.datetime.now(datetime.UTC),
+            manual=obj.prices,
+        )
         if price is None:
             return format_html(
                 '<span id="model-prices">{}</span>',
@@ -381,15 +417,39 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
             )
         listed = price.prices
         cached = "—" if listed.cached_input is None else f"{listed.cached_input}"
-        return format_html(
-            '<span id="model-prices">{} input, {} cached input, {} output ({}), '
-            'verified {} <a href="{}" target="_blank" rel="noopener noreferrer">source</a></span>',
+        text = format_html(
+            "{} input, {} cached input, {} output ({})",
             listed.input,
             cached,
             listed.output,
             listed.currency,
+        )
+        if price.band is not None:
+            text = format_html("now {}: {}, by the provider's time of day", price.band, text)
+        if price.source == "manual":
+            return format_html(
+                '<span id="model-prices">{}, source manual, entered {}</span>',
+                text,
+                price.verified_on,
+            )
+        return format_html(
+            '<span id="model-prices">{}, verified {} '
+            '<a href="{}" target="_blank" rel="noopener noreferrer">source</a></span>',
+            text,
             price.verified_on,
             price.source_url,
+        )
+
+    @admin.display(description="Retired")
+    def retired_status(self, obj):
+        retirement = obj and retirement_of(obj.provider, obj.base_url, obj.model_id)
+        if not retirement:
+            return format_html('<span id="model-retired">{}</span>', "no")
+        return format_html(
+            '<span id="model-retired" class="errornote">{} New versions cannot be published '
+            'on it. <a href="{}" target="_blank" rel="noopener noreferrer">source</a></span>',
+            retirement.message(obj.get_provider_display()),
+            retirement.source_url,
         )
 
     @admin.display(description="Measured with")

@@ -33,6 +33,17 @@ class ModelConnection(models.Model):
         AUTO = "auto", "Automatic"
         MANUAL = "manual", "Manual"
 
+    class Thinking(models.TextChoices):
+        DEFAULT = "", "Provider default"
+        ENABLED = "enabled", "Enabled"
+        DISABLED = "disabled", "Disabled"
+
+    class ReasoningEffort(models.TextChoices):
+        DEFAULT = "", "Provider default"
+        LOW = "low", "Low"
+        HIGH = "high", "High"
+        MAX = "max", "Max"
+
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="model_connections")
     name = models.CharField(max_length=120)
     provider = models.CharField(max_length=32, choices=Provider.choices)
@@ -60,6 +71,15 @@ class ModelConnection(models.Model):
     estimator_source = models.CharField(
         max_length=16, choices=EstimatorSource.choices, default="auto"
     )
+    # DeepSeek only: thinking mode and its effort, sent with every call of a version published
+    # with them (frozen in the snapshot); blank sends nothing and leaves DeepSeek's default.
+    thinking = models.CharField(max_length=16, choices=Thinking.choices, blank=True, default="")
+    reasoning_effort = models.CharField(
+        max_length=8, choices=ReasoningEffort.choices, blank=True, default=""
+    )
+    # Custom endpoints only: prices entered by an operator, per million tokens, as decimal
+    # strings {currency, input, cached_input, output, entered_on}; null: cost unknown.
+    prices = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -5,10 +5,11 @@ Input serializers check types and ranges; `models_app.services` owns every other
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import StrictSerializer, id_field
-from agentloom.providers import punycode_url
+from agentloom.api import StrictSerializer, TextField, id_field
+from agentloom.providers import punycode_url, retirement_of
 from models_app.models import ModelConnection
 from models_app.services import MAX_API_KEY_CHARS, MAX_TOKENS
 
@@ -18,13 +19,10 @@ _NULL_IS_DEFAULT = (
 )
 
 
-class TextField(serializers.CharField):
-    """A string field that refuses numbers rather than turning them into text."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+class RetirementSerializer(serializers.Serializer):
+    retired_on = serializers.DateField(help_text="The last day the provider served this ID.")
+    replacement = serializers.CharField(help_text="What the provider names in its place.")
+    source_url = serializers.CharField()
 
 
 def _tokens(minimum: int, help_text: str) -> serializers.IntegerField:
@@ -35,6 +33,17 @@ def _tokens(minimum: int, help_text: str) -> serializers.IntegerField:
         allow_null=True,
         help_text=help_text,
     )
+
+
+class ManualPricesSerializer(serializers.Serializer):
+    currency = serializers.CharField(help_text="ISO 4217 code, such as `USD`.")
+    input = serializers.CharField(help_text="Per million input tokens, a decimal string.")
+    cached_input = serializers.CharField(
+        allow_null=True, help_text="Per million cached input tokens; null when none is charged."
+    )
+    output = serializers.CharField(help_text="Per million output tokens, a decimal string.")
+    source = serializers.CharField(help_text="Always `manual`: entered by an operator.")
+    entered_on = serializers.DateField(help_text="When the prices were entered.")
 
 
 class ModelConnectionSerializer(serializers.Serializer):
@@ -78,6 +87,20 @@ class ModelConnectionSerializer(serializers.Serializer):
     effective_input_budget = serializers.IntegerField(
         help_text="context_window - max_output_tokens - safety_margin_tokens."
     )
+    thinking = serializers.CharField(
+        help_text="DeepSeek: `enabled`, `disabled`, or empty for DeepSeek's default (enabled)."
+    )
+    reasoning_effort = serializers.CharField(
+        help_text="DeepSeek thinking mode: `low`, `high`, `max`, or empty for the default."
+    )
+    prices = serializers.SerializerMethodField(
+        help_text="Operator-entered prices of a custom endpoint; null: from the manifest on an "
+        "official endpoint, else unknown (no cost is computed)."
+    )
+    retired = serializers.SerializerMethodField(
+        help_text="The provider's retirement of this model ID on its official endpoint, "
+        "{retired_on, replacement}, or null."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -92,6 +115,17 @@ class ModelConnectionSerializer(serializers.Serializer):
 
     def get_source_url(self, connection: ModelConnection) -> str | None:
         return connection.source_url or None
+
+    @extend_schema_field(ManualPricesSerializer(allow_null=True))
+    def get_prices(self, connection: ModelConnection) -> dict | None:
+        if not connection.prices:
+            return None
+        return {**connection.prices, "source": "manual"}
+
+    @extend_schema_field(RetirementSerializer(allow_null=True))
+    def get_retired(self, connection: ModelConnection) -> dict | None:
+        retirement = retirement_of(connection.provider, connection.base_url, connection.model_id)
+        return retirement.to_dict() if retirement else None
 
 
 class _ConnectionInput(StrictSerializer):
@@ -115,7 +149,9 @@ class _ConnectionInput(StrictSerializer):
         max_length=200,
         required=False,
         allow_blank=True,
-        help_text="A chat model ID; `local-demo` (the default) for local.",
+        single_line=True,
+        help_text="A chat model ID; `local-demo` (the default) for local, required for every "
+        "other provider.",
     )
     context_window = _tokens(1, _NULL_IS_DEFAULT)
     max_output_tokens = _tokens(
@@ -150,16 +186,41 @@ class _ConnectionInput(StrictSerializer):
         allow_null=True,
         help_text="`auto` alone returns to the automatic choice.",
     )
+    thinking = serializers.ChoiceField(
+        choices=ModelConnection.Thinking.choices,
+        required=False,
+        allow_blank=True,
+        help_text="DeepSeek only: thinking mode, frozen into each version published.",
+    )
+    reasoning_effort = serializers.ChoiceField(
+        choices=ModelConnection.ReasoningEffort.choices,
+        required=False,
+        allow_blank=True,
+        help_text="DeepSeek thinking mode only: `low`, `high` or `max`.",
+    )
+    prices = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="Custom endpoints only: `{input, cached_input, output, currency}` per million "
+        "tokens, entered by an operator (source `manual`); null clears them.",
+    )
 
 
 class ModelConnectionCreateSerializer(_ConnectionInput):
-    space = id_field()
-    name = TextField(max_length=120)
+    space = id_field(help_text="A space the caller administers.")
+    name = TextField(
+        max_length=120, single_line=True, help_text="Unique among the space's connections."
+    )
     provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices)
 
 
 class ModelConnectionUpdateSerializer(_ConnectionInput):
-    name = TextField(max_length=120, required=False)
+    name = TextField(
+        max_length=120,
+        required=False,
+        single_line=True,
+        help_text="Unique among the space's connections.",
+    )
     provider = serializers.ChoiceField(choices=ModelConnection.Provider.choices, required=False)
 
 
@@ -207,6 +268,11 @@ class DiscoveredModelSerializer(serializers.Serializer):
     warning = serializers.CharField(
         allow_null=True,
         help_text="Why the window may not be the one the server runs the model with.",
+    )
+    retired = RetirementSerializer(
+        allow_null=True,
+        help_text="On the official endpoint: when the provider retired this ID and its "
+        "replacement; null otherwise.",
     )
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,6 +41,7 @@ from agentloom.providers import (
     model_defaults,
     normalise_base_url,
     numeric_host,
+    thinking_output_floor,
 )
 from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
@@ -82,6 +85,9 @@ CONNECTION_FIELDS = (
     "estimator",
     "estimator_source",
     "num_ctx",
+    "thinking",
+    "reasoning_effort",
+    "prices",
 )
 # The values a window source vouches for; sending any of them without a source makes it manual.
 WINDOW_VALUES = ("context_window", "max_output_tokens", "max_output_cap")
@@ -92,6 +98,8 @@ MAX_API_KEY_CHARS = 4_096
 MAX_NAME_CHARS = 120
 MAX_MODEL_ID_CHARS = 200
 MAX_URL_CHARS = 500
+# Far above any real price per million tokens; anything above is a typo.
+MAX_PRICE = Decimal("100000")
 
 # The official endpoint a connection gets when no base URL is given (both are in
 # OFFICIAL_ENDPOINTS, so the manifest applies to them).
@@ -270,6 +278,22 @@ def _default_output(window: int, cap: int | None) -> int:
     return max(1, min(limit, window // 2))
 
 
+def _above_thinking_floor(provider: str, tokens: int, *, chosen: bool, cap: int | None) -> int:
+    """Return the output limit raised to the thinking floor; a chosen limit below it is refused.
+
+    A thinking model counts its chain of thought in the limit (`THINKING_OUTPUT_FLOOR`).
+    """
+    floor = thinking_output_floor(provider)
+    if floor is None or tokens >= floor or (cap is not None and cap < floor):
+        return tokens
+    if chosen:
+        raise InvalidInput(
+            f"A thinking model counts its chain of thought in this limit: at least {floor}.",
+            field="max_output_tokens",
+        )
+    return floor
+
+
 # --- resolving one connection's values ----------------------------------------------------------
 
 
@@ -335,6 +359,15 @@ def _resolve(
     estimator = _resolve_estimator(
         current, fields, provider=provider, base_url=base_url, model_id=model_id
     )
+    thinking = _resolve_thinking(current, fields, provider=provider)
+    same_model = current is not None and (
+        current.provider,
+        _normalised(current.base_url),
+        current.model_id,
+    ) == (provider, base_url, model_id)
+    prices = _resolve_prices(
+        current if same_model else None, fields, provider=provider, base_url=base_url
+    )
     return {
         "name": name,
         "provider": provider,
@@ -344,7 +377,103 @@ def _resolve(
         "num_ctx": num_ctx,
         **window,
         **estimator,
+        **thinking,
+        "prices": prices,
     }
+
+
+def _resolve_thinking(
+    current: ModelConnection | None, fields: dict[str, Any], *, provider: str
+) -> dict[str, str]:
+    """Return DeepSeek's thinking mode and effort ("" for the provider's default).
+
+    Only DeepSeek takes them; an effort applies to thinking mode, so it is refused beside
+    `thinking: disabled`. Omitted values are kept on update while the provider stays DeepSeek.
+    """
+    values = {}
+    for name, choices in (
+        ("thinking", ModelConnection.Thinking.values),
+        ("reasoning_effort", ModelConnection.ReasoningEffort.values),
+    ):
+        value = fields.get(name)
+        if name not in fields:
+            value = getattr(current, name) if current and current.provider == provider else ""
+        value = value or ""
+        if value not in choices:
+            raise InvalidInput(f"Must be one of: {', '.join(choices[1:])}.", field=name)
+        if value and provider != "deepseek":
+            raise InvalidInput("Only a DeepSeek connection sends this setting.", field=name)
+        values[name] = value
+    if values["thinking"] == "disabled" and values["reasoning_effort"]:
+        raise InvalidInput(
+            "A reasoning effort applies in thinking mode only; leave it blank when thinking is "
+            "disabled.",
+            field="reasoning_effort",
+        )
+    return values
+
+
+_PRICE_KEYS = ("input", "cached_input", "output")
+
+
+def _resolve_prices(
+    current: ModelConnection | None, fields: dict[str, Any], *, provider: str, base_url: str
+) -> dict[str, Any] | None:
+    """Return the operator's prices of a custom endpoint, with the date they were entered.
+
+    The official endpoints' prices come from the manifest, so none may be entered there. Omitted
+    prices are kept on update while provider, base URL and model stay the same; null clears them.
+    """
+    if "prices" not in fields:
+        kept = current.prices if current is not None else None
+        if kept and (provider == "local" or is_official_endpoint(provider, base_url)):
+            return None
+        return kept
+    value = fields["prices"]
+    if value is None:
+        return None
+    if provider == "local" or is_official_endpoint(provider, base_url):
+        raise InvalidInput(
+            "Prices of a provider's official endpoint come from the manifest; enter prices only "
+            "for a custom endpoint.",
+            field="prices",
+        )
+    if not isinstance(value, dict):
+        raise InvalidInput(
+            "Must be an object {input, cached_input, output, currency}.", field="prices"
+        )
+    unknown = sorted(set(value) - {*_PRICE_KEYS, "currency"})
+    if unknown:
+        raise InvalidInput(f"Unknown field {unknown[0]}.", field="prices")
+    currency = value.get("currency")
+    if not isinstance(currency, str) or not re.fullmatch(r"[A-Z]{3}", currency):
+        raise InvalidInput("currency must be a three-letter code such as USD.", field="prices")
+    cleaned: dict[str, Any] = {"currency": currency}
+    for key in _PRICE_KEYS:
+        cleaned[key] = _clean_price(value.get(key), key, optional=key == "cached_input")
+    same = (
+        current is not None
+        and current.prices
+        and all(current.prices.get(key) == cleaned[key] for key in cleaned)
+    )
+    cleaned["entered_on"] = (
+        current.prices["entered_on"] if same else datetime.date.today().isoformat()
+    )
+    return cleaned
+
+
+def _clean_price(value: Any, key: str, *, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidInput(f"{key} must be a price per million tokens.", field="prices")
+    try:
+        price = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise InvalidInput(f"{key} must be a price per million tokens.", field="prices") from None
+    if not price.is_finite() or price < 0 or price > MAX_PRICE:
+        raise InvalidInput(f"{key} must be between 0 and {MAX_PRICE}.", field="prices")
+    return format(price.normalize(), "f")
 
 
 def _resolve_num_ctx(
@@ -495,6 +624,9 @@ def _resolve_window(
             )
         # Not chosen in this request (a default, or the old value under a lowered cap).
         max_output_tokens = max_output_cap
+    max_output_tokens = _above_thinking_floor(
+        provider, max_output_tokens, chosen="max_output_tokens" in sent, cap=max_output_cap
+    )
 
     if "safety_margin_tokens" in sent:
         margin = sent["safety_margin_tokens"]

@@ -50,7 +50,7 @@ from sessions_app.services.runs import (
     session_create,
     supplement_add,
 )
-from sessions_app.services.views import view_revoke
+from sessions_app.services.views import view_derivations, view_revoke
 
 SESSION_ID = "Session id (the caller's own session)."
 RUN_ID = "Run id (a run of the caller's own session)."
@@ -266,7 +266,11 @@ class SessionViewsApi(ApiView):
     def get(self, request, id):
         """List the session's reusable compacted views."""
         session = session_get(user=request.user, session_id=object_id(id))
-        return self.paginated(views_of(session), SessionViewSerializer)
+        return self.paginated(
+            views_of(session),
+            SessionViewSerializer,
+            context={"derivations": view_derivations(session.pk)},
+        )
 
 
 class SessionViewRevokeApi(ApiView):
@@ -279,15 +283,17 @@ class SessionViewRevokeApi(ApiView):
             OpenApiParameter("revision", int, OpenApiParameter.PATH, description="View revision.")
         ],
         operation_id="sessions_views_revoke",
-        description="Revoke a reusable view: later new runs fall back to the previous compliant "
-        "view or to full projection. The session's creator or a space admin may; the view "
+        description="Revoke a reusable view: later new runs use neither it nor the views derived "
+        "from it, and fall back to the newest compliant view with a clean chain or to full "
+        "projection. The session's creator or a space admin may; the view "
         "stays on record with who revoked it and when.",
     )
     def post(self, request, id, revision):
         """Revoke a reusable view."""
         session = session_for_revocation(user=request.user, session_id=object_id(id))
         view = view_revoke(user=request.user, session=session, revision=object_id(revision))
-        return Response(SessionViewSerializer(view).data)
+        derivations = {"derivations": view_derivations(session.pk)}
+        return Response(SessionViewSerializer(view, context=derivations).data)
 
 
 class RunContextApi(ApiView):

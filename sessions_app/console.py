@@ -22,9 +22,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import ValidationError
 
-from agentloom.api import MAX_ID
-from agentloom.engine import FEEDBACK_PREFIX, message_text
+from agentloom.api import QueryPositionField
+from agentloom.engine import FEEDBACK_PREFIX, REASONING_KEY, message_text
 from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.selectors import spaces_for_user
 from context_app.engine_adapter import estimator_name, input_check
@@ -57,7 +58,7 @@ from sessions_app.serializers import JournalQuerySerializer
 from sessions_app.services.approvals import undecided
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.runs import run_ask, session_create, session_rename
-from sessions_app.services.views import view_revoke
+from sessions_app.services.views import view_derivations, view_revoke
 
 SESSIONS_PER_PAGE = 25
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
@@ -102,6 +103,9 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
     """Return what the pages show of one journal item; remember tool call names in `call_names`."""
     message = item.get("message") or {}
     shown = {**item, "text": message_text(message), "tool_calls": []}
+    # The model's reasoning (DeepSeek's thinking mode), shown folded as "Thinking".
+    reasoning = message.get(REASONING_KEY)
+    shown["reasoning"] = reasoning if isinstance(reasoning, str) else ""
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         name = str(function.get("name") or "?")
@@ -211,6 +215,17 @@ def _cost_text(amount, currency: str) -> str | None:
     if amount is None:
         return None
     return f"{format(amount.normalize(), 'f')} {currency}"
+
+
+def _call_cost_text(call) -> str | None:
+    """Return a call's cost, with the band of a time-of-day price or `manual` prices named."""
+    text = _cost_text(call.cost, call.price_currency)
+    if text is None:
+        return None
+    notes = [call.price_band.replace("_", "-")] if call.price_band else []
+    if call.price_source == "manual":
+        notes.append("manual prices")
+    return f"{text} ({', '.join(notes)})" if notes else text
 
 
 def _summary_text(summary: dict | None) -> dict | None:
@@ -478,12 +493,9 @@ def _fragment_urls() -> dict[str, str]:
 def _after(request) -> int:
     """Return the `after` query parameter: a seq, 0 when missing; a bad one is a 404."""
     try:
-        after = int(request.GET.get("after", "0"))
-    except ValueError:
+        return QueryPositionField().run_validation(request.GET.get("after", "0"))
+    except ValidationError:
         raise Http404("Not found.") from None
-    if not 0 <= after <= MAX_ID:
-        raise Http404("Not found.")
-    return after
 
 
 @require_GET
@@ -723,8 +735,14 @@ def run_context_page(request, run_id: int):
         view.append(shown)
     calls = list(model_calls_of(run))
     run_numbers = dict(runs_of(session).values_list("pk", "number"))
+    derivations = view_derivations(session.pk)
     views = [
-        {"view": item, "run_number": run_numbers.get(item.run_id)} for item in views_of(session)
+        {
+            "view": item,
+            "run_number": run_numbers.get(item.run_id),
+            "revoked_ancestor": derivations[item.revision].revoked_ancestor,
+        }
+        for item in views_of(session)
     ]
     config = {
         "session": session.pk,
@@ -750,7 +768,7 @@ def run_context_page(request, run_id: int):
                     "usage": _usage_text(call.usage),
                     "error": _signed_percent(call.estimate_error),
                     "cached": _cached_text(call),
-                    "cost": _cost_text(call.cost, call.price_currency),
+                    "cost": _call_cost_text(call),
                 }
                 for call in calls
             ],

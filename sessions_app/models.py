@@ -183,6 +183,11 @@ class SessionView(models.Model):
     binding = models.JSONField(default=dict)
     # A digest of `binding`, so a new run finds its views by index without reading any other.
     binding_key = models.CharField(max_length=64, blank=True, default="")
+    # The view this one's summary was made from: the run's own previous view, else the view
+    # the run inherited. A view whose chain holds a revoked view is never chosen either.
+    derived_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.RESTRICT, related_name="derived_views"
+    )
     # A revoked view is never chosen again; the row and who revoked it stay on record.
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.ForeignKey(
@@ -254,6 +259,10 @@ class ModelCall(models.Model):
     price_max_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     price_source_url = models.URLField(max_length=500, blank=True, default="")
     price_verified_on = models.DateField(null=True, blank=True)
+    # `manifest` (read from price_source_url on price_verified_on) or `manual` (entered by an
+    # operator on price_verified_on); the band (`peak`, `off_peak`) of prices of a time of day.
+    price_source = models.CharField(max_length=16, blank=True, default="")
+    price_band = models.CharField(max_length=16, blank=True, default="")
     # (estimate - reported) / reported; positive when the estimate was too high.
     estimate_error = models.FloatField(null=True, blank=True)
     # For a calibrated estimator: {ratio, base_tokens, raw} the estimate was made with.

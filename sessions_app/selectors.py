@@ -20,7 +20,7 @@ from agentloom.engine import (
     resumed_estimator,
 )
 from agentloom.errors import NotFound
-from context_app.engine_adapter import estimator_name, offered_tools, run_measures
+from context_app.engine_adapter import estimator_name, offered_tools, run_measures, sent_messages
 from sessions_app.models import (
     MAIN_INSTANCE,
     ModelCall,
@@ -321,12 +321,16 @@ def run_context(run: Run) -> dict[str, Any]:
     )
     messages = list(frame.get("messages") or [])
     reading = loaded is not None and loaded.holds_references()
+    # Measured as it would be sent: what the provider's payload carries, not the stored view.
+    sent, tools = sent_messages(
+        run.session.agent_version, messages, offered_tools(snapshot, reading=reading)
+    )
     measure = measure_context(
         policy=policy,
         budget=budget,
         estimator=estimator,
-        messages=messages,
-        tools=offered_tools(snapshot, reading=reading),
+        messages=sent,
+        tools=tools,
     )
     return {
         "messages": messages,
@@ -341,6 +345,25 @@ def run_context(run: Run) -> dict[str, Any]:
         "last_reported": last_reported(run),
         "cost": run_cost(run),
         "plan": (frame.get("state") or {}).get("plan"),
+        "tools": tools_part(estimator, sent, tools),
+    }
+
+
+def tools_part(estimator: Any, messages: list[Any], tools: list[Any]) -> dict[str, Any] | None:
+    """Return how much of the request's hard-check bound the tool schemas take, or None.
+
+    `size` is the tool part's bound in the raw estimator's unit (tokens, or bytes for `bytes`),
+    `share` its whole-percent share of the request's bound.
+    """
+    if not tools:
+        return None
+    raw = getattr(estimator, "inner", estimator)
+    whole = raw.upper_bound(messages, tools)
+    size = whole - raw.upper_bound(messages, [])
+    return {
+        "size": size,
+        "unit": "bytes" if estimator_name(raw.module_id) == "bytes" else "tokens",
+        "share": round(100 * size / max(whole, 1)),
     }
 
 
@@ -371,6 +394,8 @@ COST_FIELDS = (
     "price_max_prompt_tokens",
     "price_source_url",
     "price_verified_on",
+    "price_source",
+    "price_band",
     "reported_prompt_tokens",
     "cached_tokens",
     "reported_completion_tokens",
@@ -386,7 +411,11 @@ def call_cost_of(call: ModelCall) -> dict[str, Any] | None:
         "amount": amount,
         "currency": call.price_currency,
         "price_date": call.price_verified_on,
-        "price_source": call.price_source_url or None,
+        # Entered by an operator (`manual`), else the page the manifest read them from.
+        "price_source": "manual"
+        if call.price_source == "manual"
+        else call.price_source_url or None,
+        "price_band": call.price_band or None,
     }
 
 

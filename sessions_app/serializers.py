@@ -8,7 +8,13 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentloom.api import MAX_ID, QueryIntegerField, StrictSerializer, TextField, id_field
+from agentloom.api import (
+    QueryIntegerField,
+    QueryPositionField,
+    StrictSerializer,
+    TextField,
+    id_field,
+)
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors import (
     JOURNAL_LIMIT_DEFAULT,
@@ -21,6 +27,7 @@ from sessions_app.selectors import (
 )
 from sessions_app.services.approvals import MAX_NOTE_CHARS, undecided
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
+from sessions_app.services.views import Derivation
 
 # `main`, or a child instance id such as `1.1` (ASCII digits only).
 INSTANCE_PATTERN = r"^(main|[0-9]+\.[0-9]+)$"
@@ -43,7 +50,13 @@ class CallCostSerializer(serializers.Serializer):
         help_text="When the prices the call was billed at were read from their source."
     )
     price_source = serializers.CharField(
-        allow_null=True, help_text="Where the prices were read (the official price page)."
+        allow_null=True,
+        help_text="Where the prices were read (the official price page), or `manual` for "
+        "prices an operator entered on the connection (then `price_date` is when).",
+    )
+    price_band = serializers.CharField(
+        allow_null=True,
+        help_text="`peak` or `off_peak` for prices that depend on the time of the call's start.",
     )
 
 
@@ -83,7 +96,7 @@ class SessionSerializer(serializers.Serializer):
 class SessionCreateSerializer(StrictSerializer):
     agent_version = id_field(required=False, help_text="A published version to talk to.")
     agent = id_field(required=False, help_text="An agent: its latest published version is used.")
-    title = TextField(max_length=200, required=False, allow_blank=True)
+    title = TextField(max_length=200, required=False, allow_blank=True, single_line=True)
 
     required_any_of = (("agent_version",), ("agent",))
 
@@ -174,8 +187,9 @@ class SupplementSerializer(serializers.Serializer):
 
 
 class JournalQuerySerializer(serializers.Serializer):
-    after = QueryIntegerField(
-        min_value=0, max_value=MAX_ID, default=0, help_text="Return records with seq > after."
+    after = QueryPositionField(
+        default=0,
+        help_text="Return records with seq > after; beyond the last seq, an empty page.",
     )
     limit = QueryIntegerField(
         min_value=1, max_value=JOURNAL_LIMIT_MAX, default=JOURNAL_LIMIT_DEFAULT
@@ -224,12 +238,32 @@ class SessionViewSerializer(serializers.Serializer):
     model_steps = serializers.IntegerField()
     baselines = ViewBaselinesSerializer(source="*")
     created_at = serializers.DateTimeField()
-    revoked = serializers.SerializerMethodField(help_text="A revoked view is never chosen.")
+    revoked = serializers.SerializerMethodField(
+        help_text="True when revoked, directly or by derivation: a revoked view is never chosen."
+    )
     revoked_by = serializers.CharField(source="revoked_by.username", allow_null=True, default=None)
     revoked_at = serializers.DateTimeField(allow_null=True)
+    derived_from = serializers.SerializerMethodField(
+        help_text="The revision of the view its summary was made from (its run's previous view, "
+        "else the view its run inherited); null when made from the journal alone."
+    )
+    revoked_by_derivation = serializers.SerializerMethodField(
+        help_text="The revision of the nearest revoked view in its chain of `derived_from`; "
+        "null when the chain is clean."
+    )
+
+    def _derivation(self, view) -> Derivation:
+        # The API passes every view's derivation of the session (one query per answer).
+        return (self.context.get("derivations") or {}).get(view.revision, Derivation())
 
     def get_revoked(self, view) -> bool:
-        return view.revoked_at is not None
+        return view.revoked_at is not None or self.get_revoked_by_derivation(view) is not None
+
+    def get_derived_from(self, view) -> int | None:
+        return self._derivation(view).derived_from
+
+    def get_revoked_by_derivation(self, view) -> int | None:
+        return self._derivation(view).revoked_ancestor
 
 
 class CompactionSerializer(serializers.Serializer):
@@ -278,6 +312,14 @@ class LastReportedSerializer(serializers.Serializer):
     estimator = serializers.CharField()
 
 
+class ToolsPartSerializer(serializers.Serializer):
+    size = serializers.IntegerField(
+        help_text="The tool schemas' part of the request's hard-check bound, in `unit`."
+    )
+    unit = serializers.ChoiceField(choices=["tokens", "bytes"])
+    share = serializers.IntegerField(help_text="Whole percent of the request's bound.")
+
+
 class RunContextSerializer(serializers.Serializer):
     messages = serializers.ListField(
         child=serializers.DictField(), help_text="The model-visible view of the main instance."
@@ -315,6 +357,10 @@ class RunContextSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The main instance's plan as set by the `update_plan` tool (kept verbatim "
         "through compaction); null when none was set.",
+    )
+    tools = ToolsPartSerializer(
+        allow_null=True,
+        help_text="How much of the next request the offered tool schemas take; null without tools.",
     )
 
 

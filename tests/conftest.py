@@ -1,4 +1,4 @@
-"""Shared fixtures: service gates, a loopback-only network guard, and named users."""
+"""Shared fixtures: service gates, a loopback-only network guard, named users and their spaces."""
 
 from __future__ import annotations
 
@@ -102,6 +102,33 @@ def bob(db):
     from tests.factories import make_user
 
     return make_user("bob")
+
+
+@pytest.fixture
+def carol(db):
+    """A member (not an admin) of alice's space."""
+    from tests.factories import make_user
+
+    return make_user("carol")
+
+
+# --- spaces ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def space(alice, carol):
+    """alice's space "Research", where carol is a member."""
+    from tests.factories import make_space
+
+    return make_space(name="Research", admin=alice, members=[carol])
+
+
+@pytest.fixture
+def other_space(bob):
+    """bob's space "Elsewhere", outside alice's reach."""
+    from tests.factories import make_space
+
+    return make_space(name="Elsewhere", admin=bob)
 
 
 # --- run dispatch ----------------------------------------------------------------------------

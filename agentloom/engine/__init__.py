@@ -64,6 +64,7 @@ from agentloom.engine._errors import (
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
+    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
@@ -83,6 +84,13 @@ from agentloom.engine._frame import (
     iter_frame_records,
     reusable_views,
 )
+from agentloom.engine._gate import (
+    PayloadRules,
+    check_payload,
+    payload_problems,
+    reasoning_required,
+    sent_request,
+)
 from agentloom.engine._gateway import (
     PURPOSES,
     LocalDemoGateway,
@@ -91,6 +99,8 @@ from agentloom.engine._gateway import (
     ModelResponse,
     text_response,
     tool_call_response,
+    with_passed_back_reasoning,
+    without_reasoning,
 )
 from agentloom.engine._large import (
     LargeRecords,
@@ -124,6 +134,7 @@ from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     HANDOFF_MARK,
     INTERRUPTED_RESULT,
+    REASONING_KEY,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
@@ -147,6 +158,14 @@ from agentloom.engine._refs import (
     as_ranges,
     materialize,
 )
+from agentloom.engine._rendering import (
+    CURRENT_RENDERING,
+    RENDERINGS,
+    Rendering,
+    rendering_binding,
+    rendering_named,
+    rendering_of,
+)
 from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
     DelegateTool,
@@ -169,6 +188,7 @@ from agentloom.engine._usage import (
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "CANCELLED_RESULT",
+    "CURRENT_RENDERING",
     "DEFAULT_ESTIMATOR_ID",
     "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_POLICY",
@@ -184,6 +204,8 @@ __all__ = [
     "LEGACY_CONTEXT_CHARS",
     "MAIN_INSTANCE",
     "PURPOSES",
+    "REASONING_KEY",
+    "RENDERINGS",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "USER_INPUT_KEY",
@@ -232,12 +254,15 @@ __all__ = [
     "ModelResponse",
     "O200kEstimator",
     "Origin",
+    "PayloadRuleBroken",
+    "PayloadRules",
     "PreparedContext",
     "ProjectedHistory",
     "ReadRecordTool",
     "Record",
     "RecordStore",
     "Redactor",
+    "Rendering",
     "ReusableView",
     "RunOutcome",
     "SubAgent",
@@ -257,6 +282,7 @@ __all__ = [
     "cached_prompt_tokens",
     "calibration_config",
     "check_input",
+    "check_payload",
     "create_engine",
     "denied_result",
     "estimate_error",
@@ -270,14 +296,22 @@ __all__ = [
     "materialize",
     "measure_context",
     "message_text",
+    "payload_problems",
     "project_history",
     "protocol_problems",
+    "reasoning_required",
+    "rendering_binding",
+    "rendering_named",
+    "rendering_of",
     "reported_completion_tokens",
     "reported_prompt_tokens",
     "resumed_estimator",
     "reusable_views",
+    "sent_request",
     "status_key",
     "system_clock",
     "text_response",
     "tool_call_response",
+    "with_passed_back_reasoning",
+    "without_reasoning",
 ]

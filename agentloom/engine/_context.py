@@ -52,6 +52,7 @@ from agentloom.engine._errors import (
     ToolError,
 )
 from agentloom.engine._frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
+from agentloom.engine._gate import sent_request
 from agentloom.engine._gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine._large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
 from agentloom.engine._measure import input_size, measure_context, plan_reserve
@@ -63,6 +64,7 @@ from agentloom.engine._protocol import (
     UNKNOWN_RESULT,
     clean_assistant_message,
     message_text,
+    place_run_note,
     protocol_problems,
     render_message,
     run_note,
@@ -88,6 +90,7 @@ from agentloom.engine._refs import (
     as_ranges,
     materialize,
 )
+from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -215,8 +218,13 @@ class JournalContextManager(ContextManager):
         tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
         large_records: LargeRecords | None = None,
         record_store: RecordStore | None = None,
+        rendering: Rendering | None = None,
+        payload: Callable[[ModelRequest], dict[str, Any]] | None = None,
     ):
         self.policy = policy
+        # What goes on the wire for a request (the gateway's `payload`): what is measured.
+        self.payload = payload
+        self.rendering = rendering or rendering_named(None)
         self.budget = budget
         self.estimator = estimator or JsonBytesEstimator()
         self.compaction_policy = compaction_policy or BudgetCompactionPolicy()
@@ -236,7 +244,8 @@ class JournalContextManager(ContextManager):
     # -- lifecycle -------------------------------------------------------------------------
 
     def binding(self) -> dict[str, Any]:
-        """Return the policy, budget and estimator this context is measured with."""
+        """Return the policy, budget and estimator this context is measured with, and the
+        rendering version its views are made with."""
         binding = {
             "policy": self.policy.to_dict(),
             "budget": self.budget.to_dict(),
@@ -246,6 +255,7 @@ class JournalContextManager(ContextManager):
             binding["calibration"] = {"samples": self.estimator.calibration.keep}
         if self.large_records is not None:
             binding["large_records"] = self.large_records.to_dict()
+        binding.update(rendering_binding(self.rendering))
         return binding
 
     def create(
@@ -345,14 +355,26 @@ class JournalContextManager(ContextManager):
         return self._kinds.get(kind, 0)
 
     def _show(self, message: dict[str, Any], origin: Origin = None) -> None:
+        state = self.frame.state
+        if state.waiting_notes:
+            shown = place_run_note(state.waiting_notes, message, group_open=self.has_open_group)
+            state.waiting_notes = [seq for seq in state.waiting_notes if seq not in shown]
+            for seq in shown:
+                self.frame.show(self._record(seq).message, {"own": seq})
         self.frame.show(message, origin)
+
+    def _record(self, seq: int) -> Record:
+        records = self.frame.records
+        return records[bisect.bisect_left(records, seq, key=lambda r: r.seq)]
 
     def add_assistant(self, message: dict[str, Any]) -> Record:
         if self.has_open_group:
             raise EngineError("a new model step cannot start before every tool call has a result")
         frame, state = self.frame, self.frame.state
         step = self._count("assistant") + 1
-        cleaned = clean_assistant_message(self.redactor.value(message))
+        cleaned = clean_assistant_message(
+            self.redactor.value(message), keep_reasoning=self.rendering.keeps_reasoning
+        )
         # Ids are assigned here so they are unique in the session, whatever the provider sent.
         prefix = f"r{state.run_number}" if frame.instance == MAIN_INSTANCE else f"r{frame.instance}"
         for number, call in enumerate(cleaned.get("tool_calls") or [], start=1):
@@ -402,8 +424,17 @@ class JournalContextManager(ContextManager):
         return self._add_feedback_message(message)
 
     def add_run_note(self, text: str) -> Record:
-        """Record a run-status note as feedback shown on the assistant side, not as a request."""
-        return self._add_feedback_message(run_note(self.redactor.text(text)))
+        """Record a run-status note as feedback, shown where the rendering places it.
+
+        Never in the user's voice; under rendering 2 a system message that waits for the next
+        message (`place_run_note`), so no request ends with it.
+        """
+        message = run_note(self.redactor.text(text), role=self.rendering.note_role)
+        if not self.rendering.notes_wait:
+            return self._add_feedback_message(message)
+        record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))
+        self.frame.state.waiting_notes = [*self.frame.state.waiting_notes, record.seq]
+        return record
 
     def _add_feedback_message(self, message: dict[str, Any]) -> Record:
         record = self._append("feedback", message, feedback_key(self._count("feedback") + 1))
@@ -599,7 +630,7 @@ class JournalContextManager(ContextManager):
             max_output_tokens=self.budget.max_output_tokens,
             instance=self.frame.instance,
         )
-        estimate = self.estimator.upper_bound(request.messages, request.tools)
+        estimate = self.estimator.upper_bound(*self.sent(request))
         effective = self.budget.effective_input_budget
         if estimate > effective:
             reason = (
@@ -609,22 +640,36 @@ class JournalContextManager(ContextManager):
             return PreparedContext(None, estimate, reason, outcome)
         return PreparedContext(request, estimate, None, outcome)
 
+    def sent(self, request: ModelRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Return the messages and tool schemas that go on the wire for `request`."""
+        if self.payload is None:
+            return list(request.messages), list(request.tools)
+        return sent_request(self.payload(request))
+
     def triggers(self, tools: list[dict[str, Any]]) -> tuple[int, tuple[str, ...]]:
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
+        messages, tools = self.sent(
+            ModelRequest(
+                purpose="action",
+                messages=frame.messages,
+                tools=tools,
+                max_output_tokens=self.budget.max_output_tokens,
+                instance=frame.instance,
+            )
+        )
         size = measure_context(
             policy=self.policy,
             budget=self.budget,
             estimator=self.estimator,
-            messages=frame.messages,
+            messages=messages,
             tools=tools,
         ).size
         fired = self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
         if (
             isinstance(self.estimator, CalibratedEstimator)
             and TRIGGER_BUDGET not in fired
-            and self.estimator.upper_bound(frame.messages, tools)
-            > self.budget.effective_input_budget
+            and self.estimator.upper_bound(messages, tools) > self.budget.effective_input_budget
         ):
             # Small in the provider's tokens, but not provably under the budget: it could not
             # be sent, so it is compacted first.

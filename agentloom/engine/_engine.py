@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from agentloom.engine._approval import (
@@ -59,10 +59,12 @@ from agentloom.engine._errors import (
     GatewayError,
     LeaseLostError,
     ModelCallLimitReached,
+    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
 from agentloom.engine._frame import InstanceFrame
+from agentloom.engine._gate import check_payload, sent_request
 from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
 from agentloom.engine._policy import TriggerPolicy, load_policy
@@ -71,6 +73,7 @@ from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, mes
 from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._redaction import Redactor
 from agentloom.engine._refs import RecordStore
+from agentloom.engine._rendering import Rendering, rendering_named, rendering_of
 from agentloom.engine._tools import (
     DelegateTool,
     ReadRecordTool,
@@ -150,11 +153,11 @@ class EngineConfig:
 
     `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
     `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
-    compaction_policy, clock, redactor, large_records, record_store` for each instance, default
-    `JournalContextManager`) replace how context is kept; `secrets` are removed from everything
-    the engine hands out; `clock` stamps records and `sleeper` is what the `sleep` tool waits
-    with; `sub_agents` (objects or dicts) are offered as delegation tools; `verify_completion`
-    asks the model to verify a final answer before the run succeeds.
+    compaction_policy, clock, redactor, large_records, record_store, rendering, payload` for
+    each instance, default `JournalContextManager`) replace how context is kept; `secrets` are
+    removed from everything the engine hands out; `clock` stamps records and `sleeper` is what
+    the `sleep` tool waits with; `sub_agents` (objects or dicts) are offered as delegation tools;
+    `verify_completion` asks the model to verify a final answer before the run succeeds.
 
     `record_store` is where `format: 2` checkpoints find the journal records and inherited
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
@@ -163,6 +166,10 @@ class EngineConfig:
     `large_records` (`{"share": s}`, see `_large`) shows records too large for their share of the
     budget as excerpts, offers `read_record` and masks older tool results before summarising;
     a resumed run follows its checkpoint's binding.
+
+    `rendering` is the rendering version new runs are made with (None: the current one, see
+    `_rendering`); replaying an older run passes the version of its checkpoint. A resumed run
+    always follows its checkpoint's binding.
 
     `heartbeat_seconds` is how often the lease is renewed while a call runs,
     `cancel_poll_seconds` how often cancellation is asked while a tool runs, and
@@ -181,6 +188,7 @@ class EngineConfig:
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
     large_records: LargeRecords | dict[str, Any] | None = None
+    rendering: int | None = None
     heartbeat_seconds: float = 30.0
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
@@ -191,6 +199,7 @@ class EngineConfig:
         object.__setattr__(self, "sub_agents", tuple(subs))
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
+        rendering_named(self.rendering)  # an unknown version fails here, not mid-run
         for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -311,7 +320,16 @@ class Engine:
         if settings is not None:
             start = Calibration(start=calibration_start, keep=settings["samples"])
             estimator = CalibratedEstimator(estimator, start)
-        execution = _Execution(self, self.policy, self.budget, estimator, self.config.large_records)
+        rendering = rendering_named(self.config.rendering)
+        if history is not None and history.from_journal and history.rendering != rendering.version:
+            raise ConfigurationError(
+                "history",
+                f"was projected with rendering {history.rendering}, the run uses "
+                f"{rendering.version}",
+            )
+        execution = _Execution(
+            self, self.policy, self.budget, estimator, self.config.large_records, rendering
+        )
         context = execution.new_context()
         context.create(
             instance=MAIN_INSTANCE,
@@ -329,16 +347,8 @@ class Engine:
         Pending tool calls get an `unknown` result and are not re-executed; the model-call limit
         starts again; counters and baselines come from the checkpoint.
         """
-        frame = InstanceFrame.from_dict(
-            self.redactor.value(frame_dict), store=self.config.record_store
-        )
-        policy, budget, estimator = self._bound(frame.binding)
-        estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
-        large_records = LargeRecords.from_config(frame.binding.get("large_records"))
-        execution = _Execution(self, policy, budget, estimator, large_records)
-        context = execution.new_context()
-        context.restore(frame)
-        state = frame.state
+        execution, context = self._restored(frame_dict)
+        state = context.frame.state
         state.attempt = attempt
         state.terminal = None
         state.model_calls = 0
@@ -350,17 +360,23 @@ class Engine:
         Not a resume: the attempt, the model calls counted and the open calls stay; a call still
         undecided ends the execution `waiting_approval` again.
         """
+        execution, context = self._restored(frame_dict)
+        execution.model_calls = context.frame.state.model_calls
+        return execution.run(context, continuing=True)
+
+    def _restored(self, frame_dict: dict[str, Any]) -> tuple[_Execution, ContextManager]:
+        """Return an execution bound as the checkpoint says, and its context restored."""
         frame = InstanceFrame.from_dict(
             self.redactor.value(frame_dict), store=self.config.record_store
         )
         policy, budget, estimator = self._bound(frame.binding)
         estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
         large_records = LargeRecords.from_config(frame.binding.get("large_records"))
-        execution = _Execution(self, policy, budget, estimator, large_records)
-        execution.model_calls = frame.state.model_calls
+        rendering = rendering_of(frame.binding)
+        execution = _Execution(self, policy, budget, estimator, large_records, rendering)
         context = execution.new_context()
         context.restore(frame)
-        return execution.run(context, continuing=True)
+        return execution, context
 
     def _bound(self, binding: dict[str, Any]) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
         """Return what a checkpoint is bound to; a legacy frame without a binding uses ours."""
@@ -383,8 +399,10 @@ class _Execution:
         budget: ModelBudget,
         estimator: TokenEstimator,
         large_records: LargeRecords | None,
+        rendering: Rendering,
     ):
         self.engine = engine
+        self.rendering = rendering
         self.policy = policy
         self.budget = budget
         self.estimator = estimator
@@ -407,6 +425,8 @@ class _Execution:
             redactor=engine.redactor,
             large_records=self.large_records,
             record_store=engine.config.record_store,
+            rendering=self.rendering,
+            payload=engine.gateway.payload,
         )
 
     def run(self, context: ContextManager, *, continuing: bool = False) -> RunOutcome:
@@ -472,7 +492,16 @@ class _Execution:
                 f"model_call_limit_reached: {self.model_calls} model calls used in this "
                 f"execution (limit {limit})"
             )
-        measured = self._measure(request)
+        # The gateway decides what goes on the wire: that payload is checked and measured.
+        payload = engine.gateway.payload(request)
+        rules = engine.gateway.payload_rules
+        if rules is not None:
+            check_payload(
+                payload, rules, purpose=request.purpose, notes_placed=self.rendering.notes_wait
+            )
+        messages, tools = sent_request(payload)
+        sent = replace(request, messages=messages, tools=tools)
+        measured = self._measure(sent)
         bound = measured["upper_bound"]
         effective = self.budget.effective_input_budget
         if bound > effective:
@@ -502,7 +531,15 @@ class _Execution:
         )
         self._report(request, measured, started, response, None)
         self.check_lease()
-        self._learn(request, response)
+        self._learn(sent, response)
+        if _cut_before_any_text(response):
+            limit = payload.get(rules.output_limit_field) if rules else None
+            raise GatewayError(
+                "output_limit",
+                f"the answer was cut by the output limit ({limit or request.max_output_tokens} "
+                "tokens) before any text; a thinking model counts its chain of thought in that "
+                "limit, so raise max_output_tokens",
+            )
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
@@ -584,6 +621,16 @@ class _Execution:
             reason = f": {error}" if error else ""
             raise ToolError(f"sub-agent {sub_agent.name} ({child_id}) {status}{reason}")
         return answer or ""
+
+
+def _cut_before_any_text(response: ModelResponse) -> bool:
+    """Return True for a reply the length limit ended before any answer or tool call."""
+    message = response.message
+    return (
+        response.finish_reason == "length"
+        and not message_text(message).strip()
+        and not message.get("tool_calls")
+    )
 
 
 class _InstanceLoop:
@@ -679,7 +726,7 @@ class _InstanceLoop:
                 response = call_model(prepared.request)
             except GatewayError as exc:
                 return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-            except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+            except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
                 return self.finish("failed", None, str(exc))
             record = context.add_assistant(response.message)
             calls = record.message.get("tool_calls") or []
@@ -734,7 +781,7 @@ class _InstanceLoop:
             response = self.execution.call_model(prepared.request)
         except GatewayError as exc:
             return False, f"verification_failed: {exc.kind}: {exc.message}"
-        except (ModelCallLimitReached, ContextBudgetExceeded) as exc:
+        except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
             return False, str(exc)
         verdict = message_text(response.message).strip()
         self.context.add_feedback(f"verification: {verdict or '(no verdict)'}")
@@ -825,6 +872,8 @@ def create_engine(
     *,
     hooks: EngineHooks | None = None,
     config: EngineConfig | None = None,
+    context_manager: ContextManagerFactory | None = None,
+    compaction_policy: CompactionPolicy | None = None,
 ) -> Engine:
     """Return an engine for one published version.
 
@@ -834,6 +883,10 @@ def create_engine(
     policy dict, or None for the legacy policy) and the model `budget` (a `ModelBudget` or its
     dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
     application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
+
+    As the design note documents (seed §1), `context_manager` replaces the default manager (a
+    factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
+    algorithm; each fills that field of `config`, which may not set it to something else.
     """
     if not isinstance(policy, TriggerPolicy):
         policy = load_policy(dict(policy) if policy is not None else None)
@@ -845,5 +898,20 @@ def create_engine(
         policy=policy,
         budget=budget,
         hooks=hooks or EngineHooks(),
-        config=config or EngineConfig(),
+        config=_config_with(
+            config or EngineConfig(),
+            context_manager=context_manager,
+            compaction_policy=compaction_policy,
+        ),
     )
+
+
+def _config_with(config: EngineConfig, **given: Any) -> EngineConfig:
+    """Return `config` with the options given to `create_engine` by keyword filled in."""
+    given = {name: value for name, value in given.items() if value is not None}
+    defaults = {option.name: option.default for option in fields(EngineConfig)}
+    for name, value in given.items():
+        current = getattr(config, name)
+        if current is not defaults[name] and current is not value:
+            raise TypeError(f"create_engine() got {name} both by keyword and in config")
+    return replace(config, **given) if given else config

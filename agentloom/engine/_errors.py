@@ -18,8 +18,11 @@ class GatewayError(EngineError):
     """A model call failed.
 
     `kind` is one of: "auth", "rate_limit", "context_length", "bad_request", "upstream",
-    "network", "timeout", "protocol". The message is fixed text chosen by the gateway; it never
-    carries a provider's response body, headers or credentials.
+    "network", "timeout", "protocol", and "output_limit" (the reply was cut by the output limit
+    before any text: a run error, never an empty answer or an empty summary); the provider layer
+    adds its own (`agentloom.providers` KINDS: "quota", "model_unknown", "reasoning_missing", …).
+    The message is fixed text chosen by the gateway; it never carries a provider's response body,
+    headers or credentials.
     """
 
     def __init__(self, kind: str, message: str, *, status: int | None = None):
@@ -51,3 +54,12 @@ class LeaseLostError(EngineError):
 
 class ToolCancelled(EngineError):
     """A tool stopped because the run was cancelled while it ran."""
+
+
+class PayloadRuleBroken(EngineError):
+    """A finished payload breaks a rule of its provider's API (see `_gate`); it was not sent."""
+
+    def __init__(self, rule: str, detail: str):
+        self.rule = rule
+        self.detail = detail
+        super().__init__(f"payload_rule_broken: {rule}: {detail}")

@@ -34,9 +34,20 @@ DeepSeek publishes a chat template per model release, but not how its API lays o
 so the DeepSeek estimator uses the same envelope; DeepSeek's own role markers are fewer tokens
 than the 3 per message counted here.
 
+How OpenAI lays tool definitions out for the model is not documented; the cookbook's formula is
+an approximation checked on older models, and DeepSeek publishes none. So the hard check bounds
+the tool part from above instead of trusting the formula: with `tool_margin` set (every version
+published since, frozen in its binding), `upper_bound` counts each tool as the larger of the
+formula and the tokens of its compact JSON text, plus `tool_margin` tokens, plus `func_end` once.
+The JSON text holds every name, description, type and enum item the rendering can show, and the
+margin covers the rendering's own markers; `tests/engine/fixtures/tool_usage.json` holds the
+prompt tokens real providers reported for requests with tools, and the bound is checked against
+each of them. `estimate`, which moves the triggers, keeps the formula (calibration learns the
+rest). Without `tool_margin` (bindings written before) `upper_bound` is the count itself.
+
 A tokenizer estimator caches each message's and each tool's count by identity and by a hash of
 its JSON (LRUs of `cache_size` entries), so estimating a view that grew by k messages tokenizes
-only the k new ones. `upper_bound` is the count itself.
+only the k new ones.
 """
 
 from __future__ import annotations
@@ -71,6 +82,9 @@ PROP_KEY = 3
 ENUM_INIT = -3
 ENUM_ITEM = 3
 FUNC_END = 12
+# Tokens added to each tool's bound for the markers a provider's rendering puts around it
+# (`tests/engine/test_tool_bound.py` shows the room left on every committed usage fixture).
+TOOL_MARGIN = 16
 
 # Schema keywords of a property that the cookbook's "key:type:description" line already covers.
 _PROPERTY_LINE_KEYS = frozenset({"type", "description", "enum"})
@@ -94,14 +108,23 @@ def _utf8_safe(text: str) -> str:
 
 
 class TokenizerEstimator(TokenEstimator):
-    """Counts a request's tokens with one tokenizer, by the chat-format rules of this module."""
+    """Counts a request's tokens with one tokenizer, by the chat-format rules of this module.
 
-    config_keys: tuple[str, ...] = ()
+    `tool_margin` (None in bindings written before it) turns on the tool bound of `upper_bound`.
+    """
 
-    def __init__(self, *, cache_size: int = DEFAULT_CACHE_ITEMS):
-        self.config: dict[str, Any] = {}
+    config_keys: tuple[str, ...] = ("tool_margin",)
+
+    def __init__(self, *, tool_margin: int | None = None, cache_size: int = DEFAULT_CACHE_ITEMS):
+        if tool_margin is not None and (
+            isinstance(tool_margin, bool) or not isinstance(tool_margin, int) or tool_margin < 0
+        ):
+            raise ConfigurationError("estimator.tool_margin", "must be a whole number >= 0")
+        self.config: dict[str, Any] = {} if tool_margin is None else {"tool_margin": tool_margin}
+        self.tool_margin = tool_margin
         self._messages = SizeCache(max_items=cache_size)
         self._tools = SizeCache(max_items=cache_size)
+        self._tool_bounds = SizeCache(max_items=cache_size)
 
     @abc.abstractmethod
     def _counter(self) -> Callable[[str], int]:
@@ -122,6 +145,22 @@ class TokenizerEstimator(TokenEstimator):
         if tools:
             total += self._tools.total(tools, self.tool_tokens) + FUNC_END
         return total
+
+    def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        if self.tool_margin is None or not tools:
+            return self.estimate(messages, tools)
+        return self.estimate(messages, []) + self.tools_bound(tools)
+
+    def tools_bound(self, tools: list[dict[str, Any]]) -> int:
+        """Return the bound of the tool part of a request (0 without tools)."""
+        if not tools:
+            return 0
+        return self._tool_bounds.total(tools, self.tool_bound) + FUNC_END
+
+    def tool_bound(self, tool: Any) -> int:
+        """Return one tool's bound: the larger of the formula and its JSON's tokens, plus margin."""
+        json_tokens = FUNC_INIT + self.count_text(canonical_json(tool))
+        return max(self.tool_tokens(tool), json_tokens) + (self.tool_margin or 0)
 
     def message_tokens(self, message: Any) -> int:
         """Return the tokens of one message, its per-message envelope included."""
@@ -265,10 +304,15 @@ ESTIMATORS: Mapping[str, Callable[[], TokenEstimator]] = MappingProxyType(
 
 
 def estimator_named(name: str) -> TokenEstimator:
-    """Return a new estimator of the short name `name` (`bytes`, `o200k` or `deepseek`)."""
+    """Return a new estimator of the short name `name` (`bytes`, `o200k` or `deepseek`).
+
+    Tokenizer estimators get the tool bound (`tool_margin`), so versions published now have it.
+    """
     factory = ESTIMATORS.get(name)
     if factory is None:
         raise ConfigurationError(
             "estimator", f"unknown estimator {name!r}; one of {sorted(ESTIMATORS)}"
         )
+    if isinstance(factory, type) and issubclass(factory, TokenizerEstimator):
+        return factory(tool_margin=TOOL_MARGIN)
     return factory()

@@ -16,6 +16,9 @@
                raw_complete},
      binding}
 
+`binding.rendering` names the rendering version the views were made with (see `_rendering`;
+absent: version 1); the inherited block is rebuilt under it.
+
 `messages` / `view` is the model-visible view; `context.records` the append-only sources (in
 format 2 they live only in the session journal, found by instance and local seq); `state` the
 execution state, never inferred from a summary. View entries are defined in `refs`; the
@@ -53,6 +56,7 @@ from agentloom.engine._refs import (
     materialize,
     session_seqs,
 )
+from agentloom.engine._rendering import rendering_of
 
 __all__ = [
     "FRAME_FORMAT",
@@ -79,6 +83,8 @@ class ExecutionState:
     call_boundary: int | None = None
     # View messages (feedback) held back until the open tool group has all its results.
     deferred_messages: list[dict[str, Any]] = field(default_factory=list)
+    # Local seqs of run notes waiting for the next message (rendering 2, `place_run_note`).
+    waiting_notes: list[int] = field(default_factory=list)
     # Supplements taken from the queue and not yet in the view: [{"source_key", "text"}].
     queued_supplements: list[dict[str, Any]] = field(default_factory=list)
     # Index of the current task (the run's user input) in the view, pinned by compaction.
@@ -116,6 +122,7 @@ class ExecutionState:
         # Copy the containers the engine appends to, so the caller's dict is never changed.
         state.pending_tool_calls = list(state.pending_tool_calls or [])
         state.deferred_messages = list(state.deferred_messages or [])
+        state.waiting_notes = list(state.waiting_notes or [])
         state.queued_supplements = list(state.queued_supplements or [])
         state.children = dict(state.children or {})
         state.compaction_log = list(state.compaction_log or [])
@@ -389,13 +396,14 @@ class InstanceFrame:
             wanted |= session_seqs(snapshot.get("view") or [])
         journal = store.journal(wanted) if wanted else {}
         history = (context.get("inherited") or {}).get("history")
+        rendering = rendering_of(data.get("binding")).version
         block_cache: list[tuple[list[dict[str, Any]], list[Origin]]] = []
 
         def block() -> tuple[list[dict[str, Any]], list[Origin]]:
             if not block_cache:
                 if history is None:
                     raise FrameError("the view refers to an inherited block it does not name")
-                messages, origins = store.history(history)
+                messages, origins = store.history(history, rendering=rendering)
                 if len(messages) != history.get("count"):
                     raise FrameError("the rebuilt inherited history differs in length")
                 block_cache.append((messages, block_origins(origins)))

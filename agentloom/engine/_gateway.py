@@ -13,12 +13,14 @@ from __future__ import annotations
 import abc
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine._errors import GatewayError
-from agentloom.engine._protocol import HANDOFF_MARK, message_text
+from agentloom.engine._gate import PayloadRules, reasoning_required
+from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text
 
 __all__ = [
     "DEMO_LABEL",
@@ -30,6 +32,8 @@ __all__ = [
     "ModelResponse",
     "text_response",
     "tool_call_response",
+    "with_passed_back_reasoning",
+    "without_reasoning",
 ]
 
 PURPOSES = ("action", "compaction", "verification")
@@ -74,13 +78,29 @@ class ModelResponse:
 
 
 class ModelGateway(abc.ABC):
-    """Sends one request to a model and returns its reply, or raises `GatewayError`."""
+    """Sends one request to a model and returns its reply, or raises `GatewayError`.
+
+    `payload(request)` returns the exact body `complete` sends: the engine measures it for the
+    hard budget check and the meter, and checks it against `payload_rules` (the integrity gate,
+    `_gate`) before every call. A gateway whose body is not a chat-completions body names no
+    rules (None) and is not checked.
+    """
 
     provider: str = "unknown"
     model_id: str = "unknown"
     # The longest one `complete` may take, all attempts included (None: not known); the run's
     # lease is never renewed past it.
     deadline_seconds: float | None = None
+    payload_rules: PayloadRules | None = PayloadRules()
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        """Return the body sent for `request`: OpenAI chat completions, no reasoning text."""
+        body: dict[str, Any] = {"model": self.model_id, "messages": without_reasoning(request)}
+        if request.tools:
+            body["tools"] = list(request.tools)
+        field = self.payload_rules.output_limit_field if self.payload_rules else "max_tokens"
+        body[field] = request.max_output_tokens
+        return body
 
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:
@@ -113,6 +133,51 @@ def tool_call_response(
         message={"role": "assistant", "content": content, "tool_calls": tool_calls},
         finish_reason="tool_calls",
     )
+
+
+# Each message's copy without reasoning, by the identity of the message (which it holds, so the
+# identity stays its own): a view is sent again at every step, and measuring a copy made anew
+# each time would miss the estimators' size caches.
+_STRIPPED: OrderedDict[int, tuple[dict[str, Any], dict[str, Any]]] = OrderedDict()
+_STRIPPED_ITEMS = 20_000
+
+
+def _stripped(message: dict[str, Any]) -> dict[str, Any]:
+    held = _STRIPPED.get(id(message))
+    if held is not None and held[0] is message:
+        return held[1]
+    copy = {k: v for k, v in message.items() if k != REASONING_KEY}
+    _STRIPPED[id(message)] = (message, copy)
+    while len(_STRIPPED) > _STRIPPED_ITEMS:
+        _STRIPPED.popitem(last=False)
+    return copy
+
+
+def without_reasoning(request: ModelRequest) -> list[dict[str, Any]]:
+    """Return the request's messages without reasoning text (what most APIs are sent)."""
+    return [
+        _stripped(message) if REASONING_KEY in message else message for message in request.messages
+    ]
+
+
+def with_passed_back_reasoning(request: ModelRequest) -> tuple[list[dict[str, Any]], bool]:
+    """Return the messages as DeepSeek's thinking mode takes them, and whether they are complete.
+
+    Reasoning stays on every assistant message of a user-to-user span with tool calls and is
+    dropped elsewhere (DeepSeek ignores it there). `complete` is False when such a message has
+    none (a record made before reasoning was kept, or a model that returned none).
+    """
+    required = set(reasoning_required(request.messages))
+    messages, complete = [], True
+    for index, message in enumerate(request.messages):
+        if index in required:
+            complete = complete and bool(message.get(REASONING_KEY))
+            messages.append(message)
+        elif REASONING_KEY in message:
+            messages.append(_stripped(message))
+        else:
+            messages.append(message)
+    return messages, complete
 
 
 DEMO_LABEL = "[local demo model]"

@@ -11,8 +11,10 @@ Projection repairs protocol and never changes sources:
 - notes (supplements, feedback, run states, late results) that arrive while a tool group is open
   wait until the group is complete, so nothing sits between a call and its results;
 - run states (status records, and the "run stopped" / "run cancelled" feedback of a run's end)
-  are shown as assistant-side `[run note] …` messages, never in the user's voice, so a later
-  question is the latest user message and no stop reason reads as a request;
+  are shown as `[run note] …` messages, never in the user's voice, so a later question is the
+  latest user message and no stop reason reads as a request: system messages under rendering 2
+  (an assistant note after an answer would make two assistant messages in a row), assistant
+  messages under rendering 1;
 - tool results are capped at the view's 24,000 characters, with a visible marker; under a
   large-record policy (see `_large`), any record too large for its share of the budget is shown as
   an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
@@ -35,6 +37,7 @@ from agentloom.engine._protocol import (
 )
 from agentloom.engine._records import MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
+from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
 
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]
@@ -108,6 +111,8 @@ class ProjectedHistory:
     from_journal: bool = False
     # Session seq -> characters of the excerpt shown for it (large records only).
     excerpts: dict[int, int] = field(default_factory=dict)
+    # The rendering version the messages were projected with (see `_rendering`).
+    rendering: int = CURRENT_RENDERING
 
     def __post_init__(self) -> None:
         if len(self.origins) < len(self.messages):
@@ -149,7 +154,9 @@ class _Projector:
         cap: int,
         judge: ExcerptJudge | None,
         excerpts: Mapping[int, int] | None,
+        rules: Rendering,
     ):
+        self.rules = rules
         self.out = history.messages
         self.origins = history.origins
         self.decided = history.excerpts
@@ -266,13 +273,16 @@ class _Projector:
         elif kind == "supplement":
             self.note_of(record, {"s": record.seq, "as": "user"})
         elif kind == "feedback":
-            how = "run_note" if is_run_note(record.message) else "feedback"
+            how = "feedback"
+            if is_run_note(record.message):
+                how = "system_note" if self.rules.note_role == "system" else "run_note"
             self.note_of(record, {"s": record.seq, "as": how})
         elif kind == "status":
             status = record.message.get("status")
             error = record.message.get("error")
             suffix = f": {error}" if error else ""
-            self.note(run_note(f"run {record.run_id} {status}{suffix}"), None)
+            text = f"run {record.run_id} {status}{suffix}"
+            self.note(run_note(text, role=self.rules.note_role), None)
         else:
             text = json.dumps(record.message, ensure_ascii=False)
             self.note({"role": "user", "content": f"[{kind} record] {text}"}, None)
@@ -286,8 +296,8 @@ _OLD_RUN_NOTES = (
 
 
 def is_run_note(message: dict[str, Any]) -> bool:
-    """Say whether a feedback record is a run-status note (new assistant-side or older form)."""
-    if message.get("role") == "assistant":
+    """Say whether a feedback record is a run-status note (system, assistant or older form)."""
+    if message.get("role") in ("assistant", "system"):
         return True
     return message_text(message).startswith(_OLD_RUN_NOTES)
 
@@ -299,17 +309,22 @@ def project_history(
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
     judge: ExcerptJudge | None = None,
     excerpts: Mapping[int, int] | None = None,
+    rendering: int | None = None,
 ) -> ProjectedHistory:
     """Return the history a new run inherits: `view` plus the main records after its watermark.
 
     Without a view, every main-instance record is projected. Totals are the view's plus the
     records after its watermark; baselines are the view's (zero without one). `judge` decides
     which records are large; `excerpts` (seq -> characters) repeats decisions made before, so a
-    stored history block is rebuilt exactly.
+    stored history block is rebuilt exactly. `rendering` is the version of the rules the
+    records are shown with (default: the current one).
     """
+    rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
         view = ReusableView.from_mapping(view)
-    history = ProjectedHistory(tool_result_chars=tool_result_chars, from_journal=True)
+    history = ProjectedHistory(
+        tool_result_chars=tool_result_chars, from_journal=True, rendering=rules.version
+    )
     if view is not None:
         history = ProjectedHistory(
             messages=list(view.messages),
@@ -323,8 +338,9 @@ def project_history(
             view_revision=view.revision,
             tool_result_chars=tool_result_chars,
             from_journal=True,
+            rendering=rules.version,
         )
-    projector = _Projector(history, tool_result_chars, judge, excerpts)
+    projector = _Projector(history, tool_result_chars, judge, excerpts, rules)
     floor = history.watermark
     for record in records:
         # Child instances' inner messages are not inherited; only the main instance's are.

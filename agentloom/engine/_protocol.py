@@ -15,12 +15,14 @@ __all__ = [
     "FEEDBACK_PREFIX",
     "HANDOFF_MARK",
     "INTERRUPTED_RESULT",
+    "REASONING_KEY",
     "RUN_NOTE_PREFIX",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "cap_tool_result",
     "clean_assistant_message",
     "message_text",
+    "place_run_note",
     "protocol_problems",
     "render_message",
     "run_note",
@@ -64,15 +66,36 @@ INTERRUPTED_RESULT = json.dumps(
     }
 )
 
-# How a run-status note begins (a run stopped, failed or was cancelled). Notes are shown on the
-# assistant side of the conversation, never in the user's voice, so a resumed run does not read
-# its own stop reason as the latest request.
+# Where a provider's reasoning text (its chain of thought) sits in an assistant message.
+REASONING_KEY = "reasoning_content"
+
+# How a run-status note begins (a run stopped, failed or was cancelled). A note is never in the
+# user's voice, so a resumed run does not read its own stop reason as the latest request.
 RUN_NOTE_PREFIX = "[run note] "
 
 
-def run_note(text: str) -> dict[str, Any]:
-    """Return the view message of a run-status note: assistant-side, clearly marked."""
-    return {"role": "assistant", "content": RUN_NOTE_PREFIX + text}
+def run_note(text: str, *, role: str = "assistant") -> dict[str, Any]:
+    """Return the view message of a run-status note, clearly marked.
+
+    Rendering 1 shows notes on the assistant side; rendering 2 as system messages (see
+    `place_run_note`), so a note never makes two assistant messages follow each other.
+    """
+    return {"role": role, "content": RUN_NOTE_PREFIX + text}
+
+
+def place_run_note(
+    waiting: list[Any], next_message: dict[str, Any], *, group_open: bool
+) -> list[Any]:
+    """Return the notes of `waiting` to show now, right before `next_message`.
+
+    Where a run note goes (rendering 2): it waits until another message follows it, then goes
+    right before that message, once no tool group is open (never between a call and its
+    results). So a note never ends a request, never stands between two tool messages, and every
+    earlier request stays a byte-identical prefix of the later ones. Empty while it must wait.
+    """
+    if group_open or next_message.get("role") == "tool":
+        return []
+    return list(waiting)
 
 
 def tool_calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,11 +117,14 @@ def message_text(message: dict[str, Any]) -> str:
     return str(content)
 
 
-def clean_assistant_message(message: dict[str, Any]) -> dict[str, Any]:
+def clean_assistant_message(
+    message: dict[str, Any], *, keep_reasoning: bool = False
+) -> dict[str, Any]:
     """Return the protocol fields of an assistant message, with string arguments.
 
-    Provider extras (reasoning text, audio ids, refusals) are dropped because some providers
-    refuse them when they come back in a request.
+    Provider extras (audio ids, refusals) are dropped. With `keep_reasoning` the provider's
+    reasoning text (`reasoning_content`) is kept: it is part of the record, and each gateway's
+    payload decides whether it is sent back (see `ModelGateway.payload`).
     """
     calls = []
     for call in message.get("tool_calls") or []:
@@ -117,6 +143,9 @@ def clean_assistant_message(message: dict[str, Any]) -> dict[str, Any]:
     if content is not None and not isinstance(content, str):
         content = message_text(message)
     cleaned: dict[str, Any] = {"role": "assistant", "content": content}
+    reasoning = message.get(REASONING_KEY)
+    if keep_reasoning and isinstance(reasoning, str) and reasoning:
+        cleaned[REASONING_KEY] = reasoning
     if calls:
         cleaned["tool_calls"] = calls
     elif content is None:

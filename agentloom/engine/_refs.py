@@ -10,8 +10,9 @@ A view message has an *origin*:
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
 rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
-`note` (`prefix` + the text capped at `cap`) and `run_note` (a run-status note shown on the
-assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped). Either kind of
+`note` (`prefix` + the text capped at `cap`), `run_note` (a run-status note shown on the
+assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped; rendering 1) and
+`system_note` (the same note as a system message; rendering 2). Either kind of
 origin may also carry a large-record transform (see `_large`): `"ex": N, "ref": R` shows an excerpt
 of N characters naming reference R; `"mask": 1, "ref": R` shows a tool result as a one-line stub.
 A tool result's record may keep a `detail` (the whole result of a tool server, with its
@@ -46,6 +47,7 @@ from agentloom.engine._errors import FrameError
 from agentloom.engine._large import excerpt, masked
 from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
+    REASONING_KEY,
     RUN_NOTE_PREFIX,
     cap_tool_result,
     message_text,
@@ -76,13 +78,18 @@ LARGE_KEYS = ("ex", "mask", "ref")
 
 
 def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
-    """Return an assistant record as history shows it: call ids rewritten to `h<seq>_<n>`."""
+    """Return an assistant record as history shows it: call ids rewritten to `h<seq>_<n>`.
+
+    Reasoning text stays with its message (only records of rendering 2 or later have any).
+    """
     calls = message.get("tool_calls") or []
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         content = message_text(message)
+    reasoning = message.get(REASONING_KEY)
+    thought = {REASONING_KEY: reasoning} if isinstance(reasoning, str) and reasoning else {}
     if not calls:
-        return {"role": "assistant", "content": content or ""}
+        return {"role": "assistant", "content": content or "", **thought}
     rewritten = []
     for number, call in enumerate(calls, start=1):
         function = call.get("function") or {}
@@ -96,7 +103,7 @@ def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
                 "function": {"name": str(function.get("name") or ""), "arguments": arguments},
             }
         )
-    return {"role": "assistant", "content": content, "tool_calls": rewritten}
+    return {"role": "assistant", "content": content, **thought, "tool_calls": rewritten}
 
 
 def _capped(text: str, cap: int | None) -> str:
@@ -145,10 +152,9 @@ def _transformed(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, A
         }
     if how == "note":
         return {"role": "user", "content": origin["prefix"] + _capped(text, origin.get("cap"))}
-    if how == "run_note":
-        if text.startswith(RUN_NOTE_PREFIX):
-            return {"role": "assistant", "content": text}
-        return run_note(text.removeprefix(FEEDBACK_PREFIX))
+    if how in ("run_note", "system_note"):
+        role = "system" if how == "system_note" else "assistant"
+        return run_note(text.removeprefix(RUN_NOTE_PREFIX).removeprefix(FEEDBACK_PREFIX), role=role)
     raise FrameError(f"unknown view reference {origin!r}")
 
 
@@ -164,8 +170,14 @@ class RecordStore(abc.ABC):
         """Return the messages of the session journal records `seqs`, by seq."""
 
     @abc.abstractmethod
-    def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
-        """Return the inherited history block a checkpoint names, with each message's origin."""
+    def history(
+        self, block: dict[str, Any], *, rendering: int
+    ) -> tuple[list[dict[str, Any]], list[Origin]]:
+        """Return the inherited history block a checkpoint names, with each message's origin.
+
+        `rendering` is the checkpoint's rendering version (see `_rendering`): the block is
+        projected under the rules it was made with.
+        """
 
     def main_record(
         self,

@@ -125,15 +125,21 @@ class MemoryJournal:
         return added
 
     def history(
-        self, upto: int | None = None, *, binding: dict[str, Any] | None = None
+        self,
+        upto: int | None = None,
+        *,
+        binding: dict[str, Any] | None = None,
+        rendering: int | None = None,
     ) -> ProjectedHistory:
         """Return what a new run inherits from the rows up to `upto` (all by default).
 
-        With a run's `binding`, large records are shown as its large-record policy says.
+        With a run's `binding`, large records are shown as its large-record policy says;
+        `rendering` is the version of the rules (default: the current one).
         """
         return project_history(
             (row for row in self.rows if upto is None or row.seq <= upto),
             judge=history_judge(binding) if binding else None,
+            rendering=rendering,
         )
 
     def store(self, run_id: Any) -> RecordStore:
@@ -152,7 +158,9 @@ class _Store(RecordStore):
     def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
         return {row.seq: row.message for row in self.source.rows if row.seq in seqs}
 
-    def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
+    def history(
+        self, block: dict[str, Any], *, rendering: int
+    ) -> tuple[list[dict[str, Any]], list[Origin]]:
         if block.get("view") is not None:
             raise LookupError("the memory journal keeps no reusable views")
         rows = [
@@ -161,7 +169,10 @@ class _Store(RecordStore):
             if block["after"] < row.seq <= block["upto"] and row.instance == MAIN_INSTANCE
         ]
         history = project_history(
-            rows, tool_result_chars=block["cap"], excerpts=block_excerpts(block)
+            rows,
+            tool_result_chars=block["cap"],
+            excerpts=block_excerpts(block),
+            rendering=rendering,
         )
         return history.messages, history.origins
 

@@ -1,7 +1,14 @@
 """Model providers: the secure HTTP client, model discovery, the manifest and chat gateways.
 
 Plain Python: the Django side passes settings such as `ALLOW_PRIVATE_MODEL_HOSTS` in as
-arguments, and gets dataclasses and `ProviderError`s back.
+arguments, and gets dataclasses and `ProviderError`s back. Where each rule lives:
+
+- `_errors`: the fixed message of each error kind; `_http`: which provider answer is which kind;
+- `manifest`: exact model IDs, their windows, prices and retirements; `_schedule`: prices by
+  the time of day (dated peak-hour rules, holiday calendars);
+- `pricing`: the price a call is billed at (manifest on official endpoints, an operator's
+  prices elsewhere) and its cost; `discovery`: model lists, defaults and `retirement_of`;
+- `chat`: the gateways, DeepSeek's thinking settings among them.
 """
 
 from agentloom.providers._addresses import (
@@ -28,6 +35,7 @@ from agentloom.providers._urls import (
     punycode_url,
 )
 from agentloom.providers.chat import (
+    THINKING_OUTPUT_FLOOR,
     DeepSeekChatGateway,
     LMStudioChatGateway,
     OllamaChatGateway,
@@ -35,6 +43,7 @@ from agentloom.providers.chat import (
     OpenAICompatibleChatGateway,
     gateway_for_provider,
     parse_chat_completion,
+    thinking_output_floor,
 )
 from agentloom.providers.discovery import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -47,8 +56,9 @@ from agentloom.providers.discovery import (
     discover_models,
     is_chat_model_id,
     model_defaults,
+    retirement_of,
 )
-from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
+from agentloom.providers.manifest import Manifest, ManifestEntry, Retirement, load_manifest
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -61,6 +71,7 @@ __all__ = [
     "PLATFORM_DEFAULT_WINDOW",
     "PROVIDERS",
     "RETRYABLE_KINDS",
+    "THINKING_OUTPUT_FLOOR",
     "WINDOW_SOURCES",
     "ClientFactory",
     "DeepSeekChatGateway",
@@ -75,6 +86,7 @@ __all__ = [
     "ProviderClient",
     "ProviderError",
     "Resolver",
+    "Retirement",
     "address_refusal",
     "discover_models",
     "endpoint_url",
@@ -88,6 +100,8 @@ __all__ = [
     "parse_chat_completion",
     "punycode_url",
     "resolve_checked",
+    "retirement_of",
     "secure_client",
     "system_resolver",
+    "thinking_output_floor",
 ]

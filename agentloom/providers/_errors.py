@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from agentloom.engine import GatewayError
 
 __all__ = ["KINDS", "RETRYABLE_KINDS", "ProviderError"]
@@ -10,9 +12,25 @@ __all__ = ["KINDS", "RETRYABLE_KINDS", "ProviderError"]
 # an exception, so the Django side may show `str(exc)` to an administrator as it is.
 _MESSAGES = {
     "auth": "The provider rejected the credentials.",
+    "quota": (
+        "The provider account has no balance or quota left: top it up or raise its limit in the "
+        "provider's billing settings."
+    ),
     "rate_limit": "The provider is limiting the request rate.",
-    "context_length": "The request is longer than the model's context window.",
+    "context_length": (
+        "The request is longer than the model's context window: check the connection's context "
+        "window and safety margin against the provider's model page."
+    ),
+    "reasoning_missing": (
+        "The provider refused a thinking-mode request whose earlier assistant messages lack the "
+        "reasoning_content it returned: turn thinking off on the connection, or publish a new "
+        "version and start a new session."
+    ),
     "bad_request": "The provider rejected the request.",
+    "model_unknown": (
+        "The provider does not serve this model ID: check the connection's model ID against the "
+        "provider's model list."
+    ),
     "not_found": "The provider does not know this endpoint or model.",
     "upstream": "The provider failed to answer.",
     "redirect": "The provider answered with a redirect, which is never followed.",
@@ -32,8 +50,9 @@ RETRYABLE_KINDS = frozenset({"rate_limit", "upstream", "network", "timeout"})
 class ProviderError(GatewayError):
     """A provider call failed; `kind` says how, `status` is the HTTP status when there was one.
 
-    `message` defaults to the fixed text of the kind; callers that pass one pass fixed text too.
-    `retry_after` is the provider's `Retry-After` in seconds when it sent a usable one.
+    `message` defaults to the fixed text of the kind, which says what an operator can do about
+    it; callers that pass one pass fixed text too. `retry_after` is the provider's `Retry-After`
+    in seconds when it sent a usable one, and a rate limit's message names it.
     """
 
     def __init__(
@@ -49,6 +68,8 @@ class ProviderError(GatewayError):
             raise ValueError(f"unknown provider error kind {kind!r}")
         self._given_message = message
         text = message or _MESSAGES[kind]
+        if kind == "rate_limit" and message is None and retry_after is not None:
+            text = f"{text[:-1]}; it asks to retry after {math.ceil(retry_after)} s."
         if status is not None:
             text = f"{text} (HTTP {status})"
         super().__init__(kind, text, status=status)

@@ -48,6 +48,15 @@ _CONTEXT_TEXT = re.compile(
     re.IGNORECASE,
 )
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+# OpenAI answers an unknown model with 404 `model_not_found`; DeepSeek with a 400 "Model Not
+# Exist" (as its API answers, not listed on its error-code page).
+_MODEL_CODES = frozenset({"model_not_found"})
+_MODEL_TEXT = re.compile(
+    r"model not exist|model (\S+ )?does not exist|unknown model", re.IGNORECASE
+)
+# DeepSeek's 400 in thinking mode when an assistant message of a tool-call span lacks its
+# reasoning: "The `reasoning_content` in the thinking mode must be passed back to the API."
+_REASONING_TEXT = re.compile(r"reasoning_content.{0,40}must be passed back", re.IGNORECASE)
 # The HTTP libraries log full URLs at INFO and response headers at DEBUG; a provider can put
 # anything in its headers, including an echo of the key. During a provider call their records
 # are dropped and this module logs its own line instead.
@@ -362,30 +371,31 @@ def _read_capped(response: httpx.Response, limit: int, deadline: float, *, stric
 
 
 def _status_error(status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
+    """Return the error for an HTTP error answer, its kind read from the status and error code.
+
+    The body is read for its error code and message only to choose among fixed texts; neither
+    reaches the error.
+    """
     code, text = _error_details(body)
     if status in (401, 403):
         return ProviderError("auth", status=status)
-    if status == 402:
-        return ProviderError(
-            "auth", "The provider account has no balance or quota left.", status=status
-        )
+    if status == 402 or code in _QUOTA_CODES:
+        # DeepSeek answers 402 "Insufficient Balance"; OpenAI 429 with `insufficient_quota`.
+        return ProviderError("quota", status=status, retryable=False)
+    if code in _MODEL_CODES or (status in (400, 404, 422) and text and _MODEL_TEXT.search(text)):
+        return ProviderError("model_unknown", status=status)
     if status == 404:
         return ProviderError("not_found", status=status)
     if status == 408:
         return ProviderError("timeout", status=status)
     if status == 429:
-        if code in _QUOTA_CODES:
-            return ProviderError(
-                "rate_limit",
-                "The provider account has exceeded its quota.",
-                status=status,
-                retryable=False,
-            )
         return ProviderError("rate_limit", status=status, retry_after=_retry_after(headers))
     if status >= 500:
         return ProviderError("upstream", status=status, retry_after=_retry_after(headers))
     if status == 413 or code in _CONTEXT_CODES or (text and _CONTEXT_TEXT.search(text)):
         return ProviderError("context_length", status=status)
+    if text and _REASONING_TEXT.search(text):
+        return ProviderError("reasoning_missing", status=status)
     return ProviderError("bad_request", status=status)
 
 

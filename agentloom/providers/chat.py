@@ -10,7 +10,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agentloom.engine import ModelGateway, ModelRequest, ModelResponse
+from agentloom.engine import (
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    PayloadRules,
+    with_passed_back_reasoning,
+    without_reasoning,
+)
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
 from agentloom.providers._urls import PROVIDERS, endpoint_url
@@ -18,6 +25,7 @@ from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFacto
 from agentloom.providers.local_servers import chat_url, ollama_chat_payload, parse_ollama_chat
 
 __all__ = [
+    "THINKING_OUTPUT_FLOOR",
     "DeepSeekChatGateway",
     "LMStudioChatGateway",
     "OllamaChatGateway",
@@ -25,6 +33,7 @@ __all__ = [
     "OpenAICompatibleChatGateway",
     "gateway_for_provider",
     "parse_chat_completion",
+    "thinking_output_floor",
 ]
 
 logger = logging.getLogger("agentloom.providers")
@@ -45,6 +54,9 @@ class OpenAICompatibleChatGateway(ModelGateway):
     # Compatible servers and DeepSeek read `max_tokens`; many reject the newer OpenAI name.
     output_limit_field = "max_tokens"
     keeps_reasoning_content = False
+    # What the integrity gate checks the body against (`agentloom.engine` `_gate`): no
+    # reasoning text ever goes to an OpenAI-family or compatible server.
+    payload_rules = PayloadRules(output_limit_field="max_tokens")
 
     def __init__(
         self,
@@ -132,8 +144,8 @@ class OpenAICompatibleChatGateway(ModelGateway):
         return parse_chat_completion(document, keep_reasoning_content=self.keeps_reasoning_content)
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
-        """Return the JSON body this gateway sends for `request`."""
-        body: dict[str, Any] = {"model": self.model_id, "messages": list(request.messages)}
+        """Return the JSON body this gateway sends for `request` (never any reasoning text)."""
+        body: dict[str, Any] = {"model": self.model_id, "messages": without_reasoning(request)}
         if request.tools:
             body["tools"] = list(request.tools)
         body[self.output_limit_field] = self.output_limit(request.max_output_tokens)
@@ -163,16 +175,88 @@ class OpenAIChatGateway(OpenAICompatibleChatGateway):
     provider = "openai"
     # OpenAI deprecated `max_tokens` and reasoning models reject it.
     output_limit_field = "max_completion_tokens"
+    payload_rules = PayloadRules(output_limit_field="max_completion_tokens")
+
+
+# DeepSeek's thinking settings, as its "Thinking Mode" guide documents them (OpenAI format):
+# `{"thinking": {"type": "enabled" | "disabled"}}` and `{"reasoning_effort": "low" | "high" |
+# "max"}`; thinking is on by default, with effort `high`.
+THINKING_MODES = ("enabled", "disabled")
+REASONING_EFFORTS = ("low", "high", "max")
+# Parameters the same guide says thinking mode does not support (accepted, without effect).
+THINKING_IGNORED = ("temperature", "presence_penalty", "frequency_penalty")
 
 
 class DeepSeekChatGateway(OpenAICompatibleChatGateway):
-    """DeepSeek's chat completions, which take the limit as `max_tokens`."""
+    """DeepSeek's chat completions, which take the limit as `max_tokens`.
+
+    `thinking` and `reasoning_effort` (None: DeepSeek's default, nothing sent) are sent with
+    every call, whatever its purpose.
+    """
 
     provider = "deepseek"
     output_limit_field = "max_tokens"
     # In thinking mode DeepSeek refuses (400) a tool-call continuation whose assistant messages
     # lack the `reasoning_content` it returned, so the reply keeps it for the next request.
     keeps_reasoning_content = True
+    payload_rules = PayloadRules(output_limit_field="max_tokens", reasoning="tool_spans")
+
+    @staticmethod
+    def reasoning_payload(request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
+        """Pass reasoning back on every assistant message of a user-to-user span with tool calls.
+
+        DeepSeek's thinking-mode guide (api-docs.deepseek.com/guides/thinking_mode, read
+        2026-12-01) requires it in all later requests and ignores it elsewhere, so it is sent
+        only there. A message with none to pass back (journaled before reasoning was kept, or
+        a model that returned none) is not sent with an empty string, which the guide does not
+        promise to accept: that request goes with thinking disabled, where nothing is required.
+        """
+        messages, complete = with_passed_back_reasoning(request)
+        if complete:
+            return {**body, "messages": messages}
+        body = {k: v for k, v in body.items() if k != "reasoning_effort"}
+        return {**body, "messages": without_reasoning(request), "thinking": {"type": "disabled"}}
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model_id: str,
+        *,
+        thinking: str | None = None,
+        reasoning_effort: str | None = None,
+        **options: Any,
+    ):
+        super().__init__(base_url, api_key, model_id, **options)
+        if thinking not in (None, *THINKING_MODES):
+            raise ValueError(f"thinking must be one of {THINKING_MODES} or None")
+        if reasoning_effort not in (None, *REASONING_EFFORTS):
+            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None")
+        if thinking == "disabled" and reasoning_effort is not None:
+            raise ValueError("reasoning_effort applies in thinking mode only")
+        self.thinking = thinking
+        self.reasoning_effort = reasoning_effort
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        """Return the body with the thinking settings and DeepSeek's reasoning rule applied.
+
+        With thinking disabled nothing needs passing back, so no reasoning is sent at all.
+        """
+        body = self.with_thinking(super().payload(request))
+        if self.thinking == "disabled":
+            return {**body, "messages": without_reasoning(request)}
+        return self.reasoning_payload(request, body)
+
+    def with_thinking(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Return `body` with the thinking settings, without what thinking mode ignores."""
+        if self.thinking is not None:
+            body["thinking"] = {"type": self.thinking}
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
+        if self.thinking != "disabled":
+            for name in THINKING_IGNORED:
+                body.pop(name, None)
+        return body
 
 
 class LMStudioChatGateway(OpenAICompatibleChatGateway):
@@ -193,6 +277,8 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
     """
 
     provider = "ollama"
+    # The native `/api/chat` body (with num_ctx) has no call ids: the gate cannot read it.
+    payload_rules: PayloadRules | None = PayloadRules(output_limit_field="max_tokens")
 
     def __init__(
         self,
@@ -210,6 +296,8 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
             raise ValueError("num_ctx must be a positive integer or None")
         self.num_ctx = num_ctx
         self.url = chat_url(self.provider, base_url, num_ctx=num_ctx)
+        if num_ctx is not None:
+            self.payload_rules = None
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         if self.num_ctx is None:
@@ -225,6 +313,18 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
         if self.num_ctx is None:
             return super().parse(document)
         return parse_ollama_chat(document)
+
+
+# The least output limit of a connection to a model that thinks by default: the limit counts the
+# chain of thought, so a small one can be spent before the answer begins (DeepSeek's thinking
+# mode: "max_tokens counts the reasoning"; its own default is 32K).
+THINKING_OUTPUT_FLOOR = 8_192
+_THINKING_PROVIDERS = ("deepseek",)
+
+
+def thinking_output_floor(provider: str) -> int | None:
+    """Return the least `max_output_tokens` of a `provider` connection (None: no floor)."""
+    return THINKING_OUTPUT_FLOOR if provider in _THINKING_PROVIDERS else None
 
 
 _GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {

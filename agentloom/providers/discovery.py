@@ -28,7 +28,7 @@ from agentloom.providers.local_servers import (
     lmstudio_windows,
     ollama_windows,
 )
-from agentloom.providers.manifest import Manifest, ManifestEntry, load_manifest
+from agentloom.providers.manifest import Manifest, ManifestEntry, Retirement, load_manifest
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -41,6 +41,7 @@ __all__ = [
     "discover_models",
     "is_chat_model_id",
     "model_defaults",
+    "retirement_of",
 ]
 
 PLATFORM_DEFAULT_WINDOW = 32_768
@@ -123,6 +124,8 @@ class DiscoveredModel:
     estimator: str = "bytes"
     # Said beside the window when it may not be the one the server runs the model with.
     warning: str | None = None
+    # On the official endpoint: {retired_on, replacement, source_url} of a retired model ID.
+    retired: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,6 +334,7 @@ def _describe(
     if cap is None and listed is not None:
         cap = listed.max_output_cap
     tokenizer = listed.tokenizer if listed is not None else None
+    retirement = listed.retirement() if listed is not None else None
     return DiscoveredModel(
         id=model_id,
         chat=_is_chat(provider, model_id, entry, manifest),
@@ -342,7 +346,30 @@ def _describe(
         verified_on=verified_on,
         tokenizer=tokenizer,
         estimator=_ESTIMATOR_OF_TOKENIZER.get(tokenizer or "", "bytes"),
+        retired=retirement.to_dict() if retirement is not None else None,
     )
+
+
+def retirement_of(
+    provider: str,
+    base_url: str,
+    model_id: str,
+    *,
+    today: datetime.date | None = None,
+    manifest: Manifest | None = None,
+) -> Retirement | None:
+    """Return the provider's retirement of exactly `model_id` if it is past on `today`.
+
+    On the official endpoint only: a proxy or a self-hosted server may go on serving a name the
+    provider retired, so the manifest's retirements never apply to one.
+    """
+    if provider not in PROVIDERS or not is_official_endpoint(provider, base_url):
+        return None
+    entry = (manifest or load_manifest()).lookup(provider, model_id)
+    retirement = entry.retirement() if entry is not None else None
+    if retirement is None or (today or datetime.date.today()).isoformat() <= retirement.retired_on:
+        return None
+    return retirement
 
 
 def _configured_output(window: int, cap: int | None) -> int:

@@ -7,10 +7,16 @@
 `max_prompt_tokens` above which the listed prices do not apply. Prices share the entry's source
 and date; `prices: null` means they are unknown. Lookups are by exact ID only: a dated snapshot or
 a fine-tune is another model and is listed separately or not at all.
+
+Prices that depend on the time of day are `price_periods` instead: dated peak and off-peak
+prices under a named schedule of `price_schedules`, whose holidays come from `calendars`
+(`agentloom.providers._schedule` states the rules). A model the provider no longer serves has
+`retired_on` (the last day it was served) and the `replacement` the provider names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import functools
@@ -21,6 +27,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from agentloom.providers._schedule import (
+    HolidayCalendar,
+    PricePeriod,
+    PriceSchedule,
+    parse_calendars,
+    parse_periods,
+    parse_schedules,
+)
+
 __all__ = [
     "MANIFEST_MAX_AGE_DAYS",
     "MANIFEST_PATH",
@@ -28,6 +43,8 @@ __all__ = [
     "Manifest",
     "ManifestEntry",
     "Prices",
+    "Retirement",
+    "ScheduledPrice",
     "load_manifest",
 ]
 
@@ -77,15 +94,67 @@ class ManifestEntry:
     note: str | None = None
     tokenizer: str | None = None
     prices: Prices | None = None
+    price_periods: tuple[PricePeriod, ...] = ()
+    retired_on: str | None = None
+    replacement: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["prices"] = self.prices.to_dict() if self.prices is not None else None
+        data["price_periods"] = [
+            {
+                "from": period.starts.isoformat(),
+                "schedule": period.schedule,
+                "peak": period.peak.to_dict(),
+                "off_peak": period.off_peak.to_dict(),
+            }
+            for period in self.price_periods
+        ]
         return data
+
+    def retirement(self) -> Retirement | None:
+        """Return the provider's retirement of this ID, or None while it is served."""
+        if self.retired_on is None:
+            return None
+        return Retirement(self.model_id, self.retired_on, self.replacement or "", self.source_url)
 
     def age_days(self, today: datetime.date) -> int:
         """Return how many days before `today` the entry was verified."""
         return (today - datetime.date.fromisoformat(self.verified_on)).days
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """A model ID its provider stopped serving after `retired_on`, and what it names instead."""
+
+    model_id: str
+    retired_on: str
+    replacement: str
+    source_url: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "retired_on": self.retired_on,
+            "replacement": self.replacement,
+            "source_url": self.source_url,
+        }
+
+    def message(self, provider_name: str) -> str:
+        """Return fixed text saying what happened and what to choose instead."""
+        return (
+            f"{provider_name} retired the model ID {self.model_id} after {self.retired_on}; "
+            f"choose {self.replacement} instead."
+        )
+
+
+@dataclass(frozen=True)
+class ScheduledPrice:
+    """The prices of one instant under a schedule, its band, and where the prices were read."""
+
+    prices: Prices
+    band: str
+    source_url: str
+    verified_on: str
 
 
 @dataclass(frozen=True)
@@ -94,6 +163,26 @@ class Manifest:
 
     version: str
     entries: Mapping[tuple[str, str], ManifestEntry]
+    schedules: Mapping[str, PriceSchedule] = dataclasses.field(default_factory=dict)
+    calendars: Mapping[str, HolidayCalendar] = dataclasses.field(default_factory=dict)
+
+    def scheduled_price(self, entry: ManifestEntry, at: datetime.datetime) -> ScheduledPrice | None:
+        """Return `entry`'s prices at the instant `at`, or None when they cannot be decided.
+
+        The period and the schedule's rule are those in force at `at`; before the first of
+        either, or on a day whose holiday year the calendar does not list, there is no price.
+        """
+        periods = [period for period in entry.price_periods if period.starts <= at]
+        if not periods:
+            return None
+        period = periods[-1]
+        schedule = self.schedules[period.schedule]
+        rule = schedule.rule_at(at)
+        band = rule.band(at, self.calendars.__getitem__) if rule is not None else None
+        if band is None:
+            return None
+        prices = period.peak if band == "peak" else period.off_peak
+        return ScheduledPrice(prices, band, entry.source_url, entry.verified_on)
 
     def lookup(self, provider: str, model_id: str) -> ManifestEntry | None:
         """Return the entry for exactly this provider and model ID, or None."""
@@ -106,8 +195,15 @@ class Manifest:
     def stale(
         self, today: datetime.date, *, max_age_days: int = MANIFEST_MAX_AGE_DAYS
     ) -> list[ManifestEntry]:
-        """Return the entries verified more than `max_age_days` before `today`, oldest first."""
-        old = [entry for entry in self.entries.values() if entry.age_days(today) > max_age_days]
+        """Return the entries verified more than `max_age_days` before `today`, oldest first.
+
+        A retired model's entry is history: its figures are not checked again.
+        """
+        old = [
+            entry
+            for entry in self.entries.values()
+            if entry.age_days(today) > max_age_days and entry.retired_on is None
+        ]
         return sorted(old, key=lambda entry: (entry.verified_on, entry.provider, entry.model_id))
 
 
@@ -132,16 +228,20 @@ def _parse(document: Any) -> Manifest:
     providers = document.get("models")
     if not isinstance(providers, dict):
         raise ValueError("manifest: models must be an object of providers")
+    calendars = parse_calendars(document.get("calendars"))
+    schedules = parse_schedules(document.get("price_schedules"), calendars)
     entries: dict[tuple[str, str], ManifestEntry] = {}
     for provider, models in providers.items():
         if not isinstance(models, dict):
             raise ValueError(f"manifest: models.{provider} must be an object of model IDs")
         for model_id, fields in models.items():
-            entries[(provider, model_id)] = _entry(provider, model_id, fields)
-    return Manifest(version=version, entries=entries)
+            entries[(provider, model_id)] = _entry(provider, model_id, fields, schedules)
+    return Manifest(version=version, entries=entries, schedules=schedules, calendars=calendars)
 
 
-def _entry(provider: str, model_id: str, fields: Any) -> ManifestEntry:
+def _entry(
+    provider: str, model_id: str, fields: Any, schedules: Mapping[str, PriceSchedule]
+) -> ManifestEntry:
     where = f"manifest: {provider}/{model_id}"
     if not isinstance(fields, dict):
         raise ValueError(f"{where}: must be an object")
@@ -179,7 +279,31 @@ def _entry(provider: str, model_id: str, fields: Any) -> ManifestEntry:
         note=note,
         tokenizer=tokenizer,
         prices=_prices(fields.get("prices"), f"{where}: prices"),
+        price_periods=parse_periods(
+            fields.get("price_periods"), f"{where}: price_periods", schedules, _required_prices
+        ),
+        **_retirement(fields, where),
     )
+
+
+def _retirement(fields: dict[str, Any], where: str) -> dict[str, str | None]:
+    retired_on, replacement = fields.get("retired_on"), fields.get("replacement")
+    if retired_on is None and replacement is None:
+        return {}
+    try:
+        datetime.date.fromisoformat(retired_on)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: retired_on must be an ISO date") from None
+    if not isinstance(replacement, str) or not replacement:
+        raise ValueError(f"{where}: a retired model names its replacement")
+    return {"retired_on": retired_on, "replacement": replacement}
+
+
+def _required_prices(value: Any, where: str) -> Prices:
+    prices = _prices(value, where)
+    if prices is None:
+        raise ValueError(f"{where} must be an object")
+    return prices
 
 
 def _prices(value: Any, where: str) -> Prices | None:

@@ -31,5 +31,8 @@ class MembershipSerializer(serializers.Serializer):
 
 
 class MembershipCreateSerializer(StrictSerializer):
-    username = TextField(max_length=150)
+    username = TextField(
+        max_length=150,
+        help_text="The username of an existing user; one that names no user is refused (400).",
+    )
     role = serializers.ChoiceField(choices=Membership.Role.choices)

@@ -8,7 +8,7 @@ import agentloom.fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("models_app", "0008_connection_previous_keys"),
+        ("models_app", "0009_connection_thinking_prices"),
         ("spaces", "0006_api_tokens"),
     ]
 

@@ -7,7 +7,7 @@ import agentloom.fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0010_encrypted_titles"),
+        ("sessions_app", "0013_model_call_price_source"),
     ]
 
     operations = [

@@ -28,7 +28,7 @@ from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.validation import clean_text
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import Run
-from sessions_app.services.journal import journal_status
+from sessions_app.services.journal import ended_run_fields, journal_status, lock_run
 from sessions_app.services.runs import _enqueue, _queue_deadline, lock_live_session
 
 __all__ = [
@@ -69,8 +69,9 @@ def run_decide(*, user, run: Run, call_id: Any, decision: Any, note: Any = "") -
         raise InvalidInput("Must be approve or deny.", field="decision")
     note = clean_text(note, field="note", max_chars=MAX_NOTE_CHARS, required=False).strip()
     note = redactor_for(run.session.agent_version).text(note)
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    # The session first, then the run: the journal writers' lock order.
     lock_live_session(run.session_id)
+    run = lock_run(run.pk, session_id=run.session_id)
     pending = {item["call_id"] for item in run.pending_approvals or []}
     if call_id not in pending:
         raise InvalidInput("This run waits on no such tool call.", field="call_id")
@@ -104,15 +105,16 @@ def sweep_expired_approvals(*, now=None) -> list[int]:
     stale = Run.objects.filter(status=Run.Status.WAITING_APPROVAL, waiting_since__lt=cutoff)
     ended = []
     reason = f"{APPROVAL_EXPIRED}: no decision within {settings.RUN_APPROVAL_SECONDS} seconds"
-    for run_id in stale.values_list("pk", flat=True):
+    for run_id, session_id in stale.values_list("pk", "session_id"):
         with transaction.atomic():
-            run = Run.objects.select_for_update().get(pk=run_id)
+            run = lock_run(run_id, session_id=session_id)
             if run.status != Run.Status.WAITING_APPROVAL or run.waiting_since >= cutoff:
                 continue
-            run.status = Run.Status.CANCELLED
-            run.error = reason
-            run.finished_at = now
-            run.save(update_fields=["status", "error", "finished_at", "updated_at"])
+            fields = ended_run_fields({"status": Run.Status.CANCELLED, "error": reason}, {})
+            fields["finished_at"] = now
+            for name, value in fields.items():
+                setattr(run, name, value)
+            run.save(update_fields=[*fields, "updated_at"])
             journal_status(run, status=Run.Status.CANCELLED, error=reason)
             ended.append(run.pk)
     return ended

@@ -17,7 +17,7 @@ from django.db import transaction
 from agentloom.engine import Checkpoint, InstanceFrame, Origin, Record, RecordStore, iso_utc
 from sessions_app.models import MAIN_INSTANCE, Run, SessionMessage
 from sessions_app.services.history import history_block
-from sessions_app.services.journal import JournalWriter
+from sessions_app.services.journal import JournalWriter, lock_run
 from sessions_app.services.views import journal_messages
 
 
@@ -47,8 +47,10 @@ class JournalStore(RecordStore):
     def journal(self, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
         return journal_messages(self.session_id, seqs)
 
-    def history(self, block: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Origin]]:
-        return history_block(self.session_id, block)
+    def history(
+        self, block: dict[str, Any], *, rendering: int
+    ) -> tuple[list[dict[str, Any]], list[Origin]]:
+        return history_block(self.session_id, block, rendering=rendering)
 
     def main_record(
         self,
@@ -88,7 +90,7 @@ def migrate_checkpoint(run: Run) -> bool:
     references are recorded, in one transaction.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run.pk)
+        run = lock_run(run.pk, session_id=run.session_id)
         checkpoint = run.checkpoint
         if not isinstance(checkpoint, dict) or checkpoint.get("format", 1) != 1:
             return False

@@ -8,6 +8,7 @@ after the lease was lost is recorded `discarded` (it was billed, but the run nev
 
 from __future__ import annotations
 
+import datetime
 import logging
 import statistics
 import uuid
@@ -37,7 +38,7 @@ from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.services.approvals import decisions_of
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status
+from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.runs import claim_run, renew_lease, take_supplements
 
@@ -57,6 +58,8 @@ def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
         "price_max_prompt_tokens": prices.max_prompt_tokens,
         "price_source_url": price.source_url,
         "price_verified_on": price.verified_on,
+        "price_source": price.source,
+        "price_band": price.band or "",
     }
 
 
@@ -128,6 +131,7 @@ def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> 
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
+        lock_session(run.session_id)  # before the run's row: the journal's lock order
         updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
             status=Run.Status.FAILED,
             error=error,
@@ -140,24 +144,14 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
             journal_status(run, status=Run.Status.FAILED, error=error)
 
 
-def _final_fields(run: Run, outcome) -> dict[str, Any]:
-    """Return the run's columns after an execution: ended, or waiting for approval."""
-    fields: dict[str, Any] = {"status": outcome.status, "lease_owner": "", "lease_expires_at": None}
-    if outcome.status == Run.Status.WAITING_APPROVAL:
-        # The error of an earlier attempt stays, as it does while the run is queued again.
-        return {
-            **fields,
-            "pending_approvals": outcome.pending_approvals,
-            "waiting_since": timezone.now(),
-        }
-    # The decisions stay (by call id): a replay of the run decides as the run did.
+def _waiting_fields(outcome) -> dict[str, Any]:
+    """Return the run's columns once it waits for approval: no worker, no lease, the calls."""
     return {
-        **fields,
-        "answer": outcome.answer,
-        "error": outcome.error or "",
-        "finished_at": timezone.now(),
-        "pending_approvals": [],
-        "waiting_since": None,
+        "status": Run.Status.WAITING_APPROVAL,
+        "lease_owner": "",
+        "lease_expires_at": None,
+        "pending_approvals": outcome.pending_approvals,
+        "waiting_since": timezone.now(),
     }
 
 
@@ -173,8 +167,11 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     version = run.session.agent_version
     writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
-    # The price in force for this execution's calls, copied into each one as it is recorded.
-    price = price_for(version)
+
+    def price(call: Any) -> PriceInForce | None:
+        # The price in force when the call started, copied into it as it is recorded.
+        started = timezone.now() - datetime.timedelta(milliseconds=call.latency_ms or 0)
+        return price_for(version, started)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
         items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
@@ -185,7 +182,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     hooks = EngineHooks(
         save=writer.sync,
         decisions=lambda: decisions,
-        on_model_call=lambda call: _record_model_call(run_id, owner, call, price),
+        on_model_call=lambda call: _record_model_call(run_id, owner, call, price(call)),
         should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
         supplements=supplements,
         renew_lease=lambda: renew_lease(run_id=run_id, owner=owner),
@@ -228,9 +225,11 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
 
-    try:
-        writer.sync(outcome.checkpoint, **_final_fields(run, outcome))
-    except LeaseLost:
-        log.warning("run %s: lease lost before the final save", run_id)
-        return "lease lost"
+    if outcome.status == Run.Status.WAITING_APPROVAL:
+        try:
+            writer.sync(outcome.checkpoint, **_waiting_fields(outcome))
+        except LeaseLost:
+            log.warning("run %s: lease lost before it could wait for approval", run_id)
+            return "lease lost"
+    # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status

@@ -19,6 +19,7 @@ from agentloom.engine import (
     block_excerpts,
     history_judge,
     project_history,
+    rendering_of,
 )
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
 from sessions_app.services.views import compliant_view, view_content
@@ -46,12 +47,19 @@ def project_after_view(
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
     judge: ExcerptJudge | None = None,
     excerpts: Mapping[int, int] | None = None,
+    rendering: int | None = None,
 ) -> ProjectedHistory:
     """Return `view` (if any) followed by the projection of `records` (those after it).
 
-    `judge` decides which records are shown as excerpts; `excerpts` repeats earlier decisions.
+    `judge` decides which records are shown as excerpts; `excerpts` repeats earlier decisions;
+    `rendering` is the version of the rules records are shown with (default: the current one).
     """
-    options = {"tool_result_chars": tool_result_chars, "judge": judge, "excerpts": excerpts}
+    options = {
+        "tool_result_chars": tool_result_chars,
+        "judge": judge,
+        "excerpts": excerpts,
+        "rendering": rendering,
+    }
     if view is None:
         return project_history(records, **options)
     messages, origins = view_content(view)
@@ -83,19 +91,26 @@ def history_for_new_run(
     view = compliant_view(session, binding, as_of=as_of)
     up_to = as_of.inherited_watermark if as_of is not None else None
     records = main_records_after(session, view.watermark if view else 0, up_to=up_to)
-    return project_after_view(records, view, judge=history_judge(binding))
+    return project_after_view(
+        records, view, judge=history_judge(binding), rendering=rendering_of(binding).version
+    )
 
 
 def history_block(
-    session_id: int, block: dict[str, Any]
+    session_id: int, block: dict[str, Any], *, rendering: int
 ) -> tuple[list[dict[str, Any]], list[Origin]]:
-    """Rebuild the inherited history a checkpoint names: the same view and the same records."""
+    """Rebuild the inherited history a checkpoint names: the same view, the same records and
+    the checkpoint's rendering version."""
     view = None
     if block.get("view") is not None:
         view = SessionView.objects.get(session_id=session_id, revision=block["view"])
     session = Session(pk=session_id)
     records = main_records_after(session, block["after"], up_to=block["upto"])
     history = project_after_view(
-        records, view, tool_result_chars=block["cap"], excerpts=block_excerpts(block)
+        records,
+        view,
+        tool_result_chars=block["cap"],
+        excerpts=block_excerpts(block),
+        rendering=rendering,
     )
     return history.messages, history.origins

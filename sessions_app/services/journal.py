@@ -3,10 +3,18 @@
 Called on every engine save with a `Checkpoint`: the frame by reference (`format: 2`) and the
 records added since the last save. In ONE transaction it allocates session seqs for the new
 records from `Session.next_seq` (bumped under the row's lock), inserts them (insert-or-ignore on
-(run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease, marks
+(run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease (or, in the
+save that journals the run's terminal status, ends the run with that status), marks
 journaled supplements consumed, and records the references of a new compaction snapshot (saving
 it as a reusable view when the prefix rule allows). A save costs what was added since the last
 one: the checkpoint holds no records and no copy of the inherited history.
+
+Lock order: a transaction that locks a session's row and one of its runs' rows locks the
+SESSION FIRST, then the run (`lock_run`). The writer's save, the sweep, `journal_status`'s
+callers, the supplement queue, resume, cancel and legacy adoption all follow it; a transaction
+that needs one of the two rows only (a model call's record, the heartbeat, closing the
+supplement queue) may lock that row alone. Taking them the other way round lets PostgreSQL
+abort one of two such transactions as a deadlock.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -101,14 +110,28 @@ def append_records(
     return rows
 
 
+def lock_session(session_id: int) -> None:
+    """Lock the session row for this transaction (it exists; deleted or not)."""
+    if not Session.objects.select_for_update().filter(pk=session_id).values_list("pk"):
+        raise Session.DoesNotExist(f"session {session_id} does not exist")
+
+
+def lock_run(run_id: int, *, session_id: int) -> Run:
+    """Lock run `run_id` of session `session_id` for this transaction, the session's row first."""
+    lock_session(session_id)
+    return Run.objects.select_for_update().get(pk=run_id)
+
+
 def journal_status(run: Run, *, status: str, error: str) -> None:
     """Journal the terminal record `status:<attempt>` of `run`, written outside its engine.
 
     For a run stopped where no engine could write it: swept after its worker was lost, cancelled
     while queued, or unable to build its engine. Call inside the transaction that sets the run's
-    status; a repeat is a no-op. A run that ends before any worker started it has not journaled
-    its question yet; it is journaled first, so that every question stays in the session's
-    history. The error is redacted like everything else written for the run.
+    status, holding the session's lock and then the run's (`lock_run`); a repeat is a no-op. A
+    run that ends before any worker started it has not journaled its question yet; it is
+    journaled first, so that every question stays in the session's history; the supplements it
+    accepted and never showed follow its status. The error is redacted like everything else
+    written for the run.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -124,6 +147,38 @@ def journal_status(run: Run, *, status: str, error: str) -> None:
         (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
     )
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
+    journal_queued_supplements(run_id=run.pk, session_id=run.session_id)
+
+
+def journal_queued_supplements(
+    *, run_id: int, session_id: int, known: set[tuple[str, str]] | None = None
+) -> list[SessionMessage]:
+    """Journal the accepted supplements of an ended run that no view has taken; return the rows.
+
+    A supplement is journaled exactly once: when it enters the run's view, or — if the run ends
+    first — here, at the run's terminal save (or at once, when it is sent to a run that has
+    already ended), after the run's status. Its row has the key the engine gives it, so when a
+    resume shows it at its first safe point, that record finds it journaled; it stays unconsumed
+    until then. Call holding the session's lock.
+    """
+    now = timezone.now()
+    waiting = RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).order_by(
+        "position"
+    )
+    records = [
+        (
+            MAIN_INSTANCE,
+            SessionMessage.Kind.SUPPLEMENT,
+            f"{SUPPLEMENT_KEY_PREFIX}{item.pk}",
+            {"role": "user", "content": item.text},
+            now,
+            None,
+        )
+        for item in waiting
+    ]
+    if not records:
+        return []
+    return append_records(run_id=run_id, session_id=session_id, records=records, known=known)
 
 
 def _reserve_seqs(session_id: int, count: int) -> int:
@@ -138,6 +193,53 @@ def _reserve_seqs(session_id: int, count: int) -> int:
     if row is None:
         raise Session.DoesNotExist(f"session {session_id} does not exist")
     return row[0] - count
+
+
+def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
+    """Return the Run columns that end the run if `checkpoint` journals its terminal status.
+
+    That is the save whose records hold the main instance's `status` record of this execution
+    (the frame's `state.terminal`, cleared when a run is resumed), the last thing an execution
+    journals. Its answer is the candidate answer, kept only when the run succeeded. Empty for
+    any other save, including a resumed format-1 frame's first, which journals older statuses.
+    """
+    state = checkpoint.frame.get("state") or {}
+    terminal = state.get("terminal")
+    journals_it = any(
+        instance == MAIN_INSTANCE and record.kind == SessionMessage.Kind.STATUS
+        for instance, record in checkpoint.records
+    )
+    if not terminal or not journals_it:
+        return {}
+    return ended_run_fields(terminal, state)
+
+
+def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """Return the Run columns of a run ended with `terminal` ({status, error}) in `state`."""
+    status = terminal.get("status")
+    return {
+        "status": status,
+        "answer": state.get("candidate_answer") if status == Run.Status.SUCCEEDED else None,
+        "error": terminal.get("error") or "",
+        "finished_at": timezone.now(),
+        "lease_owner": "",
+        "lease_expires_at": None,
+        # Calls a wait listed no longer wait (their decisions stay, for replay).
+        "pending_approvals": [],
+        "waiting_since": None,
+    }
+
+
+def journaled_terminal(run: Run) -> dict[str, Any] | None:
+    """Return the journaled terminal status ({status, error}) of the run's current attempt."""
+    key = status_key(run.attempt)
+    return (
+        SessionMessage.objects.filter(run_id=run.pk, instance=MAIN_INSTANCE, kind="status")
+        .filter(Q(entry_key=key) | Q(entry_key__startswith=f"{key}."))
+        .order_by("-seq")
+        .values_list("message", flat=True)
+        .first()
+    )
 
 
 class JournalWriter:
@@ -184,10 +286,36 @@ class JournalWriter:
             ).update(local_seq=record.seq)
             self.unlocated.discard((instance, record.entry_key))
 
+    def _mark_consumed(self, checkpoint: Checkpoint) -> None:
+        """Mark the supplements that entered the view in this save consumed.
+
+        One journaled when its run ended before any view took it is consumed only now, when a
+        resume shows it: its row was journaled then, and this record finds it known.
+        """
+        ids = [
+            record.entry_key[len(SUPPLEMENT_KEY_PREFIX) :]
+            for instance, record in checkpoint.records
+            if instance == MAIN_INSTANCE and record.kind == SessionMessage.Kind.SUPPLEMENT
+        ]
+        ids = [int(key) for key in ids if key.isdigit()]
+        if ids:
+            RunSupplement.objects.filter(
+                run_id=self.run_id, pk__in=ids, consumed_at__isnull=True
+            ).update(consumed_at=timezone.now())
+
     def sync(self, checkpoint: Checkpoint, **run_fields: Any) -> SyncResult:
-        """Persist `checkpoint` (and `run_fields`) atomically; return what was written."""
+        """Persist `checkpoint` (and `run_fields`) atomically; return what was written.
+
+        The save that journals the run's terminal status ends the run in the same transaction
+        (`terminal_fields`), so no crash can leave the journal and the Run row disagreeing.
+        """
         frame = checkpoint.frame
+        ending = terminal_fields(checkpoint)
+        run_fields.update(ending)
         with transaction.atomic():
+            # The session first, then the run (the lock order above), even with nothing to
+            # journal: a new view or a lease renewal must not lock the run before the session.
+            lock_session(self.session_id)
             result = SyncResult()
             new_rows = append_records(
                 run_id=self.run_id,
@@ -200,17 +328,15 @@ class JournalWriter:
             )
             if self.unlocated:
                 self._locate(checkpoint)
-            if new_rows:
-                result.inserted = len(new_rows)
-                consumed = [
-                    row.entry_key[len(SUPPLEMENT_KEY_PREFIX) :]
-                    for row in new_rows
-                    if row.kind == SessionMessage.Kind.SUPPLEMENT and row.instance == MAIN_INSTANCE
-                ]
-                if consumed:
-                    RunSupplement.objects.filter(
-                        run_id=self.run_id, pk__in=[int(k) for k in consumed if k.isdigit()]
-                    ).update(consumed_at=timezone.now())
+            self._mark_consumed(checkpoint)
+            late: list[SessionMessage] = []
+            if ending:
+                # The run ends: what it accepted and never showed is journaled now.
+                known = self.known | {(row.instance, row.entry_key) for row in new_rows}
+                late = journal_queued_supplements(
+                    run_id=self.run_id, session_id=self.session_id, known=known
+                )
+            result.inserted = len(new_rows) + len(late)
             if frame != self.written:
                 # An unchanged checkpoint (the final save repeats the engine's last) is not
                 # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum.
@@ -222,6 +348,7 @@ class JournalWriter:
                 inherited_watermark=self.inherited_watermark,
                 frame=frame,
             )
-        self.known.update((row.instance, row.entry_key) for row in new_rows)
+        self.known.update((row.instance, row.entry_key) for row in [*new_rows, *late])
+        self.unlocated.update((row.instance, row.entry_key) for row in late)
         self.written = frame
         return result

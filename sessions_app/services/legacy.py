@@ -18,7 +18,7 @@ from django.utils import timezone
 from agentloom.engine import USER_INPUT_KEY, status_key
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
-from sessions_app.services.journal import append_records
+from sessions_app.services.journal import append_records, lock_run
 
 _KIND_BY_ROLE = {"user": "supplement", "assistant": "assistant", "tool": "tool_result"}
 
@@ -82,7 +82,7 @@ def _needs_adoption(run: Run) -> bool:
 @transaction.atomic
 def adopt_legacy_run(run: Run) -> int:
     """Journal what survives of a legacy run; return how many records were added."""
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = lock_run(run.pk, session_id=run.session_id)
     if not _needs_adoption(run):
         return 0
     # Legacy frames were written before every path redacted: redact what is adopted.

@@ -43,9 +43,11 @@ from agentloom.engine import (
     create_engine,
     is_run_note,
     iter_frame_records,
+    rendering_of,
 )
+from agentloom.errors import ApplicationError
 from agentloom.toolservers import failure_reason
-from context_app.engine_adapter import run_measures, version_binding
+from context_app.engine_adapter import gateway_for, run_measures, version_binding
 from context_app.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.services.approvals import decisions_of
@@ -124,14 +126,21 @@ class _ReplayTool(Tool):
 
 
 class _RecordedGateway(ModelGateway):
-    """A gateway that answers with the run's stored responses (or raises their errors), in order."""
+    """A gateway that answers with the run's stored responses (or raises their errors), in order.
+
+    Its payloads are the run's provider's (`shape`), so requests are measured and checked as
+    they were when the run was made.
+    """
 
     provider = "replay"
     model_id = "replay"
 
-    def __init__(self, steps: list[ModelResponse | GatewayError]):
+    def __init__(self, steps: list[ModelResponse | GatewayError], shape: ModelGateway | None):
         self._steps = deque(steps)
         self.used = 0
+        if shape is not None:
+            self.payload = shape.payload
+            self.payload_rules = shape.payload_rules
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         if not self._steps:
@@ -169,6 +178,15 @@ class ReplayReport:
     @property
     def ok(self) -> bool:
         return not self.differences
+
+
+def _provider_shape(version) -> ModelGateway | None:
+    """Return the version's gateway, never called: what its requests look like on the wire."""
+    try:
+        gateway, _ = gateway_for(version)
+    except ApplicationError:
+        return None
+    return gateway
 
 
 def _response_steps(calls: list[ModelCall]) -> list[Any]:
@@ -210,13 +228,15 @@ def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
 def _attempts(run: Run, main_rows: list[SessionMessage], engine_keys: set[str]) -> list[_Attempt]:
     """Return each execution of the run with how it ended and how far the journal got.
 
-    `engine_keys` are the entry keys of the stored checkpoint's main records: a status row
-    missing from them was written outside the engine.
+    `engine_keys` are the entry keys of the stored checkpoint's main records: a status or
+    supplement row missing from them was written outside the engine.
     """
     attempts = {n: _Attempt(n) for n in range(1, run.attempt + 1)}
     count, since_previous = 0, 0
     cancel_from = None
     for row in main_rows:
+        if row.kind == "supplement" and row.entry_key not in engine_keys:
+            continue  # journaled when the run ended before showing it: no engine work
         if row.kind != "status":
             cancelled = row.kind == "tool_result" and row.message.get("content") == CANCELLED_RESULT
             note = row.kind == "feedback" and is_run_note(row.message)
@@ -284,7 +304,7 @@ def replay_run(run: Run) -> ReplayReport:
     calls = list(ModelCall.objects.filter(run=run, discarded=False).order_by("id"))
     report = ReplayReport(model_calls=len(calls))
     steps = _response_steps(calls)
-    gateway = _RecordedGateway(steps)
+    gateway = _RecordedGateway(steps, _provider_shape(run.session.agent_version))
     recorded = _recorded_tool_results(rows)
     originals = builtin_tools()
     tools = [
@@ -344,6 +364,8 @@ def replay_run(run: Run) -> ReplayReport:
     # Calls that waited for approval are decided as they were in the run.
     decided = decisions_of(run)
     policy, budget, estimator = run_measures(snapshot)
+    # The run is replayed under the rendering rules it was made with.
+    rendering = rendering_of(stored_checkpoint.get("binding")).version
     engine = create_engine(
         gateway,
         tools,
@@ -365,6 +387,7 @@ def replay_run(run: Run) -> ReplayReport:
             record_store=JournalStore(run),
             calibration=snapshot.get("calibration"),
             large_records=snapshot.get("large_records"),
+            rendering=rendering,
         ),
     )
     # A calibrated run started from its connection's ratio of that moment, kept in its state.
@@ -387,7 +410,9 @@ def replay_run(run: Run) -> ReplayReport:
                     system_prompt=snapshot.get("system_prompt", ""),
                     question=run.question,
                     history=history_for_new_run(
-                        run.session, version_binding(run.session.agent_version), as_of=run
+                        run.session,
+                        version_binding(run.session.agent_version, rendering=rendering),
+                        as_of=run,
                     ),
                     calibration_start=calibration_start,
                 )
@@ -405,10 +430,11 @@ def replay_run(run: Run) -> ReplayReport:
         report.differences.append("nothing was replayed")
         return report
 
+    # Statuses and unshown supplements journaled outside the engine are not the engine's records.
     stored = _by_instance(
         (row.instance, row.kind, row.entry_key, row.message)
         for row in rows
-        if not (row.instance == MAIN_INSTANCE and row.kind == "status")
+        if not (row.instance == MAIN_INSTANCE and row.kind in ("status", "supplement"))
         or row.entry_key in engine_keys
     )
     replayed = _by_instance(

@@ -4,7 +4,8 @@ Every state change is one function with keyword-only arguments, run in a transac
 Celery task that executes a run is queued with `transaction.on_commit` so a worker never sees a
 run that is not committed yet. The actions a user takes (`run_ask`, `run_resume`, `run_cancel`,
 `supplement_add`) are durable: each is one outermost transaction, committed when it returns, and
-calling one inside another atomic block is an error, never a silent savepoint.
+calling one inside another atomic block is an error, never a silent savepoint. Each locks the
+session's row before the run's (the lock order of `services.journal`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ from agentloom.validation import clean_text
 from context_app.engine_adapter import input_check, redactor_for
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
-from sessions_app.services.journal import journal_status
-from sessions_app.services.legacy import adopt_unjournaled_runs
+from sessions_app.services.journal import (
+    ended_run_fields,
+    journal_queued_supplements,
+    journal_status,
+    journaled_terminal,
+    lock_run,
+)
+from sessions_app.services.legacy import adopt_legacy_run, adopt_unjournaled_runs
 
 MAX_QUESTION_CHARS = 100_000
 MAX_SUPPLEMENT_CHARS = 20_000
@@ -97,8 +104,9 @@ def session_rename(*, user, session: Session, title) -> Session:
 def lock_live_session(session_id: int) -> None:
     """Lock the session row for this transaction; NotFound once it has been deleted.
 
-    Every write that starts or feeds a run calls this (after the run's own lock, the order the
-    journal writers use), so it cannot interleave with `session_delete`, which takes this lock.
+    Every write that starts or feeds a run calls this BEFORE it locks any run of the session
+    (the journal writers' order: session, then run), so it cannot interleave with
+    `session_delete`, which takes this lock, nor deadlock with a worker's save.
     """
     live = Session.objects.select_for_update().filter(pk=session_id, deleted_at__isnull=True)
     if not live.only("pk"):
@@ -109,37 +117,42 @@ def lock_live_session(session_id: int) -> None:
 
 
 def sweep_expired_leases(*, session: Session | None = None, now=None) -> list[int]:
-    """Mark queued or running runs whose lease expired `failed` (worker_lost); return their ids."""
+    """End queued or running runs whose lease expired; return their ids.
+
+    A run whose journal already holds its terminal status (a worker of an older release died
+    between journaling it and ending the row) ends as the journal says; any other ends
+    `failed` (worker_lost). A sweep never contradicts the journal.
+    """
     now = now or timezone.now()
     stale = Run.objects.filter(status__in=Run.ACTIVE_STATUSES, lease_expires_at__lt=now)
     if session is not None:
         stale = stale.filter(session=session)
     swept = []
-    for run_id in stale.values_list("pk", flat=True):
+    for run_id, session_id in stale.values_list("pk", "session_id"):
         with transaction.atomic():
-            run = Run.objects.select_for_update().get(pk=run_id)
+            run = lock_run(run_id, session_id=session_id)
             if run.status not in Run.ACTIVE_STATUSES or not run.lease_expires_at:
                 continue
             if run.lease_expires_at >= now:
                 continue
-            run.status = Run.Status.FAILED
-            run.error = WORKER_LOST
-            run.finished_at = now
-            run.lease_owner = ""
-            run.lease_expires_at = None
-            run.save(
-                update_fields=[
-                    "status",
-                    "error",
-                    "finished_at",
-                    "lease_owner",
-                    "lease_expires_at",
-                    "updated_at",
-                ]
-            )
-            journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
+            _end_lost_run(run, now)
             swept.append(run.pk)
     return swept
+
+
+def _end_lost_run(run: Run, now) -> None:
+    """End a run whose lease expired: as its journal says, or else `failed` (worker_lost)."""
+    terminal = journaled_terminal(run)
+    lost = terminal is None
+    if lost:
+        terminal = {"status": Run.Status.FAILED, "error": WORKER_LOST}
+    fields = ended_run_fields(terminal, (run.checkpoint or {}).get("state") or {})
+    fields["finished_at"] = now
+    for name, value in fields.items():
+        setattr(run, name, value)
+    run.save(update_fields=[*fields, "updated_at"])
+    if lost:
+        journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
 
 
 def _queue_deadline():
@@ -213,8 +226,13 @@ def run_resume(*, user, run: Run) -> Run:
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     sweep_expired_leases(session=run.session)
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    # Runs recorded before the journal existed join it first, in run order, exactly as for a
+    # new question; a legacy run being resumed is adopted with the status of its failed
+    # attempt, before the claim makes it active.
+    adopt_unjournaled_runs(session=run.session)
+    adopt_legacy_run(run)
     lock_live_session(run.session_id)
+    run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
         raise Conflict(f"Only a failed or cancelled run can be resumed; this one is {run.status}.")
     if (
@@ -247,7 +265,7 @@ def run_cancel(*, user, run: Run) -> Run:
     """Cancel a queued run at once, or ask a running one to stop at its next safe point."""
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = lock_run(run.pk, session_id=run.session_id)
     # A run waiting for approval holds no worker: like a queued one, it ends at once.
     if run.status in (Run.Status.QUEUED, Run.Status.WAITING_APPROVAL):
         run.status = Run.Status.CANCELLED
@@ -266,27 +284,36 @@ def run_cancel(*, user, run: Run) -> Run:
 
 @transaction.atomic(durable=True)
 def supplement_add(*, user, run: Run, text) -> RunSupplement:
-    """Queue a supplement; it enters the run's view at its next safe point (or on resume)."""
+    """Queue a supplement; it enters the run's view at its next safe point (or on resume).
+
+    Sent to a failed or cancelled run, it is journaled at once, after the run's status, so a
+    later question sees it even if the run is never resumed.
+    """
     text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     text = redactor_for(run.session.agent_version).text(text)
     _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
-    run = Run.objects.select_for_update().get(pk=run.pk)
     lock_live_session(run.session_id)
+    run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status == Run.Status.SUCCEEDED or (
         run.status == Run.Status.RUNNING and run.supplements_closed
     ):
         raise Conflict("This run has finished; ask a new question instead.")
     position = (run.supplements.aggregate(top=Max("position"))["top"] or 0) + 1
-    return RunSupplement.objects.create(run=run, position=position, text=text)
+    supplement = RunSupplement.objects.create(run=run, position=position, text=text)
+    if run.status in Run.FINISHED_STATUSES:
+        # The run has ended (failed or cancelled): journaled now, shown if it is resumed.
+        journal_queued_supplements(run_id=run.pk, session_id=run.session_id)
+    return supplement
 
 
 def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
     """Return queued supplements not yet handed out; on an empty final call, close the queue.
 
-    Only the final call locks the run: closing the queue must not race `supplement_add`. At any
-    other safe point a supplement committed a moment too late is simply taken at the next one.
+    Only the final call locks the run (and only the run: it writes nothing of the session's):
+    closing the queue must not race `supplement_add`. At any other safe point a supplement
+    committed a moment too late is simply taken at the next one.
     """
 
     def pending() -> list[RunSupplement]:

@@ -7,6 +7,13 @@ with no pending tool calls, no queued supplements and no terminal records outsid
 view. The view then stands for the session prefix up to its `watermark`; a new run reuses the
 highest-watermark view saved under a binding equal to its own that nobody has revoked.
 
+Revocation reaches derived views: a view's summary is made from the view its run started from
+(the run's own previous view, else the view it inherited), recorded as `derived_from`. A view
+whose chain of `derived_from` holds a revoked view is revoked by derivation and never chosen
+either; a new run falls back to the newest view with a clean chain, or to full projection. The
+chain is read when a view is chosen, so a view saved after its ancestor was revoked is never
+chosen either.
+
 Views are stored by reference (`SessionView.entries`): the handoff summary and other messages
 that exist nowhere else are stored encrypted, everything else as references to journal records,
 each backed by a `JournalReference` row so the database keeps what a view refers to. Choosing a
@@ -18,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -44,16 +52,58 @@ def binding_key(binding: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Derivation:
+    """Where a view comes from: the view it derives from, and the revoked view in its chain."""
+
+    derived_from: int | None = None
+    # The nearest revoked view in its chain of `derived_from`: the view is revoked by derivation.
+    revoked_ancestor: int | None = None
+
+
+def view_derivations(session_id: int) -> dict[int, Derivation]:
+    """Return the derivation of each view of the session, by revision (one clear-column query)."""
+    rows = (
+        SessionView.objects.filter(session_id=session_id)
+        .order_by("revision")
+        .values_list("pk", "revision", "derived_from_id", "revoked_at")
+    )
+    revision_of: dict[int, int] = {}
+    revoked: set[int] = set()
+    found: dict[int, Derivation] = {}
+    # A view derives only from an earlier one, so its parent is settled before it.
+    for pk, revision, parent, revoked_at in rows:
+        revision_of[pk] = revision
+        if revoked_at is not None:
+            revoked.add(pk)
+        if parent is None:
+            found[revision] = Derivation()
+            continue
+        source = revision_of[parent]
+        found[revision] = Derivation(
+            derived_from=source,
+            revoked_ancestor=source if parent in revoked else found[source].revoked_ancestor,
+        )
+    return found
+
+
 def compliant_view(
     session: Session, binding: dict[str, Any], *, as_of: Run | None = None
 ) -> SessionView | None:
     """Return the highest-watermark reusable view saved under `binding`, or None.
 
-    `as_of` limits the choice to what existed when that run's question was asked. Candidates are
-    matched on clear columns; nothing is decrypted.
+    Neither a revoked view nor one revoked by derivation is chosen. `as_of` limits the choice to
+    what existed when that run's question was asked. Candidates are matched on clear columns;
+    nothing is decrypted.
     """
     views = SessionView.objects.filter(
         session=session, binding_key=binding_key(binding), revoked_at__isnull=True
+    ).exclude(
+        revision__in=[
+            revision
+            for revision, derivation in view_derivations(session.pk).items()
+            if derivation.revoked_ancestor is not None
+        ]
     )
     if as_of is not None:
         views = views.filter(
@@ -229,6 +279,7 @@ def snapshot_saved(
     binding = frame.get("binding") or {}
     counters = snapshot["counters"]
     view = SessionView.objects.create(
+        derived_from=_derived_from(run_id, session_id, frame),
         session_id=session_id,
         revision=(
             SessionView.objects.filter(session_id=session_id).aggregate(top=Max("revision"))["top"]
@@ -251,12 +302,27 @@ def snapshot_saved(
     return view.revision, None
 
 
+def _derived_from(run_id: int, session_id: int, frame: dict[str, Any]) -> SessionView | None:
+    """Return the view a new snapshot of the run is made from: its last, else the inherited one."""
+    previous = SessionView.objects.filter(run_id=run_id).only("pk").order_by("-revision").first()
+    if previous is not None:
+        return previous
+    history = ((frame.get("context") or {}).get("inherited") or {}).get("history") or {}
+    if history.get("view") is None:
+        return None
+    return (
+        SessionView.objects.filter(session_id=session_id, revision=history["view"])
+        .only("pk")
+        .first()
+    )
+
+
 @transaction.atomic
 def view_revoke(*, user, session: Session, revision: Any) -> SessionView:
-    """Revoke a reusable view: later new runs no longer use it (the row stays, on record).
+    """Revoke a reusable view: later new runs use neither it nor any view derived from it.
 
-    The session's creator or an admin of its space may; a run already started keeps the history
-    it was given. Revoking twice is refused (409).
+    The row stays, on record. The session's creator or an admin of its space may; a run already
+    started keeps the history it was given. Revoking twice is refused (409).
     """
     if session.created_by_id != user.pk and space_role(user, session.space_id) != "admin":
         raise NotFound("Not found.")

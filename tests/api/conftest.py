@@ -7,13 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.api.factories import ask, client_for, make_agent, open_session, publish
-from tests.factories import make_space, make_user
-
-
-@pytest.fixture
-def carol(db):
-    """A member (not an admin) of alice's space."""
-    return make_user("carol")
+from tests.factories import make_user
 
 
 @pytest.fixture
@@ -23,17 +17,12 @@ def erin(db):
 
 
 @pytest.fixture
-def space(alice, carol, erin):
+def space(space, erin):
+    """The shared "Research" space (tests/conftest.py), with erin as a second admin."""
     from agentloom.spaces.models import Membership
 
-    space = make_space(name="Research", admin=alice, members=[carol])
     Membership.objects.create(space=space, user=erin, role=Membership.Role.ADMIN)
     return space
-
-
-@pytest.fixture
-def other_space(bob):
-    return make_space(name="Elsewhere", admin=bob)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from django.test import Client
 
 from agentloom.engine import JsonBytesEstimator, builtin_tools, measure_context
 from agentloom.engine._policy import view_characters
@@ -39,6 +40,7 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
         "last_reported": None,
         "cost": None,
         "plan": None,
+        "tools": None,
     }
 
 
@@ -193,6 +195,8 @@ def test_views_are_listed_by_revision(api, run):
         "revoked": False,
         "revoked_by": None,
         "revoked_at": None,
+        "derived_from": None,
+        "revoked_by_derivation": None,
     }
     assert (second["revision"], second["watermark"]) == (2, 40)
     assert "NONCE" not in str(page)
@@ -238,3 +242,23 @@ def test_model_calls_are_listed_without_their_responses(api, run):
     }
     assert (second["purpose"], second["instance"], second["usage"]) == ("compaction", "1.1", None)
     assert "NONCE" not in str(page)
+
+
+def test_the_context_and_its_meter_say_how_much_the_tool_schemas_take(api, space, alice):
+    version = publish(make_agent(space, alice, tools=["echo", "calculator"]), alice)
+    run = ask(open_session(version, alice), alice)
+    tools = _context(api, run)["tools"]
+    _policy, _budget, estimator = run_measures(version.snapshot)
+    schemas = offered_tools(version.snapshot, reading=False)
+    whole = estimator.upper_bound([], schemas)
+    assert tools == {
+        "size": whole - estimator.upper_bound([], []),
+        "unit": "bytes",
+        "share": round(100 * tools["size"] / whole),
+    }
+    assert 0 < tools["share"] <= 100
+    browser = Client()
+    browser.force_login(alice)
+    meter = browser.get(f"/runs/{run.pk}/meter/")
+    assert meter.status_code == 200
+    assert f"tool schemas: <strong>{tools['share']}%</strong>" in meter.content.decode()

@@ -236,8 +236,10 @@ def test_lists_are_pages_with_limit_and_offset(api, alice):
     assert [s["name"] for s in last["results"]] == ["S4"]
     assert last["next"] is None
     assert api.get("/api/v1/spaces/?limit=200").json()["count"] == 5
-    beyond = api.get("/api/v1/spaces/?offset=9223372036854775807").json()
-    assert beyond["results"] == []
+    for offset in ("9223372036854775807", "9223372036854775808", "9" * 5000):
+        beyond = api.get(f"/api/v1/spaces/?offset={offset}")
+        assert beyond.status_code == 200, beyond.content
+        assert (beyond.json()["count"], beyond.json()["results"]) == (5, [])
 
 
 def test_the_default_page_holds_50(api, alice):

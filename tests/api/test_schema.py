@@ -9,6 +9,7 @@ import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
+from rest_framework import serializers
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
@@ -265,5 +266,152 @@ def test_the_probed_operations_keep_to_their_schema(method, path, mode, wsgi_tok
     )
     def check(case):
         case.call_and_validate(headers={"Authorization": f"Token {wsgi_token}"})
+
+    check()
+
+
+# --- the schema tells the truth about refusals ------------------------------------------------
+
+# Letters, every kind of whitespace `str.strip()` removes, controls, invisible format characters,
+# NUL, characters outside the Basic Multilingual Plane.
+_ALPHABET = (
+    "aZ é中😀"
+    " \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u1680\u2007\u2028\u3000"
+    "\x00\x07\x7f\x9f\xad\u200b\u202e\ufeff\U000e0041"
+)
+
+
+@pytest.mark.parametrize("trimmed", [True, False], ids=["trimmed", "kept"])
+@pytest.mark.parametrize("blank", [True, False], ids=["blank", "not-blank"])
+@pytest.mark.parametrize("single_line", [True, False], ids=["single-line", "multi-line"])
+def test_a_text_field_accepts_exactly_what_its_pattern_declares(trimmed, blank, single_line):
+    import jsonschema_rs
+    from hypothesis import strategies as st
+
+    from agentloom.api import TextField
+    from agentloom.validation import text_pattern
+
+    field = TextField(trim_whitespace=trimmed, allow_blank=blank, single_line=single_line)
+    declared = jsonschema_rs.validator_for(
+        {
+            "type": "string",
+            "pattern": text_pattern(trimmed=trimmed, blank=blank, single_line=single_line),
+        }
+    )
+
+    @given(st.text(alphabet=_ALPHABET, max_size=8))
+    @settings(max_examples=400, deadline=None, database=None)
+    def agree(value):
+        try:
+            field.run_validation(value)
+            accepted = True
+        except serializers.ValidationError:
+            accepted = False
+        assert declared.is_valid(value) == accepted, repr(value)
+
+    agree()
+
+
+def test_single_line_text_refuses_every_control_and_format_character_of_the_plane():
+    import unicodedata
+
+    from agentloom.validation import is_single_line
+
+    refused = {
+        chr(point)
+        for point in range(0x10000)
+        if unicodedata.category(chr(point)) in ("Cc", "Cf", "Zl", "Zp")
+    }
+    assert all(not is_single_line(f"a{char}b") for char in refused)
+    assert all(
+        is_single_line(f"a{chr(point)}b")
+        for point in range(0x10000)
+        if chr(point) not in refused and not 0xD800 <= point <= 0xDFFF
+    )
+    assert is_single_line("a\U0001f600b")
+
+
+def test_text_fields_declare_their_rules(api):
+    from agentloom.validation import text_pattern
+
+    schemas = _components(api)
+    name = schemas["SpaceCreateRequest"]["properties"]["name"]
+    assert name["pattern"] == text_pattern(trimmed=True, blank=False)
+    prompt = schemas["AgentCreateRequest"]["properties"]["system_prompt"]
+    assert prompt["pattern"] == text_pattern(trimmed=False, blank=True)
+    for component, field in (
+        ("ModelConnectionCreateRequest", "name"),
+        ("PatchedModelConnectionUpdateRequest", "name"),
+    ):
+        declared = schemas[component]["properties"][field]["pattern"]
+        assert declared == text_pattern(trimmed=True, blank=False, single_line=True)
+    title = schemas["SessionCreateRequest"]["properties"]["title"]
+    assert title["pattern"] == text_pattern(trimmed=True, blank=True, single_line=True)
+    # What no pattern can say, a description does.
+    username = schemas["MembershipCreateRequest"]["properties"]["username"]["description"]
+    assert "names no user" in username
+    connection = schemas["AgentCreateRequest"]["properties"]["model_connection"]["description"]
+    assert "another space" in connection
+
+
+def test_opening_a_session_needs_a_body(api):
+    operation = api.get("/api/schema/?format=json").json()["paths"]["/api/v1/sessions/"]["post"]
+    assert operation["requestBody"]["required"] is True
+
+
+# What a request that keeps to the schema is never refused for.
+DECLARED_REFUSALS = (
+    "Null characters are not allowed.",
+    "This field may not be blank.",
+    "Must not contain control characters.",
+    "Give agent_version, or agent for its latest version.",
+)
+WRITES = [
+    ("POST", "/api/v1/spaces/"),
+    ("POST", "/api/v1/spaces/{id}/members"),
+    ("POST", "/api/v1/agents/"),
+    ("PATCH", "/api/v1/agents/{id}/"),
+    ("POST", "/api/v1/sessions/"),
+    ("POST", "/api/v1/sessions/{id}/runs"),
+    ("POST", "/api/v1/runs/{id}/supplements"),
+    ("POST", "/api/v1/model-connections/"),
+    ("PATCH", "/api/v1/model-connections/{id}/"),
+]
+
+
+def _messages(errors) -> list[str]:
+    if isinstance(errors, dict):
+        return [text for value in errors.values() for text in _messages(value)]
+    if isinstance(errors, list):
+        return [text for value in errors for text in _messages(value)]
+    return [str(errors)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "path"), WRITES)
+def test_requests_that_keep_to_the_schema_are_not_refused_for_what_it_declares(
+    method, path, wsgi_token, space, run
+):
+    operation = _schema()[path][method]
+    owners = {
+        "spaces": space,
+        "agents": run.session.agent,
+        "sessions": run.session,
+        "runs": run,
+        "model-connections": run.session.agent.model_connection,
+    }
+    fixed = {"id": owners[path.split("/")[3]].pk} if "{id}" in path else None
+    strategy = operation.as_strategy(GenerationMode.POSITIVE, path_parameters=fixed)
+
+    @given(case=strategy)
+    @settings(
+        max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    def check(case):
+        response = case.call(headers={"Authorization": f"Token {wsgi_token}"})
+        assert response.status_code != 500
+        if response.status_code == 400:
+            refused = [m for m in _messages(response.json()) if m in DECLARED_REFUSALS]
+            assert not refused, (case.body, response.json())
 
     check()

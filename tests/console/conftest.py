@@ -12,23 +12,7 @@ from context_app.services import agent_create, agent_publish
 from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import run_ask, session_create
-from tests.factories import make_connection, make_space, make_user
-
-
-@pytest.fixture
-def carol(db):
-    """A member (not an admin) of alice's space."""
-    return make_user("carol")
-
-
-@pytest.fixture
-def space(alice, carol):
-    return make_space(name="Research", admin=alice, members=[carol])
-
-
-@pytest.fixture
-def other_space(bob):
-    return make_space(name="Elsewhere", admin=bob)
+from tests.factories import make_connection
 
 
 @pytest.fixture

@@ -107,6 +107,18 @@ def test_the_chat_shows_feedback_as_a_notice_without_its_prefix(client_for, sess
     assert SessionMessage.objects.filter(kind="feedback").count() == 1
 
 
+def test_the_chat_and_the_journal_show_reasoning_folded_as_thinking(client_for, session, alice):
+    run = ask(session, alice, "hello")
+    thought = {"role": "assistant", "content": "answer", "reasoning_content": "NONCE-THOUGHT <b>"}
+    _record(run, "assistant", thought)
+    for page in ("console-chat", "console-journal"):
+        html = client_for(alice).get(reverse(page, args=[session.pk])).content.decode()
+        assert '<details class="thinking"' in html and "<summary>Thinking</summary>" in html
+        assert "NONCE-THOUGHT &lt;b&gt;" in html
+    # Records without reasoning show no empty fold.
+    assert html.count('class="thinking"') == 1
+
+
 def test_the_meter_never_says_zero_beside_a_fill():
     assert console._share_text(0, 5_000) == "0"
     assert console._share_text(20, 5_000) == "<1"

@@ -342,3 +342,6 @@ def test_fragments_are_404_to_anyone_else(client_for, session, alice, carol):
     assert (
         own.get(reverse("console-chat-records", args=[session.pk]) + "?after=x").status_code == 404
     )
+    # A cursor beyond any seq is the end of the chat, however large.
+    beyond = own.get(reverse("console-chat-records", args=[session.pk]) + "?after=" + "9" * 40)
+    assert beyond.status_code == 200

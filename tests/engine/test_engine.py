@@ -4,6 +4,7 @@ import json
 import pytest
 
 from agentloom.engine import (
+    CURRENT_RENDERING,
     ConfigurationError,
     ContextPolicy,
     ExecutionLimits,
@@ -63,6 +64,7 @@ def test_a_run_journals_each_step_and_saves_the_main_frame_after_each(scripted):
             "module_id": "agentloom.engine.budget.JsonBytesEstimator/1",
             "config": {"per_request": 16, "per_message": 12, "per_tool": 16},
         },
+        "rendering": CURRENT_RENDERING,
     }
 
 

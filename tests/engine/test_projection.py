@@ -91,8 +91,13 @@ def test_a_call_without_a_result_gets_an_unknown_result_that_forbids_assuming_su
     assert unknown["tool_call_id"] == "h2_2"
     assert json.loads(unknown["content"])["status"] == "unknown"
     assert "Do not assume it succeeded" in unknown["content"]
-    # The run's state is an assistant-side note, never in the user's voice.
+    # The run's state is a system note, never in the user's voice nor a second assistant turn.
     assert history.messages[4] == {
+        "role": "system",
+        "content": "[run note] run 1 failed: worker_lost",
+    }
+    # Rendering 1 showed it on the assistant side, and still does for checkpoints made with it.
+    assert project_history(records, rendering=1).messages[4] == {
         "role": "assistant",
         "content": "[run note] run 1 failed: worker_lost",
     }

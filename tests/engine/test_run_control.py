@@ -259,17 +259,30 @@ def test_after_a_resume_the_last_user_message_is_the_task_not_the_stop_note(scri
     recorder = Recorder()
     failed = start(make_engine(gateway, recorder=recorder), question="NONCE-TASK")
     assert failed.status == "failed"
-    note = failed.frame["messages"][-1]
-    assert note["role"] == "assistant" and note["content"].startswith("[run note] run stopped")
+    note = failed.frame["context"]["records"][-2]["message"]
+    assert note["role"] == "system" and note["content"].startswith("[run note] run stopped")
+    # The note waits for the message that follows it: no request ends with it.
+    assert failed.frame["messages"][-1]["content"] == "NONCE-TASK"
 
     again = scripted(text_response("done"))
     resumed = make_engine(again, recorder=recorder, config=EngineConfig(record_store=None))
     outcome = resumed.resume(failed.frame, attempt=2)
 
     assert outcome.status == "succeeded"
-    users = [m for m in again.requests[0].messages if m["role"] == "user"]
-    assert users[-1]["content"] == "NONCE-TASK"
-    assert not any("run stopped" in str(m.get("content")) for m in users)
+    first = again.requests[0].messages
+    assert first[-1] == {"role": "user", "content": "NONCE-TASK"}
+    roles = [m["role"] for m in outcome.frame["messages"]]
+    assert roles[-3:] == ["user", "system", "assistant"]
+    assert outcome.frame["messages"][: len(first)] == first
+
+
+def test_under_rendering_1_the_stop_note_stays_on_the_assistant_side(scripted):
+    from agentloom.engine import GatewayError
+
+    gateway = scripted(GatewayError("upstream", "The provider failed to answer."))
+    failed = start(make_engine(gateway, rendering=1), question="NONCE-TASK")
+    note = failed.frame["messages"][-1]
+    assert note["role"] == "assistant" and note["content"].startswith("[run note] run stopped")
 
 
 # --- verification evidence -------------------------------------------------------------------

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
+import pytest
+
 import agentloom.engine as engine
 from agentloom.engine import (
+    BudgetCompactionPolicy,
     ContextPolicy,
     EngineConfig,
     EngineHooks,
     JournalContextManager,
     JsonBytesEstimator,
     ModelBudget,
+    ProjectedHistory,
     SubAgent,
     create_engine,
+    text_response,
 )
 from agentloom.engine.testing import ScriptedGateway
 from tests.engine.helpers import FakeClock
@@ -49,9 +55,79 @@ def test_create_engine_takes_four_positional_arguments_hooks_and_config():
     positional = [p.name for p in parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
     keyword = [p.name for p in parameters.values() if p.kind is p.KEYWORD_ONLY]
     assert positional == ["gateway", "tools", "policy", "budget"]
-    assert keyword == ["hooks", "config"]
+    # The two the design note documents (seed §1) stay keywords of their own.
+    assert keyword == ["hooks", "config", "context_manager", "compaction_policy"]
     engine_parameters = set(inspect.signature(engine.Engine).parameters)
     assert engine_parameters == {"gateway", "tools", "policy", "budget", "hooks", "config"}
+
+
+def _long_history(pairs: int = 8) -> ProjectedHistory:
+    messages = []
+    for n in range(pairs):
+        messages.append({"role": "user", "content": f"question {n} " + "f" * 600})
+        messages.append({"role": "assistant", "content": f"answer {n}"})
+    return ProjectedHistory(messages=messages, watermark=2 * pairs, user_turns=pairs)
+
+
+def test_create_engine_accepts_context_manager_and_compaction_policy(scripted):
+    managers = []
+    attempts = []
+
+    class CountingContext(JournalContextManager):
+        def __init__(self, **options):
+            super().__init__(**options)
+            managers.append(self)
+
+    class RefusingPolicy(BudgetCompactionPolicy):
+        def compact(self, request):
+            attempts.append(request)
+            outcome = super().compact(request)
+            return dataclasses.replace(
+                outcome, outcome="failed", reason="refused_by_policy", messages=None
+            )
+
+    refusing = RefusingPolicy()
+    built = create_engine(
+        scripted(text_response("summary NONCE-S"), text_response("answer")),
+        ["echo"],
+        ContextPolicy(),
+        ModelBudget(8_000, 1_000, 0),
+        context_manager=CountingContext,
+        compaction_policy=refusing,
+    )
+    assert (built.config.context_manager, built.config.compaction_policy) == (
+        CountingContext,
+        refusing,
+    )
+    outcome = built.start(
+        run_number=1, attempt=1, system_prompt="sys", question="q", history=_long_history()
+    )
+    # The run's context was kept by the given manager and compacted by the given policy, whose
+    # refusal kept the old view.
+    assert outcome.status == "succeeded"
+    assert len(managers) == 1 and attempts
+    log = outcome.frame["state"]["compaction_log"]
+    assert [entry["reason"] for entry in log] == ["refused_by_policy"]
+    assert outcome.frame["context"]["compactions"] == []
+
+
+def test_a_keyword_may_fill_the_config_but_never_contradict_it():
+    policy = BudgetCompactionPolicy()
+    config = EngineConfig(compaction_policy=policy)
+    budget = ModelBudget(32_768, 4_096, 1_024)
+    same = create_engine(
+        ScriptedGateway(), ["echo"], None, budget, config=config, compaction_policy=policy
+    )
+    assert same.config.compaction_policy is policy
+    with pytest.raises(TypeError, match="compaction_policy"):
+        create_engine(
+            ScriptedGateway(),
+            ["echo"],
+            None,
+            budget,
+            config=config,
+            compaction_policy=BudgetCompactionPolicy(),
+        )
 
 
 def test_hooks_and_config_default_to_an_engine_that_keeps_nothing():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from tests.api.factories import client_for
-from tests.factories import make_space, make_user
 from tests.support.provider_double import ProviderDouble
 
 # Recognisable in any body or log line it leaks into.
@@ -30,22 +29,6 @@ def provider_double():
 def private_hosts(settings):
     """Allow model endpoints on loopback, where the provider double listens."""
     settings.ALLOW_PRIVATE_MODEL_HOSTS = True
-
-
-@pytest.fixture
-def carol(db):
-    """A member (not an admin) of alice's space."""
-    return make_user("carol")
-
-
-@pytest.fixture
-def space(alice, carol):
-    return make_space(name="Research", admin=alice, members=[carol])
-
-
-@pytest.fixture
-def other_space(bob):
-    return make_space(name="Elsewhere", admin=bob)
 
 
 @pytest.fixture

@@ -312,3 +312,48 @@ def test_agent_pages_link_back_to_the_connection(browser, root, lab, saved):
     )
     agent_page = browser.get(f"/admin/context_app/agent/{agent.pk}/change/").content.decode()
     assert "/admin/models_app/modelconnection/__fk__/change/" in agent_page
+
+
+def test_the_model_page_takes_manual_prices_and_thinking_and_marks_retired_ids(browser, lab):
+    response = browser.post(
+        ADD,
+        {
+            "space": lab.pk,
+            "name": "proxy",
+            "provider": "openai_compatible",
+            "base_url": PROXY,
+            "model_id": "qwen-72b",
+            "prices": '{"input": "0.4", "output": "1.6", "currency": "USD"}',
+            "safety_margin_tokens": "1024",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    proxy = ModelConnection.objects.get(name="proxy")
+    assert proxy.prices["input"] == "0.4"
+    page = browser.get(change_url(proxy)).content.decode()
+    assert "source manual, entered" in page
+    retired = connection_create(
+        user=proxy.space.memberships.get().user,
+        space=lab,
+        name="old",
+        provider="deepseek",
+        api_key=SECRET_KEY,
+        model_id="deepseek-reasoner",
+        thinking="enabled",
+    )
+    page = browser.get(change_url(retired)).content.decode()
+    assert "retired the model ID deepseek-reasoner" in page
+    assert "choose deepseek-flash (thinking enabled)" in page
+    refused = browser.post(
+        change_url(retired),
+        {
+            "name": "old",
+            "provider": "deepseek",
+            "model_id": "deepseek-reasoner",
+            "thinking": "disabled",
+            "reasoning_effort": "max",
+            "safety_margin_tokens": "1024",
+        },
+    )
+    assert refused.status_code == 200
+    assert "applies in thinking mode only" in refused.content.decode()

@@ -21,12 +21,12 @@ def test_no_warning_while_every_entry_is_fresh(monkeypatch):
 
 
 def test_the_warning_lists_the_stale_entries(monkeypatch):
-    monkeypatch.setattr(checks, "today", lambda: datetime.date(2026, 11, 30))
+    monkeypatch.setattr(checks, "today", lambda: datetime.date(2027, 5, 30))
     (warning,) = _warnings()
     assert warning.level == django_checks.WARNING
-    assert "deepseek/deepseek-chat (verified 2026-04-26)" in warning.msg
-    assert "deepseek/deepseek-reasoner" in warning.msg
-    assert "gpt-5.4" not in warning.msg
+    assert "openai/gpt-5.4 (verified 2026-11-30)" in warning.msg
+    assert "deepseek/deepseek-v4-pro" not in warning.msg  # verified 2026-12-01
+    assert "deepseek/deepseek-chat" not in warning.msg  # retired: history
 
 
 def test_manage_py_check_prints_it(monkeypatch, capsys):

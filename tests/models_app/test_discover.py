@@ -50,6 +50,7 @@ def test_lists_models_with_their_window_and_source(api, listed, caplog):
         "tokenizer": None,
         "estimator": "bytes",
         "warning": None,
+        "retired": None,
     }
     assert models["plain-model"]["window_source"] == "platform_default"
     assert models["plain-model"]["context_window"] == 32_768

@@ -546,3 +546,29 @@ def test_a_local_server_needs_its_base_url(alice, space):
     with pytest.raises(InvalidInput) as caught:
         create(alice, space, provider="lmstudio", model_id="qwen2-vl-7b-instruct")
     assert caught.value.field == "base_url"
+
+
+def test_a_thinking_connection_keeps_an_output_floor(alice, space):
+    from agentloom.providers import THINKING_OUTPUT_FLOOR
+
+    connection = create(
+        alice, space, provider="deepseek", api_key=SECRET_KEY, model_id="deepseek-chat"
+    )
+    assert connection.max_output_tokens >= THINKING_OUTPUT_FLOOR
+    error = refused(
+        "max_output_tokens",
+        create,
+        alice,
+        space,
+        provider="deepseek",
+        api_key=SECRET_KEY,
+        model_id="deepseek-chat",
+        max_output_tokens=4_096,
+        name="small",
+    )
+    assert str(THINKING_OUTPUT_FLOOR) in str(error.detail)
+    # Models that do not think keep the usual default.
+    custom = create(
+        alice, space, provider="openai_compatible", base_url=PROXY, model_id="m", name="other"
+    )
+    assert custom.max_output_tokens < THINKING_OUTPUT_FLOOR

@@ -209,7 +209,7 @@ def test_network_failures_are_retried():
             "auth",
         ),
         (403, {"error": {"message": "Forbidden"}}, "auth"),
-        (402, {"error": {"message": "Insufficient Balance"}}, "auth"),
+        (402, {"error": {"message": "Insufficient Balance"}}, "quota"),
         (400, {"error": {"message": "bad", "code": "context_length_exceeded"}}, "context_length"),
         (
             400,
@@ -232,9 +232,10 @@ def test_network_failures_are_retried():
         (
             404,
             {"error": {"message": "The model does not exist", "code": "model_not_found"}},
-            "not_found",
+            "model_unknown",
         ),
-        (429, {"error": {"message": "quota", "code": "insufficient_quota"}}, "rate_limit"),
+        (404, {"error": {"message": "Not found"}}, "not_found"),
+        (429, {"error": {"message": "quota", "code": "insufficient_quota"}}, "quota"),
     ],
 )
 def test_rejections_are_not_retried_and_keep_their_kind(provider_double, status, body, kind):
@@ -245,6 +246,64 @@ def test_rejections_are_not_retried_and_keep_their_kind(provider_double, status,
     assert (caught.value.kind, caught.value.status) == (kind, status)
     assert provider_double.hits("/v1/chat/completions") == 1
     assert sleeps == []
+
+
+REASONING_REFUSAL = {
+    "error": {
+        "message": "The `reasoning_content` in the thinking mode must be passed back to the API.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_request_error",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "kind", "says"),
+    [
+        (
+            400,
+            {"error": {"message": "too long", "code": "context_length_exceeded"}},
+            {},
+            "context_length",
+            "check the connection's context window",
+        ),
+        (400, REASONING_REFUSAL, {}, "reasoning_missing", "turn thinking off"),
+        (
+            429,
+            {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}},
+            {},
+            "quota",
+            "top it up",
+        ),
+        (402, {"error": {"message": "Insufficient Balance"}}, {}, "quota", "top it up"),
+        (
+            400,
+            {"error": {"message": "Model Not Exist", "type": "invalid_request_error"}},
+            {},
+            "model_unknown",
+            "check the connection's model ID",
+        ),
+        (
+            429,
+            {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
+            {"Retry-After": "41.5"},
+            "rate_limit",
+            "retry after 42 s",
+        ),
+    ],
+)
+def test_known_provider_errors_name_what_to_do(provider_double, status, body, headers, kind, says):
+    body = dict(body)
+    body["error"] = {**body["error"], "message": body["error"]["message"] + f" {KEY}"}
+    for _ in range(3):
+        provider_double.reply(status=status, json=body, headers=headers)
+    with pytest.raises(ProviderError) as caught:
+        gateway(provider_double, max_retry_after=5.0).complete(ask())
+    assert caught.value.kind == kind
+    assert says in caught.value.message
+    assert KEY not in str(caught.value)
+    assert body["error"]["message"] not in str(caught.value)
 
 
 def test_errors_and_logs_never_carry_the_key_or_the_body(provider_double, caplog):

@@ -206,7 +206,9 @@ def test_provider_errors_are_gateway_errors_with_fixed_kinds():
     error = ProviderError("rate_limit", status=429, retry_after=1.5)
     assert isinstance(error, GatewayError)
     assert error.retryable and error.retry_after == 1.5
-    assert str(error) == "The provider is limiting the request rate. (HTTP 429)"
+    assert str(error) == (
+        "The provider is limiting the request rate; it asks to retry after 2 s. (HTTP 429)"
+    )
     assert set(KINDS) >= {"auth", "rate_limit", "context_length", "too_large", "address_refused"}
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.kind, copy.status, copy.retry_after, str(copy)) == (

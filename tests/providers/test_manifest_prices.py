@@ -168,7 +168,10 @@ def test_malformed_prices_are_refused(tmp_path, prices):
 
 def test_entries_older_than_180_days_are_stale():
     manifest = load_manifest()
-    assert manifest.stale(datetime.date(2026, 10, 23)) == []  # the aliases are 180 days old
-    stale = manifest.stale(datetime.date(2026, 10, 24))
-    assert [entry.model_id for entry in stale] == ["deepseek-chat", "deepseek-reasoner"]
-    assert len(manifest.stale(datetime.date(2027, 6, 1))) == len(manifest.entries)
+    assert manifest.stale(datetime.date(2027, 5, 29)) == []  # 180 days after 2026-11-30
+    stale = manifest.stale(datetime.date(2027, 5, 30))
+    assert stale and {entry.verified_on for entry in stale} == {"2026-11-30"}
+    # Retired models are history: never reported, however old.
+    retired = {key for key, entry in manifest.entries.items() if entry.retired_on is not None}
+    assert retired == {("deepseek", "deepseek-chat"), ("deepseek", "deepseek-reasoner")}
+    assert len(manifest.stale(datetime.date(2028, 6, 1))) == len(manifest.entries) - len(retired)

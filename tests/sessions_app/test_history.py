@@ -417,13 +417,15 @@ def test_the_demo_agent_compacts_and_keeps_answering(alice):
     assert any(entry["outcome"] == "succeeded" for entry in logs)
 
 
-def test_a_supplement_to_a_failed_run_waits_for_its_resume(alice, gateway, make_demo_session):
+def test_a_supplement_to_a_failed_run_is_journaled_at_once_and_shown_by_its_resume(
+    alice, gateway, make_demo_session
+):
     session = make_demo_session()
     run = ask(session, alice, "NONCE-Q [boom]")
     assert run.status == "failed"
     waiting = supplement_add(user=alice, run=run, text="NONCE-WAITING detail")
-    assert waiting.consumed_at is None
-    assert not SessionMessage.objects.filter(run=run, kind="supplement").exists()
+    assert waiting.consumed_at is None  # journaled, not shown to the model yet
+    assert SessionMessage.objects.filter(run=run, kind="supplement").count() == 1
     run_resume(user=alice, run=run)
     run_execute(run_id=run.pk)
     waiting.refresh_from_db()

@@ -97,3 +97,26 @@ def test_a_new_question_adopts_unjournaled_runs_first(alice, gateway, make_demo_
     # Adopted after what the journal already held, in adoption order, marked incomplete.
     assert adopted.first().seq == top + 1
     assert [row.kind for row in adopted] == ["user_input", "assistant", "status"]
+
+
+def test_resuming_a_legacy_run_adopts_older_runs_first_and_keeps_its_failure(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    old = make_run(session, status="succeeded", question="NONCE-OLD question")
+    Run.objects.filter(pk=old.pk).update(answer="NONCE-OLD answer")
+    legacy = make_run(session, status="failed", question="NONCE-LEGACY question")
+    Run.objects.filter(pk=legacy.pk).update(checkpoint=LEGACY_FRAME, error="crashed")
+
+    run_resume(user=alice, run=Run.objects.get(pk=legacy.pk))
+    # Adopted before the claim, in run order, with the failed attempt's status.
+    assert run_execute(run_id=legacy.pk) == "succeeded"
+    ask(session, alice, "NONCE-NEW question")
+    rows = list(SessionMessage.objects.filter(session=session).order_by("seq"))
+    numbers = [row.run.number for row in rows]
+    assert numbers == sorted(numbers) == [1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3]
+    statuses = [(row.entry_key, row.message) for row in rows if row.run_id == legacy.pk]
+    assert [item for item in statuses if item[0].startswith("status:")] == [
+        ("status:1", {"status": "failed", "error": "crashed"}),
+        ("status:2", {"status": "succeeded", "error": None}),
+    ]

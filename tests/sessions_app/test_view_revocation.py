@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
+from django.apps import apps as django_apps
 from rest_framework.test import APIClient
 
 from agentloom.errors import Conflict, NotFound
@@ -13,7 +16,7 @@ from sessions_app.services.execution import run_execute
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
-from sessions_app.services.views import compliant_view, view_revoke
+from sessions_app.services.views import compliant_view, view_derivations, view_revoke
 from tests.sessions_app.conftest import ask, long_question
 
 pytestmark = pytest.mark.django_db
@@ -115,3 +118,98 @@ def test_the_context_page_revokes_with_a_button(alice, gateway, make_demo_sessio
     assert view.revoked_by == alice
     page = client.get(f"/runs/{run.pk}/context/").content.decode()
     assert "revoked by alice" in page
+
+
+def _inherited_view(run) -> int | None:
+    run.refresh_from_db()
+    return run.checkpoint["context"]["inherited"]["history"]["view"]
+
+
+def test_views_derived_from_a_revoked_view_are_never_chosen(alice, gateway, make_demo_session):
+    session = make_demo_session(policy={"user_turns": 1})
+    for n in range(6):
+        ask(session, alice, f"NONCE-Q{n} question")
+    r1, r2, r3 = SessionView.objects.filter(session=session).order_by("revision")
+    # Each run started from the previous view, so each view's summary was made from it.
+    assert [_inherited_view(view.run) for view in (r1, r2, r3)] == [None, 1, 2]
+    assert (r1.derived_from, r2.derived_from, r3.derived_from) == (None, r1, r2)
+    binding = version_binding(session.agent_version)
+    assert compliant_view(session, binding) == r3
+
+    view_revoke(user=alice, session=session, revision=r2.revision)
+    # r3 carries r2's summary: the newest view with a clean chain is r1.
+    assert compliant_view(session, binding) == r1
+    run7 = ask(session, alice, "NONCE-Q6 question")
+    assert (run7.status, _inherited_view(run7)) == ("succeeded", r1.revision)
+    r4 = SessionView.objects.get(run=run7)
+    assert r4.derived_from == r1
+    assert compliant_view(session, binding) == r4
+
+    # A run that started from r4 saves its view after r1 is revoked: that view is never chosen.
+    gateway.during_call.append(lambda: view_revoke(user=alice, session=session, revision=1))
+    run8 = ask(session, alice, "NONCE-Q7 question")
+    assert _inherited_view(run8) == r4.revision
+    r5 = SessionView.objects.get(run=run8)
+    assert r5.derived_from == r4
+    derivations = view_derivations(session.pk)
+    assert {revision: d.revoked_ancestor for revision, d in derivations.items()} == {
+        1: None,
+        2: 1,
+        3: 2,
+        4: 1,
+        5: 1,
+    }
+    # Every chain holds a revoked view: the next run projects the whole journal, and works.
+    assert compliant_view(session, binding) is None
+    run9 = ask(session, alice, "NONCE-Q8 question")
+    assert (run9.status, _inherited_view(run9)) == ("succeeded", None)
+    seen = " ".join(str(m.get("content")) for m in gateway.action_requests()[-1].messages)
+    assert all(f"NONCE-Q{n}" in seen for n in range(9))
+    assert replay_run(run9).ok
+
+
+def test_the_api_and_the_context_page_show_views_revoked_by_derivation(
+    alice, gateway, make_demo_session, client
+):
+    session = make_demo_session(policy={"user_turns": 1})
+    for n in range(6):
+        ask(session, alice, f"NONCE-Q{n} question")
+    client = APIClient()
+    client.force_authenticate(alice)
+    answer = client.post(f"/api/v1/sessions/{session.pk}/views/2/revoke", format="json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["revoked_by_derivation"] is None
+    rows = client.get(f"/api/v1/sessions/{session.pk}/views/").json()["results"]
+    shown = {
+        row["revision"]: (
+            row["derived_from"],
+            row["revoked"],
+            row["revoked_by"],
+            row["revoked_by_derivation"],
+        )
+        for row in rows
+    }
+    assert shown == {
+        1: (None, False, None, None),
+        2: (1, True, "alice", None),
+        3: (2, True, None, 2),
+    }
+    run = session.runs.order_by("-number").first()
+    client.force_login(alice)
+    page = client.get(f"/runs/{run.pk}/context/").content.decode()
+    assert "revoked by derivation from r2" in page
+
+
+def test_the_migration_finds_the_derivation_of_views_saved_before_it(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session(policy={"user_turns": 1})
+    for n in range(6):
+        ask(session, alice, f"NONCE-Q{n} question")
+    views = SessionView.objects.filter(session=session).order_by("revision")
+    saved = [view.derived_from_id for view in views]
+    assert saved[0] is None and None not in saved[1:]
+    views.update(derived_from=None)
+    migration = importlib.import_module("sessions_app.migrations.0012_view_derivation")
+    migration.fill_derivations(django_apps, None)
+    assert [view.derived_from_id for view in views.all()] == saved

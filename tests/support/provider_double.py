@@ -194,6 +194,10 @@ class ProviderDouble:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def violations(self, document: dict[str, Any]) -> list[str]:
+        """Return why this provider would refuse a chat body (OpenAI's rules here)."""
+        return violations(document)
+
     def _count_connection(self) -> None:
         with self._lock:
             self.connections += 1
@@ -209,7 +213,7 @@ class ProviderDouble:
         problems: tuple[str, ...] = ()
         if handler.command == "POST" and path == CHAT_PATH:
             if isinstance(document, dict):
-                problems = tuple(violations(document))
+                problems = tuple(self.violations(document))
             else:
                 problems = ("body is not a JSON object",)
         record = RecordedRequest(

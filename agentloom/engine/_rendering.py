@@ -1,0 +1,84 @@
+"""Rendering versions: how records become view messages, named so old checkpoints keep theirs.
+
+A `format: 2` checkpoint stores its view by reference and rebuilds it from the journal, so the
+rules that turn records into view messages (history, run notes, call ids, reasoning) are part of
+what it means. Changing one would change the view an existing run rebuilds, and break its resume
+and `replay --run`. So each set of rules is a numbered version: a checkpoint's
+`binding["rendering"]` names the one it was made with (a binding without it is version 1, every
+checkpoint saved before versions existed); a resumed run, its rebuilt views and its replay follow
+that version, and new runs use `CURRENT_RENDERING`.
+
+| version | what it renders differently from the one before |
+|---|---|
+| 1 | (the rules before versions existed) assistant records keep only protocol fields |
+| 2 | assistant records keep the provider's reasoning text (`reasoning_content`); run notes are |
+|   | system messages shown before the message that follows them (`_protocol.place_run_note`) |
+
+To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
+append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentloom.engine._errors import ConfigurationError
+
+__all__ = [
+    "CURRENT_RENDERING",
+    "RENDERINGS",
+    "Rendering",
+    "rendering_binding",
+    "rendering_named",
+    "rendering_of",
+]
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """The rendering rules of one version; every field defaults to version 1's rule."""
+
+    version: int
+    changes: str
+    # Keep the provider's reasoning text in the assistant record (and so in every view).
+    keeps_reasoning: bool = False
+    # The role of a run-status note, and whether a note waits for the next message before it is
+    # shown (so a request never ends with one).
+    note_role: str = "assistant"
+    notes_wait: bool = False
+
+
+RENDERINGS: tuple[Rendering, ...] = (
+    Rendering(1, "assistant records keep only protocol fields"),
+    Rendering(
+        2,
+        "assistant records keep reasoning_content; run notes are system messages shown before "
+        "the message that follows them",
+        keeps_reasoning=True,
+        note_role="system",
+        notes_wait=True,
+    ),
+)
+CURRENT_RENDERING = RENDERINGS[-1].version
+_BY_VERSION = {rendering.version: rendering for rendering in RENDERINGS}
+
+
+def rendering_named(version: int | None) -> Rendering:
+    """Return the rules of rendering `version` (None: the current version)."""
+    if version is None:
+        version = CURRENT_RENDERING
+    if isinstance(version, bool) or version not in _BY_VERSION:
+        raise ConfigurationError("rendering", f"unknown rendering version {version!r}")
+    return _BY_VERSION[version]
+
+
+def rendering_of(binding: Mapping[str, Any] | None) -> Rendering:
+    """Return the rendering a checkpoint's binding names (version 1 when it names none)."""
+    return rendering_named((binding or {}).get("rendering", 1))
+
+
+def rendering_binding(rendering: Rendering) -> dict[str, int]:
+    """Return what a binding records of `rendering` (nothing for version 1, as before)."""
+    return {} if rendering.version == 1 else {"rendering": rendering.version}

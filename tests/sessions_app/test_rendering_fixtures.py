@@ -1,0 +1,78 @@
+"""Checkpoints saved under an older rendering version rebuild, resume and replay unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_app.models import Run
+from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.services.execution import run_execute
+from sessions_app.services.replay import replay_run
+from sessions_app.services.runs import run_resume
+from tests.sessions_app.conftest import ask
+from tests.support.checkpoint_fixtures import fixture, load_session
+
+pytestmark = pytest.mark.django_db
+
+FIXTURES = ["rendering_v1_local", "rendering_v1_deepseek"]
+
+
+def _known(frame: dict, saved: dict) -> dict:
+    """Return `frame` with only the state keys `saved` has, in every instance."""
+    state = {key: frame["state"][key] for key in saved["state"] if key in frame["state"]}
+    children = saved["state"].get("children") or {}
+    state["children"] = {
+        name: _known(child, children[name])
+        for name, child in (frame["state"].get("children") or {}).items()
+        if name in children
+    }
+    return {**frame, "state": state}
+
+
+def _runs(session) -> list[Run]:
+    return list(Run.objects.filter(session=session).order_by("number"))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_old_checkpoints_rebuild_exactly_as_saved(alice, name):
+    session = load_session(name, user=alice)
+    expanded = fixture(name)["expanded"]
+    for run in _runs(session):
+        rebuilt, saved = full_checkpoint(run), expanded[str(run.number)]
+        # Execution state may gain keys with their defaults; everything saved is as it was.
+        assert _known(rebuilt, saved) == saved, f"run {run.number}"
+        assert "rendering" not in run.checkpoint["binding"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_old_run_replays_unchanged(alice, gateway, name):
+    session = load_session(name, user=alice)
+    for run in _runs(session):
+        report = replay_run(run)
+        assert report.ok, (run.number, report.differences)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_an_old_failed_run_resumes_with_its_own_rendering(alice, gateway, name):
+    session = load_session(name, user=alice)
+    failed = _runs(session)[-1]
+    assert failed.status == "failed"
+    before = full_checkpoint(failed)["messages"]
+    gateway.failed.add(failed.question)  # its provider failure happened once, when it was made
+    run_resume(user=alice, run=failed)
+    run_execute(run_id=failed.pk)
+    failed.refresh_from_db()
+    assert failed.status == "succeeded", failed.error
+    assert "rendering" not in failed.checkpoint["binding"]
+    after = full_checkpoint(failed)["messages"]
+    assert after[: len(before)] == before
+    report = replay_run(failed)
+    assert report.ok, report.differences
+
+
+def test_an_old_session_answers_a_new_question(alice, gateway):
+    session = load_session("rendering_v1_local", user=alice)
+    run = ask(session, alice, '/tool echo {"text": "NONCE-NEW"}')
+    assert run.status == "succeeded", run.error
+    assert "NONCE-NEW" in run.answer
+    assert replay_run(run).ok
