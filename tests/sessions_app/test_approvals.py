@@ -229,3 +229,21 @@ def test_a_worker_killed_after_the_decision_leaves_the_call_unknown(
     assert len([call for call in calls.calls if call[0] == "slow"]) == slow_calls + 1
     feedback = [m["content"] for m in _rows(run, "feedback")]
     assert any("approved by alice" in text for text in feedback), "the decision survived"
+
+
+def test_staff_who_are_not_superusers_see_no_pending_arguments_in_the_admin(alice, session):
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+    from django.urls import reverse
+
+    ask(session, alice, "hello")  # the session's title comes from its first question
+    run = ask(session, alice, '/tool demo__greet {"who": "NONCE-WAITING-ARGUMENT"}')
+    assert run.status == Run.Status.WAITING_APPROVAL
+    alice.is_staff = True
+    alice.save()
+    alice.user_permissions.add(*Permission.objects.filter(content_type__app_label="sessions_app"))
+    browser = Client()
+    browser.force_login(alice)
+    html = browser.get(reverse("admin:sessions_app_run_change", args=[run.pk])).content.decode()
+    assert "waiting_approval" in html.lower() or "Waiting for approval" in html
+    assert "NONCE-WAITING-ARGUMENT" not in html
