@@ -14,6 +14,7 @@ from tests.browser.test_console import (  # noqa: F401 - the fixture is used by 
     RUN_TIMEOUT_MS,
     ask,
     console_worker,
+    run_block,
     unexpected,
     wait_for_run,
 )
@@ -69,7 +70,7 @@ def test_the_creator_approves_and_denies_from_the_chat(
     assert calls.calls == [], "nothing runs before the decision"
     panel.get_by_role("button", name="Approve").click()
     wait_for_run(page, 1, "succeeded")
-    expect(page.locator("#run-1")).to_contain_text("hello Ada", timeout=RUN_TIMEOUT_MS)
+    expect(run_block(page, 1)).to_contain_text("hello Ada", timeout=RUN_TIMEOUT_MS)
     assert calls.calls == [("greet", {"who": "Ada"})]
 
     ask(page, '/tool demo__greet {"who": "Mallory"}')
