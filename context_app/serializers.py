@@ -61,7 +61,8 @@ def _tools_field(**kwargs) -> serializers.ListField:
 
 def _agent_tools_field(**kwargs) -> serializers.ListField:
     return serializers.ListField(
-        child=TextField(max_length=100),
+        # Every tool name is a valid function name for models: built-in and `<server>__<tool>`.
+        child=serializers.RegexField(r"^[A-Za-z0-9_-]{1,64}$", max_length=64),
         help_text=f"Built-in tool names ({', '.join(builtin_tool_names())}) and tool-server "
         "tools as `<server>__<tool>` (as the server's listing names them).",
         **kwargs,
