@@ -32,7 +32,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from agentloom.errors import ApplicationError, NotFound
+from agentloom.errors import ApplicationError, NotFound, RateLimited
 from agentloom.parsers import ApiJSONParser
 from agentloom.validation import is_single_line, text_pattern
 
@@ -46,6 +46,10 @@ _ID = re.compile(r"[0-9]{1,19}")
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Return the JSON answer for `exc`: application errors, DRF errors and Django's own."""
+    if isinstance(exc, RateLimited):
+        return Response(
+            exc.as_json(), status=exc.status, headers={"Retry-After": str(exc.retry_after)}
+        )
     if isinstance(exc, ApplicationError):
         return Response(exc.as_json(), status=exc.status)
     if isinstance(exc, RequestDataTooBig):

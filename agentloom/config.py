@@ -106,8 +106,12 @@ def env_secret_list(name: str) -> list[str]:
     return values
 
 
-def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
-    """Return a DATABASES entry for `url` (sqlite:///path or postgres://…)."""
+def database_from_url(url: str, *, sqlite_timeout: int = 20, pool_size: int = 0) -> dict:
+    """Return a DATABASES entry for `url` (sqlite:///path or postgres://…).
+
+    On PostgreSQL, `pool_size` > 0 gives each process a connection pool of at most that many
+    connections (psycopg's pool); a thread that closes its connection hands it back.
+    """
     import dj_database_url
 
     if "://" not in url:
@@ -138,9 +142,75 @@ def database_from_url(url: str, *, sqlite_timeout: int = 20) -> dict:
     else:
         if not config.get("NAME"):
             raise ImproperlyConfigured("DATABASE_URL names no PostgreSQL database")
-        config.setdefault("CONN_MAX_AGE", 60)
         config["CONN_HEALTH_CHECKS"] = True
+        if pool_size > 0:
+            # A pooled connection is handed back when a request or a run's database work ends.
+            config["CONN_MAX_AGE"] = 0
+            config.setdefault("OPTIONS", {})["pool"] = {
+                "min_size": 1,
+                "max_size": pool_size,
+                "timeout": 30,
+            }
+        else:
+            config.setdefault("CONN_MAX_AGE", 60)
     return config
+
+
+def database_identity(database: dict) -> str:
+    """Return a short name of the database a deployment keeps its data in (no credentials).
+
+    It is the same in every process of one deployment (web, workers, beat) and differs between
+    deployments on different databases: tasks carry it, and the default queue is named after it.
+    """
+    import hashlib
+
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        where = str(Path(str(database["NAME"])).resolve())
+    else:
+        where = f"{database.get('HOST') or ''}:{database.get('PORT') or 5432}/{database['NAME']}"
+    return hashlib.sha256(f"{database['ENGINE']}|{where}".encode()).hexdigest()[:12]
+
+
+def database_slots(sqlite: bool, pool_size: int, asked: int) -> int:
+    """Return a worker process's database slots: `asked`, or the default for the database."""
+    if sqlite:
+        return asked or 1
+    if pool_size == 1:
+        raise ImproperlyConfigured(
+            "DATABASE_POOL_SIZE must be 0 (no pool) or at least 2: a worker's runs and its "
+            "lease renewer each need a connection"
+        )
+    if pool_size and asked >= pool_size:
+        raise ImproperlyConfigured(
+            f"RUN_DATABASE_SLOTS ({asked}) must be below DATABASE_POOL_SIZE ({pool_size}): "
+            "the lease renewer needs a connection of its own"
+        )
+    if asked:
+        return asked
+    return max(1, pool_size - 1) if pool_size else 9
+
+
+def env_rate(name: str, default: str):
+    """Return the rate limit `name` sets ("N/minute", "N/hour", "N/second", or "off")."""
+    from agentloom.ratelimit import parse_rate
+
+    value = env_str(name, default)
+    try:
+        return parse_rate(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}, got {value!r}") from None
+
+
+def cache_from_url(url: str | None) -> dict:
+    """Return Django's CACHES for `url`: Redis (shared by every process) or per-process memory."""
+    if not url or url == "locmem://":
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    if not url.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured(
+            f"CACHE_URL must start with redis://, rediss:// or locmem://, got "
+            f"{url.split('://', 1)[0]!r}"
+        )
+    return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}}
 
 
 def local_secret(var_dir: Path, name: str, *, debug: bool) -> str:

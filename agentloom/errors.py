@@ -50,3 +50,13 @@ class UpstreamError(ApplicationError):
     """A model provider failed; the detail is our own text."""
 
     status = 502
+
+
+class RateLimited(ApplicationError):
+    """Too many of one action in a window; `retry_after` is how many seconds until it may."""
+
+    status = 429
+
+    def __init__(self, detail: str, *, retry_after: int):
+        super().__init__(detail)
+        self.retry_after = retry_after

@@ -6,11 +6,15 @@ from datetime import timedelta
 from pathlib import Path
 
 from agentloom.config import (
+    cache_from_url,
     database_from_url,
+    database_identity,
+    database_slots,
     env_bool,
     env_heartbeat,
     env_int,
     env_list,
+    env_rate,
     env_secret_list,
     env_str,
     local_secret,
@@ -113,14 +117,23 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL: each process's connection pool (0: no pool, a connection per thread kept 60 s).
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10, minimum=0)
 DATABASES = {
     "default": database_from_url(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'agentloom.sqlite3'}"),
+        pool_size=DATABASE_POOL_SIZE,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+_SQLITE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+if _SQLITE:
     # Tests that start a worker process need a file both processes can open.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_SQLITE_NAME")}
+# How many of a worker process's runs use the database at once (sessions_app/services/slots.py):
+# one on SQLite, one less than the pool on PostgreSQL (the lease renewer keeps the last one).
+RUN_DATABASE_SLOTS = database_slots(
+    _SQLITE, DATABASE_POOL_SIZE, env_int("RUN_DATABASE_SLOTS", 0, minimum=0)
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -132,6 +145,20 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# Shared by every process (rate-limit counters) when it points at Redis; per process otherwise.
+CACHES = cache_from_url(env_str("CACHE_URL"))
+# Rate limits of the costly actions, per user and per session (agentloom/ratelimit.py).
+RATE_LIMITS = {
+    "discovery": env_rate("RATE_LIMIT_DISCOVERY", "20/minute"),
+    "runs_per_user": env_rate("RATE_LIMIT_RUNS_PER_USER", "30/minute"),
+    "runs_per_session": env_rate("RATE_LIMIT_RUNS_PER_SESSION", "10/minute"),
+    "supplements_per_user": env_rate("RATE_LIMIT_SUPPLEMENTS_PER_USER", "60/minute"),
+    "supplements_per_session": env_rate("RATE_LIMIT_SUPPLEMENTS_PER_SESSION", "20/minute"),
+}
+
+# Web server processes `python -m agentloom.serve` starts (agentloom/serve.py).
+WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1)
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -200,6 +227,11 @@ elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://")):
         f"CELERY_BROKER_URL must start with filesystem://, redis://, rediss:// or amqp://, "
         f"got {CELERY_BROKER_URL.split('://', 1)[0]!r}"
     )
+# Every task carries the name of this deployment's database, and goes to (and is consumed from)
+# this deployment's own queue: two deployments sharing a Redis database never take each other's
+# runs (a worker that gets one anyway hands it back, sessions_app/tasks.py).
+DEPLOYMENT_ID = database_identity(DATABASES["default"])
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", f"agentloom-{DEPLOYMENT_ID}")
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

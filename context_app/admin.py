@@ -27,7 +27,12 @@ from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import draft_changes, latest_versions
 from context_app.server_tools import choosable_server_tools
-from context_app.services import MAX_SUB_AGENTS, agent_publish, draft_validate
+from context_app.services import (
+    MAX_SUB_AGENTS,
+    agent_publish,
+    agent_question_room,
+    draft_validate,
+)
 
 PUBLISH_BUTTON = "_publish"
 # Blank rows shown below a draft's sub-agents for adding new ones.
@@ -224,6 +229,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
                     "model_connection",
                     "verify_completion",
                     "publication",
+                    "question_room",
                 ]
             },
         ),
@@ -241,7 +247,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
     list_display = ["name", "space", "model_connection", "publication", "updated_at"]
     list_filter = ["space"]
     search_fields = ["name"]
-    readonly_fields = ["publication"]
+    readonly_fields = ["publication", "question_room"]
     actions = ["publish_selected"]
     formfield_overrides = {models.JSONField: {"form_class": JSONFormField}}
 
@@ -250,6 +256,20 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         if agent.pk is None:
             return "A new draft: save it, then publish it."
         return publication_text(agent)
+
+    @admin.display(description="Room for a question")
+    def question_room(self, agent: Agent) -> str:
+        room = agent_question_room(agent) if agent.pk is not None else None
+        if room is None:
+            return "Choose a model connection and save to see it."
+        below = room["room"] < room["floor"]
+        verdict = " — below the floor: publishing refuses it" if below else ""
+        return (
+            f"{room['room']} of a trigger at {room['trigger_at']} (system prompt and tool schemas "
+            f"{room['system_prompt_and_tools']}, plan reserve {room['plan_reserve']}, summary "
+            f"limit {room['summary_limit']}, large-record limit {room['large_record_limit']}; "
+            f"floor {room['floor']}){verdict}"
+        )
 
     def _publish(self, request, agent: Agent) -> bool:
         try:

@@ -29,6 +29,7 @@ from agentloom.engine import (
     ModelBudget,
     ModelGateway,
     ModelRequest,
+    QuestionRoom,
     ReadRecordTool,
     RecordStore,
     Redactor,
@@ -42,6 +43,7 @@ from agentloom.engine import (
     estimator_from_binding,
     estimator_named,
     load_policy,
+    question_room,
     rendering_binding,
     rendering_named,
     sent_request,
@@ -259,6 +261,20 @@ def input_check(version: AgentVersion, text: str) -> InputCheck:
         system_prompt=snapshot.get("system_prompt", ""),
         tools=offered_tools(snapshot),
         text=text,
+    )
+
+
+def snapshot_question_room(snapshot: dict[str, Any]) -> QuestionRoom:
+    """Return the room a version of `snapshot` leaves for a question, with its figures."""
+    policy, budget, estimator = run_measures(snapshot)
+    large_records = LargeRecords.from_config(snapshot.get("large_records"))
+    return question_room(
+        policy=policy,
+        budget=budget,
+        estimator=estimator,
+        system_prompt=snapshot.get("system_prompt", ""),
+        tools=offered_tools(snapshot),
+        large_record_limit=large_records.limit(budget) if large_records is not None else 0,
     )
 
 

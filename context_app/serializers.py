@@ -8,7 +8,12 @@ from rest_framework import serializers
 from agentloom.api import FlagField, StrictSerializer, TextField, id_field
 from agentloom.engine import DEFAULT_POLICY
 from context_app.engine_adapter import builtin_tool_names
-from context_app.services import MAX_PROMPT_CHARS, MAX_SUB_AGENTS, SUB_AGENT_NAME
+from context_app.services import (
+    MAX_PROMPT_CHARS,
+    MAX_SUB_AGENTS,
+    SUB_AGENT_NAME,
+    agent_question_room,
+)
 
 _RATIO = {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1}
 _COUNT = {"type": "integer", "minimum": 1, "nullable": True}
@@ -103,8 +108,17 @@ class AgentSerializer(serializers.Serializer):
     sub_agents = SubAgentSerializer(many=True)
     verify_completion = serializers.BooleanField()
     context_policy = ContextPolicyField()
+    question_room = serializers.SerializerMethodField(
+        help_text="The room the draft leaves for a question under its trigger, with the figures "
+        "it is made of and the floor below which publishing refuses it; null without a "
+        "model connection."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField(), allow_null=True))
+    def get_question_room(self, agent) -> dict[str, int] | None:
+        return agent_question_room(agent)
 
 
 class AgentUpdateSerializer(StrictSerializer):

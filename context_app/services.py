@@ -15,7 +15,11 @@ from agentloom.providers import retirement_of
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.toolservers import SEPARATOR
 from agentloom.validation import clean_text
-from context_app.engine_adapter import builtin_tool_names, estimator_binding
+from context_app.engine_adapter import (
+    builtin_tool_names,
+    estimator_binding,
+    snapshot_question_room,
+)
 from context_app.models import Agent, AgentVersion
 from context_app.server_tools import (
     clean_approval,
@@ -197,6 +201,17 @@ def agent_update(*, user, agent: Agent, **changes: Any) -> Agent:
     return agent
 
 
+def agent_question_room(agent: Agent) -> dict[str, int] | None:
+    """Return the room the agent's draft would leave for a question (None: no connection)."""
+    if agent.model_connection is None:
+        return None
+    try:
+        snapshot = version_snapshot(agent)
+    except InvalidInput:
+        return None  # a chosen tool-server tool is no longer listed: publishing says so
+    return snapshot_question_room(snapshot).to_dict()
+
+
 def version_snapshot(agent: Agent) -> dict[str, Any]:
     """Return the frozen snapshot of `agent` as it is now (DESIGN.md §4)."""
     connection = agent.model_connection
@@ -262,11 +277,16 @@ def agent_publish(*, user, agent: Agent) -> AgentVersion:
             "safety margin.",
             field="model_connection",
         )
+    snapshot = version_snapshot(agent)
+    room = snapshot_question_room(snapshot)
+    if not room.fits:
+        # Its sessions could not be kept alive: refused with the figures (README, publishing).
+        raise InvalidInput(room.describe(), field="question_room")
     number = (agent.versions.aggregate(top=Max("number"))["top"] or 0) + 1
     return AgentVersion.objects.create(
         agent=agent,
         number=number,
-        snapshot=version_snapshot(agent),
+        snapshot=snapshot,
         model_connection=agent.model_connection,
         published_by=user,
     )

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from agentloom.errors import InvalidInput, PermissionDenied, UpstreamError
 from agentloom.providers import ClientFactory, DiscoveredModel, ProviderError, discover_models
+from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import administered_spaces, require_space_admin
 from models_app.selectors import connection_get
 from models_app.services import (
@@ -36,6 +37,8 @@ def models_discover(
     With `resource_id` and a blank key, the stored key of that connection is used, but only
     for the provider and base URL it was entered for.
     """
+    # Each call is an outbound request to an address an admin typed: counted before anything.
+    limit("discovery", user.pk, what="model listings")
     provider = clean_provider(provider)
     base_url = clean_base_url(provider, base_url)
     key = clean_api_key(api_key)

@@ -20,9 +20,11 @@ DEMO_AGENT_NAME = "Demo agent"
 DEMO_SYSTEM_PROMPT = (
     "You are the AgentLoom demo agent. Use the tools when asked and cite their results."
 )
-# Every built-in tool but the plan: on the demo's small window its schema would leave room for
-# questions of a few hundred bytes only.
-DEMO_TOOLS = [name for name in BUILTIN_TOOL_NAMES if name != "update_plan"]
+# Every built-in tool, the plan included: README's walkthrough uses each of them.
+DEMO_TOOLS = list(BUILTIN_TOOL_NAMES)
+# The demo model's window, in bytes (its estimator): the smallest that leaves the walkthrough's
+# questions their room with every tool offered (publishing checks the room for a question).
+DEMO_CONTEXT_WINDOW = 8_192
 DEMO_SUB_AGENTS = [
     {
         "name": "researcher",
@@ -54,7 +56,7 @@ def ensure_demo(*, owner) -> Space:
             name=DEMO_CONNECTION_NAME,
             provider=ModelConnection.Provider.LOCAL,
             model_id="local-demo",
-            context_window=6_144,
+            context_window=DEMO_CONTEXT_WINDOW,
             max_output_tokens=512,
             safety_margin_tokens=256,
             window_source=ModelConnection.WindowSource.MANUAL,

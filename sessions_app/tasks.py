@@ -3,19 +3,47 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.conf import settings
 
 log = logging.getLogger(__name__)
 
+# How long a worker waits before it hands another deployment's task back (no busy loop when
+# only the wrong deployment's workers are listening).
+HAND_BACK_SECONDS = 1.0
 
-@shared_task(name="sessions_app.tasks.execute_run", acks_late=True, ignore_result=True)
-def execute_run(run_id: int) -> str:
-    """Execute (or continue) run `run_id` if this worker can claim its lease."""
+
+@shared_task(bind=True, name="sessions_app.tasks.execute_run", acks_late=True, ignore_result=True)
+def execute_run(task, run_id: int, deployment: str | None = None) -> str:
+    """Execute (or continue) run `run_id` if this worker can claim its lease.
+
+    `deployment` names the database the run was queued in (`settings.DEPLOYMENT_ID`). A task
+    of another deployment is not this worker's, even when its database holds a run of that id:
+    nothing is touched, and the task goes back to the queue it came from for its own workers.
+    """
+    if deployment is not None and deployment != settings.DEPLOYMENT_ID:
+        return _hand_back(task, run_id, deployment)
     from sessions_app.services.execution import run_execute
 
     return run_execute(run_id=run_id)
+
+
+def _hand_back(task, run_id: int, deployment: str) -> str:
+    delivery = task.request.delivery_info or {}
+    queue = delivery.get("routing_key") or settings.CELERY_TASK_DEFAULT_QUEUE
+    log.warning(
+        "run %s belongs to deployment %s, not this one (%s): handed back to queue %s",
+        run_id,
+        deployment,
+        settings.DEPLOYMENT_ID,
+        queue,
+    )
+    time.sleep(HAND_BACK_SECONDS)
+    task.apply_async(args=[run_id], kwargs={"deployment": deployment}, queue=queue)
+    return "handed back"
 
 
 @shared_task(name="sessions_app.tasks.sweep_expired_leases", ignore_result=True)

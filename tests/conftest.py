@@ -148,5 +148,8 @@ def queued_runs(request, monkeypatch):
 
     from sessions_app import tasks
 
-    monkeypatch.setattr(tasks, "execute_run", SimpleNamespace(delay=queued.append))
+    def delay(run_id: int, **_task_options) -> None:
+        queued.append(run_id)
+
+    monkeypatch.setattr(tasks, "execute_run", SimpleNamespace(delay=delay))
     return queued

@@ -13,4 +13,10 @@ os.environ.setdefault(
 # Django's test client, schemathesis's WSGI calls and the live server for the browser.
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,[::1]")
 
-from agentloom.settings import *  # noqa: F403
+# Rate limits are off unless a test turns one on (tests/api/test_rate_limits.py): the suite asks
+# many questions of one session in a second.
+for _limit in ("DISCOVERY", "RUNS_PER_USER", "RUNS_PER_SESSION", "SUPPLEMENTS_PER_USER"):
+    os.environ.setdefault(f"RATE_LIMIT_{_limit}", "off")
+os.environ.setdefault("RATE_LIMIT_SUPPLEMENTS_PER_SESSION", "off")
+
+from agentloom.settings import *  # noqa: E402, F403

@@ -107,10 +107,13 @@ from agentloom.engine._large import (
     history_judge,
 )
 from agentloom.engine._measure import (
+    QUESTION_ROOM_FLOOR,
     ContextMeasure,
     InputCheck,
+    QuestionRoom,
     check_input,
     measure_context,
+    question_room,
 )
 from agentloom.engine._policy import (
     DEFAULT_POLICY,
@@ -204,6 +207,7 @@ __all__ = [
     "LEGACY_CONTEXT_CHARS",
     "MAIN_INSTANCE",
     "PURPOSES",
+    "QUESTION_ROOM_FLOOR",
     "REASONING_KEY",
     "RENDERINGS",
     "TOOL_RESULT_VIEW_CHARS",
@@ -258,6 +262,7 @@ __all__ = [
     "PayloadRules",
     "PreparedContext",
     "ProjectedHistory",
+    "QuestionRoom",
     "ReadRecordTool",
     "Record",
     "RecordStore",
@@ -299,6 +304,7 @@ __all__ = [
     "payload_problems",
     "project_history",
     "protocol_problems",
+    "question_room",
     "reasoning_required",
     "rendering_binding",
     "rendering_named",

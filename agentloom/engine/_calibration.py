@@ -9,7 +9,10 @@ requests for triggers and targets with `CalibratedEstimator`:
   the connection's recent calls gave when the run started;
 - a request that extends the last reported one (the same messages, then more) measures as the
   reported tokens plus the ratio times the bytes appended since; any other request as the ratio
-  times its bytes.
+  times its bytes. "Extends" is decided on content, never on object identity: a digest of the
+  exact reported messages, tools and estimator binding must equal the digest of the request's
+  first messages, its tools and binding. The reported call (`base`) is kept with the samples in
+  the checkpoint, so a resume starts from it.
 
 The hard budget check never uses the ratio. `upper_bound` is the reported tokens plus the raw
 bytes appended since, for a request that extends the last reported one, else the raw byte count:
@@ -25,6 +28,8 @@ with, so a replay given the same starting ratio makes the same decisions.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +67,10 @@ class Calibration:
     start: float | None = None
     samples: list[float] = field(default_factory=list)
     keep: int = DEFAULT_SAMPLES
+    # The last reported action request: message count, digest, reported tokens and raw size.
+    base: dict[str, Any] | None = None
+    # The reported request the run started from (the session's last), kept for replay.
+    start_base: dict[str, Any] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -74,14 +83,42 @@ class Calibration:
         self.samples = [*self.samples, sample][-self.keep :]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"start": self.start, "samples": list(self.samples)}
+        data: dict[str, Any] = {"start": self.start, "samples": list(self.samples)}
+        if self.base is not None:
+            data["base"] = dict(self.base)
+        if self.start_base is not None:
+            data["start_base"] = dict(self.start_base)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None, *, keep: int) -> Calibration:
         data = data or {}
         start = data.get("start")
         samples = [float(s) for s in data.get("samples") or [] if _positive(s)]
-        return cls(start=float(start) if _positive(start) else None, samples=samples, keep=keep)
+        return cls(
+            start=float(start) if _positive(start) else None,
+            samples=samples,
+            keep=keep,
+            base=_base(data.get("base")),
+            start_base=_base(data.get("start_base")),
+        )
+
+
+def _base(data: Any) -> dict[str, Any] | None:
+    """Return a stored reported request, or None when it is not one."""
+    if isinstance(data, dict) and set(data) == {"count", "digest", "tokens", "raw"}:
+        return dict(data)
+    return None
+
+
+def request_digest(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], binding: dict[str, Any]
+) -> str:
+    """Return the digest of exactly these messages, tools and estimator binding."""
+    text = json.dumps(
+        [messages, tools, binding], sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _positive(value: Any) -> bool:
@@ -96,9 +133,6 @@ class CalibratedEstimator(TokenEstimator):
         self.calibration = calibration
         self.module_id = inner.module_id
         self.config = inner.config
-        # The last reported action request: its first and last message (by identity), length,
-        # tool count, reported tokens and raw size.
-        self._base: tuple[Any, Any, int, int, int, int] | None = None
 
     def binding(self) -> dict[str, Any]:
         return self.inner.binding()
@@ -109,26 +143,24 @@ class CalibratedEstimator(TokenEstimator):
         if base is None:
             return raw
         # Exact for the reported prefix; bytes (never fewer than tokens) for what was appended.
-        return min(raw, base[4] + max(raw - base[5], 0))
+        return min(raw, base["tokens"] + max(raw - base["raw"], 0))
 
     @property
     def bound_estimator(self) -> TokenEstimator:
         """Return the estimator compaction measures with: the raw one, the hard check's unit."""
         return self.inner
 
-    def _extends_base(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]):
-        base = self._base
-        if base is None or not messages:
+    def _extends_base(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Return the reported request when this one starts with exactly its messages."""
+        base = self.calibration.base
+        if base is None or not messages or len(messages) < base["count"]:
             return None
-        first, last, length, tool_count, _, _ = base
-        if (
-            len(messages) >= length
-            and len(tools) == tool_count
-            and messages[0] is first
-            and messages[length - 1] is last
-        ):
-            return base
-        return None
+        prefix = messages[: base["count"]]
+        if request_digest(prefix, tools, self.inner.binding()) != base["digest"]:
+            return None
+        return base
 
     def decision(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict:
         """Return what measuring this request uses: raw size, ratio and reported base."""
@@ -138,13 +170,13 @@ class CalibratedEstimator(TokenEstimator):
         if ratio is None:
             size = raw
         elif base is not None:
-            size = base[4] + round(ratio * max(raw - base[5], 0))
+            size = base["tokens"] + round(ratio * max(raw - base["raw"], 0))
         else:
             size = round(ratio * raw)
         return {
             "raw": raw,
             "ratio": ratio,
-            "base_tokens": base[4] if base is not None else None,
+            "base_tokens": base["tokens"] if base is not None else None,
             "estimate": max(size, 1),
         }
 
@@ -159,7 +191,12 @@ class CalibratedEstimator(TokenEstimator):
         if raw <= 0 or reported <= 0 or not messages:
             return
         self.calibration.add(reported / raw)
-        self._base = (messages[0], messages[-1], len(messages), len(tools), reported, raw)
+        self.calibration.base = {
+            "count": len(messages),
+            "digest": request_digest(messages, tools, self.inner.binding()),
+            "tokens": reported,
+            "raw": raw,
+        }
 
 
 def resumed_estimator(

@@ -11,8 +11,12 @@
    summarise is too small to gain anything.
 4. Summarises the older units in order, in as many segments as needed (at most
    `max_compaction_calls`), each request sized to fit the effective budget on its own and carrying
-   the summary so far. A unit too large for one request is cut into ordered text fragments that are
+   the summary so far. An earlier handoff summary in the view is that summary so far (it and
+   everything before it are always summarised), so the result is one summary, never a summary
+   inside a summary. A unit too large for one request is cut into ordered text fragments that are
    consumed one after another. Units not fully consumed when the calls run out are kept verbatim.
+   Each call's output limit is the room left under the trigger once everything else of the new
+   view is placed; a reply longer than that is cut to it, with a mark (`SUMMARY_CUT`).
 5. Builds `[system…, handoff summary, kept units in order]`, where the current task keeps its
    place: right after the summary when everything before it was summarised, otherwise after the
    kept history units that precede it. When the summary also covers the run's own progress
@@ -47,9 +51,11 @@ from agentloom.engine._errors import (
     LeaseLostError,
     ModelCallLimitReached,
 )
+from agentloom.engine._measure import SUMMARY_RESERVE_SHARE
 from agentloom.engine._policy import SIZE_TRIGGERS, TriggerPolicy
 from agentloom.engine._protocol import (
     HANDOFF_MARK,
+    message_text,
     protocol_problems,
     render_message,
     tool_calls_of,
@@ -77,12 +83,14 @@ HANDOFF_HEADER = (
 )
 PLAN_HEADER = "[current plan, kept as written]"
 
-# Share of the target reserved for the summary message when choosing what to keep.
-SUMMARY_RESERVE_SHARE = 0.2
 # A turns- or steps-only trigger does not summarise less material than this (estimate units).
 MIN_COUNT_TRIGGER_GAIN = 256
 # Room left in each summary request for the estimator's rounding.
 SEGMENT_SLACK = 32
+# A summary with less room than this under the trigger cannot say anything useful.
+MIN_SUMMARY_ROOM = 64
+# Marks a summary the engine had to cut to its room.
+SUMMARY_CUT = "\n[summary cut to fit the context budget]"
 # A summary request with room for less material than this cannot make progress.
 MIN_SEGMENT_CHARS = 200
 _SEGMENT_RETRIES = 6
@@ -100,9 +108,10 @@ class CompactionRequest:
     policy: TriggerPolicy
     budget: ModelBudget
     estimator: TokenEstimator
-    # Sends the messages as a `compaction` call and returns the reply text; raises EngineError
-    # (GatewayError, ContextBudgetExceeded, ModelCallLimitReached) when nothing usable came back.
-    summarise: Callable[[list[dict[str, Any]]], str]
+    # Sends the messages as a `compaction` call with an output limit (estimate units) and returns
+    # the reply text; raises EngineError (GatewayError, ContextBudgetExceeded,
+    # ModelCallLimitReached) when nothing usable came back.
+    summarise: Callable[[list[dict[str, Any]], int], str]
     # Returns the one-line stub for the tool result at a view index, or None when it has none;
     # None: no masking stage (versions without a large-record policy).
     mask: Callable[[int], dict[str, Any] | None] | None = None
@@ -284,13 +293,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
 
         masked_at: list[int] = []
         if request.mask is not None and not count_only:
-            masked_view = list(view)
-            for unit in units[:kept_from]:
-                for index in range(unit.start, unit.end):
-                    stub = request.mask(index)
-                    if stub is not None:
-                        masked_view[index] = stub
-                        masked_at.append(index)
+            masked_view, masked_at = _masked(request, view, units[:kept_from])
             if masked_at:
                 masked_size = policy.measure(masked_view, tools, estimator)
                 stages.append(
@@ -311,54 +314,55 @@ class BudgetCompactionPolicy(CompactionPolicy):
 
         if kept_from == 0:
             return outcome("skipped", "nothing_to_compact")
+        # An earlier summary is updated, never nested: it is summarised with what precedes it.
+        earlier = [n for n, unit in enumerate(units) if _is_summary(view[unit.start : unit.end])]
+        if earlier:
+            kept_from = max(kept_from, earlier[-1] + 1)
+        material = [n for n in range(kept_from) if n not in earlier]
         if count_only and sum(sizes[:kept_from]) < MIN_COUNT_TRIGGER_GAIN:
             return outcome("skipped", "no_gain")
 
-        # Summaries read the units as they were before masking.
+        def assemble(body: str, consumed: int) -> tuple[list[dict[str, Any]], int | None, list]:
+            dropped = {*earlier, *material[:consumed]}
+            return _assemble(view, items, head_end, request, dropped, body)
+
+        # The summary may take what is left under the trigger once everything else is placed.
+        skeleton = assemble("", len(material))[0]
+        room = trigger_at - 1 - policy.measure(skeleton, tools, estimator)
+        if room < MIN_SUMMARY_ROOM:
+            return outcome("failed", "no_room_for_summary")
+
+        # Summaries read the units as they were before masking; an earlier summary is the
+        # summary so far.
         original = request.messages
         texts = [
-            "\n".join(render_message(m) for m in original[u.start : u.end])
-            for u in units[:kept_from]
+            "\n".join(render_message(m) for m in original[units[n].start : units[n].end])
+            for n in material
         ]
-        summary, calls, failure = self._summarise(request, policy.max_compaction_calls, texts)
+        running = "\n\n".join(_summary_body(view[units[n].start]) for n in earlier)
+        summary, calls, failure = self._summarise(request, texts, running, room)
         if failure:
             return outcome("failed", failure, calls=calls)
-        consumed = summary[1]
-
-        summary_text = f"{HANDOFF_HEADER}\n{summary[0]}"
-        if request.plan:
-            summary_text += f"\n\n{PLAN_HEADER}\n{request.plan}"
-        summary_message = {"role": "user", "content": summary_text}
-        # Units are consumed oldest first, so the summary covers the run's own progress exactly
-        # when a consumed unit comes after the task. Then it follows the task: the model reads
-        # the task, then what has been done about it, and does not start the task over.
-        task_position = items.index(_TASK) if _TASK in items else len(items)
-        covers_progress = consumed > sum(1 for item in items[:task_position] if item != _TASK)
-        new_view = list(view[:head_end])
-        if not covers_progress:
-            new_view.append(summary_message)
-        new_task_index = None
-        unit_number = 0
-        for item in items:
-            if item == _TASK:
-                new_task_index = len(new_view)
-                new_view.append(view[request.task_index])
-                if covers_progress:
-                    new_view.append(summary_message)
-                continue
-            if unit_number >= consumed:
-                new_view.extend(view[item.start : item.end])
-            unit_number += 1
-
+        body, consumed = summary
+        new_view, new_task_index, summarised = assemble(body, consumed)
         if protocol_problems(new_view):
             return outcome("failed", "boundary_violation", calls=calls)
         after = policy.measure(new_view, tools, estimator)
+        cut = body.endswith(SUMMARY_CUT)
+        if after >= trigger_at:
+            # Longer than its room (a summariser may ignore its output limit): cut to fit.
+            new_view, new_task_index, summarised, after = _cut_to_fit(
+                lambda text: assemble(text, consumed),
+                lambda messages: policy.measure(messages, tools, estimator),
+                body,
+                trigger_at,
+            )
+            cut = True
         if after >= before:
             return outcome("failed", "no_reduction", after=after, calls=calls)
         if after >= trigger_at:
             return outcome("failed", "above_trigger", after=after, calls=calls)
-        reason = "compacted" if consumed == kept_from else "compacted_partly"
-        summarised = [index for unit in units[:consumed] for index in range(unit.start, unit.end)]
+        reason = "compacted" if consumed == len(material) else "compacted_partly"
         return outcome(
             "succeeded",
             reason,
@@ -368,8 +372,10 @@ class BudgetCompactionPolicy(CompactionPolicy):
             task_index=new_task_index,
             details={
                 "stage": "summary",
-                "summarised_units": consumed,
-                "kept_units": len(units) - consumed,
+                "summarised_units": len(earlier) + consumed,
+                "kept_units": len(units) - len(earlier) - consumed,
+                "summary_room": room,
+                "summary_cut": cut,
                 # Where in the old view the summarised and the (still shown) masked messages
                 # were, for exact source ranges.
                 "summarised": summarised,
@@ -397,34 +403,37 @@ class BudgetCompactionPolicy(CompactionPolicy):
         return sizes, kept_from
 
     def _summarise(
-        self, request: CompactionRequest, max_calls: int, texts: list[str]
+        self, request: CompactionRequest, texts: list[str], running: str, limit: int
     ) -> tuple[tuple[str, int], int, str | None]:
-        """Return ((summary, units fully summarised), calls made, failure reason or None)."""
+        """Return ((summary, units fully summarised), calls made, failure reason or None).
+
+        `running` is the earlier summary this one updates; `limit` the output limit of each call.
+        """
         estimator, effective = request.estimator, request.budget.effective_input_budget
+        max_calls = request.policy.max_compaction_calls
         material = "\n".join(texts)
         # Summary requests are sized by the upper bound the hard check will apply to them.
         empty = estimator.upper_bound([{"role": "user", "content": ""}], [])
         full = estimator.upper_bound([{"role": "user", "content": material}], [])
         units_per_char = max((full - empty) / max(len(material), 1), 1e-6)
         fragments = _Fragments(texts)
-        running = ""
         calls = 0
         while not fragments.done and calls < max_calls:
-            probe = self.summary_messages(running, "")
+            probe = self.summary_messages(running, "", limit)
             room = effective - estimator.upper_bound(probe, []) - SEGMENT_SLACK
             capacity = int(room / units_per_char)
             for _ in range(_SEGMENT_RETRIES):
                 if capacity < MIN_SEGMENT_CHARS:
                     return ("", 0), calls, "summary_request_over_budget"
                 segment, position = fragments.take(capacity)
-                messages = self.summary_messages(running, segment)
+                messages = self.summary_messages(running, segment, limit)
                 if estimator.upper_bound(messages, []) <= effective:
                     break
                 capacity = int(capacity * 0.7)
             else:
                 return ("", 0), calls, "summary_request_over_budget"
             try:
-                reply = request.summarise(messages)
+                reply = request.summarise(messages, limit)
             except LeaseLostError:
                 raise
             except GatewayError as exc:
@@ -438,15 +447,19 @@ class BudgetCompactionPolicy(CompactionPolicy):
             calls += 1
             if not reply.strip():
                 return ("", 0), calls, "empty_summary"
-            running = reply.strip()
+            # A reply over its output limit is cut to it, so the next request has its room.
+            running = _clipped(reply.strip(), limit, estimator)
             fragments.advance(position)
         return (running, fragments.piece), calls, None
 
     @staticmethod
-    def summary_messages(running: str, segment: str) -> list[dict[str, Any]]:
-        """Return the messages of one summary request."""
+    def summary_messages(
+        running: str, segment: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the messages of one summary request (`limit`: its output limit)."""
+        length = f" Keep it under {limit} tokens." if limit is not None else ""
         return [
-            {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+            {"role": "system", "content": SUMMARY_INSTRUCTIONS + length},
             {
                 "role": "user",
                 "content": (
@@ -456,3 +469,109 @@ class BudgetCompactionPolicy(CompactionPolicy):
                 ),
             },
         ]
+
+
+def _masked(
+    request: CompactionRequest, view: list[dict[str, Any]], units: list[_Unit]
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Return `view` with the tool results of `units` masked to stubs, and where they were."""
+    masked_view = list(view)
+    masked_at: list[int] = []
+    if request.mask is None:
+        return masked_view, masked_at
+    for unit in units:
+        for index in range(unit.start, unit.end):
+            stub = request.mask(index)
+            if stub is not None:
+                masked_view[index] = stub
+                masked_at.append(index)
+    return masked_view, masked_at
+
+
+def _cut_to_fit(assemble, measure, body: str, trigger_at: int):
+    """Return the view with `body` cut (and marked) until the view is below `trigger_at`.
+
+    Each round cuts at least the excess (a character is at least one unit of a byte count) or
+    an eighth of what is left, so it ends; `assemble(text)` builds (view, task index, summarised).
+    """
+    view, task_index, summarised = assemble(body)
+    after = measure(view)
+    while after >= trigger_at and body:
+        over = after - trigger_at + 1
+        body = body[: max(len(body) - max(over, len(body) // 8), 0)]
+        view, task_index, summarised = assemble(body + SUMMARY_CUT)
+        after = measure(view)
+    return view, task_index, summarised, after
+
+
+def _clipped(text: str, limit: int, estimator: TokenEstimator) -> str:
+    """Return `text`, or its start with a mark saying it was cut, in at most `limit` units."""
+    empty = estimator.upper_bound([{"role": "user", "content": ""}], [])
+
+    def size(candidate: str) -> int:
+        return estimator.upper_bound([{"role": "user", "content": candidate}], []) - empty
+
+    if size(text) <= limit:
+        return text
+    while text and size(text + SUMMARY_CUT) > limit:
+        over = size(text + SUMMARY_CUT) - limit
+        text = text[: max(len(text) - max(over, len(text) // 8), 0)]
+    return text + SUMMARY_CUT if text else ""
+
+
+def _is_summary(messages: list[dict[str, Any]]) -> bool:
+    """Return True for a unit that is a handoff summary made by an earlier compaction."""
+    return (
+        len(messages) == 1
+        and messages[0].get("role") == "user"
+        and message_text(messages[0]).startswith(HANDOFF_MARK)
+    )
+
+
+def _summary_body(message: dict[str, Any]) -> str:
+    """Return an earlier summary's text without its header and the plan it carried."""
+    text = message_text(message)
+    if text.startswith(HANDOFF_HEADER):
+        text = text[len(HANDOFF_HEADER) :]
+    elif text.startswith(HANDOFF_MARK):
+        text = text[len(HANDOFF_MARK) :]
+    return text.split(f"\n\n{PLAN_HEADER}\n", 1)[0].strip()
+
+
+def _assemble(
+    view: list[dict[str, Any]],
+    items: list,
+    head_end: int,
+    request: CompactionRequest,
+    dropped: set[int],
+    body: str,
+) -> tuple[list[dict[str, Any]], int | None, list[int]]:
+    """Return the view with the `dropped` units replaced by one summary of `body`.
+
+    Also returns the new task index and the old view indexes the summary replaced. The summary
+    comes right after the system head, or right after the task when it covers units after it.
+    """
+    summary_text = f"{HANDOFF_HEADER}\n{body}"
+    if request.plan:
+        summary_text += f"\n\n{PLAN_HEADER}\n{request.plan}"
+    summary_message = {"role": "user", "content": summary_text}
+    units = [item for item in items if isinstance(item, _Unit)]
+    task_position = items.index(_TASK) if _TASK in items else len(items)
+    covers_progress = any(number >= task_position for number in dropped)
+    new_view = list(view[:head_end])
+    if not covers_progress:
+        new_view.append(summary_message)
+    new_task_index = None
+    number = 0
+    for item in items:
+        if item == _TASK:
+            new_task_index = len(new_view)
+            new_view.append(view[request.task_index])
+            if covers_progress:
+                new_view.append(summary_message)
+            continue
+        if number not in dropped:
+            new_view.extend(view[item.start : item.end])
+        number += 1
+    summarised = [i for n in sorted(dropped) for i in range(units[n].start, units[n].end)]
+    return new_view, new_task_index, summarised

@@ -19,8 +19,9 @@ view under these rules:
   effective budget, oldest dropped first (with a note saying how many), before its hard check;
 - `prepare("action")` compacts when a trigger holds; every request (action, compaction,
   verification) is checked against the effective budget and is not sent when it is over it;
-- after a failed compaction, retries wait for growth or model steps (`THROTTLE_*`), logged as
-  `throttled` attempts;
+- after a failed compaction, retries the trigger wants wait for growth (in the trigger's unit) or
+  model steps (`THROTTLE_*`), logged as `throttled` attempts; a request over the hard budget is
+  never throttled, since it could not be sent without its compaction;
 - compaction works in stages: with a large-record policy, older tool results are first masked to
   one-line references (no model call); a summary follows only when that is not enough. Each stage
   is logged with its own before and after.
@@ -33,7 +34,7 @@ from __future__ import annotations
 import abc
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentloom.engine._budget import JsonBytesEstimator, ModelBudget, TokenEstimator
@@ -568,6 +569,9 @@ class JournalContextManager(ContextManager):
             ref = origin.get("ref") or f"s:{origin['s']}"
         else:
             return None
+        if len(masked(ref)) >= len(message_text(message)):
+            # A stub is used only where it is smaller than what it stands for.
+            return None
         plain = {key: value for key, value in origin.items() if key not in (*LARGE_KEYS, "cap")}
         stub = {**message, "content": masked(ref)}
         self._masks[id(stub)] = {**plain, "mask": 1, "ref": ref}
@@ -637,6 +641,9 @@ class JournalContextManager(ContextManager):
                 f"context_budget_exceeded: the {purpose} request is estimated at {estimate}, "
                 f"above the effective input budget of {effective}"
             )
+            if outcome is not None and not outcome.succeeded:
+                # Why compaction could not make room: the run's stated reason names it.
+                reason += f" (compaction {outcome.outcome}: {outcome.reason})"
             return PreparedContext(None, estimate, reason, outcome)
         return PreparedContext(request, estimate, None, outcome)
 
@@ -684,7 +691,12 @@ class JournalContextManager(ContextManager):
         if not fired:
             return None
         frame = self.frame
-        if self._throttled(size):
+        # The throttle spares only calls the trigger wants: a request over the hard budget
+        # cannot be sent, so its compaction is always attempted.
+        over_budget = (
+            self.estimator.upper_bound(frame.messages, tools) > self.budget.effective_input_budget
+        )
+        if not over_budget and self._throttled(size):
             outcome = CompactionOutcome(
                 outcome="skipped",
                 reason="throttled",
@@ -697,13 +709,17 @@ class JournalContextManager(ContextManager):
             self._commit(outcome)
             return outcome
 
-        def summarise(summary_messages: list[dict[str, Any]]) -> str:
+        def summarise(summary_messages: list[dict[str, Any]], limit: int) -> str:
             prepared = self.prepare("compaction", messages=summary_messages)
             if prepared.request is None:
                 raise ContextBudgetExceeded(prepared.stop_reason or "")
             if call_model is None:
                 raise EngineError("no model to summarise with")
-            return message_text(call_model(prepared.request).message)
+            # The summary may take the room left under the trigger, and no more.
+            request = replace(
+                prepared.request, max_output_tokens=min(prepared.request.max_output_tokens, limit)
+            )
+            return message_text(call_model(request).message)
 
         self._masks = {}
         outcome = self.compaction_policy.compact(
@@ -831,7 +847,8 @@ class JournalContextManager(ContextManager):
         """Return the own local seqs and session seqs of the view messages at `indexes`.
 
         With `earlier` (sources by snapshot revision), a summary message counts as the records
-        its compaction summarised.
+        its compaction summarised; an inherited summary counts as the session records its view
+        says it stood for (`src`), so ranges stay exact across runs.
         """
         own: set[int] = set()
         session: set[int] = set()
@@ -843,7 +860,10 @@ class JournalContextManager(ContextManager):
                 own.add(origin["own"])
             elif "s" in origin:
                 session.add(origin["s"])
-            elif "summary" in origin and earlier is not None:
+            elif "src" in origin:
+                # An inherited summary: the session records its view says it stood for.
+                session.update(seq for a, b in origin["src"] for seq in range(a, b + 1))
+            elif "summary" in origin and "b" not in origin and earlier is not None:
                 before = earlier.get(origin["summary"], {})
                 own.update(seq for a, b in before.get("own", []) for seq in range(a, b + 1))
                 session.update(seq for a, b in before.get("session", []) for seq in range(a, b + 1))

@@ -27,6 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -134,6 +135,11 @@ class EngineHooks:
     - `renew_lease()` is called every `heartbeat_seconds` while a model call or a tool runs (from
       another thread) and answers whether the run's lease is still held;
     - `watch_exit()` runs in that watching thread as it ends;
+    - `watch(deadline_seconds=, lost=, cancelled=, relay_cancel=)`, when given, replaces that
+      thread: it returns the context manager that watches one call for as long as it runs,
+      renewing the lease (never past `deadline_seconds`), setting `lost` and `cancelled` once
+      the lease is lost and, when `relay_cancel` (a tool), setting `cancelled` on a cancel
+      request. A process running many engines watches all their calls from one place;
     - `decisions()` returns the decisions made on the run's tool calls that need approval, by
       call id (see `_approval`).
     """
@@ -145,6 +151,7 @@ class EngineHooks:
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None
     renew_lease: Callable[[], bool] | None = None
     watch_exit: Callable[[], None] | None = None
+    watch: Callable[..., AbstractContextManager[Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -309,16 +316,27 @@ class Engine:
         question: str,
         history: ProjectedHistory | None = None,
         calibration_start: float | None = None,
+        calibration_base: dict[str, Any] | None = None,
     ) -> RunOutcome:
         """Run a new question: a new main instance with the inherited history and the task.
 
         `calibration_start` is the ratio a calibrated version starts from (the connection's
         recent calls); it is kept in the checkpoint, so a replay can start from it too.
+        `calibration_base` is the session's last reported call (a checkpoint's
+        `state.calibration["base"]`): a first request that extends it exactly is measured from
+        its reported tokens; it is kept in the checkpoint as well.
         """
         estimator = self.estimator
         settings = self.config.calibration
         if settings is not None:
-            start = Calibration(start=calibration_start, keep=settings["samples"])
+            start = Calibration.from_dict(
+                {
+                    "start": calibration_start,
+                    "base": calibration_base,
+                    "start_base": calibration_base,
+                },
+                keep=settings["samples"],
+            )
             estimator = CalibratedEstimator(estimator, start)
         rendering = rendering_named(self.config.rendering)
         if history is not None and history.from_journal and history.rendering != rendering.version:
@@ -464,9 +482,18 @@ class _Execution:
             self.cancel_seen.set()
         return self.cancel_seen.is_set()
 
-    def watch(self, *, deadline: float | None, signal: threading.Event | None = None) -> Watch:
+    def watch(
+        self, *, deadline: float | None, signal: threading.Event | None = None
+    ) -> AbstractContextManager[Any]:
         """Return the watch of one call: lease renewal, and for a tool (`signal`) cancellation."""
         config, hooks = self.engine.config, self.engine.hooks
+        if hooks.watch is not None:
+            return hooks.watch(
+                deadline_seconds=deadline,
+                lost=self.lease_lost,
+                cancelled=signal if signal is not None else threading.Event(),
+                relay_cancel=signal is not None,
+            )
         return Watch(
             renew_lease=hooks.renew_lease,
             should_cancel=hooks.should_cancel if signal is not None else None,

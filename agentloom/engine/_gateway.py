@@ -249,6 +249,10 @@ class LocalDemoGateway(ModelGateway):
             if _has_fact(piece) and piece not in kept:
                 kept.append(piece)
         body = "\n".join(kept) if kept else "(no facts found in this part)"
+        # Within the output limit, counted as characters (never fewer than tokens): the most
+        # recent facts are kept.
+        room = max(request.max_output_tokens - len(DEMO_LABEL) - 32, 0)
+        body = body[-room:] if len(body) > room else body
         return text_response(f"{DEMO_LABEL} handoff summary (extractive)\n{body}")
 
     def _action(self, request: ModelRequest) -> ModelResponse:

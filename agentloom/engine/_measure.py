@@ -10,6 +10,18 @@ and compaction can only work below its target once the pinned content (system pr
 schemas, the plan at its size cap) is counted. An input larger than what is left would leave a
 run that can never compact below its target, so it is refused before anything is journaled.
 
+The room for a question (`question_room`) is what a version leaves for the conversation itself
+once everything else that must fit under the trigger is counted:
+
+    question_room = trigger_at - size([system prompt], tool schemas) - plan_reserve
+                    - summary limit - large-record limit
+
+where the summary limit is the handoff summary's reserve (`SUMMARY_RESERVE_SHARE` of the target,
+at most the model's output limit) and the large-record limit is one excerpt's share (zero without
+a large-record policy). Publishing refuses a version whose room is below `QUESTION_ROOM_FLOOR`:
+such an agent could hold a question, a summary and one tool result under its trigger only by
+luck, so its sessions could not be kept alive.
+
 The unit is the policy's: estimator units for a context policy, characters for the legacy
 character policy.
 """
@@ -25,13 +37,16 @@ from agentloom.engine._policy import LegacyCharPolicy, TriggerPolicy
 __all__ = [
     "PLAN_MAX_CHARS",
     "PLAN_MAX_SHARE",
+    "QUESTION_ROOM_FLOOR",
     "ContextMeasure",
     "InputCheck",
+    "QuestionRoom",
     "check_input",
     "input_limit",
     "input_size",
     "measure_context",
     "plan_reserve",
+    "question_room",
 ]
 
 # The largest plan an agent may keep (pinned through compaction): the size of this many
@@ -39,6 +54,10 @@ __all__ = [
 # legacy character threshold) keeps room for its inputs.
 PLAN_MAX_CHARS = 4_000
 PLAN_MAX_SHARE = 0.1
+# The least room for a question a version may be published with (in the policy's unit).
+QUESTION_ROOM_FLOOR = 512
+# The handoff summary's reserve: this share of the compaction target (as `_compaction` keeps).
+SUMMARY_RESERVE_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -136,4 +155,64 @@ def check_input(
             system_prompt=system_prompt,
             tools=tools,
         ),
+    )
+
+
+@dataclass(frozen=True)
+class QuestionRoom:
+    """The room a version leaves for a question under its trigger, with every figure counted."""
+
+    trigger_at: int
+    pinned: int  # the system prompt and the tool schemas
+    plan: int
+    summary: int
+    large_record: int
+
+    @property
+    def room(self) -> int:
+        return self.trigger_at - self.pinned - self.plan - self.summary - self.large_record
+
+    @property
+    def fits(self) -> bool:
+        return self.room >= QUESTION_ROOM_FLOOR
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "room": self.room,
+            "floor": QUESTION_ROOM_FLOOR,
+            "trigger_at": self.trigger_at,
+            "system_prompt_and_tools": self.pinned,
+            "plan_reserve": self.plan,
+            "summary_limit": self.summary,
+            "large_record_limit": self.large_record,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"The room for a question is {self.room} (trigger {self.trigger_at} - system prompt "
+            f"and tool schemas {self.pinned} - plan reserve {self.plan} - summary limit "
+            f"{self.summary} - large-record limit {self.large_record}), below the floor of "
+            f"{QUESTION_ROOM_FLOOR}: offer fewer tools, shorten the system prompt or use a "
+            "larger context window."
+        )
+
+
+def question_room(
+    *,
+    policy: TriggerPolicy,
+    budget: ModelBudget,
+    estimator: TokenEstimator,
+    system_prompt: str,
+    tools: list[dict[str, Any]],
+    large_record_limit: int = 0,
+) -> QuestionRoom:
+    """Return the room for a question of this configuration (see the module docstring)."""
+    pinned = policy.measure([{"role": "system", "content": system_prompt}], tools, estimator)
+    target = policy.target_at(budget)
+    return QuestionRoom(
+        trigger_at=policy.trigger_at(budget),
+        pinned=pinned,
+        plan=plan_reserve(policy=policy, budget=budget, estimator=estimator),
+        summary=min(int(target * SUMMARY_RESERVE_SHARE), budget.max_output_tokens),
+        large_record=large_record_limit,
     )

@@ -7,7 +7,8 @@ Projection repairs protocol and never changes sources:
 - a result that arrives after its group was closed (a late result, e.g. from resuming an old run
   after later runs) is kept as a user-role note, not as a tool message that would break protocol;
 - call ids are rewritten to `h<seq>_<n>` (session seq of the assistant record, call number), so
-  history ids cannot collide with each other or with the new run's ids;
+  history ids cannot collide with each other or with the new run's ids; from rendering 3 the ids
+  a run gave its calls (`r<run>-<step>-<n>`, unique in the session) are kept instead;
 - notes (supplements, feedback, run states, late results) that arrive while a tool group is open
   wait until the group is complete, so nothing sits between a call and its results;
 - run states (status records, and the "run stopped" / "run cancelled" feedback of a run's end)
@@ -24,20 +25,26 @@ Projection repairs protocol and never changes sources:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
+    RUN_NOTE_PREFIX,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
     run_note,
+    run_states_text,
 )
 from agentloom.engine._records import MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
 from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
+
+# The call ids the engine gives a main-instance run's calls: unique in the session.
+_RUN_CALL_ID = re.compile(r"r\d+-\d+-\d+")
 
 # Decides a large record's excerpt: (text, reference) -> characters shown, or None (shown whole).
 ExcerptJudge = Callable[[str, str], int | None]
@@ -164,6 +171,13 @@ class _Projector:
         self.judge = judge
         self.given = excerpts
         self.group: _OpenGroup | None = None
+        # Call ids kept as the run gave them, so none is shown twice.
+        self.shown_ids: set[str] = set()
+        # Rendering 3: stop notes said again by their run's state, and the note of the run
+        # states in a row shown last (with its states), which the next state joins.
+        self.stop_notes: dict[Any, str] = {}
+        self.states: list[tuple[Any, str, str, str | None]] = []
+        self.states_note: dict[str, Any] | None = None
         self.deferred: list[tuple[dict[str, Any], Origin]] = []
         # (run id, original call id) -> (rewritten id, tool name), to describe late results.
         self.calls: dict[tuple[Any, str], tuple[str, str]] = {}
@@ -213,13 +227,35 @@ class _Projector:
         else:
             self.deferred.append((message, origin))
 
+    def run_state(self, record: JournalRecord) -> None:
+        """Show a run's state in one short note, merged into the note just before it, if any."""
+        error = str(record.message.get("error") or "")
+        state = (
+            record.run_id,
+            str(record.message.get("status")),
+            error.split(":", 1)[0].strip(),
+            self.stop_notes.pop(record.run_id, None),
+        )
+        if self.group is not None:
+            last = self.deferred[-1][0] if self.deferred else None
+        else:
+            last = self.out[-1] if self.out else None
+        if last is not None and last is self.states_note:
+            self.states.append(state)
+            last["content"] = RUN_NOTE_PREFIX + run_states_text(self.states)
+            return
+        self.states = [state]
+        self.states_note = run_note(run_states_text(self.states), role=self.rules.note_role)
+        self.note(self.states_note, None)
+
     def note_of(self, record: JournalRecord, origin: dict[str, Any]) -> None:
         origin = self.sized(record, origin)
         self.note(materialize(origin, record.message), origin)
 
     def assistant(self, record: JournalRecord) -> None:
         self.close_group()
-        origin = self.sized(record, {"s": record.seq, "as": "assistant"})
+        how = "assistant_ids" if self.keeps_ids(record) else "assistant"
+        origin = self.sized(record, {"s": record.seq, "as": how})
         message = materialize(origin, record.message)
         self.emit(message, origin)
         calls = record.message.get("tool_calls") or []
@@ -231,6 +267,20 @@ class _Projector:
             ids[original] = rewritten["id"]
             self.calls[(record.run_id, original)] = (rewritten["id"], rewritten["function"]["name"])
         self.group = _OpenGroup(record.run_id, ids)
+
+    def keeps_ids(self, record: JournalRecord) -> bool:
+        """Return True when the record's call ids can stay: unique ids the run gave (rendering 3).
+
+        Ids of the form `r<run>-<step>-<n>` are given by the engine, unique in the session; any
+        other id (a provider's, or one already shown) is rewritten, as before.
+        """
+        if not self.rules.keeps_call_ids:
+            return False
+        ids = [str(call.get("id") or "") for call in record.message.get("tool_calls") or []]
+        if not all(_RUN_CALL_ID.fullmatch(i) for i in ids) or self.shown_ids.intersection(ids):
+            return False
+        self.shown_ids.update(ids)
+        return True
 
     def tool_result(self, record: JournalRecord) -> None:
         original = str(record.message.get("tool_call_id") or "")
@@ -272,11 +322,16 @@ class _Projector:
             self.made(record, {"s": record.seq, "as": "user"})
         elif kind == "supplement":
             self.note_of(record, {"s": record.seq, "as": "user"})
+        elif kind == "feedback" and self.rules.collapses_notes and is_run_note(record.message):
+            # Said again, shorter, by the run's state that follows (rendering 3).
+            self.stop_notes[record.run_id] = f"s:{record.seq}"
         elif kind == "feedback":
             how = "feedback"
             if is_run_note(record.message):
                 how = "system_note" if self.rules.note_role == "system" else "run_note"
             self.note_of(record, {"s": record.seq, "as": how})
+        elif kind == "status" and self.rules.collapses_notes:
+            self.run_state(record)
         elif kind == "status":
             status = record.message.get("status")
             error = record.message.get("error")

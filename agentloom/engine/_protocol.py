@@ -26,6 +26,7 @@ __all__ = [
     "protocol_problems",
     "render_message",
     "run_note",
+    "run_states_text",
     "tool_calls_of",
 ]
 
@@ -81,6 +82,31 @@ def run_note(text: str, *, role: str = "assistant") -> dict[str, Any]:
     `place_run_note`), so a note never makes two assistant messages follow each other.
     """
     return {"role": role, "content": RUN_NOTE_PREFIX + text}
+
+
+def run_states_text(states: list[tuple[Any, str, str, str | None]]) -> str:
+    """Return one short note for consecutive run states: (run, status, reason, reference).
+
+    Runs in a row that ended the same way are named as a range, each state with the kind of its
+    error only (`context_budget_exceeded`, `upstream`, …); the whole stop note stays in the
+    journal, named by its reference, so the note stays short however often runs fail.
+    """
+    parts: list[str] = []
+    index = 0
+    while index < len(states):
+        run, status, reason, _ = states[index]
+        end = index
+        while end + 1 < len(states) and states[end + 1][1:3] == (status, reason):
+            end += 1
+        last = states[end][0]
+        refs = [ref for *_, ref in states[index : end + 1] if ref]
+        who = f"run {run}" if end == index else f"runs {run}–{last}"
+        text = f"{who} {status}" + (f": {reason}" if reason else "")
+        if refs:
+            text += f" ({refs[0]})" if len(refs) == 1 else f" ({refs[0]} … {refs[-1]})"
+        parts.append(text)
+        index = end + 1
+    return "; ".join(parts)
 
 
 def place_run_note(

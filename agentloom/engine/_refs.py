@@ -4,12 +4,16 @@ A view message has an *origin*:
 
 - `None`: made here and stored inline (system prompt, `unknown` placeholder, run-status note);
 - `{"summary": revision}`: the handoff summary made by compaction `revision`, stored inline;
+- `{"src": ranges}`: an inherited handoff summary, stored inline, that stands for the session
+  records `ranges` (so a summary of it covers them too);
 - `{"own": seq}`: the instance's own record `seq`, as recorded;
 - `{"own": seq, "cap": N}`: its own tool result, shown capped at N characters;
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
 
 `how` is one of `own` (as recorded; tool content capped at `cap`), `assistant` (call ids
-rewritten to `h<seq>_<n>`), `tool` (answering call `id`, capped at `cap`), `user`, `feedback`,
+rewritten to `h<seq>_<n>`), `assistant_ids` (the same, keeping the call ids the run gave, which
+are already unique in the session; rendering 3), `tool` (answering call `id`, capped at `cap`),
+`user`, `feedback`,
 `note` (`prefix` + the text capped at `cap`), `run_note` (a run-status note shown on the
 assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped; rendering 1) and
 `system_note` (the same note as a system message; rendering 2). Either kind of
@@ -77,10 +81,14 @@ Origin = dict[str, Any] | None
 LARGE_KEYS = ("ex", "mask", "ref")
 
 
-def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
+def history_assistant(
+    seq: int, message: dict[str, Any], *, keep_ids: bool = False
+) -> dict[str, Any]:
     """Return an assistant record as history shows it: call ids rewritten to `h<seq>_<n>`.
 
-    Reasoning text stays with its message (only records of rendering 2 or later have any).
+    With `keep_ids`, the recorded call ids stay (the run's `r<run>-<step>-<n>` ids are already
+    unique in the session). Reasoning text stays with its message (only records of rendering 2
+    or later have any).
     """
     calls = message.get("tool_calls") or []
     content = message.get("content")
@@ -98,7 +106,7 @@ def history_assistant(seq: int, message: dict[str, Any]) -> dict[str, Any]:
             arguments = json.dumps(arguments, ensure_ascii=False)
         rewritten.append(
             {
-                "id": f"h{seq}_{number}",
+                "id": str(call.get("id")) if keep_ids else f"h{seq}_{number}",
                 "type": "function",
                 "function": {"name": str(function.get("name") or ""), "arguments": arguments},
             }
@@ -134,8 +142,8 @@ def _transformed(origin: dict[str, Any], message: dict[str, Any]) -> dict[str, A
     how = origin.get("as")
     if how == "own":
         return _as_recorded(message, origin.get("cap"))
-    if how == "assistant":
-        return history_assistant(origin["s"], message)
+    if how in ("assistant", "assistant_ids"):
+        return history_assistant(origin["s"], message, keep_ids=how == "assistant_ids")
     text = message_text(message)
     if how == "tool":
         return {
@@ -253,8 +261,10 @@ class ViewEncoder:
         elif "s" in origin:
             self.entries.append({k: v for k, v in origin.items() if k != "b"})
         else:
-            # A message of an inherited view that was stored inline there.
-            self.entries.append({"m": message})
+            # A message of an inherited view that was stored inline there (a summary keeps the
+            # session ranges it stands for).
+            stood = {"src": origin["src"]} if "src" in origin else {}
+            self.entries.append({"m": message, **stood})
 
     def _follows(self, last: int, seq: int) -> bool:
         if seq == last + 1:
@@ -308,7 +318,10 @@ def decode_entries(
     for entry in entries:
         if "m" in entry:
             messages.append(entry["m"])
-            origins.append({"summary": entry["summary"]} if "summary" in entry else None)
+            if "summary" in entry:
+                origins.append({"summary": entry["summary"]})
+            else:
+                origins.append({"src": entry["src"]} if "src" in entry else None)
         elif "own" in entry:
             start, end = entry["own"]
             for seq in range(start, end + 1):

@@ -13,6 +13,12 @@ that version, and new runs use `CURRENT_RENDERING`.
 | 1 | (the rules before versions existed) assistant records keep only protocol fields |
 | 2 | assistant records keep the provider's reasoning text (`reasoning_content`); run notes are |
 |   | system messages shown before the message that follows them (`_protocol.place_run_note`) |
+| 3 | history keeps the call ids a run gave (`r<run>-<step>-<n>`, unique in the session) instead |
+|   | of rewriting them to `h<seq>_<n>`, so a new run's first request extends the last request |
+|   | of the run before it (what calibration needs to carry over); other ids are still rewritten. |
+|   | A run's stop note and its state are one short note, and run states in a row collapse into |
+|   | one note naming each run and its reason (`_protocol.run_states_text`); the records stay |
+|   | in the journal, the stop notes named by reference |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
@@ -48,6 +54,10 @@ class Rendering:
     # shown (so a request never ends with one).
     note_role: str = "assistant"
     notes_wait: bool = False
+    # Keep the session-unique call ids a run gave its calls in history (else `h<seq>_<n>`).
+    keeps_call_ids: bool = False
+    # Show a run's stop note and state as one short note, run states in a row as one note.
+    collapses_notes: bool = False
 
 
 RENDERINGS: tuple[Rendering, ...] = (
@@ -59,6 +69,16 @@ RENDERINGS: tuple[Rendering, ...] = (
         keeps_reasoning=True,
         note_role="system",
         notes_wait=True,
+    ),
+    Rendering(
+        3,
+        "as 2, and history keeps the session-unique call ids runs gave their calls; run states "
+        "in a row are one short note",
+        keeps_reasoning=True,
+        note_role="system",
+        notes_wait=True,
+        keeps_call_ids=True,
+        collapses_notes=True,
     ),
 )
 CURRENT_RENDERING = RENDERINGS[-1].version

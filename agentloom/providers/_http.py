@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import email.utils
+import functools
 import json
 import logging
 import math
 import re
+import ssl
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -178,7 +180,7 @@ class GuardedTransport(httpx.BaseTransport):
             resolver=resolver or system_resolver, allow_private_hosts=allow_private_hosts
         )
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=_ssl_context(),
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
             retries=0,
@@ -314,6 +316,16 @@ class ProviderClient:
             raise ProviderError("protocol") from None
         except (httpx.HTTPError, OSError):
             raise ProviderError("network") from None
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """Return the TLS settings of every provider call (system CAs, nothing from the environment).
+
+    Built once per process: loading the CA bundle costs tens of milliseconds of CPU, which a
+    client per call would pay on every model call of every run.
+    """
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def secure_client(

@@ -1,9 +1,10 @@
 """Execute one run on a worker: claim its lease, drive the engine, journal every step.
 
-The worker never holds a row lock across a model call: it holds a lease (a timestamp renewed by
-every save, and by a heartbeat while a model call or a tool runs) instead, and every save checks
-that the lease is still its own. A model call is recorded while the lease is held; one answered
-after the lease was lost is recorded `discarded` (it was billed, but the run never used it).
+The worker never holds a row lock, nor a database connection, across a model call: it holds a
+lease (a timestamp renewed by every save, and by the process's lease renewer while a model call
+or a tool runs) instead, and every save checks that the lease is still its own. A model call is
+recorded while the lease is held; one answered after the lease was lost is recorded `discarded`
+(it was billed, but the run never used it).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import statistics
 import uuid
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from agentloom.engine import (
     DEFAULT_SAMPLES,
     EngineHooks,
     LeaseLostError,
+    RecordStore,
     cached_prompt_tokens,
     estimate_error,
     reported_completion_tokens,
@@ -40,7 +42,9 @@ from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
-from sessions_app.services.runs import claim_run, renew_lease, take_supplements
+from sessions_app.services.renewer import renewer
+from sessions_app.services.runs import claim_run, take_supplements
+from sessions_app.services.slots import database_slots
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +132,23 @@ def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> 
     return statistics.median(ratios) if ratios else None
 
 
+def last_reported_call(run: Run) -> dict[str, Any] | None:
+    """Return the session's last reported action request before `run` (its digest and size).
+
+    A session keeps one agent version, so the previous run measured with the same model,
+    estimator and budget; calibration uses the base only for a request that extends it exactly.
+    """
+    previous = (
+        Run.objects.filter(session_id=run.session_id, number__lt=run.number)
+        .order_by("-number")
+        .first()
+    )
+    if previous is None or not previous.checkpoint:
+        return None
+    state = (previous.checkpoint or {}).get("state") or {}
+    return (state.get("calibration") or {}).get("base")
+
+
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
@@ -144,20 +165,61 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
             journal_status(run, status=Run.Status.FAILED, error=error)
 
 
-def _waiting_fields(outcome) -> dict[str, Any]:
-    """Return the run's columns once it waits for approval: no worker, no lease, the calls."""
-    return {
-        "status": Run.Status.WAITING_APPROVAL,
-        "lease_owner": "",
-        "lease_expires_at": None,
-        "pending_approvals": outcome.pending_approvals,
-        "waiting_since": timezone.now(),
-    }
-
-
 def run_execute(*, run_id: int, owner: str | None = None) -> str:
-    """Run (or continue) `run_id` if its lease can be claimed; return what happened."""
+    """Run (or continue) `run_id` if its lease can be claimed; return what happened.
+
+    Many runs execute at once in one process: the run's database work holds one of the
+    process's database slots (and a connection) only while it lasts, and the process's lease
+    renewer watches its model calls and tools.
+    """
     owner = owner or uuid.uuid4().hex
+    with database_slots.held():
+        started = _start(run_id, owner)
+    if isinstance(started, str):
+        return started
+    engine, run, begin = started
+    try:
+        outcome = begin(engine)
+    except (LeaseLost, LeaseLostError):
+        log.warning("run %s: lease lost, stopping without further writes", run_id)
+        return "lease lost"
+    except Exception as error:
+        # A bug must not leave the run "running" until its lease expires: fail it now, with
+        # the journal as it stands, so it can be inspected and resumed.
+        log.exception("run %s: unexpected error in the engine", run_id)
+        with database_slots.held():
+            _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
+        return "failed"
+
+    if outcome.status == Run.Status.WAITING_APPROVAL:
+        with database_slots.held():
+            if not _wait_for_approval(run_id, owner, outcome.pending_approvals):
+                log.warning("run %s: lease lost before it could wait for approval", run_id)
+                return "lease lost"
+    # The save that journaled the terminal status ended the run in the same transaction.
+    return outcome.status
+
+
+def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -> bool:
+    """Let the run wait for approval: no worker, no lease, the calls listed (its checkpoint was
+    saved as the engine stopped). False when this worker no longer holds the lease."""
+    now = timezone.now()
+    updated = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING).update(
+        status=Run.Status.WAITING_APPROVAL,
+        lease_owner="",
+        lease_expires_at=None,
+        pending_approvals=pending,
+        waiting_since=now,
+        updated_at=now,
+    )
+    return updated == 1
+
+
+def _start(run_id: int, owner: str):
+    """Claim the run and build its engine; return what happened, or how to begin.
+
+    That is the engine, the run and the call that starts or resumes it.
+    """
     if not claim_run(run_id=run_id, owner=owner):
         return "not claimed"
     run = Run.objects.select_related("session", "session__agent_version").get(pk=run_id)
@@ -165,8 +227,44 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         adopt_legacy_run(run)  # journal what survives before the engine continues the frame
         run.refresh_from_db(fields=["checkpoint"])
     version = run.session.agent_version
+    try:
+        engine = build_engine(
+            version, _hooks(run, owner), record_store=SlottedStore(JournalStore(run))
+        )
+    except ApplicationError as error:
+        _fail_without_engine(run, owner, error.detail)
+        return "failed"
+    if run.checkpoint is not None and run.pending_approvals:
+        # Queued again once every call it waited on was decided: its own transition.
+        checkpoint = run.checkpoint
+        return engine, run, lambda engine: engine.continue_run(checkpoint)
+    if run.checkpoint is not None:
+        checkpoint, attempt = run.checkpoint, run.attempt
+        return engine, run, lambda engine: engine.resume(checkpoint, attempt=attempt)
+    start = {
+        "run_number": run.number,
+        "attempt": run.attempt,
+        "system_prompt": version.snapshot.get("system_prompt", ""),
+        "question": run.question,
+        "history": history_for_new_run(run.session, version_binding(version), as_of=run),
+        "calibration_start": (
+            recent_ratio(version.model_connection_id)
+            if version.snapshot.get("calibration")
+            else None
+        ),
+        "calibration_base": (
+            last_reported_call(run) if version.snapshot.get("calibration") else None
+        ),
+    }
+    return engine, run, lambda engine: engine.start(**start)
+
+
+def _hooks(run: Run, owner: str) -> EngineHooks:
+    """Return the run's engine hooks: each touches the database inside a slot."""
+    run_id = run.pk
     writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
+    version = run.session.agent_version
 
     def price(call: Any) -> PriceInForce | None:
         # The price in force when the call started, copied into it as it is recorded.
@@ -178,58 +276,37 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         handed_out.update(item.pk for item in items)
         return [(str(item.pk), item.text) for item in items]
 
+    held = database_slots.wrap
     decisions = decisions_of(run)
-    hooks = EngineHooks(
-        save=writer.sync,
+    return EngineHooks(
+        save=held(writer.sync),
         decisions=lambda: decisions,
-        on_model_call=lambda call: _record_model_call(run_id, owner, call, price(call)),
-        should_cancel=lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists(),
-        supplements=supplements,
-        renew_lease=lambda: renew_lease(run_id=run_id, owner=owner),
-        # The heartbeat runs in a thread of its own: its database connection ends with it.
-        watch_exit=lambda: connection.close(),
+        on_model_call=held(lambda call: _record_model_call(run_id, owner, call, price(call))),
+        should_cancel=held(lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists()),
+        supplements=held(supplements),
+        # No thread per call: the process's renewer watches every call of every run.
+        watch=renewer.watch(run_id=run_id, owner=owner),
     )
-    try:
-        engine = build_engine(version, hooks, record_store=JournalStore(run))
-    except ApplicationError as error:
-        _fail_without_engine(run, owner, error.detail)
-        return "failed"
 
-    try:
-        if run.checkpoint is None:
-            history = history_for_new_run(run.session, version_binding(version), as_of=run)
-            outcome = engine.start(
-                run_number=run.number,
-                attempt=run.attempt,
-                system_prompt=version.snapshot.get("system_prompt", ""),
-                question=run.question,
-                history=history,
-                calibration_start=(
-                    recent_ratio(version.model_connection_id)
-                    if version.snapshot.get("calibration")
-                    else None
-                ),
-            )
-        elif run.pending_approvals:
-            # Queued again once every call it waited on was decided: its own transition.
-            outcome = engine.continue_run(run.checkpoint)
-        else:
-            outcome = engine.resume(run.checkpoint, attempt=run.attempt)
-    except (LeaseLost, LeaseLostError):
-        log.warning("run %s: lease lost, stopping without further writes", run_id)
-        return "lease lost"
-    except Exception as error:
-        # A bug must not leave the run "running" until its lease expires: fail it now, with
-        # the journal as it stands, so it can be inspected and resumed.
-        log.exception("run %s: unexpected error in the engine", run_id)
-        _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
-        return "failed"
 
-    if outcome.status == Run.Status.WAITING_APPROVAL:
-        try:
-            writer.sync(outcome.checkpoint, **_waiting_fields(outcome))
-        except LeaseLost:
-            log.warning("run %s: lease lost before it could wait for approval", run_id)
-            return "lease lost"
-    # The save that journaled the terminal status ended the run in the same transaction.
-    return outcome.status
+class SlottedStore(RecordStore):
+    """A record store whose every read holds a database slot (the arguments pass through)."""
+
+    def __init__(self, store: RecordStore):
+        self.store = store
+
+    def records(self, *args, **kwargs):
+        with database_slots.held():
+            return self.store.records(*args, **kwargs)
+
+    def journal(self, *args, **kwargs):
+        with database_slots.held():
+            return self.store.journal(*args, **kwargs)
+
+    def history(self, *args, **kwargs):
+        with database_slots.held():
+            return self.store.history(*args, **kwargs)
+
+    def main_record(self, *args, **kwargs):
+        with database_slots.held():
+            return self.store.main_record(*args, **kwargs)

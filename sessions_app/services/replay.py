@@ -334,7 +334,7 @@ def replay_run(run: Run) -> ReplayReport:
                 return len(manager.frame.records)
         return 0
 
-    state: dict[str, Any] = {"attempt": None, "last_frame": None}
+    state: dict[str, Any] = {"attempt": None, "last_frame": None, "last_reference": None}
 
     def next_supplements(final: bool) -> list[tuple[str, str]]:
         taken: list[tuple[str, str]] = []
@@ -356,6 +356,7 @@ def replay_run(run: Run) -> ReplayReport:
     def save(checkpoint: Checkpoint) -> None:
         frame = checkpoint.full()
         state["last_frame"] = frame
+        state["last_reference"] = checkpoint.frame
         attempt = state["attempt"]
         records = (frame.get("context") or {}).get("records") or []
         if attempt.outside_engine and len(records) >= attempt.records_before_status:
@@ -390,11 +391,11 @@ def replay_run(run: Run) -> ReplayReport:
             rendering=rendering,
         ),
     )
-    # A calibrated run started from its connection's ratio of that moment, kept in its state.
-    calibration_start = ((stored_checkpoint.get("state") or {}).get("calibration") or {}).get(
-        "start"
-    )
-    frame = None
+    # A calibrated run started from its connection's ratio of that moment and the session's last
+    # reported call, both kept in its state.
+    started = (stored_checkpoint.get("state") or {}).get("calibration") or {}
+    calibration_start = started.get("start")
+    frame = resume_from = None
     engine_keys = {record["entry_key"] for record in stored_main}
     for attempt in _attempts(run, main_rows, engine_keys):
         if attempt.never_ran:
@@ -415,17 +416,20 @@ def replay_run(run: Run) -> ReplayReport:
                         as_of=run,
                     ),
                     calibration_start=calibration_start,
+                    calibration_base=started.get("start_base"),
                 )
             else:
-                outcome = engine.resume(frame, attempt=attempt.number)
+                # Resumed from the frame by reference, as the run was: its inherited history keeps
+                # where each message came from (a self-contained frame has it inline).
+                outcome = engine.resume(resume_from, attempt=attempt.number)
             # A wait whose calls were all decided continued by its own transition.
             while outcome.status == WAITING_APPROVAL and all(
                 item["call_id"] in decided for item in outcome.pending_approvals
             ):
-                outcome = engine.continue_run(outcome.frame)
-            frame = outcome.frame
+                outcome = engine.continue_run(outcome.checkpoint.frame)
+            frame, resume_from = outcome.frame, outcome.checkpoint.frame
         except _StopAttempt:
-            frame = state["last_frame"]
+            frame, resume_from = state["last_frame"], state["last_reference"]
     if frame is None:
         report.differences.append("nothing was replayed")
         return report

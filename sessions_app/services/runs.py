@@ -18,6 +18,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agentloom.errors import Conflict, InvalidInput, NotFound
+from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
 from context_app.engine_adapter import input_check, redactor_for
@@ -40,8 +41,8 @@ WORKER_LOST = "worker_lost"
 def _enqueue(run: Run) -> None:
     from sessions_app.tasks import execute_run
 
-    run_id = run.pk
-    transaction.on_commit(lambda: execute_run.delay(run_id))
+    run_id, deployment = run.pk, settings.DEPLOYMENT_ID
+    transaction.on_commit(lambda: execute_run.delay(run_id, deployment=deployment))
 
 
 # --- sessions ------------------------------------------------------------------------------
@@ -184,6 +185,8 @@ def run_ask(*, user, session: Session, question) -> Run:
     question = clean_text(question, field="question", max_chars=MAX_QUESTION_CHARS)
     if session.created_by_id != user.pk:
         raise NotFound("Not found.")
+    limit("runs_per_session", session.pk, what="questions in this session")
+    limit("runs_per_user", user.pk, what="questions")
     question = redactor_for(session.agent_version).text(question)
     _refuse_oversized(session.agent_version, question, field="question", what="question")
     with transaction.atomic(durable=True):
@@ -292,6 +295,8 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     text = clean_text(text, field="text", max_chars=MAX_SUPPLEMENT_CHARS)
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
+    limit("supplements_per_session", run.session_id, what="supplements in this session")
+    limit("supplements_per_user", user.pk, what="supplements")
     text = redactor_for(run.session.agent_version).text(text)
     _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
     lock_live_session(run.session_id)

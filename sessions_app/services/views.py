@@ -32,7 +32,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentloom.engine import LARGE_KEYS, Origin, materialize
+from agentloom.engine import LARGE_KEYS, Origin, as_ranges, materialize
 from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
@@ -130,7 +130,7 @@ def view_content(view: SessionView) -> tuple[list[dict[str, Any]], list[Origin]]
     for entry in view.entries:
         if "i" in entry:
             messages.append(inline[entry["i"]])
-            origins.append(None)
+            origins.append({"src": entry["src"]} if "src" in entry else None)
         else:
             messages.append(materialize(entry, found[entry["s"]]))
             origins.append(dict(entry))
@@ -159,7 +159,9 @@ def session_refs(
     inline: list[dict[str, Any]] = []
     for entry in entries:
         if "m" in entry:
-            refs.append({"i": len(inline)})
+            # A summary keeps the session ranges it stands for (`src`), so a later summary of it
+            # covers them too.
+            refs.append({"i": len(inline), **({"src": entry["src"]} if "src" in entry else {})})
             inline.append(entry["m"])
         elif "own" in entry:
             start, end = entry["own"]
@@ -176,6 +178,34 @@ def session_refs(
         else:
             refs.append(dict(entry))
     return refs, inline
+
+
+def _with_summary_sources(
+    run_id: int, instance: str, snapshot: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Return the snapshot's view entries, its summary marked with the session seqs it replaced.
+
+    The snapshot names them as the run's own local seqs and session seqs (transitively: what
+    the summaries it summarised stood for included); a view holds them as session ranges.
+    """
+    sources = snapshot.get("sources") or {}
+    own = {seq for first, last in sources.get("own") or [] for seq in range(first, last + 1)}
+    session = {
+        seq for first, last in sources.get("session") or [] for seq in range(first, last + 1)
+    }
+    if own:
+        session.update(
+            SessionMessage.objects.filter(
+                run_id=run_id, instance=instance, local_seq__in=own
+            ).values_list("seq", flat=True)
+        )
+    if not session:
+        return snapshot["view"]
+    ranges = as_ranges(session)
+    return [
+        {**entry, "src": ranges} if "m" in entry and "summary" in entry else entry
+        for entry in snapshot["view"]
+    ]
 
 
 def _without_system_head(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -262,8 +292,9 @@ def snapshot_saved(
     revision = snapshot["revision"]
     if SessionView.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
         return None, None
+    entries = _with_summary_sources(run_id, frame["instance"], snapshot)
     refs, inline = session_refs(
-        run_id=run_id, instance=frame["instance"], entries=_without_system_head(snapshot["view"])
+        run_id=run_id, instance=frame["instance"], entries=_without_system_head(entries)
     )
     if not JournalReference.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
         reference_rows(session_id, refs, run_id=run_id, snapshot_revision=revision)

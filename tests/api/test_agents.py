@@ -20,6 +20,7 @@ AGENT_FIELDS = {
     "name",
     "system_prompt",
     "model_connection",
+    "question_room",
     "tools",
     "approval",
     "sub_agents",
@@ -372,3 +373,29 @@ def test_publishing_freezes_the_version(api, agent, alice):
     old_context = api.get(f"/api/v1/runs/{old_run.json()['id']}/context").json()
     assert old_context["effective_budget"] == 32_768 - 4_096 - 1_024
     assert old_context["trigger_at"] == math.ceil((32_768 - 4_096 - 1_024) * 0.8)
+
+
+def test_publish_refuses_an_agent_without_room_for_a_question(api, space, alice):
+    from agentloom.engine import BUILTIN_TOOL_NAMES, QUESTION_ROOM_FLOOR
+
+    small = make_connection(
+        space, context_window=6_144, max_output_tokens=512, safety_margin_tokens=256
+    )
+    agent = make_agent(space, alice, model_connection=small, tools=list(BUILTIN_TOOL_NAMES))
+
+    room = api.get(f"/api/v1/agents/{agent.pk}/").json()["question_room"]
+    assert room["floor"] == QUESTION_ROOM_FLOOR and room["room"] < room["floor"]
+    parts = ("system_prompt_and_tools", "plan_reserve", "summary_limit", "large_record_limit")
+    assert room["room"] == room["trigger_at"] - sum(room[part] for part in parts)
+
+    response = api.post(f"/api/v1/agents/{agent.pk}/publish")
+    assert response.status_code == 400
+    (detail,) = response.json()["question_room"]
+    assert f"room for a question is {room['room']}" in detail
+    assert f"floor of {QUESTION_ROOM_FLOOR}" in detail
+    assert not AgentVersion.objects.filter(agent=agent).exists(), "nothing was published"
+
+    # Fewer tools leave the room, and the same draft publishes.
+    api.patch(f"/api/v1/agents/{agent.pk}/", {"tools": ["echo"]}, "json")
+    assert api.get(f"/api/v1/agents/{agent.pk}/").json()["question_room"]["room"] >= 512
+    assert api.post(f"/api/v1/agents/{agent.pk}/publish").status_code == 201

@@ -189,6 +189,7 @@ def test_publishing_after_the_server_dropped_the_tool_is_refused(api, space, lis
         "json",
     ).json()
     ToolServer.objects.filter(pk=listed["id"]).update(tools=[])
+    assert api.get(f"/api/v1/agents/{agent['id']}/").status_code == 200
     response = api.post(f"/api/v1/agents/{agent['id']}/publish")
     assert response.status_code == 400
     assert "demo__greet" in response.json()["tools"][0]

@@ -270,7 +270,7 @@ def test_context_page_shows_meter_view_calls_and_compaction_history(client_for, 
     space = ensure_demo(owner=alice)
     version = Agent.objects.get(space=space).versions.get()
     session = session_create(user=alice, agent_version=version)
-    runs = [ask(session, alice, '/tool big_output {"chars": 600}') for _ in range(3)]
+    runs = [ask(session, alice, '/tool big_output {"chars": 1500}') for _ in range(5)]
     assert runs[-1].status == Run.Status.SUCCEEDED
 
     html = (

@@ -189,3 +189,31 @@ def test_a_refusal_is_shown_on_its_field(client_for, version, staff_alice, chang
     assert errors[field][0].startswith(message), errors
     agent.refresh_from_db()
     assert agent.context_policy == version.snapshot["context_policy"]
+
+
+def test_the_agent_page_shows_the_room_for_a_question_and_publishing_refuses_too_little(
+    client, staff_alice, space
+):
+    from agentloom.engine import BUILTIN_TOOL_NAMES, DEFAULT_POLICY
+    from context_app.models import AgentVersion
+    from tests.factories import make_connection
+
+    small = make_connection(
+        space, context_window=6_144, max_output_tokens=512, safety_margin_tokens=256
+    )
+    agent = Agent.objects.create(
+        space=space,
+        owner=staff_alice,
+        name="Crowded",
+        model_connection=small,
+        tools=list(BUILTIN_TOOL_NAMES),
+        context_policy=dict(DEFAULT_POLICY),
+    )
+    client.force_login(staff_alice)
+    url = f"/admin/context_app/agent/{agent.pk}/change/"
+    page = client.get(url).content.decode()
+    assert "Room for a question" in page and "below the floor" in page
+
+    answer = client.post(url, agent_form(agent, _publish="1"), follow=True).content.decode()
+    assert "not published (question room)" in answer and "floor of 512" in answer
+    assert not AgentVersion.objects.filter(agent=agent).exists()

@@ -238,16 +238,30 @@ def test_a_calibrated_run_uses_the_window_and_a_resume_compacts_what_it_cannot_p
     assert "compaction" not in [call.purpose for call in recorder.calls]
     assert max(double.real) < 0.5 * budget.effective_input_budget
 
-    # Resumed, the first request has no reported prefix: too big to prove, so it compacts first.
+    # Resumed, the first request extends the last reported one, which the checkpoint keeps (a
+    # digest of its exact messages, tools and binding): it is proven to fit, nothing compacts.
+    assert final["state"]["calibration"]["base"]["tokens"] == double.real[-1]
     again = UsageDouble([ENGLISH], limit=budget.effective_input_budget)
     resumed_recorder = Recorder()
     resumed = _calibrated_engine(again, budget=budget, recorder=resumed_recorder).resume(
         {**final, "state": {**final["state"], "terminal": None}}, attempt=2
     )
     assert resumed.status == "succeeded"
-    purposes = [call.purpose for call in resumed_recorder.calls]
-    assert purposes[0] == "compaction"
-    assert resumed.frame["state"]["compaction_log"][0]["outcome"] == "succeeded"
+    assert resumed_recorder.calls[0].purpose == "action"
+    assert resumed_recorder.calls[0].calibration["base_tokens"] == double.real[-1]
+
+    # A request that does not start with exactly the reported messages (one byte differs) is
+    # bounded by its raw size: too big to prove, so it compacts first.
+    changed = json.loads(json.dumps(final))
+    changed["state"]["terminal"] = None
+    changed["messages"][0]["content"] += "!"
+    other = UsageDouble([ENGLISH], limit=budget.effective_input_budget)
+    other_recorder = Recorder()
+    redone = _calibrated_engine(other, budget=budget, recorder=other_recorder).resume(
+        changed, attempt=2
+    )
+    assert redone.status == "succeeded"
+    assert other_recorder.calls[0].purpose == "compaction"
 
 
 def test_a_resumed_run_measures_with_the_estimator_its_checkpoint_is_bound_to():

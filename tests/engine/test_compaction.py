@@ -132,7 +132,6 @@ def test_no_more_summary_calls_than_the_policy_allows(scripted):
     [
         (GatewayError("upstream", "The provider failed to answer."), "gateway_error: upstream"),
         (text_response("   "), "empty_summary"),
-        (text_response("padding " * 3_000), "no_reduction"),
     ],
 )
 def test_a_failed_compaction_keeps_view_sources_and_baselines(scripted, reply, reason):
@@ -258,3 +257,27 @@ def test_the_compaction_policy_is_replaceable(scripted):
     context.prepare("action", call_model=summariser(scripted).complete)
 
     assert snapshot(context) == before
+
+
+def test_a_summary_updates_the_summary_before_it_and_is_never_nested(scripted):
+    from agentloom.engine import HANDOFF_MARK
+
+    context = grown_context()
+
+    def echoing(request):
+        # A summariser that repeats everything it is shown, header lines included.
+        return text_response("\n".join(str(m["content"]) for m in request.messages[1:]))
+
+    gateway = scripted(*[echoing] * 40)
+    for round_number in range(4):
+        outcome = context.compact_if_triggered([], gateway.complete)
+        assert outcome.succeeded, outcome
+        for n in range(8):
+            add_group(context, [f"round {round_number} result {n} " + "w" * 800])
+
+    summaries = [m for m in context.frame.messages if HANDOFF_MARK in str(m.get("content"))]
+    assert len(summaries) == 1
+    assert str(summaries[0]["content"]).count(HANDOFF_MARK) == 1, "the header is never nested"
+    # The earlier summary was the input of the next one, as the summary so far.
+    later = [r for r in gateway.requests if "Summary so far:\n(none yet)" not in str(r.messages)]
+    assert later, "every compaction after the first starts from the summary before it"

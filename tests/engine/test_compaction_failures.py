@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentloom.engine import (
     BudgetCompactionPolicy,
     CompactionRequest,
@@ -11,6 +13,7 @@ from agentloom.engine import (
     JsonBytesEstimator,
     text_response,
 )
+from agentloom.engine._compaction import HANDOFF_HEADER, SUMMARY_CUT
 from tests.engine.helpers import snapshot
 from tests.engine.test_compaction import SMALL, grown_context
 
@@ -36,15 +39,21 @@ def test_empty_summary(scripted):
     _fails(scripted, text_response("  \n "), "empty_summary")
 
 
-def test_no_reduction(scripted):
-    outcome = _fails(scripted, text_response("padding " * 3_000), "no_reduction")
-    assert outcome.after >= outcome.before
+@pytest.mark.parametrize("reply", ["padding " * 3_000, "x" * 2_600])
+def test_a_summary_longer_than_its_room_is_cut_to_fit(scripted, reply):
+    # Once larger than the view it replaced, or not below the trigger: the summary's output
+    # limit is what is left under the trigger, and a reply over it is cut to fit.
+    context = grown_context(groups=6)
+    gateway = scripted(text_response(reply))
 
+    outcome = context.prepare("action", call_model=gateway.complete).compaction
 
-def test_above_trigger(scripted):
-    # Smaller than before, but not below the trigger: not accepted.
-    outcome = _fails(scripted, text_response("x" * 2_600), "above_trigger")
-    assert ContextPolicy().trigger_at(SMALL) <= outcome.after < outcome.before
+    assert (outcome.outcome, outcome.details["summary_cut"]) == ("succeeded", True)
+    assert outcome.after < ContextPolicy().trigger_at(SMALL)
+    room = outcome.details["summary_room"]
+    assert gateway.requests[0].max_output_tokens == min(room, SMALL.max_output_tokens)
+    summary = next(m for m in context.frame.messages if SUMMARY_CUT.strip() in str(m["content"]))
+    assert summary["content"].startswith(HANDOFF_HEADER)
 
 
 def test_gateway_error(scripted):
@@ -71,7 +80,7 @@ def test_summary_request_over_budget():
     context = grown_context(groups=6)
     calls = []
 
-    def refuse(messages):
+    def refuse(messages, limit):
         calls.append(messages)
         raise ContextBudgetExceeded("context_budget_exceeded: the compaction request is too big")
 
@@ -96,7 +105,7 @@ def test_boundary_violation():
     sent = []
 
     outcome = BudgetCompactionPolicy().compact(
-        _request(broken, lambda messages: sent.append(messages) or "summary", task_index=1)
+        _request(broken, lambda messages, limit: sent.append(messages) or "summary", task_index=1)
     )
 
     assert (outcome.outcome, outcome.reason) == ("failed", "boundary_violation")
@@ -118,7 +127,7 @@ def test_a_task_inside_a_tool_group_is_a_boundary_violation():
     ]
 
     outcome = BudgetCompactionPolicy().compact(
-        _request(view, lambda messages: "summary", task_index=2)
+        _request(view, lambda messages, limit: "summary", task_index=2)
     )
 
     assert (outcome.outcome, outcome.reason) == ("failed", "boundary_violation")

@@ -75,6 +75,32 @@ def test_history_call_ids_are_rewritten_consistently_and_cannot_collide():
     assert history.view_revision is None
 
 
+def test_history_keeps_the_session_unique_ids_a_run_gave_its_calls_from_rendering_3():
+    records = [
+        user(1, 1, "first"),
+        calls(2, 1, "r1-1-1", "r1-1-2"),
+        result(3, 1, "r1-1-1", "one"),
+        result(4, 1, "r1-1-2", "two"),
+        answer(5, 1, "done"),
+        user(6, 2, "second"),
+        calls(7, 2, "call_1"),  # a provider's id, not unique: rewritten as before
+        result(8, 2, "call_1", "three"),
+        calls(9, 2, "r1-1-1"),  # already shown: rewritten, never shown twice
+        result(10, 2, "r1-1-1", "four"),
+    ]
+
+    def ids(history):
+        return [c["id"] for m in history.messages for c in m.get("tool_calls") or []]
+
+    current = project_history(records)
+    assert_usable(current)
+    assert ids(current) == ["r1-1-1", "r1-1-2", "h7_1", "h9_1"]
+    answered = [m["tool_call_id"] for m in current.messages if m["role"] == "tool"]
+    assert answered == ["r1-1-1", "r1-1-2", "h7_1", "h9_1"]
+    # Rendering 2 (and every checkpoint made with it) keeps rewriting them all.
+    assert ids(project_history(records, rendering=2)) == ["h2_1", "h2_2", "h7_1", "h9_1"]
+
+
 def test_a_call_without_a_result_gets_an_unknown_result_that_forbids_assuming_success():
     records = [
         user(1, 1, "q"),
@@ -249,3 +275,50 @@ def test_walk_a_b_c_resume_a_d(scripted):
     )
     assert outcome_d.frame["context"]["counters"]["user_turns"] == 4
     assert outcome_d.frame["context"]["inherited"]["watermark"] == journal.rows[-1].seq
+
+
+def test_run_states_in_a_row_collapse_into_one_short_note_from_rendering_3():
+    stop = "context_budget_exceeded: the action request is estimated at 5529, above 5376"
+    records = [user(1, 1, "first"), answer(2, 1, "done")]
+    records.append(row(3, 1, "status", {"status": "succeeded", "error": None}))
+    seq = 4
+    for run in (2, 3, 4):
+        records.append(user(seq, run, f"question {run}"))
+        records.append(
+            row(
+                seq + 1,
+                run,
+                "feedback",
+                {"role": "system", "content": f"[run note] run stopped: {stop}"},
+            )
+        )
+        records.append(row(seq + 2, run, "status", {"status": "failed", "error": stop}))
+        seq += 3
+    records.append(row(seq, 4, "status", {"status": "failed", "error": "upstream: 503"}))
+
+    history = project_history(records)
+
+    notes = [m["content"] for m in history.messages if "[run note]" in str(m["content"])]
+    assert notes == [
+        "[run note] run 1 succeeded",
+        "[run note] run 2 failed: context_budget_exceeded (s:5)",
+        "[run note] run 3 failed: context_budget_exceeded (s:8)",
+        "[run note] run 4 failed: context_budget_exceeded (s:11); run 4 failed: upstream",
+    ]
+    # The questions stay, each once; rendering 2 shows every stop note and state in full.
+    assert [m["content"] for m in history.messages if m["role"] == "user"] == [
+        "first",
+        "question 2",
+        "question 3",
+        "question 4",
+    ]
+    old = project_history(records, rendering=2)
+    assert sum(stop in str(m["content"]) for m in old.messages) == 6
+
+
+def test_run_states_text_names_each_run_and_bounds_a_long_stretch():
+    from agentloom.engine._protocol import run_states_text
+
+    states = [(n, "failed", "context_budget_exceeded", f"s:{n * 3}") for n in range(7, 27)]
+    text = run_states_text([*states, (27, "succeeded", "", None)])
+    assert text == "runs 7–26 failed: context_budget_exceeded (s:21 … s:78); run 27 succeeded"

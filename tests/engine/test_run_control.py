@@ -140,6 +140,61 @@ def test_a_lost_lease_stops_a_running_tool_at_once():
     assert "tool_result" not in kinds(recorder.saves[-1]), "no result written without the lease"
 
 
+class SharedWatch:
+    """A `watch` hook: records every call it watches, and can lose the lease during one."""
+
+    def __init__(self, *, lose_during: int | None = None):
+        self.calls: list[dict] = []
+        self.lose_during = lose_during
+
+    def __call__(self, *, deadline_seconds, lost, cancelled, relay_cancel):
+        import contextlib
+
+        self.calls.append({"deadline": deadline_seconds, "relay_cancel": relay_cancel})
+        if self.lose_during == len(self.calls):
+            lost.set()
+            cancelled.set()
+        return contextlib.nullcontext()
+
+
+def test_a_watch_hook_replaces_the_watching_thread_for_every_call():
+    watch = SharedWatch()
+    gateway = SlowGateway(
+        0.1, tool_call_response(("sleep", {"seconds": 0.1})), text_response("ok"), deadline=7
+    )
+    threads = threading.active_count()
+    seen = []  # the threads alive during each model call
+    answer = gateway.complete
+
+    def complete(request):
+        seen.append(threading.active_count())
+        return answer(request)
+
+    gateway.complete = complete
+
+    outcome = start(make_engine(gateway, tools=("sleep",), watch=watch, renew_lease=Lease().renew))
+
+    assert outcome.status == "succeeded"
+    assert seen == [threads, threads], "no thread of its own while a call runs"
+    # Two model calls (their deadline, no cancel relay) and one tool (its limit, relayed).
+    assert watch.calls == [
+        {"deadline": 7, "relay_cancel": False},
+        {"deadline": 5.1, "relay_cancel": True},
+        {"deadline": 7, "relay_cancel": False},
+    ]
+
+
+def test_a_lease_lost_under_a_watch_hook_stops_the_run_after_the_call():
+    recorder = Recorder()
+    gateway = SlowGateway(0, tool_call_response(("echo", {"text": "never run"})))
+    engine = make_engine(gateway, recorder=recorder, watch=SharedWatch(lose_during=1))
+
+    with pytest.raises(LeaseLostError):
+        start(engine)
+
+    assert len(recorder.saves) == 1 and kinds(recorder.saves[-1]) == ["user_input"]
+
+
 def test_the_watch_keeps_beating_after_a_failed_write():
     answers = iter([RuntimeError("database busy"), True, True, True, True, True, True])
 

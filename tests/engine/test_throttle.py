@@ -25,7 +25,7 @@ def test_pinned_content_above_the_trigger_skips_without_a_model_call(scripted):
 
 
 def test_a_failed_compaction_is_not_retried_until_the_view_grows_or_steps_pass(scripted):
-    context = grown_context()
+    context = grown_context(groups=6)  # above the trigger, within the effective budget
     empty = scripted(*[text_response("   ")] * 20)
     first = context.compact_if_triggered([], empty.complete)
     assert (first.outcome, first.reason) == ("failed", "empty_summary")
@@ -55,7 +55,7 @@ def test_a_failed_compaction_is_not_retried_until_the_view_grows_or_steps_pass(s
 
 
 def test_model_steps_also_release_the_throttle(scripted):
-    context = grown_context()
+    context = grown_context(groups=6)
     empty = scripted(*[text_response("   ")] * 20)
     context.compact_if_triggered([], empty.complete)
     for n in range(THROTTLE_STEPS):
@@ -85,3 +85,43 @@ def test_a_snapshot_names_exactly_the_records_its_summary_replaced(scripted):
     # Read back from its checkpoint, the snapshot keeps its sources.
     restored = InstanceFrame.from_dict(context.frame.to_dict())
     assert restored.compactions[-1]["sources"] == context.frame.compactions[-1]["sources"]
+
+
+def test_a_request_over_the_hard_budget_always_gets_its_compaction(scripted):
+    # The audit's repro (D1): a 503 on the compaction call throttled every later attempt, and a
+    # request over the hard budget then failed without any model call, run after run.
+    from agentloom.engine import GatewayError, ModelBudget, tool_call_response
+    from tests.engine.helpers import make_engine
+
+    policy = ContextPolicy(context_ratio=0.95)
+    budget = ModelBudget(11_000, 1_000, 0)
+    unavailable = GatewayError("upstream", "The provider failed to answer.", status=503)
+    failing = scripted(
+        tool_call_response(("echo", {"text": "x" * 4_500})),
+        unavailable,  # the compaction call before the next step
+        tool_call_response(("echo", {"text": "y" * 200})),
+        tool_call_response(("echo", {"text": "z" * 200})),
+    )
+    engine = make_engine(failing, policy=policy, budget=budget)
+    failed = engine.start(run_number=1, attempt=1, system_prompt="sys", question="q")
+    purposes = failing.purposes()
+    assert purposes[:3] == ["action", "compaction", "action"]
+    # It could not make room: the run fails and says why compaction did not help.
+    assert failed.status == "failed"
+    assert failed.error.startswith("context_budget_exceeded")
+    assert "(compaction failed: " in failed.error
+
+    # Resumed with a summariser that works: the request over the hard budget is compacted first.
+    def summary(request):
+        assert request.purpose == "compaction"
+        return text_response("the echo calls returned x, y and z filler")
+
+    working = scripted(summary, text_response("done"), summary, text_response("done"))
+    resumed = make_engine(working, policy=policy, budget=budget).resume(failed.frame, attempt=2)
+    assert resumed.status == "succeeded", (failed.error, resumed.error)
+    assert "compaction" in working.purposes()
+    for request in [*failing.requests, *working.requests]:
+        from agentloom.engine import JsonBytesEstimator
+
+        size = JsonBytesEstimator().upper_bound(request.messages, request.tools)
+        assert size <= budget.effective_input_budget

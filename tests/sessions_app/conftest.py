@@ -7,6 +7,7 @@ import json
 import pytest
 
 from agentloom.engine import (
+    HANDOFF_MARK,
     GatewayError,
     LocalDemoGateway,
     ModelGateway,
@@ -44,7 +45,11 @@ class RecordingGateway(ModelGateway):
         self.requests.append(request)
         text = json.dumps(request.messages)
         # A question marked [boom] meets a provider failure once: its resume goes through.
-        users = [str(m.get("content")) for m in request.messages if m.get("role") == "user"]
+        users = [
+            str(m.get("content"))
+            for m in request.messages
+            if m.get("role") == "user" and not str(m.get("content")).startswith(HANDOFF_MARK)
+        ]
         latest = users[-1] if users else ""
         if "[boom]" in latest and request.purpose == "action" and latest not in self.failed:
             self.failed.add(latest)

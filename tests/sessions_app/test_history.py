@@ -98,7 +98,7 @@ def test_resume_continues_the_original_run_without_later_questions(
     assert not a.checkpoint["context"]["compactions"], "A's first attempt did not compact"
     b = ask(session, alice, '/tool echo {"text": "NONCE-B"}')
     c = ask(session, alice, '/tool echo {"text": "NONCE-C"}')
-    assert (b.status, c.status) == ("succeeded", "succeeded")
+    assert (b.status, c.status) == ("succeeded", "succeeded"), (b.error, c.error)
     c_views = list(SessionView.objects.filter(run=c).order_by("revision"))
     assert c_views, "C saved a reusable view"
 

@@ -69,7 +69,7 @@ def executed_at_once(monkeypatch):
     def execute(run_id: int) -> None:
         results.append(run_execute(run_id=run_id))
 
-    def delay(run_id: int) -> None:
+    def delay(run_id: int, **_task_options) -> None:
         workers.append(_in_thread(execute, run_id))
 
     monkeypatch.setattr(tasks, "execute_run", SimpleNamespace(delay=delay))

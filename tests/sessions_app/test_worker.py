@@ -28,6 +28,8 @@ from tests.factories import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+# The queue the test workers consume and the tests send to.
+QUEUE = f"agentloom-test-{os.getpid()}"
 
 
 def _database_url() -> str:
@@ -41,7 +43,11 @@ def _database_url() -> str:
     return f"sqlite:///{name}"
 
 
-def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) -> subprocess.Popen:
+def _start_worker(
+    redis_url: str, tmp_path: Path, *, lease: int = 3, pool: str = "solo", **extra
+) -> subprocess.Popen:
+    """Start a worker process (`pool`: solo, or `threads:N` for N runs in flight)."""
+    pool, _, concurrency = pool.partition(":")
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
@@ -50,6 +56,7 @@ def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) ->
         # The heartbeat defaults to a quarter of the lease.
         "RUN_LEASE_SECONDS": str(lease),
         "PYTHONPATH": str(ROOT),
+        "CELERY_QUEUE": QUEUE,
         **extra,
     }
     log = open(tmp_path / f"worker-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
@@ -61,7 +68,8 @@ def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) ->
             "-A",
             "agentloom.celery",
             "worker",
-            "--pool=solo",
+            f"--pool={pool}",
+            *([f"--concurrency={concurrency}"] if concurrency else []),
             "--loglevel=INFO",
             "--without-heartbeat",
             "--without-mingle",
@@ -77,7 +85,7 @@ def _start_worker(redis_url: str, tmp_path: Path, *, lease: int = 3, **extra) ->
 
 def _send(redis_url: str, run_id: int) -> None:
     sender = Celery(broker=redis_url)
-    sender.send_task("sessions_app.tasks.execute_run", args=[run_id])
+    sender.send_task("sessions_app.tasks.execute_run", args=[run_id], queue=QUEUE)
     sender.close()
 
 
