@@ -335,6 +335,9 @@ _ERRORS = {
     409: OpenApiResponse(DetailSerializer, description="The object's state forbids this."),
     413: OpenApiResponse(DetailSerializer, description="Request body is too large."),
     415: OpenApiResponse(DetailSerializer, description="The body must be application/json."),
+    502: OpenApiResponse(
+        DetailSerializer, description="An upstream server failed; the detail is fixed text."
+    ),
 }
 # Every endpoint answers 401 to anonymous callers; every body can be malformed or too large.
 _ALWAYS = (401,)

@@ -40,6 +40,10 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Model endpoints on loopback or private networks (a local vLLM, an office proxy) are refused
 # unless an operator opts in (`./dev run` does): they are how server-side request forgery starts.
 ALLOW_PRIVATE_MODEL_HOSTS = env_bool("ALLOW_PRIVATE_MODEL_HOSTS", False)
+# Tool servers (MCP) are a separate decision: a local model server does not vouch for local tools.
+ALLOW_PRIVATE_TOOL_HOSTS = env_bool("ALLOW_PRIVATE_TOOL_HOSTS", False)
+# The longest one call of a tool-server tool may take (the lease is renewed while it runs).
+TOOL_CALL_SECONDS = env_int("TOOL_CALL_SECONDS", 60, minimum=1)
 LEGACY_CONTEXT_CHARS = env_int("LEGACY_CONTEXT_CHARS", 48_000, minimum=1_000)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
 # While a model call or a tool runs, the worker renews its lease this often (never past the
@@ -47,6 +51,8 @@ RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
 RUN_HEARTBEAT_SECONDS = env_heartbeat(RUN_LEASE_SECONDS)
 # A queued run no worker picks up within this time is marked failed (worker_lost).
 RUN_QUEUE_SECONDS = env_int("RUN_QUEUE_SECONDS", 600, minimum=5)
+# A run waiting for a person's approval of its tool calls ends `cancelled` after this long.
+RUN_APPROVAL_SECONDS = env_int("RUN_APPROVAL_SECONDS", 86_400, minimum=1)
 RUN_MAX_MODEL_CALLS = env_int("RUN_MAX_MODEL_CALLS", 32, minimum=1)
 
 INSTALLED_APPS = [

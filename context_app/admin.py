@@ -27,6 +27,7 @@ from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
 from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import draft_changes, latest_versions
+from context_app.server_tools import choosable_server_tools
 from context_app.services import (
     MAX_SUB_AGENTS,
     agent_publish,
@@ -52,11 +53,18 @@ POLICY_HELP = {
 }
 
 
-def _tool_choices() -> list[tuple[str, str]]:
-    return [
+def _tool_choices(space_id: int | None = None) -> list[tuple[str, str]]:
+    """Return the built-in tools, then the listed tools of the space's tool servers."""
+    choices = [
         (name, f"{name} — {description}")
         for name, description in builtin_tool_descriptions().items()
     ]
+    if space_id is not None:
+        choices += [
+            (name, f"{name} — {entry['description'] or '(no description)'} (tool server)")
+            for name, entry in sorted(choosable_server_tools(space_id).items())
+        ]
+    return choices
 
 
 class SubAgentsWidget(forms.Widget):
@@ -120,7 +128,9 @@ class AgentForm(forms.ModelForm):
     tools = forms.MultipleChoiceField(
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="Built-in tools the agent may call; the model reads each description.",
+        help_text="Tools the agent may call; the model reads each description. Tools of the "
+        "space's tool servers (`server__tool`) are listed once the agent is saved in its space "
+        "and the server's tools were listed; publishing freezes their schemas.",
     )
     sub_agents = SubAgentsField(
         required=False,
@@ -140,7 +150,7 @@ class AgentForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["tools"].choices = _tool_choices()
+        self.fields["tools"].choices = _tool_choices(self.instance.space_id)
         policy = {**DEFAULT_POLICY, **(self.instance.context_policy or {})}
         for name, default in DEFAULT_POLICY.items():
             field = self.fields[name]

@@ -52,6 +52,7 @@ from agentloom.errors import ApplicationError
 from agentloom.providers import retirement_of
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
+from context_app.server_tools import server_tools_of
 from models_app.models import ModelConnection
 from models_app.services import redaction_secrets
 
@@ -240,6 +241,7 @@ def offered_tools(snapshot: dict[str, Any], *, reading: bool = True) -> list[dic
     """
     available = builtin_tools()
     tools = [available[name] for name in snapshot.get("tools") or [] if name in available]
+    tools.extend(server_tools_of(snapshot))
     for sub in snapshot.get("sub_agents") or []:
         # Only the schema is needed here; the runner or reader is never called.
         tools.append(DelegateTool(SubAgent.from_dict(sub), lambda _sub, _task: ""))
@@ -311,7 +313,10 @@ def build_engine(
     policy, budget, estimator = run_measures(snapshot)
     return create_engine(
         gateway,
-        [name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES],
+        [
+            *(name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES),
+            *server_tools_of(snapshot),
+        ],
         policy,
         budget,
         hooks=hooks,

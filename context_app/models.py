@@ -19,6 +19,9 @@ class Agent(models.Model):
         ModelConnection, on_delete=models.PROTECT, null=True, blank=True, related_name="agents"
     )
     tools = models.JSONField(default=list, blank=True)
+    # Per tool-server tool: `always` or `never` needs a person's approval, overriding the
+    # server's default (`{"<server>__<tool>": "always"}`).
+    approval = models.JSONField(default=dict, blank=True)
     sub_agents = models.JSONField(default=list, blank=True)
     verify_completion = models.BooleanField(default=False)
     context_policy = models.JSONField(null=True, blank=True)

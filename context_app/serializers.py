@@ -64,6 +64,16 @@ def _tools_field(**kwargs) -> serializers.ListField:
     )
 
 
+def _agent_tools_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        # Every tool name is a valid function name for models: built-in and `<server>__<tool>`.
+        child=serializers.RegexField(r"^[A-Za-z0-9_-]{1,64}$", max_length=64),
+        help_text=f"Built-in tool names ({', '.join(builtin_tool_names())}) and tool-server "
+        "tools as `<server>__<tool>` (as the server's listing names them).",
+        **kwargs,
+    )
+
+
 class SubAgentSerializer(StrictSerializer):
     """A sub-agent: it has no model or policy of its own and uses its parent's."""
 
@@ -89,7 +99,12 @@ class AgentSerializer(serializers.Serializer):
     name = serializers.CharField()
     system_prompt = serializers.CharField()
     model_connection = serializers.IntegerField(source="model_connection_id", allow_null=True)
-    tools = _tools_field()
+    tools = _agent_tools_field()
+    approval = serializers.DictField(
+        child=serializers.ChoiceField(choices=["always", "never"]),
+        help_text="Per tool-server tool: `always` (a person approves each call) or `never`; "
+        "a tool not named takes its server's default. Frozen at publish.",
+    )
     sub_agents = SubAgentSerializer(many=True)
     verify_completion = serializers.BooleanField()
     context_policy = ContextPolicyField()
@@ -117,7 +132,10 @@ class AgentUpdateSerializer(StrictSerializer):
         help_text="A model connection of the agent's space; an id of another space's "
         "connection, or of none, is refused (400).",
     )
-    tools = _tools_field(required=False)
+    tools = _agent_tools_field(required=False)
+    approval = serializers.DictField(
+        child=serializers.ChoiceField(choices=["always", "never"]), required=False
+    )
     sub_agents = SubAgentSerializer(many=True, required=False, max_length=MAX_SUB_AGENTS)
     verify_completion = FlagField(required=False)
     context_policy = ContextPolicyInputField(required=False, allow_null=True)

@@ -13,6 +13,7 @@ from agentloom.engine import DEFAULT_SAMPLES, ConfigurationError, ContextPolicy,
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.providers import retirement_of
 from agentloom.spaces.selectors import require_space_admin
+from agentloom.toolservers import SEPARATOR
 from agentloom.validation import clean_text
 from context_app.engine_adapter import (
     builtin_tool_names,
@@ -20,6 +21,11 @@ from context_app.engine_adapter import (
     snapshot_question_room,
 )
 from context_app.models import Agent, AgentVersion
+from context_app.server_tools import (
+    clean_approval,
+    clean_server_tool_names,
+    frozen_server_tools,
+)
 from models_app.models import ModelConnection
 
 SNAPSHOT_FORMAT = 1
@@ -33,13 +39,14 @@ MAX_SUB_AGENTS = 8
 MAX_PROMPT_CHARS = 100_000
 
 
-def _clean_tools(value: Any, *, field: str = "tools") -> list[str]:
+def _clean_tools(value: Any, *, field: str = "tools", space_id: int | None = None) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
         raise InvalidInput("Must be a list of tool names.", field=field)
+    clean_server_tool_names(value, space_id=space_id, field=field)
     known = builtin_tool_names()
-    unknown = sorted(set(value) - set(known))
+    unknown = sorted(set(value) - set(known) - {name for name in value if SEPARATOR in name})
     if unknown:
         raise InvalidInput(
             f"Unknown tool(s): {', '.join(unknown)}. Available: {', '.join(known)}.", field=field
@@ -127,6 +134,7 @@ _DRAFT_FIELDS = (
     "system_prompt",
     "model_connection",
     "tools",
+    "approval",
     "sub_agents",
     "verify_completion",
     "context_policy",
@@ -151,7 +159,12 @@ def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
             changes["model_connection"], space_id=agent.space_id
         )
     if "tools" in changes:
-        agent.tools = _clean_tools(changes["tools"])
+        agent.tools = _clean_tools(changes["tools"], space_id=agent.space_id)
+    if "approval" in changes:
+        agent.approval = clean_approval(changes["approval"], tools=agent.tools)
+    elif "tools" in changes:
+        # A tool no longer chosen takes its mode with it.
+        agent.approval = {n: m for n, m in (agent.approval or {}).items() if n in agent.tools}
     if "sub_agents" in changes:
         agent.sub_agents = _clean_sub_agents(changes["sub_agents"])
     if "verify_completion" in changes:
@@ -203,7 +216,11 @@ def agent_question_room(agent: Agent) -> dict[str, int] | None:
     """Return the room the agent's draft would leave for a question (None: no connection)."""
     if agent.model_connection is None:
         return None
-    return snapshot_question_room(version_snapshot(agent)).to_dict()
+    try:
+        snapshot = version_snapshot(agent)
+    except InvalidInput:
+        return None  # a chosen tool-server tool is no longer listed: publishing says so
+    return snapshot_question_room(snapshot).to_dict()
 
 
 def version_snapshot(agent: Agent) -> dict[str, Any]:
@@ -214,6 +231,8 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         "agent": {"id": agent.pk, "name": agent.name},
         "system_prompt": agent.system_prompt,
         "tools": list(agent.tools),
+        # Each chosen tool-server tool as listed at publish (context_app.server_tools).
+        "server_tools": frozen_server_tools(agent.space_id, list(agent.tools), agent.approval),
         "sub_agents": [dict(sub) for sub in agent.sub_agents],
         "verify_completion": agent.verify_completion,
         "budget": {

@@ -544,3 +544,7 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
                 connection_delete(user=request.user, connection=connection)
             except ApplicationError as error:
                 self.message_user(request, f"{connection}: {error.detail}", messages.ERROR)
+
+
+# The tool-server admin lives in its own module; importing it registers it.
+from models_app import tool_servers_admin  # noqa: E402, F401

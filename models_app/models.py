@@ -95,3 +95,36 @@ class ModelConnection(models.Model):
     @property
     def effective_input_budget(self) -> int:
         return self.context_window - self.max_output_tokens - self.safety_margin_tokens
+
+
+class ToolServer(models.Model):
+    """An MCP server over Streamable HTTP whose tools a space's agents may be given.
+
+    `headers` (sent with every request, such as an `Authorization` header) are encrypted like API
+    keys and never shown; `tools` is the server's listing as last refreshed; `approval` is the
+    default of its tools: `always` (a person approves each call) or `never`.
+    """
+
+    class Approval(models.TextChoices):
+        NEVER = "never", "Never"
+        ALWAYS = "always", "Always (a person approves each call)"
+
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="tool_servers")
+    name = models.CharField(max_length=30)
+    approval = models.CharField(max_length=8, choices=Approval.choices, default=Approval.NEVER)
+    url = models.URLField(max_length=500)
+    headers = EncryptedJSONField(blank=True, default=dict)
+    tools = models.JSONField(blank=True, default=list)
+    protocol_version = models.CharField(max_length=20, blank=True)
+    listed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["space", "name"], name="unique_tool_server_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

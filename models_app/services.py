@@ -47,6 +47,7 @@ from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.validation import clean_text
 from models_app.models import ModelConnection
+from models_app.tool_servers import tool_server_secrets
 
 __all__ = [
     "CONNECTION_FIELDS",
@@ -710,9 +711,11 @@ def _previous_keys(connection: ModelConnection, *, now: datetime.datetime) -> li
 def redaction_secrets(
     connection: ModelConnection, *, now: datetime.datetime | None = None
 ) -> list[str]:
-    """Return the keys to redact from what `connection`'s runs write: current, then previous."""
+    """Return the secrets to redact from what `connection`'s runs write: its key, its previous
+    keys, then the header values of its space's tool servers."""
     previous = [entry["key"] for entry in _previous_keys(connection, now=now or timezone.now())]
-    return [key for key in (connection.api_key, *previous) if key]
+    keys = [key for key in (connection.api_key, *previous) if key]
+    return keys + tool_server_secrets(connection.space_id)
 
 
 def _keys_after_change(current: ModelConnection, new_key: str) -> list[dict[str, str]]:

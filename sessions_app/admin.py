@@ -128,7 +128,13 @@ class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
 
 @admin.register(Run)
 class RunAdmin(SessionScopedAdmin):
-    encrypted_fields = ("question", "answer", "checkpoint")
+    encrypted_fields = (
+        "question",
+        "answer",
+        "checkpoint",
+        "pending_approvals",
+        "approval_decisions",
+    )
     json_fields = ("checkpoint",)
     link_fields = ("console",)
     list_display = ["id", "session", "number", "status", "attempt", "error", "created_at"]

@@ -28,6 +28,7 @@ from sessions_app.selectors import (
     views_of,
 )
 from sessions_app.serializers import (
+    ApprovalDecisionSerializer,
     JournalPageSerializer,
     JournalQuerySerializer,
     ModelCallSerializer,
@@ -40,6 +41,7 @@ from sessions_app.serializers import (
     SupplementCreateSerializer,
     SupplementSerializer,
 )
+from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.runs import (
     run_ask,
@@ -208,6 +210,27 @@ class RunCancelApi(ApiView):
         """Cancel the run."""
         run = run_get(user=request.user, run_id=object_id(id))
         run = run_cancel(user=request.user, run=run)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunApprovalsApi(ApiView):
+    @api_schema(
+        ok=202,
+        response=RunSerializer,
+        request=ApprovalDecisionSerializer,
+        errors=(404, 409),
+        path_id=RUN_ID,
+        operation_id="runs_approvals_create",
+        description="Approve or deny one tool call the run waits on (the session's creator "
+        "only). Once every pending call is decided the run is queued and continues. 409 for a "
+        "call already decided or a run that is not waiting.",
+    )
+    def post(self, request, id):
+        """Decide a pending tool call."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        data = ApprovalDecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = run_decide(user=request.user, run=run, **data.validated_data)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
 

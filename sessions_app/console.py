@@ -55,6 +55,7 @@ from sessions_app.selectors import (
     views_of,
 )
 from sessions_app.serializers import JournalQuerySerializer
+from sessions_app.services.approvals import undecided
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.runs import (
     MAX_QUESTION_CHARS,
@@ -427,13 +428,13 @@ def _chat_items(session: Session, *, after: int) -> tuple[dict[int, list], int]:
     return records, items[-1]["seq"] if items else after
 
 
-def _tools_text(records: list[dict]) -> str:
-    """Return the run's tool call count, and which one runs now or ran last."""
+def _tools_text(records: list[dict], *, waiting: bool = False) -> str:
+    """Return the run's tool call count, and which one runs (or waits) now or ran last."""
     calls = [call for record in records for call in record.get("tool_calls") or []]
     if not calls:
         return "0"
     answered = sum(1 for record in records if record["kind"] == SessionMessage.Kind.TOOL_RESULT)
-    state = "running" if answered < len(calls) else "last:"
+    state = "last:" if answered >= len(calls) else "waiting for approval:" if waiting else "running"
     return f"{len(calls)} ({state} {calls[-1]['name']})"
 
 
@@ -447,10 +448,20 @@ def _summary(run: Run | None, records: list[dict], context: dict[str, Any]) -> d
         "run_steps": sum(
             1 for record in records if record["kind"] == SessionMessage.Kind.ASSISTANT
         ),
-        "tools": _tools_text(records) if run else "–",
+        "tools": _tools_text(records, waiting=run.status == Run.Status.WAITING_APPROVAL)
+        if run
+        else "–",
         "meter": _meter(context),
         "plan": context.get("plan"),
+        "approvals": _approvals(run),
     }
+
+
+def _approvals(run: Run | None) -> list[dict[str, Any]]:
+    """Return the tool calls `run` waits on a decision for, arguments pretty-printed."""
+    if run is None or run.status != Run.Status.WAITING_APPROVAL:
+        return []
+    return [{**item, "arguments": _pretty_arguments(item["arguments"])} for item in undecided(run)]
 
 
 def _run_records(run: Run) -> list[dict]:

@@ -6,11 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from agentloom.engine import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
-from agentloom.fields import (
-    CompressedEncryptedJSONField,
-    EncryptedJSONField,
-    EncryptedTextField,
-)
+from agentloom.fields import CompressedEncryptedJSONField, EncryptedJSONField, EncryptedTextField
 from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import call_cost
 from agentloom.spaces.models import Space
@@ -52,8 +48,10 @@ class Run(models.Model):
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
+        # Stopped at a safe point until a person decides its tool calls (no worker, no lease).
+        WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
 
-    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING, Status.WAITING_APPROVAL)
     FINISHED_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
@@ -71,6 +69,13 @@ class Run(models.Model):
     # Set atomically when the engine's final drain finds the supplement queue empty.
     supplements_closed = models.BooleanField(default=False)
     error = models.TextField(blank=True, default="")
+    # While waiting for approval, and until the run continues: the calls awaiting a decision
+    # (`[{call_id, tool, arguments}]`); and every decision made on the run's calls (`{call_id:
+    # {approved, note, by, at}}`, kept so a replay decides as the run did). Encrypted: arguments
+    # and notes are session content.
+    pending_approvals = EncryptedJSONField(default=list, blank=True)
+    approval_decisions = EncryptedJSONField(default=dict, blank=True)
+    waiting_since = models.DateTimeField(null=True, blank=True)
     # A clear copy of the checkpoint's turn and step counters, so listing runs decrypts nothing.
     counters = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -84,12 +89,19 @@ class Run(models.Model):
             models.UniqueConstraint(fields=["session", "number"], name="unique_run_number"),
             models.UniqueConstraint(
                 fields=["session"],
-                condition=models.Q(status__in=["queued", "running"]),
+                condition=models.Q(status__in=["queued", "running", "waiting_approval"]),
                 name="one_active_run_per_session",
             ),
             models.CheckConstraint(
                 condition=models.Q(
-                    status__in=["queued", "running", "succeeded", "failed", "cancelled"]
+                    status__in=[
+                        "queued",
+                        "running",
+                        "succeeded",
+                        "failed",
+                        "cancelled",
+                        "waiting_approval",
+                    ]
                 ),
                 name="run_status_valid",
             ),

@@ -25,6 +25,7 @@ from sessions_app.selectors import (
     run_counters,
     session_cost,
 )
+from sessions_app.services.approvals import MAX_NOTE_CHARS, undecided
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
 from sessions_app.services.views import Derivation
 
@@ -114,6 +115,12 @@ class CountersSerializer(serializers.Serializer):
     baseline_model_steps = serializers.IntegerField()
 
 
+class PendingApprovalSerializer(serializers.Serializer):
+    call_id = serializers.CharField()
+    tool = serializers.CharField()
+    arguments = serializers.CharField(help_text="The call's arguments as the model sent them.")
+
+
 class RunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     session = serializers.IntegerField(source="session_id")
@@ -136,6 +143,16 @@ class RunSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     cost = serializers.SerializerMethodField(help_text=_COST_HELP)
+    pending_approvals = serializers.SerializerMethodField(
+        help_text="While `waiting_approval`: each tool call still waiting for the session "
+        "creator's decision."
+    )
+
+    @extend_schema_field(PendingApprovalSerializer(many=True))
+    def get_pending_approvals(self, run: Run) -> list[dict]:
+        if run.status != Run.Status.WAITING_APPROVAL:
+            return []
+        return PendingApprovalSerializer(undecided(run), many=True).data
 
     @extend_schema_field(CountersSerializer)
     def get_counters(self, run: Run) -> dict[str, int]:
@@ -148,6 +165,12 @@ class RunSerializer(serializers.Serializer):
     def get_cost(self, run: Run) -> dict | None:
         cost = run_cost(run)
         return CostSummarySerializer(cost).data if cost is not None else None
+
+
+class ApprovalDecisionSerializer(StrictSerializer):
+    call_id = TextField(max_length=200)
+    decision = serializers.ChoiceField(choices=["approve", "deny"])
+    note = TextField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True)
 
 
 class QuestionSerializer(StrictSerializer):

@@ -49,12 +49,16 @@ def _hand_back(task, run_id: int, deployment: str) -> str:
 @shared_task(name="sessions_app.tasks.sweep_expired_leases", ignore_result=True)
 def sweep_expired_leases() -> list[int]:
     """Mark runs whose worker died `failed` (worker_lost) so they can be resumed."""
+    from sessions_app.services.approvals import sweep_expired_approvals
     from sessions_app.services.runs import sweep_expired_leases as sweep
 
     swept = sweep()
     if swept:
         log.warning("marked %d run(s) failed after their lease expired: %s", len(swept), swept)
-    return swept
+    expired = sweep_expired_approvals()
+    if expired:
+        log.warning("cancelled %d run(s) whose approval wait expired: %s", len(expired), expired)
+    return swept + expired
 
 
 @worker_ready.connect

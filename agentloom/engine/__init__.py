@@ -10,6 +10,11 @@ freely. Test doubles (a scripted gateway, an in-memory journal, generated histor
 in `agentloom.engine.testing`, outside this surface.
 """
 
+from agentloom.engine._approval import (
+    WAITING_APPROVAL,
+    Decision,
+    denied_result,
+)
 from agentloom.engine._budget import (
     DEFAULT_ESTIMATOR_ID,
     JsonBytesEstimator,
@@ -173,6 +178,8 @@ from agentloom.engine._tools import (
     ReadRecordTool,
     SubAgent,
     Tool,
+    ToolContext,
+    ToolOutput,
     Toolset,
     build_toolset,
     builtin_tools,
@@ -209,6 +216,7 @@ __all__ = [
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "USER_INPUT_KEY",
+    "WAITING_APPROVAL",
     "BudgetCompactionPolicy",
     "CalibratedEstimator",
     "Calibration",
@@ -224,6 +232,7 @@ __all__ = [
     "ContextMeasure",
     "ContextPolicy",
     "Counters",
+    "Decision",
     "DeepSeekEstimator",
     "DelegateTool",
     "Engine",
@@ -272,7 +281,9 @@ __all__ = [
     "TokenizerEstimator",
     "Tool",
     "ToolCancelled",
+    "ToolContext",
     "ToolError",
+    "ToolOutput",
     "Toolset",
     "TriggerPolicy",
     "as_ranges",
@@ -284,6 +295,7 @@ __all__ = [
     "check_input",
     "check_payload",
     "create_engine",
+    "denied_result",
     "estimate_error",
     "estimator_from_binding",
     "estimator_named",

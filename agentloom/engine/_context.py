@@ -83,7 +83,14 @@ from agentloom.engine._records import (
     tool_key,
 )
 from agentloom.engine._redaction import Redactor
-from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
+from agentloom.engine._refs import (
+    LARGE_KEYS,
+    TOOL_DETAIL,
+    Origin,
+    RecordStore,
+    as_ranges,
+    materialize,
+)
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 
 __all__ = [
@@ -155,8 +162,10 @@ class ContextManager(abc.ABC):
         """Record an action response (one model step); its tool calls open a tool group."""
 
     @abc.abstractmethod
-    def add_tool_result(self, call_id: str, content: str) -> Record:
-        """Record the complete result of a pending tool call."""
+    def add_tool_result(
+        self, call_id: str, content: str, *, detail: dict[str, Any] | None = None
+    ) -> Record:
+        """Record the complete result of a pending tool call (`detail`: kept, never shown)."""
 
     @abc.abstractmethod
     def add_feedback(self, text: str) -> Record:
@@ -385,11 +394,15 @@ class JournalContextManager(ContextManager):
         state.call_boundary = record.seq if state.pending_tool_calls else None
         return record
 
-    def add_tool_result(self, call_id: str, content: str) -> Record:
+    def add_tool_result(
+        self, call_id: str, content: str, *, detail: dict[str, Any] | None = None
+    ) -> Record:
         state = self.frame.state
         if call_id not in {call["id"] for call in state.pending_tool_calls}:
             raise EngineError(f"tool call {call_id!r} is not pending")
         message = {"role": "tool", "tool_call_id": call_id, "content": self.redactor.text(content)}
+        if detail is not None:
+            message[TOOL_DETAIL] = self.redactor.value(detail)
         record = self._append("tool_result", message, tool_key(call_id))
         origin: dict[str, Any] = {"own": record.seq, "cap": self.tool_result_chars}
         sizer = self.sizer

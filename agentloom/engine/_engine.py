@@ -31,6 +31,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from agentloom.engine._approval import (
+    WAITING_APPROVAL,
+    Decision,
+    decision_feedback,
+    denied_result,
+    pending_approvals,
+)
 from agentloom.engine._budget import (
     JsonBytesEstimator,
     ModelBudget,
@@ -75,6 +82,7 @@ from agentloom.engine._tools import (
     SubAgent,
     Tool,
     ToolContext,
+    ToolOutput,
     Toolset,
     argument_errors,
     build_toolset,
@@ -137,11 +145,14 @@ class EngineHooks:
     - `on_delta(instance, delta)` receives a streamed call's output as it arrives (`delta` holds
       `content` and `reasoning` text, redacted with a hold-back so that a secret split across
       pieces is caught, and `tool_calls`, the names of calls just decided); the journal still
-      gets the reply once, whole.
+      gets the reply once, whole;
+    - `decisions()` returns the decisions made on the run's tool calls that need approval, by
+      call id (see `_approval`).
     """
 
     save: Callable[[Checkpoint], None] | None = None
     on_model_call: Callable[[ModelCallRecord], None] | None = None
+    decisions: Callable[[], Mapping[str, Decision]] | None = None
     should_cancel: Callable[[], bool] | None = None
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None
     renew_lease: Callable[[], bool] | None = None
@@ -260,11 +271,13 @@ class ModelCallRecord:
 class RunOutcome:
     """How an execution ended. `answer` is set only on success; a candidate is kept regardless."""
 
-    status: str  # "succeeded" | "failed" | "cancelled"
+    status: str  # "succeeded" | "failed" | "cancelled" | "waiting_approval"
     answer: str | None
     error: str | None
     checkpoint: Checkpoint
     candidate_answer: str | None = None
+    # While `waiting_approval`: each undecided call, `{call_id, tool, arguments}`.
+    pending_approvals: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def frame(self) -> dict[str, Any]:
@@ -361,6 +374,25 @@ class Engine:
         Pending tool calls get an `unknown` result and are not re-executed; the model-call limit
         starts again; counters and baselines come from the checkpoint.
         """
+        execution, context = self._restored(frame_dict)
+        state = context.frame.state
+        state.attempt = attempt
+        state.terminal = None
+        state.model_calls = 0
+        return execution.run(context)
+
+    def continue_run(self, frame_dict: dict[str, Any]) -> RunOutcome:
+        """Continue a run that waited for approval: run its open tool group by the decisions.
+
+        Not a resume: the attempt, the model calls counted and the open calls stay; a call still
+        undecided ends the execution `waiting_approval` again.
+        """
+        execution, context = self._restored(frame_dict)
+        execution.model_calls = context.frame.state.model_calls
+        return execution.run(context, continuing=True)
+
+    def _restored(self, frame_dict: dict[str, Any]) -> tuple[_Execution, ContextManager]:
+        """Return an execution bound as the checkpoint says, and its context restored."""
         frame = InstanceFrame.from_dict(
             self.redactor.value(frame_dict), store=self.config.record_store
         )
@@ -371,11 +403,7 @@ class Engine:
         execution = _Execution(self, policy, budget, estimator, large_records, rendering)
         context = execution.new_context()
         context.restore(frame)
-        state = frame.state
-        state.attempt = attempt
-        state.terminal = None
-        state.model_calls = 0
-        return execution.run(context)
+        return execution, context
 
     def _bound(self, binding: dict[str, Any]) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
         """Return what a checkpoint is bound to; a legacy frame without a binding uses ours."""
@@ -428,13 +456,13 @@ class _Execution:
             payload=engine.gateway.payload,
         )
 
-    def run(self, context: ContextManager) -> RunOutcome:
+    def run(self, context: ContextManager, *, continuing: bool = False) -> RunOutcome:
         self.main = context
         engine = self.engine
         delegates = [DelegateTool(sub, self.run_child) for sub in engine.config.sub_agents]
         toolset = build_toolset([*engine.tools, *delegates], engine.registry)
         loop = _InstanceLoop(self, context, toolset, parent=None)
-        status, answer, error = loop.run()
+        status, answer, error = loop.run(continuing=continuing)
         state = context.managed.state
         return RunOutcome(
             status=status,
@@ -442,7 +470,12 @@ class _Execution:
             error=error,
             checkpoint=Checkpoint.of(context.frame),
             candidate_answer=state.candidate_answer,
+            pending_approvals=loop.waiting,
         )
+
+    def decisions(self) -> Mapping[str, Decision]:
+        source = self.engine.hooks.decisions
+        return source() if source is not None else {}
 
     def save_main(self) -> None:
         save = self.engine.hooks.save
@@ -717,6 +750,8 @@ class _InstanceLoop:
         self.context = context
         self.toolset = toolset
         self.parent = parent
+        # The calls this instance waits on a person's decision for (main instance only).
+        self.waiting: list[dict[str, Any]] = []
         reader = getattr(context, "read_record", None)
         self.reader = (
             ReadRecordTool(reader)
@@ -749,12 +784,39 @@ class _InstanceLoop:
                 self.context.queue_supplement(str(source_key), text)
         return len(self.context.accept_supplements())
 
-    def run(self) -> tuple[str, str | None, str | None]:
+    def awaiting(self, calls: list[dict[str, Any]]) -> bool:
+        """Return whether the main instance must wait for decisions before `calls` run."""
+        if not self.is_main:
+            return False
+
+        def needs(name: str) -> bool:
+            tool = self.toolset.get(name)
+            return tool is not None and tool.needs_approval
+
+        self.waiting = pending_approvals(calls, needs, self.execution.decisions())
+        if self.waiting:
+            self.save()
+        return bool(self.waiting)
+
+    def open_group(self) -> list[dict[str, Any]]:
+        """Return the calls of the open tool group, as an assistant message spells them."""
+        return [
+            {"id": call["id"], "function": {"name": call["name"], "arguments": call["arguments"]}}
+            for call in self.context.managed.state.pending_tool_calls
+        ]
+
+    def run(self, *, continuing: bool = False) -> tuple[str, str | None, str | None]:
         context = self.context
         state = context.managed.state
         schemas = self.toolset.schemas()
         call_model = self.execution.call_model
         self.save()
+        if continuing:
+            group = self.open_group()
+            if self.awaiting(group):
+                return WAITING_APPROVAL, None, None
+            self.run_tools(group)
+            self.save()
         while True:
             context.settle_pending()
             self.take_supplements(final=False)
@@ -786,6 +848,8 @@ class _InstanceLoop:
                 # Saved before the tools run: if the worker dies now, resume finds the calls
                 # pending and answers them `unknown` instead of asking the model to repeat them.
                 self.save()
+                if self.awaiting(calls):
+                    return WAITING_APPROVAL, None, None
                 self.run_tools(calls)
                 self.save()
                 continue
@@ -846,6 +910,15 @@ class _InstanceLoop:
                 self.context.add_tool_result(call_id, CANCELLED_RESULT)
                 continue
             tool = self.toolset.get(name)
+            if tool is not None and tool.needs_approval and self.is_main:
+                decision = self.execution.decisions().get(call_id)
+                if decision is not None:
+                    self.context.add_feedback(decision_feedback(name, call_id, decision))
+                    # Journaled before the call runs: a worker lost during it keeps the record.
+                    self.save()
+                    if not decision.approved:
+                        self.context.add_tool_result(call_id, denied_result(decision.note))
+                        continue
             if tool is None and name == READ_RECORD:
                 tool = self.reader
             if tool is None:
@@ -863,9 +936,15 @@ class _InstanceLoop:
                 self.context.add_tool_result(call_id, f"ERROR: {exc}")
                 self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
                 continue
+            if isinstance(result, ToolOutput):
+                text = f"ERROR: {result.text}" if result.error else result.text
+                self.context.add_tool_result(call_id, text, detail=result.detail)
+                if result.error:
+                    self.context.add_feedback(f"tool {name} ({call_id}) failed: {result.error}")
+                continue
             self.context.add_tool_result(call_id, result)
 
-    def _run_tool(self, tool: Tool, raw_arguments: str) -> str:
+    def _run_tool(self, tool: Tool, raw_arguments: str) -> str | ToolOutput:
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
@@ -892,7 +971,7 @@ class _InstanceLoop:
             # A tool bug must not end the run or leak a traceback: the model sees a short error.
             raise ToolError(f"the tool failed unexpectedly ({type(exc).__name__})") from exc
         self.execution.check_lease()
-        return result if isinstance(result, str) else str(result)
+        return result if isinstance(result, str | ToolOutput) else str(result)
 
 
 def create_engine(

@@ -19,7 +19,9 @@ assistant side: `[run note] ` + the text, an older `[feedback] ` prefix dropped;
 `system_note` (the same note as a system message; rendering 2). Either kind of
 origin may also carry a large-record transform (see `_large`): `"ex": N, "ref": R` shows an excerpt
 of N characters naming reference R; `"mask": 1, "ref": R` shows a tool result as a one-line stub.
-`materialize` is the only place each transform is defined: projection builds history messages
+A tool result's record may keep a `detail` (the whole result of a tool server, with its
+structured parts) beside its text; no view shows it. `materialize` is the only place each
+transform is defined: projection builds history messages
 with it, and a saved view is rebuilt with it, so a rebuilt view is byte-identical to the one that
 was saved.
 
@@ -59,6 +61,7 @@ from agentloom.engine._records import Record
 
 __all__ = [
     "LARGE_KEYS",
+    "TOOL_DETAIL",
     "Origin",
     "RecordStore",
     "ViewEncoder",
@@ -68,6 +71,9 @@ __all__ = [
     "materialize",
     "session_seqs",
 ]
+
+# The key of a tool-result record's message that holds its journal-only detail.
+TOOL_DETAIL = "detail"
 
 Origin = dict[str, Any] | None
 
@@ -113,6 +119,8 @@ def _capped(text: str, cap: int | None) -> str:
 
 
 def _as_recorded(message: dict[str, Any], cap: int | None) -> dict[str, Any]:
+    if TOOL_DETAIL in message:
+        message = {key: value for key, value in message.items() if key != TOOL_DETAIL}
     if cap is not None and message.get("role") == "tool":
         return {**message, "content": cap_tool_result(message_text(message), cap)}
     return message

@@ -7,6 +7,10 @@ failure becomes a tool message plus feedback, never an exception out of the engi
 A tool runs with a `ToolContext`: a cancellation signal (set when the run is cancelled or loses
 its lease while the tool runs; tools that wait stop on it) and the instance's plan setter.
 `limit_seconds` is the longest a call may run: the lease is never renewed past it.
+
+A tool returns text, or a `ToolOutput` when it has more than the model sees: the journal keeps
+its `detail` whole with the record (the view shows only the text) and `error` makes it a failed
+call (an error result plus feedback) whose result is still kept.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "SubAgent",
     "Tool",
     "ToolContext",
+    "ToolOutput",
     "Toolset",
     "UpdatePlanTool",
     "argument_errors",
@@ -65,18 +70,32 @@ class ToolContext:
     set_plan: Callable[[str], None] | None = None
 
 
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's result: `text` for the model, `detail` (JSON) kept whole in the journal only, and
+    `error`, a short reason, when the call failed."""
+
+    text: str
+    detail: dict[str, Any] | None = None
+    error: str | None = None
+
+
 class Tool(abc.ABC):
-    """A function the model may call, described by a JSON schema."""
+    """A function the model may call, described by a JSON schema.
+
+    `needs_approval`: a person decides each call before it runs (see `_approval`).
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
+    needs_approval: bool = False
 
     @abc.abstractmethod
-    def run(self, arguments: dict[str, Any]) -> str:
-        """Return the tool's result as text, or raise `ToolError`."""
+    def run(self, arguments: dict[str, Any]) -> str | ToolOutput:
+        """Return the tool's result as text (or a `ToolOutput`), or raise `ToolError`."""
 
-    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str:
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str | ToolOutput:
         """Run with the cancellation signal and hooks of `context` (tools that can stop early
         or need a hook override this; the rest simply `run`)."""
         return self.run(arguments)

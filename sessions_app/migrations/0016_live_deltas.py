@@ -8,7 +8,7 @@ import agentloom.fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0013_model_call_price_source"),
+        ("sessions_app", "0014_run_approvals"),
     ]
 
     operations = [

@@ -37,6 +37,7 @@ from context_app.engine_adapter import (
     version_binding,
 )
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.services.approvals import decisions_of
 from sessions_app.services.checkpoints import JournalStore
 from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
@@ -194,8 +195,28 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
             _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
 
+    if outcome.status == Run.Status.WAITING_APPROVAL:
+        with database_slots.held():
+            if not _wait_for_approval(run_id, owner, outcome.pending_approvals):
+                log.warning("run %s: lease lost before it could wait for approval", run_id)
+                return "lease lost"
     # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status
+
+
+def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -> bool:
+    """Let the run wait for approval: no worker, no lease, the calls listed (its checkpoint was
+    saved as the engine stopped). False when this worker no longer holds the lease."""
+    now = timezone.now()
+    updated = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING).update(
+        status=Run.Status.WAITING_APPROVAL,
+        lease_owner="",
+        lease_expires_at=None,
+        pending_approvals=pending,
+        waiting_since=now,
+        updated_at=now,
+    )
+    return updated == 1
 
 
 def _start(run_id: int, owner: str):
@@ -217,6 +238,10 @@ def _start(run_id: int, owner: str):
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)
         return "failed"
+    if run.checkpoint is not None and run.pending_approvals:
+        # Queued again once every call it waited on was decided: its own transition.
+        checkpoint = run.checkpoint
+        return engine, run, lambda engine: engine.continue_run(checkpoint)
     if run.checkpoint is not None:
         checkpoint, attempt = run.checkpoint, run.attempt
         return engine, run, lambda engine: engine.resume(checkpoint, attempt=attempt)
@@ -262,8 +287,10 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
         _record_model_call(run_id, owner, call, price(call))
 
     held = database_slots.wrap
+    decisions = decisions_of(run)
     return EngineHooks(
         save=held(writer.sync),
+        decisions=lambda: decisions,
         on_model_call=held(on_model_call),
         # The database channel writes deltas: each batch holds a slot like any other write.
         on_delta=held(deltas.publish),

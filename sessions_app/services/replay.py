@@ -24,6 +24,7 @@ from agentloom.engine import (
     CANCELLED_RESULT,
     INTERRUPTED_RESULT,
     UNKNOWN_RESULT,
+    WAITING_APPROVAL,
     Checkpoint,
     EngineConfig,
     EngineError,
@@ -37,6 +38,7 @@ from agentloom.engine import (
     Tool,
     ToolCancelled,
     ToolError,
+    ToolOutput,
     builtin_tools,
     create_engine,
     is_run_note,
@@ -44,8 +46,11 @@ from agentloom.engine import (
     rendering_of,
 )
 from agentloom.errors import ApplicationError
+from agentloom.toolservers import failure_reason
 from context_app.engine_adapter import gateway_for, run_measures, version_binding
+from context_app.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
+from sessions_app.services.approvals import decisions_of
 from sessions_app.services.checkpoints import JournalStore, full_checkpoint
 from sessions_app.services.history import history_for_new_run, main_records_after
 from sessions_app.services.views import compliant_view, view_content
@@ -99,14 +104,22 @@ class _ReplayTool(Tool):
         self.name = original.name
         self.description = original.description
         self.parameters = original.parameters
+        self.needs_approval = original.needs_approval
         self._recorded = recorded
 
-    def run(self, arguments: dict[str, Any]) -> str:
+    def run(self, arguments: dict[str, Any]) -> str | ToolOutput:
         if not self._recorded:
             raise ToolError(f"replay: no recorded result left for tool {self.name!r}")
-        result = self._recorded.popleft()
+        message = self._recorded.popleft()
+        result = message.get("content") or ""
         if result == INTERRUPTED_RESULT:
             raise ToolCancelled("stopped by a cancellation, as recorded")
+        if "detail" in message:
+            # A tool-server result: its text, its whole result and whether it failed.
+            failed = result.startswith(ERROR_PREFIX)
+            text = result[len(ERROR_PREFIX) :] if failed else result
+            error = failure_reason(text) if failed else None
+            return ToolOutput(text, detail=message["detail"], error=error)
         if result.startswith(ERROR_PREFIX):
             raise ToolError(result[len(ERROR_PREFIX) :])
         return result
@@ -208,7 +221,7 @@ def _recorded_tool_results(rows: list[SessionMessage]) -> dict[str, deque]:
             or "is not available to this agent" in content
         ):
             continue
-        results[name].append(content)
+        results[name].append(row.message)
     return results
 
 
@@ -299,6 +312,8 @@ def replay_run(run: Run) -> ReplayReport:
         for name in snapshot.get("tools", [])
         if name in originals
     ]
+    # Tool-server tools answer from the journal too: a replay never calls a server.
+    tools += [_ReplayTool(tool, recorded[tool.name]) for tool in server_tools_of(snapshot)]
     stored_checkpoint = full_checkpoint(run) or {}
     # Where each supplement entered the main instance, by its local record seq.
     stored_main = (stored_checkpoint.get("context") or {}).get("records") or []
@@ -347,6 +362,8 @@ def replay_run(run: Run) -> ReplayReport:
         if attempt.outside_engine and len(records) >= attempt.records_before_status:
             raise _StopAttempt
 
+    # Calls that waited for approval are decided as they were in the run.
+    decided = decisions_of(run)
     policy, budget, estimator = run_measures(snapshot)
     # The run is replayed under the rendering rules it was made with.
     rendering = rendering_of(stored_checkpoint.get("binding")).version
@@ -355,7 +372,12 @@ def replay_run(run: Run) -> ReplayReport:
         tools,
         policy,
         budget,
-        hooks=EngineHooks(save=save, should_cancel=should_cancel, supplements=next_supplements),
+        hooks=EngineHooks(
+            save=save,
+            should_cancel=should_cancel,
+            supplements=next_supplements,
+            decisions=lambda: decided,
+        ),
         config=EngineConfig(
             estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
@@ -400,6 +422,11 @@ def replay_run(run: Run) -> ReplayReport:
                 # Resumed from the frame by reference, as the run was: its inherited history keeps
                 # where each message came from (a self-contained frame has it inline).
                 outcome = engine.resume(resume_from, attempt=attempt.number)
+            # A wait whose calls were all decided continued by its own transition.
+            while outcome.status == WAITING_APPROVAL and all(
+                item["call_id"] in decided for item in outcome.pending_approvals
+            ):
+                outcome = engine.continue_run(outcome.checkpoint.frame)
             frame, resume_from = outcome.frame, outcome.checkpoint.frame
         except _StopAttempt:
             frame, resume_from = state["last_frame"], state["last_reference"]

@@ -249,6 +249,8 @@ def run_resume(*, user, run: Run) -> Run:
     run.error = ""
     run.cancel_requested = False
     run.supplements_closed = False
+    # A resume answers an open tool group `unknown`: the calls of a wait no longer wait.
+    run.pending_approvals, run.waiting_since = [], None
     run.finished_at = None
     run.lease_owner = ""
     run.lease_expires_at = _queue_deadline()
@@ -267,7 +269,8 @@ def run_cancel(*, user, run: Run) -> Run:
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     run = lock_run(run.pk, session_id=run.session_id)
-    if run.status == Run.Status.QUEUED:
+    # A run waiting for approval holds no worker: like a queued one, it ends at once.
+    if run.status in (Run.Status.QUEUED, Run.Status.WAITING_APPROVAL):
         run.status = Run.Status.CANCELLED
         run.cancel_requested = True
         run.finished_at = timezone.now()

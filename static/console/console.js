@@ -13,7 +13,7 @@
   const API = "/api/v1";
   const POLL_MS = 1000;
   const HOME_POLL_MS = 2000;
-  const ACTIVE = ["queued", "running"];
+  const ACTIVE = ["queued", "running", "waiting_approval"];
   // How close to the bottom (px) the reader must be for the chat to follow new records.
   const FOLLOW_SLACK = 240;
 
@@ -237,7 +237,17 @@
       const summary = rendered && rendered.nodes.querySelector("[data-live-summary]");
       if (!summary) return null;
       summary.querySelectorAll("[data-meter]").forEach(placeMeter);
+      // A note being typed for an approval survives the panel's refresh.
+      const focused = document.activeElement && document.activeElement.dataset.approvalNote;
+      document.querySelectorAll("[data-approval-note]").forEach((input) => {
+        const fresh = summary.querySelector(`[data-approval-note="${CSS.escape(input.dataset.approvalNote)}"]`);
+        if (fresh) fresh.value = input.value;
+      });
       document.getElementById("live-summary").replaceWith(summary);
+      if (focused) {
+        const input = document.querySelector(`[data-approval-note="${CSS.escape(focused)}"]`);
+        if (input) input.focus();
+      }
       panel.hidden = false;
       return { ...summary.dataset };
     }
@@ -400,6 +410,27 @@
       sayBeside(cancelNotice, cancelled
         ? "Run cancelled."
         : "Cancel requested: the run stops at its next safe point.", false);
+      if (timer) clearTimeout(timer);
+      timer = setTimeout(poll, 0);
+    });
+
+    panel.addEventListener("click", async (event) => {
+      const button = event.target.closest("[data-decide]");
+      if (!button) return;
+      const note = document.querySelector(`[data-approval-note="${CSS.escape(button.dataset.call)}"]`);
+      button.disabled = true;
+      const answer = await api("POST", `/runs/${button.dataset.run}/approvals`, {
+        call_id: button.dataset.call,
+        decision: button.dataset.decide,
+        note: note ? note.value : "",
+      });
+      const shown = document.getElementById("approval-notice");
+      if (!answer.ok) {
+        button.disabled = false;
+        if (shown) sayBeside(shown, `Not decided: ${errorText(answer.data)}`, true);
+        return;
+      }
+      if (shown) sayBeside(shown, button.dataset.decide === "approve" ? "Approved." : "Denied.", false);
       if (timer) clearTimeout(timer);
       timer = setTimeout(poll, 0);
     });

@@ -22,6 +22,7 @@ AGENT_FIELDS = {
     "model_connection",
     "question_room",
     "tools",
+    "approval",
     "sub_agents",
     "verify_completion",
     "context_policy",

@@ -19,6 +19,7 @@ RUN_FIELDS = {
     "error",
     "cancel_requested",
     "model_call_in_flight",
+    "pending_approvals",
     "attempt",
     "counters",
     "created_at",

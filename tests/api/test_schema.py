@@ -38,6 +38,7 @@ OPERATIONS = [
     ("POST", "/api/v1/runs/{id}/supplements"),
     ("POST", "/api/v1/runs/{id}/resume"),
     ("POST", "/api/v1/runs/{id}/cancel"),
+    ("POST", "/api/v1/runs/{id}/approvals"),
     ("GET", "/api/v1/runs/{id}/context"),
     ("GET", "/api/v1/runs/{id}/model-calls"),
     ("GET", "/api/v1/model-connections/"),
@@ -45,6 +46,13 @@ OPERATIONS = [
     ("GET", "/api/v1/model-connections/{id}/"),
     ("PATCH", "/api/v1/model-connections/{id}/"),
     ("DELETE", "/api/v1/model-connections/{id}/"),
+    ("GET", "/api/v1/tool-servers/"),
+    ("POST", "/api/v1/tool-servers/"),
+    ("GET", "/api/v1/tool-servers/{id}/"),
+    ("PATCH", "/api/v1/tool-servers/{id}/"),
+    ("DELETE", "/api/v1/tool-servers/{id}/"),
+    # Fuzzed ids name no server, so nothing is called.
+    ("POST", "/api/v1/tool-servers/{id}/refresh"),
 ]
 # POST /api/models/discover and /api/v1/model-connections/test are left out: they call the
 # provider; tests/models_app/test_schema.py fuzzes both with the provider answered from memory.

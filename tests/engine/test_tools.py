@@ -1,3 +1,4 @@
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -6,7 +7,9 @@ from agentloom.engine import (
     BUILTIN_TOOL_NAMES,
     ConfigurationError,
     SubAgent,
+    Tool,
     ToolError,
+    ToolOutput,
     build_toolset,
     builtin_tools,
 )
@@ -132,3 +135,49 @@ def test_a_toolset_offers_only_the_tools_it_was_built_with():
     with pytest.raises(ConfigurationError) as caught:
         build_toolset(["echo", "rm_rf"], builtin_tools())
     assert caught.value.field == "tools"
+
+
+class _DetailedTool(Tool):
+    """A tool with more to keep than the model reads, failing when asked to."""
+
+    name = "detailed"
+    description = "Return text with a detail."
+    parameters = {"type": "object", "properties": {"fail": {"type": "boolean"}}}
+
+    def run(self, arguments):
+        if arguments.get("fail"):
+            return ToolOutput("it broke", detail={"raw": [1, 2]}, error="it broke")
+        return ToolOutput("short text", detail={"raw": [1, 2, 3], "secret": "sk-NONCE-1234567"})
+
+
+def test_a_tool_output_keeps_its_detail_in_the_record_and_out_of_the_view():
+    from agentloom.engine import text_response, tool_call_response
+    from agentloom.engine.testing import ScriptedGateway
+    from tests.engine.helpers import make_engine
+
+    gateway = ScriptedGateway(
+        [
+            tool_call_response(("detailed", {}), ("detailed", {"fail": True})),
+            text_response("done"),
+        ]
+    )
+    engine = make_engine(gateway, tools=[_DetailedTool()], secrets=("sk-NONCE-1234567",))
+    outcome = engine.start(run_number=1, attempt=1, system_prompt="sys", question="q")
+    records = outcome.frame["context"]["records"]
+    results = [r["message"] for r in records if r["kind"] == "tool_result"]
+    assert results[0]["content"] == "short text"
+    assert results[0]["detail"] == {"raw": [1, 2, 3], "secret": "[redacted]"}
+    assert results[1]["content"] == "ERROR: it broke" and results[1]["detail"] == {"raw": [1, 2]}
+    feedback = [r["message"]["content"] for r in records if r["kind"] == "feedback"]
+    assert any("detailed" in text and "failed: it broke" in text for text in feedback)
+    sent = gateway.requests[1].messages
+    assert [m for m in sent if m.get("role") == "tool"] == [
+        {"role": "tool", "tool_call_id": results[0]["tool_call_id"], "content": "short text"},
+        {"role": "tool", "tool_call_id": results[1]["tool_call_id"], "content": "ERROR: it broke"},
+    ]
+    # A view rebuilt from the checkpoint shows no detail either.
+    again = ScriptedGateway([text_response("again")])
+    resumed = make_engine(again, tools=[_DetailedTool()])
+    resumed.resume(outcome.frame, attempt=2)
+    assert '"detail"' not in json.dumps(again.requests[0].messages)
+    assert "short text" in json.dumps(again.requests[0].messages)

@@ -91,9 +91,12 @@ def test_every_encrypted_column_is_covered():
     assert labels == {
         "models_app.ModelConnection.api_key",
         "models_app.ModelConnection.previous_api_keys",
+        "models_app.ToolServer.headers",
         "sessions_app.ModelCall.response",
         "sessions_app.Run.answer",
+        "sessions_app.Run.approval_decisions",
         "sessions_app.Run.checkpoint",
+        "sessions_app.Run.pending_approvals",
         "sessions_app.Run.question",
         "sessions_app.RunDelta.data",
         "sessions_app.RunSupplement.text",

@@ -1,0 +1,58 @@
+"""Tool servers: MCP servers over Streamable HTTP as sources of an agent's tools.
+
+Plain Python, no Django (an import contract holds it, and keeps `mcp` out of the engine): the
+apps give it a server's address and get tools and results back.
+
+Where each rule lives:
+
+- `_transport`: the HTTP client — no environment proxies, only addresses the providers' address
+  guard checked (loopback and private ranges only when the deployment allows them), every 3xx
+  refused, each response capped.
+- `_client`: one MCP session per operation with the official SDK (the 2026-07-28 revision, or
+  the `initialize` handshake of the 2025 revisions); the retry rule for an unreachable server;
+  the schema-drift check before every call.
+- `_results`: the text the model reads of a result (non-text blocks as one-line placeholders).
+- `_tool`: the engine `Tool` of one server tool, `<server>__<tool>`.
+"""
+
+from agentloom.toolservers._client import (
+    DEFAULT_RETRY,
+    CallOutcome,
+    ListedTool,
+    RetryRule,
+    ServerAddress,
+    ToolListing,
+    call_tool,
+    list_tools,
+)
+from agentloom.toolservers._errors import ToolServerError
+from agentloom.toolservers._results import block_placeholder, result_text
+from agentloom.toolservers._tool import (
+    DEFAULT_CALL_SECONDS,
+    SEPARATOR,
+    ServerTool,
+    failure_reason,
+    model_tool_name,
+)
+from agentloom.toolservers._transport import DEFAULT_MAX_RESPONSE_BYTES, GuardedAsyncTransport
+
+__all__ = [
+    "DEFAULT_CALL_SECONDS",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_RETRY",
+    "SEPARATOR",
+    "CallOutcome",
+    "GuardedAsyncTransport",
+    "ListedTool",
+    "RetryRule",
+    "ServerAddress",
+    "ServerTool",
+    "ToolListing",
+    "ToolServerError",
+    "block_placeholder",
+    "call_tool",
+    "failure_reason",
+    "list_tools",
+    "model_tool_name",
+    "result_text",
+]

@@ -1,0 +1,94 @@
+"""A tool of a tool server, as the engine sees it: a plain `Tool` whose call this package makes.
+
+The engine hands it the checked arguments and a `ToolContext`; it calls the server under the
+per-tool time limit, stops when the context's cancellation signal is set, and returns the text
+for the model with the whole result as the journal's detail. `isError` and protocol failures are
+tool errors the model is told about, never an exception out of the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentloom.engine import Tool, ToolCancelled, ToolContext, ToolError, ToolOutput
+from agentloom.toolservers._client import ServerAddress, call_tool
+from agentloom.toolservers._errors import ToolServerError
+from agentloom.toolservers._results import result_text
+
+__all__ = ["DEFAULT_CALL_SECONDS", "SEPARATOR", "ServerTool", "failure_reason", "model_tool_name"]
+
+DEFAULT_CALL_SECONDS = 60.0
+SEPARATOR = "__"
+# Time beyond the call's own limit for the engine's watch: the call stops itself first.
+_WATCH_SLACK_SECONDS = 5.0
+_MAY_HAVE_RUN = " The call may have run on the server; do not assume it did or did not."
+
+
+def model_tool_name(server: str, tool: str) -> str:
+    """Return the name the model calls a server's tool by: `<server>__<tool>`."""
+    return f"{server}{SEPARATOR}{tool}"
+
+
+class ServerTool(Tool):
+    """Tool `tool` of a tool server, frozen at publish: name, description and input schema.
+
+    `address` returns where the server is now (its URL and headers are read when the call is
+    made, so a rotated header works for old versions); it raises `ToolServerError` when the
+    server is gone.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        tool: str,
+        description: str,
+        input_schema: dict[str, Any],
+        address: Callable[[], ServerAddress],
+        call_seconds: float = DEFAULT_CALL_SECONDS,
+        needs_approval: bool = False,
+    ):
+        self.name = name
+        self.tool = tool
+        self.description = description
+        self.parameters = input_schema
+        self._address = address
+        self._call_seconds = call_seconds
+        self.needs_approval = needs_approval
+
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
+        return self.run_in(arguments, ToolContext())
+
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        try:
+            outcome = call_tool(
+                self._address(),
+                self.tool,
+                arguments,
+                expected_schema=self.parameters,
+                timeout=self._call_seconds,
+                cancelled=context.cancelled,
+            )
+        except ToolServerError as error:
+            if error.kind == "cancelled":
+                raise ToolCancelled(
+                    f"the call to {self.name} was stopped by a cancellation"
+                ) from None
+            raise ToolError(
+                f"{self.name}: {error.message}" + ("" if error.before_call else _MAY_HAVE_RUN)
+            ) from None
+        text = result_text(outcome.result)
+        detail = {"mcp": {"protocol_version": outcome.protocol_version, **outcome.result}}
+        failed = bool(outcome.result.get("isError"))
+        return ToolOutput(text=text, detail=detail, error=failure_reason(text) if failed else None)
+
+    def limit_seconds(self, arguments: dict[str, Any]) -> float | None:
+        return self._call_seconds + _WATCH_SLACK_SECONDS
+
+
+def failure_reason(text: str, limit: int = 200) -> str:
+    """Return the feedback's reason for a result the server marked `isError`: its first line."""
+    line = text.strip().splitlines()[0] if text.strip() else "(no text)"
+    line = line if len(line) <= limit else line[: limit - 1] + "…"
+    return f"the tool server reported an error: {line}"

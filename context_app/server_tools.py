@@ -1,0 +1,135 @@
+"""Tools of tool servers in agents: choosing them, freezing them at publish, running them.
+
+An agent lists a server's tool by its model-facing name `<server>__<tool>` beside the built-in
+names. The draft accepts a name the space's server listed (as last refreshed). Publishing freezes,
+per chosen tool, its server (id and name), its name on the server, its description and its input
+schema into the version snapshot (`server_tools`); a later change on the server never changes a
+published version. At call time the server must still list the same schema, else the call is a
+tool error naming the tool (`agentloom.toolservers`), and the operator publishes again.
+
+Only the main instance uses server tools; sub-agents take built-in tools. Runs read a server's URL
+and headers live (a rotated credential works for old versions); a deleted server makes its tools'
+calls fail as tool errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from agentloom.errors import InvalidInput
+from agentloom.toolservers import SEPARATOR, ServerAddress, ServerTool, ToolServerError
+from models_app.models import ToolServer
+from models_app.tool_servers import server_address, tool_servers_of_space
+
+__all__ = [
+    "choosable_server_tools",
+    "clean_approval",
+    "clean_server_tool_names",
+    "frozen_server_tools",
+    "server_tools_of",
+]
+
+
+def choosable_server_tools(space_id: int) -> dict[str, dict[str, Any]]:
+    """Return the server tools the space's agents may list, by model-facing name."""
+    choices: dict[str, dict[str, Any]] = {}
+    for server in tool_servers_of_space(space_id):
+        for entry in server.tools or []:
+            if "unavailable" in entry:
+                continue
+            choices[entry["model_name"]] = {
+                "default_approval": server.approval,
+                "server_id": server.pk,
+                "server": server.name,
+                "tool": entry["name"],
+                "description": entry.get("description", ""),
+                "input_schema": entry.get("input_schema") or {},
+            }
+    return choices
+
+
+def clean_server_tool_names(names: list[str], *, space_id: int | None, field: str) -> None:
+    """Refuse any name with `__` that is not a listed tool of the space's servers."""
+    wanted = [name for name in names if SEPARATOR in name]
+    if not wanted:
+        return
+    if field != "tools":
+        raise InvalidInput(
+            f"Tool server tools are for the agent itself, not sub-agents: {', '.join(wanted)}.",
+            field=field,
+        )
+    available = choosable_server_tools(space_id) if space_id is not None else {}
+    unknown = sorted(set(wanted) - set(available))
+    if unknown:
+        raise InvalidInput(
+            f"Not a listed tool of this space's tool servers: {', '.join(unknown)}. List a "
+            "server's tools (refresh) before choosing them.",
+            field=field,
+        )
+
+
+def clean_approval(value: Any, *, tools: list[str]) -> dict[str, str]:
+    """Return the per-tool approval modes, each naming one of the agent's server tools."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("Must be an object of tool names and modes.", field="approval")
+    for name, mode in value.items():
+        if name not in tools or SEPARATOR not in name:
+            raise InvalidInput(
+                f"{name!r} is not a tool-server tool of this agent.", field="approval"
+            )
+        if mode not in ("always", "never"):
+            raise InvalidInput(f"The mode of {name} must be always or never.", field="approval")
+    return dict(value)
+
+
+def frozen_server_tools(
+    space_id: int, names: list[str], approval: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Return the snapshot entries of the server tools among `names`, as listed now; each says
+    whether a person approves its calls (the agent's mode for it, else its server's default)."""
+    available = choosable_server_tools(space_id)
+    wanted = [name for name in names if SEPARATOR in name]
+    missing = [name for name in wanted if name not in available]
+    if missing:
+        raise InvalidInput(
+            f"The tool servers no longer list {', '.join(missing)}; refresh the server or "
+            "remove the tools.",
+            field="tools",
+        )
+    approval = approval or {}
+    frozen = []
+    for name in wanted:
+        entry = dict(available[name])
+        default = entry.pop("default_approval")
+        frozen.append({"name": name, **entry, "approval": approval.get(name, default) == "always"})
+    return frozen
+
+
+def _address_of(server_id: int):
+    def address() -> ServerAddress:
+        server = ToolServer.objects.filter(pk=server_id).first()
+        if server is None:
+            raise ToolServerError("unknown_tool", "The tool server of this tool was deleted.")
+        return server_address(server)
+
+    return address
+
+
+def server_tools_of(snapshot: dict[str, Any]) -> list[ServerTool]:
+    """Return the engine tools of a version's frozen server tools."""
+    return [
+        ServerTool(
+            name=entry["name"],
+            tool=entry["tool"],
+            description=entry["description"],
+            input_schema=entry["input_schema"],
+            address=_address_of(entry["server_id"]),
+            call_seconds=settings.TOOL_CALL_SECONDS,
+            needs_approval=bool(entry.get("approval")),
+        )
+        for entry in snapshot.get("server_tools") or []
+    ]

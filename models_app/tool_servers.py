@@ -1,0 +1,317 @@
+"""Tool servers: writes and reads, and the rules every way of writing one (API, admin) goes through.
+
+A space admin registers an MCP server by name and URL, with optional headers. Headers are
+write-only: encrypted like API keys, never returned or shown, and their values are redacted from
+everything a run of the space writes (`tool_server_secrets`). A URL change that does not send
+headers again drops the stored ones, so credentials never follow a server to another address.
+
+"List tools" (`tool_server_refresh`) asks the server for its tools and stores the listing; a
+failure is a `ToolServerUnavailable` (502) with a fixed message and changes nothing stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from agentloom.errors import ApplicationError, InvalidInput, NotFound
+from agentloom.providers import (
+    METADATA_HOSTNAMES,
+    ProviderError,
+    address_refusal,
+    normalise_base_url,
+    numeric_host,
+)
+from agentloom.spaces.models import Space
+from agentloom.spaces.selectors import require_space_admin, spaces_for_user
+from agentloom.toolservers import (
+    SEPARATOR,
+    ServerAddress,
+    ToolServerError,
+    list_tools,
+    model_tool_name,
+)
+from agentloom.validation import clean_text
+from models_app.models import ToolServer
+
+__all__ = [
+    "MAX_HEADERS",
+    "SERVER_NAME",
+    "ToolServerUnavailable",
+    "server_address",
+    "tool_server_create",
+    "tool_server_delete",
+    "tool_server_get",
+    "tool_server_refresh",
+    "tool_server_secrets",
+    "tool_server_update",
+    "tool_server_validate",
+    "tool_servers_for_user",
+    "tool_servers_of_space",
+]
+
+# Lower case, digits and single `-` or `_` between them: `<server>__<tool>` stays unambiguous.
+SERVER_NAME = re.compile(r"^[a-z](?:[a-z0-9]|[-_](?=[a-z0-9])){0,29}$")
+MODEL_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_HEADERS = 20
+MAX_HEADER_VALUE_CHARS = 4_096
+MAX_URL_CHARS = 500
+HEADER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+# Set by the MCP transport itself; a configured value would break or spoof the protocol.
+RESERVED_HEADERS = frozenset(
+    {
+        "accept",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "last-event-id",
+        "mcp-protocol-version",
+        "mcp-session-id",
+        "transfer-encoding",
+    }
+)
+# The shortest header value redacted on its own (shorter ones, such as `1`, would garble text).
+MIN_SECRET_CHARS = 8
+LIST_SECONDS = 30.0
+
+
+class ToolServerUnavailable(ApplicationError):
+    """The tool server could not list its tools; the message is fixed text."""
+
+    status = 502
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+def tool_servers_for_user(user) -> QuerySet[ToolServer]:
+    """Return the tool servers of every space `user` is a member of."""
+    return ToolServer.objects.filter(space__in=spaces_for_user(user)).order_by("id")
+
+
+def tool_servers_of_space(space_id: int) -> QuerySet[ToolServer]:
+    return ToolServer.objects.filter(space_id=space_id).order_by("name")
+
+
+def tool_server_get(*, user, server_id: int) -> ToolServer:
+    """Return the server if `user` is a member of its space, else raise NotFound."""
+    server = tool_servers_for_user(user).filter(pk=server_id).first()
+    if server is None:
+        raise NotFound("Not found.")
+    return server
+
+
+def tool_server_secrets(space_id: int) -> list[str]:
+    """Return the header values of the space's tool servers, to redact from what its runs write.
+
+    A value like `Bearer <token>` is redacted whole and so is its token.
+    """
+    secrets: list[str] = []
+    for headers in ToolServer.objects.filter(space_id=space_id).values_list("headers", flat=True):
+        for value in (headers or {}).values():
+            parts = [value, *str(value).split()[1:]]
+            secrets.extend(part for part in parts if len(part) >= MIN_SECRET_CHARS)
+    return list(dict.fromkeys(secrets))
+
+
+def server_address(server: ToolServer) -> ServerAddress:
+    """Return how the tool-server client reaches `server` under this deployment's settings."""
+    return ServerAddress(
+        url=server.url,
+        headers=dict(server.headers or {}),
+        allow_private_hosts=settings.ALLOW_PRIVATE_TOOL_HOSTS,
+    )
+
+
+# --- field cleaning ------------------------------------------------------------------------------
+
+
+def _clean_name(value: Any) -> str:
+    name = clean_text(value, field="name", max_chars=30, single_line=True)
+    if not SERVER_NAME.match(name):
+        raise InvalidInput(
+            "1 to 30 lower-case letters and digits, starting with a letter; single - or _ "
+            "between them.",
+            field="name",
+        )
+    return name
+
+
+def _clean_url(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput("This field is required.", field="url")
+    if len(value.strip()) > MAX_URL_CHARS:
+        raise InvalidInput(f"At most {MAX_URL_CHARS} characters.", field="url")
+    try:
+        url = normalise_base_url(value.strip())
+    except ProviderError as error:
+        raise InvalidInput(error.message.replace("provider", "tool server"), field="url") from None
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host in METADATA_HOSTNAMES:
+        raise InvalidInput("The tool server host is a cloud metadata service.", field="url")
+    literal = numeric_host(host)
+    if literal is not None:
+        reason = address_refusal(literal, allow_private_hosts=settings.ALLOW_PRIVATE_TOOL_HOSTS)
+        if reason:
+            raise InvalidInput(f"The tool server address is refused: {reason}.", field="url")
+    return url
+
+
+def _clean_headers(value: Any) -> dict[str, str]:
+    """Return the headers; messages name a header, never repeat its value."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("Must be an object of header names and values.", field="headers")
+    if len(value) > MAX_HEADERS:
+        raise InvalidInput(f"At most {MAX_HEADERS} headers.", field="headers")
+    cleaned: dict[str, str] = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not HEADER_NAME.match(name):
+            raise InvalidInput("A header name is letters, digits and hyphens.", field="headers")
+        if name.lower() in RESERVED_HEADERS:
+            raise InvalidInput(f"The {name} header is set by the MCP transport.", field="headers")
+        if name.lower() in {known.lower() for known in cleaned}:
+            raise InvalidInput(f"The {name} header is given twice.", field="headers")
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput(f"The value of {name} must be a non-blank string.", field="headers")
+        text = text.strip()
+        if len(text) > MAX_HEADER_VALUE_CHARS or not all(" " <= char <= "~" for char in text):
+            raise InvalidInput(
+                f"The value of {name} must be at most {MAX_HEADER_VALUE_CHARS} visible ASCII "
+                "characters.",
+                field="headers",
+            )
+        cleaned[name] = text
+    return cleaned
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+_FIELDS = ("name", "url", "headers", "approval")
+
+
+def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
+    unknown = sorted(set(changes) - set(_FIELDS))
+    if unknown:
+        raise InvalidInput("Unknown field.", field=unknown[0])
+    if "name" in changes:
+        server.name = _clean_name(changes["name"])
+    if "url" in changes:
+        url = _clean_url(changes["url"])
+        if server.url and url != server.url and "headers" not in changes:
+            server.headers = {}
+        if url != server.url:
+            server.tools, server.protocol_version, server.listed_at = [], "", None
+        server.url = url
+    if "headers" in changes:
+        server.headers = _clean_headers(changes["headers"])
+    if "approval" in changes:
+        if changes["approval"] not in ToolServer.Approval.values:
+            raise InvalidInput("Must be never or always.", field="approval")
+        server.approval = changes["approval"]
+
+
+def _save(server: ToolServer) -> None:
+    try:
+        with transaction.atomic():
+            server.save()
+    except IntegrityError:
+        raise InvalidInput(
+            "A tool server with this name already exists in this space.", field="name"
+        ) from None
+
+
+def tool_server_validate(*, server: ToolServer, changes: dict[str, Any]) -> ToolServer:
+    """Return an unsaved copy of `server` with `changes` applied as a write would (InvalidInput
+    names the field); the admin form checks its input with it."""
+    probe = copy.copy(server)
+    _apply(probe, changes)
+    return probe
+
+
+@transaction.atomic(durable=True)
+def tool_server_create(*, user, space: Space, **fields: Any) -> ToolServer:
+    """Register a tool server in `space` (space admins only); its tools are not listed yet."""
+    require_space_admin(user, space)
+    for required in ("name", "url"):
+        if required not in fields:
+            raise InvalidInput("This field is required.", field=required)
+    server = ToolServer(space=space, name="", url="")
+    _apply(server, fields)
+    _save(server)
+    return server
+
+
+@transaction.atomic(durable=True)
+def tool_server_update(*, user, server: ToolServer, **changes: Any) -> ToolServer:
+    """Change a tool server (space admins only); published versions keep their frozen tools."""
+    require_space_admin(user, server.space_id)
+    current = ToolServer.objects.select_for_update().get(pk=server.pk)
+    _apply(current, changes)
+    _save(current)
+    return current
+
+
+@transaction.atomic(durable=True)
+def tool_server_delete(*, user, server: ToolServer) -> None:
+    """Delete a tool server (space admins only); versions that froze its tools get tool errors."""
+    require_space_admin(user, server.space_id)
+    ToolServer.objects.filter(pk=server.pk).delete()
+
+
+def _listing_entry(server_name: str, tool) -> dict[str, Any]:
+    name = model_tool_name(server_name, tool.name)
+    entry = {
+        "name": tool.name,
+        "model_name": name,
+        "description": tool.description,
+        "input_schema": tool.input_schema,
+    }
+    if not MODEL_TOOL_NAME.match(name):
+        entry["unavailable"] = (
+            f"{name!r} is not a valid function name for models (letters, digits, _ and -, at "
+            "most 64 characters)."
+        )
+    elif tool.input_schema.get("type") != "object":
+        entry["unavailable"] = "Its input schema is not a JSON object schema."
+    return entry
+
+
+def tool_server_refresh(*, user, server: ToolServer) -> ToolServer:
+    """List the server's tools now and store the listing (space admins only).
+
+    The server is called outside any transaction; a failure raises `ToolServerUnavailable`
+    and keeps the stored listing.
+    """
+    require_space_admin(user, server.space_id)
+    try:
+        listing = list_tools(server_address(server), timeout=LIST_SECONDS)
+    except ToolServerError as error:
+        raise ToolServerUnavailable(error.message) from None
+    tools = [_listing_entry(server.name, tool) for tool in listing.tools]
+    with transaction.atomic(durable=True):
+        current = ToolServer.objects.select_for_update().filter(pk=server.pk).first()
+        if current is None:
+            raise NotFound("Not found.")
+        if current.url != server.url:
+            raise InvalidInput("The server's URL changed while its tools were listed.", field="url")
+        current.tools = tools
+        current.protocol_version = listing.protocol_version
+        current.listed_at = timezone.now()
+        current.save(update_fields=["tools", "protocol_version", "listed_at", "updated_at"])
+    return current
+
+
+def split_model_name(name: str) -> tuple[str, str] | None:
+    """Return (server, tool) of a model-facing name `<server>__<tool>`, or None."""
+    server, separator, tool = name.partition(SEPARATOR)
+    return (server, tool) if separator and server and tool else None

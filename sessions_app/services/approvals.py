@@ -1,0 +1,120 @@
+"""Approval of tool calls: a person decides each call a run waits on, then the run goes on.
+
+A run stops `waiting_approval` when its model calls a tool that needs approval (the engine's
+rule, `agentloom/engine/_approval.py`): it holds no worker and no lease, and counts as active
+for the one-active-run rule. Only the session's creator decides (session content is theirs);
+each call is decided once (a second decision is a 409, whichever request came second). When
+every pending call is decided the run is queued again and continues by its own transition
+(`Engine.continue_run`): no new attempt, no reset of the call budget, no cleared error. The
+engine journals each decision as feedback (who, when, which call) when the run continues; until
+then the decisions are kept on the run, so they survive restarts.
+
+Supplements sent while a run waits are queued and delivered after its tool group closes. Cancel
+ends a waiting run at once; a wait no one decides ends `cancelled` after `RUN_APPROVAL_SECONDS`
+(`sweep_expired_approvals`, run by the beat with the lease sweep), with the reason.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agentloom.engine import Decision
+from agentloom.errors import Conflict, InvalidInput, NotFound
+from agentloom.validation import clean_text
+from context_app.engine_adapter import redactor_for
+from sessions_app.models import Run
+from sessions_app.services.journal import ended_run_fields, journal_status, lock_run
+from sessions_app.services.runs import _enqueue, _queue_deadline, lock_live_session
+
+__all__ = [
+    "APPROVAL_EXPIRED",
+    "decisions_of",
+    "run_decide",
+    "sweep_expired_approvals",
+    "undecided",
+]
+
+MAX_NOTE_CHARS = 2_000
+APPROVAL_EXPIRED = "approval_expired"
+DECISIONS = ("approve", "deny")
+
+
+def undecided(run: Run) -> list[dict[str, Any]]:
+    """Return the calls `run` waits on that have no decision yet."""
+    decided = run.approval_decisions or {}
+    return [item for item in run.pending_approvals or [] if item["call_id"] not in decided]
+
+
+def decisions_of(run: Run) -> dict[str, Decision]:
+    """Return the engine's decisions of `run`, by call id."""
+    return {
+        call_id: Decision(
+            approved=entry["approved"], by=entry["by"], at=entry["at"], note=entry["note"]
+        )
+        for call_id, entry in (run.approval_decisions or {}).items()
+    }
+
+
+@transaction.atomic(durable=True)
+def run_decide(*, user, run: Run, call_id: Any, decision: Any, note: Any = "") -> Run:
+    """Approve or deny one call `run` waits on; queue the run once every call is decided."""
+    if run.session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    if decision not in DECISIONS:
+        raise InvalidInput("Must be approve or deny.", field="decision")
+    note = clean_text(note, field="note", max_chars=MAX_NOTE_CHARS, required=False).strip()
+    note = redactor_for(run.session.agent_version).text(note)
+    # The session first, then the run: the journal writers' lock order.
+    lock_live_session(run.session_id)
+    run = lock_run(run.pk, session_id=run.session_id)
+    pending = {item["call_id"] for item in run.pending_approvals or []}
+    if call_id not in pending:
+        raise InvalidInput("This run waits on no such tool call.", field="call_id")
+    if call_id in (run.approval_decisions or {}):
+        raise Conflict("This tool call has already been decided.")
+    if run.status != Run.Status.WAITING_APPROVAL:
+        raise Conflict(f"This run is not waiting for approval (it is {run.status}).")
+    decisions = dict(run.approval_decisions or {})
+    decisions[call_id] = {
+        "approved": decision == "approve",
+        "note": note,
+        "by": user.get_username(),
+        "at": timezone.now().isoformat(),
+    }
+    run.approval_decisions = decisions
+    fields = ["approval_decisions", "updated_at"]
+    if not undecided(run):
+        run.status = Run.Status.QUEUED
+        run.waiting_since = None
+        run.lease_expires_at = _queue_deadline()
+        fields += ["status", "waiting_since", "lease_expires_at"]
+        _enqueue(run)
+    run.save(update_fields=fields)
+    return run
+
+
+def sweep_expired_approvals(*, now=None) -> list[int]:
+    """End every wait older than `RUN_APPROVAL_SECONDS` as `cancelled`; return the run ids."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.RUN_APPROVAL_SECONDS)
+    stale = Run.objects.filter(status=Run.Status.WAITING_APPROVAL, waiting_since__lt=cutoff)
+    ended = []
+    reason = f"{APPROVAL_EXPIRED}: no decision within {settings.RUN_APPROVAL_SECONDS} seconds"
+    for run_id, session_id in stale.values_list("pk", "session_id"):
+        with transaction.atomic():
+            run = lock_run(run_id, session_id=session_id)
+            if run.status != Run.Status.WAITING_APPROVAL or run.waiting_since >= cutoff:
+                continue
+            fields = ended_run_fields({"status": Run.Status.CANCELLED, "error": reason}, {})
+            fields["finished_at"] = now
+            for name, value in fields.items():
+                setattr(run, name, value)
+            run.save(update_fields=[*fields, "updated_at"])
+            journal_status(run, status=Run.Status.CANCELLED, error=reason)
+            ended.append(run.pk)
+    return ended

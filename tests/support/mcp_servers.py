@@ -1,0 +1,200 @@
+"""Real MCP servers for tests: built with the SDK, served over Streamable HTTP on 127.0.0.1.
+
+`serve(app)` runs an ASGI app with uvicorn in a thread and yields its base URL. `tool_server()`
+builds the server the tool-server tests talk to: a text tool, a `structuredContent` tool, an
+image block, a slow tool, a failing tool (`isError`) and a 40,000-character result; `Calls`
+records what it was asked. `drift=True` lists another input schema for `greet`. `era` picks the
+protocol it answers: `"2026"` (both eras, as the SDK serves), or `"2025"` (the `initialize`
+handshake only, as servers built before the 2026-07-28 revision).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, ImageContent, TextContent
+
+BIG_RESULT_CHARS = 40_000
+PNG_BYTES = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+class Calls:
+    """What the server saw: each tool call's name and arguments, and the headers of requests."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.headers: list[dict[str, str]] = []
+        self.started = threading.Event()
+
+
+def tool_server(calls: Calls, *, name: str = "demo", drift: bool = False) -> MCPServer:
+    server = MCPServer(name, log_level="WARNING")
+
+    if drift:
+
+        @server.tool(name="greet", description="Return a greeting for a name.")
+        def greet_loudly(who: str, loud: bool) -> str:
+            calls.calls.append(("greet", {"who": who, "loud": loud}))
+            return f"HELLO {who}" if loud else f"hello {who}"
+
+    else:
+
+        @server.tool(description="Return a greeting for a name.")
+        def greet(who: str) -> str:
+            calls.calls.append(("greet", {"who": who}))
+            return f"hello {who}"
+
+    @server.tool(description="Return the weather as structured content.")
+    def weather(city: str) -> CallToolResult:
+        calls.calls.append(("weather", {"city": city}))
+        return CallToolResult(
+            content=[TextContent(type="text", text=f"{city}: 21 C")],
+            structured_content={"city": city, "celsius": 21},
+            _meta={"source": "test"},
+        )
+
+    @server.tool(description="Return a one-pixel picture.")
+    def picture() -> CallToolResult:
+        calls.calls.append(("picture", {}))
+        return CallToolResult(
+            content=[
+                TextContent(type="text", text="a picture follows"),
+                ImageContent(
+                    type="image", data=base64.b64encode(PNG_BYTES).decode(), mime_type="image/png"
+                ),
+            ]
+        )
+
+    @server.tool(description="Wait, then answer.")
+    async def slow(seconds: float) -> str:
+        import anyio
+
+        calls.calls.append(("slow", {"seconds": seconds}))
+        calls.started.set()
+        await anyio.sleep(seconds)
+        return "done waiting"
+
+    @server.tool(description="Always fail.")
+    def broken() -> CallToolResult:
+        calls.calls.append(("broken", {}))
+        return CallToolResult(
+            content=[TextContent(type="text", text="the disk is full")], is_error=True
+        )
+
+    @server.tool(description="Return a long text.")
+    def big() -> str:
+        calls.calls.append(("big", {}))
+        line = "0123456789abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ\n"
+        return (line * (BIG_RESULT_CHARS // len(line) + 1))[:BIG_RESULT_CHARS]
+
+    return server
+
+
+def _only_handshake(app):
+    """Answer every request that is not of a 2025 handshake-era session as such a server does."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] == "http":
+            version = dict(scope["headers"]).get(b"mcp-protocol-version", b"").decode()
+            if version and not version.startswith("2025"):
+                body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": None,
+                        "error": {"code": -32600, "message": "Bad Request: Missing session ID"},
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 400,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def _recording(app, calls: Calls):
+    async def wrapped(scope, receive, send):
+        if scope["type"] == "http":
+            calls.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def mcp_app(calls: Calls, *, era: str = "2026", name: str = "demo", drift: bool = False):
+    """Return the ASGI app of the test tool server, at path `/mcp`."""
+    # Tests reach it by other host names too (a stub resolver), so no Host-header check.
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = tool_server(calls, name=name, drift=drift).streamable_http_app(
+        json_response=True, transport_security=security
+    )
+    app = _recording(app, calls)
+    return _only_handshake(app) if era == "2025" else app
+
+
+def redirecting_app(target: str):
+    """Answer every request with a 307 to `target`."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 307,
+                "headers": [(b"location", target.encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(app) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 in a thread; yield `http://127.0.0.1:<port>`."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test MCP server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
