@@ -7,13 +7,9 @@ import threading
 import pytest
 from django.db import connection
 
-from context_app.services import agent_create, agent_publish
-from models_app.tool_servers import tool_server_create, tool_server_refresh
 from sessions_app.models import Run
-from sessions_app.services.runs import session_create
 from tests.api.factories import client_for
-from tests.factories import make_connection
-from tests.sessions_app.conftest import ask
+from tests.sessions_app.conftest import approval_session, ask
 from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db
@@ -34,16 +30,7 @@ def private_tool_hosts(settings):
 @pytest.fixture
 def waiting(alice, space, mcp_server):
     url, _calls = mcp_server
-    server = tool_server_create(user=alice, space=space, name="demo", url=url, approval="always")
-    tool_server_refresh(user=alice, server=server)
-    agent = agent_create(
-        user=alice,
-        space=space,
-        name="Careful",
-        model_connection=make_connection(space).pk,
-        tools=["demo__greet"],
-    )
-    session = session_create(user=alice, agent_version=agent_publish(user=alice, agent=agent))
+    session = approval_session(alice, space, url, ["demo__greet"])
     run = ask(session, alice, '/tool demo__greet {"who": "Ada"}')
     assert run.status == Run.Status.WAITING_APPROVAL
     return run

@@ -113,6 +113,24 @@ def long_question(n: int) -> str:
     return f"NONCE-{n}\n" + "question text with many plain words " * 40
 
 
+def approval_session(user, space, url: str, tools: list[str], approval=None):
+    """Return a session of an agent using the tools of an MCP server at `url` whose default
+    approval mode is `always` (`approval` overrides it per tool)."""
+    from models_app.tool_servers import tool_server_create, tool_server_refresh
+
+    server = tool_server_create(user=user, space=space, name="demo", url=url, approval="always")
+    tool_server_refresh(user=user, server=server)
+    agent = agent_create(
+        user=user,
+        space=space,
+        name="Careful",
+        model_connection=make_connection(space).pk,
+        tools=tools,
+        **({"approval": approval} if approval is not None else {}),
+    )
+    return session_create(user=user, agent_version=agent_publish(user=user, agent=agent))
+
+
 def ask(session, user, question) -> Run:
     """Ask `question` and execute the run to its end in this process."""
     run = run_ask(user=user, session=session, question=question)

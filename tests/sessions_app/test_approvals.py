@@ -10,15 +10,13 @@ import pytest
 from django.utils import timezone
 
 from agentloom.errors import Conflict, InvalidInput, NotFound
-from context_app.services import agent_create, agent_publish
-from models_app.tool_servers import tool_server_create, tool_server_refresh
 from sessions_app.models import Run, SessionMessage
 from sessions_app.services.approvals import run_decide, sweep_expired_approvals
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
-from sessions_app.services.runs import run_ask, run_cancel, session_create, supplement_add
-from tests.factories import make_connection, make_space
-from tests.sessions_app.conftest import ask
+from sessions_app.services.runs import run_ask, run_cancel, supplement_add
+from tests.factories import make_space
+from tests.sessions_app.conftest import approval_session, ask
 from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db
@@ -42,18 +40,13 @@ def private_tool_hosts(settings):
 @pytest.fixture
 def session(alice, mcp_server):
     url, _calls = mcp_server
-    space = make_space(admin=alice)
-    server = tool_server_create(user=alice, space=space, name="demo", url=url, approval="always")
-    tool_server_refresh(user=alice, server=server)
-    agent = agent_create(
-        user=alice,
-        space=space,
-        name="Careful",
-        model_connection=make_connection(space).pk,
-        tools=["echo", "demo__greet", "demo__weather"],
+    return approval_session(
+        alice,
+        make_space(admin=alice),
+        url,
+        ["echo", "demo__greet", "demo__weather"],
         approval={"demo__weather": "never"},
     )
-    return session_create(user=alice, agent_version=agent_publish(user=alice, agent=agent))
 
 
 def _greets(calls) -> int:
@@ -196,17 +189,7 @@ def test_a_worker_killed_after_the_decision_leaves_the_call_unknown(
     from tests.sessions_app.test_worker import _send, _start_worker
 
     url, calls = mcp_server
-    space = make_space(admin=alice)
-    server = tool_server_create(user=alice, space=space, name="demo", url=url, approval="always")
-    tool_server_refresh(user=alice, server=server)
-    agent = agent_create(
-        user=alice,
-        space=space,
-        name="Careful",
-        model_connection=make_connection(space).pk,
-        tools=["demo__slow"],
-    )
-    session = session_create(user=alice, agent_version=agent_publish(user=alice, agent=agent))
+    session = approval_session(alice, make_space(admin=alice), url, ["demo__slow"])
     run = ask(session, alice, '/tool demo__slow {"seconds": 30}')
     assert run.status == Run.Status.WAITING_APPROVAL
     slow_calls = len([call for call in calls.calls if call[0] == "slow"])
