@@ -13,7 +13,7 @@ def healthz(request):
 
 
 urlpatterns = [
-    path("", include("sessions_app.console_urls")),
+    path("", include("sessions_app.console.urls")),
     # Console users need not be staff, so they log in here rather than through the admin.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

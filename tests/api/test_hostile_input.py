@@ -118,7 +118,7 @@ def test_the_agent_admin_form_refuses_hostile_values_without_a_500(field, run, c
 
 
 def test_console_shows_absurdly_deep_tool_arguments_as_written():
-    from sessions_app.console import _pretty_arguments
+    from sessions_app.console.presenters import pretty_arguments
 
     raw = "[" * 50_000 + "]" * 50_000  # past the parser's limit at any stack depth
-    assert _pretty_arguments(raw) == raw
+    assert pretty_arguments(raw) == raw

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from sessions_app import console
+from sessions_app.console import presenters
 from sessions_app.models import Run, Session, SessionDeletion, SessionMessage
 from sessions_app.selectors import model_call_in_flight
 from sessions_app.services.journal import append_records
@@ -120,10 +120,10 @@ def test_the_chat_and_the_journal_show_reasoning_folded_as_thinking(client_for, 
 
 
 def test_the_meter_never_says_zero_beside_a_fill():
-    assert console._share_text(0, 5_000) == "0"
-    assert console._share_text(20, 5_000) == "<1"
-    assert console._share_text(50, 5_000) == "1"
-    assert console._share_text(4_000, 5_000) == "80"
+    assert presenters.share_text(0, 5_000) == "0"
+    assert presenters.share_text(20, 5_000) == "<1"
+    assert presenters.share_text(50, 5_000) == "1"
+    assert presenters.share_text(4_000, 5_000) == "80"
 
 
 def test_the_panel_counts_this_run_apart_from_the_session(client_for, session, alice):

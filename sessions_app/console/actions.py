@@ -1,0 +1,96 @@
+"""The console's actions: the forms a page posts (new session, ask, rename, delete, revoke).
+
+Each calls one service and redirects: to the page it leads to when done, with a message, and
+when the service refuses it (`console_errors`) to the page it came from, with the refusal.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from agentloom.errors import NotFound
+from context_app.selectors import agent_get
+from context_app.services import latest_version
+from sessions_app.console.errors import console_errors
+from sessions_app.console.forms import NewSessionForm
+from sessions_app.selectors import session_for_deletion, session_for_revocation, session_get
+from sessions_app.services.deletion import session_delete
+from sessions_app.services.runs import run_ask, session_create, session_rename
+from sessions_app.services.views import view_revoke
+
+
+def _home(request, **url_kwargs) -> str:
+    return reverse("home")
+
+
+def _chat(request, *, session_id: int, **url_kwargs) -> str:
+    return reverse("console-chat", args=[session_id])
+
+
+def _next_or_chat(request, *, session_id: int, **url_kwargs) -> str:
+    """Return the page named by the form's `next` when it is on this site, else the chat."""
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("console-chat", args=[session_id])
+    return target
+
+
+@require_POST
+@login_required
+@console_errors(back=_home)
+def session_new(request):
+    """Open a session with the latest published version of the chosen agent."""
+    form = NewSessionForm(request.POST)
+    if not form.is_valid():
+        raise NotFound("Not found.")
+    agent = agent_get(user=request.user, agent_id=form.cleaned_data["agent"])
+    session = session_create(user=request.user, agent_version=latest_version(agent))
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat)
+def ask(request, session_id: int):
+    """Ask a question from the plain form (the script uses the REST API instead)."""
+    session = session_get(user=request.user, session_id=session_id)
+    run_ask(user=request.user, session=session, question=request.POST.get("question", ""))
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat, prefix="Not renamed: ")
+def rename(request, session_id: int):
+    """Rename one of the caller's sessions, then return to its chat."""
+    session = session_get(user=request.user, session_id=session_id)
+    session_rename(user=request.user, session=session, title=request.POST.get("title", ""))
+    messages.success(request, f"Renamed to “{session}”.")
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat, prefix="Not deleted: ")
+def delete(request, session_id: int):
+    """Delete a session through the soft-delete service, then go to the console home."""
+    session = session_for_deletion(user=request.user, session_id=session_id)
+    session_delete(user=request.user, session=session)
+    messages.success(request, f"Deleted “{session}”.")
+    return redirect("home")
+
+
+@require_POST
+@login_required
+@console_errors(back=_next_or_chat)
+def revoke_view(request, session_id: int, revision: int):
+    """Revoke a reusable view from the Context page, then return to it."""
+    session = session_for_revocation(user=request.user, session_id=session_id)
+    view = view_revoke(user=request.user, session=session, revision=revision)
+    messages.success(request, f"View r{view.revision} revoked: new runs no longer use it.")
+    return redirect(_next_or_chat(request, session_id=session_id))
