@@ -41,14 +41,17 @@ class ApiField(forms.Field):
 
 
 class InstanceField(forms.Field):
-    """An instance of the journal: `main` or a child instance id such as `1.1`; absent, None."""
+    """An instance of the journal: `main` or a child instance id such as `1.1`; absent or empty
+    (the filter's "All instances"), None."""
 
     def __init__(self) -> None:
         super().__init__(required=False)
 
     def to_python(self, value: str | None) -> str | None:
+        if not value:
+            return None
         # Matched whole: the pattern's `$` would also match before a trailing newline.
-        if value is None or re.fullmatch(INSTANCE_PATTERN, value):
+        if re.fullmatch(INSTANCE_PATTERN, value):
             return value
         raise forms.ValidationError("Must be `main` or a child instance id such as 1.1.")
 

@@ -243,6 +243,19 @@ def test_journal_filters_by_child_instance(client_for, session, alice):
     assert '<option value="1.1" selected>' in html
 
 
+def test_journal_all_instances_is_no_filter(client_for, session, alice):
+    ask(session, alice, '/tool delegate_researcher {"task": "/tool echo {\\"text\\": \\"hi\\"}"}')
+    url = reverse("console-journal", args=[session.pk])
+    html = client_for(alice).get(url, {"instance": ""}).content.decode()
+    assert "That filter is not valid" not in html
+    assert 'data-instance="1.1"' in html and 'data-instance="main"' in html
+    assert '<option value="" selected>All instances</option>' in html
+    rows = client_for(alice).get(
+        reverse("console-journal-rows", args=[session.pk]), {"instance": ""}
+    )
+    assert rows.status_code == 200
+
+
 def test_journal_refuses_a_malformed_filter_and_shows_everything(client_for, session, alice):
     ask(session, alice, "plain")
     url = reverse("console-journal", args=[session.pk])
