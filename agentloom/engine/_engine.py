@@ -42,6 +42,7 @@ from agentloom.engine._budget import (
     JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
+    budget_refusal,
     estimator_from_binding,
 )
 from agentloom.engine._calibration import (
@@ -544,13 +545,9 @@ class _Execution:
         messages, tools = sent_request(payload)
         sent = replace(request, messages=messages, tools=tools)
         measured = self._measure(sent)
-        bound = measured["upper_bound"]
-        effective = self.budget.effective_input_budget
-        if bound > effective:
-            raise ContextBudgetExceeded(
-                f"context_budget_exceeded: the {request.purpose} request is estimated at "
-                f"{bound}, above the effective input budget of {effective}"
-            )
+        refusal = budget_refusal(request.purpose, measured["upper_bound"], self.budget)
+        if refusal is not None:
+            raise ContextBudgetExceeded(refusal)
         self.model_calls += 1
         if self.main is not None:
             self.main.managed.state.model_calls = self.model_calls
