@@ -9,7 +9,8 @@ tokenizer would, and it is not the `usage` a provider reports. Tokenizer estimat
 and `config` are bound into the checkpoint so a resumed run measures the same way.
 
 The soft triggers (when to compact, how far) use `estimate`; the hard check that refuses to send
-a request over the effective input budget uses `upper_bound`.
+a request over the effective input budget uses `upper_bound`. `budget_refusal` is that check: the
+context manager applies it to each request it prepares, the engine to what the gateway would send.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "JsonBytesEstimator",
     "ModelBudget",
     "TokenEstimator",
+    "budget_refusal",
     "estimator_from_binding",
 ]
 
@@ -78,6 +80,17 @@ class ModelBudget:
             if name not in data:
                 raise ConfigurationError(name, "is required")
         return cls(data["context_window"], data["max_output_tokens"], data["safety_margin_tokens"])
+
+
+def budget_refusal(purpose: str, bound: int, budget: ModelBudget) -> str | None:
+    """Return why a `purpose` request of upper bound `bound` is not sent; None when it fits."""
+    effective = budget.effective_input_budget
+    if bound <= effective:
+        return None
+    return (
+        f"context_budget_exceeded: the {purpose} request is estimated at {bound}, "
+        f"above the effective input budget of {effective}"
+    )
 
 
 class TokenEstimator(abc.ABC):

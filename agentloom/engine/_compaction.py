@@ -1,39 +1,42 @@
 """Compaction: replace older parts of a view with a handoff summary, or leave the view alone.
 
-`BudgetCompactionPolicy`:
+`BudgetCompactionPolicy` runs an attempt in named steps (methods of `_Attempt`); each either ends
+the attempt with its outcome or hands on to the next:
 
-1. Pins the system instructions (leading system messages), the current task and the plan.
-2. Splits the rest into units: an assistant message with tool calls plus all of its results is one
-   unit, never split; any other message is a unit of its own.
-3. Keeps the longest run of recent units that fits the target (what remains of
-   `target_ratio` after the pinned messages and a reserve for the summary). A trigger that only
-   counts turns or steps keeps at most half of the material, and skips when what it would
-   summarise is too small to gain anything.
-4. Summarises the older units in order, in as many segments as needed (at most
-   `max_compaction_calls`), each request sized to fit the effective budget on its own and carrying
-   the summary so far. An earlier handoff summary in the view is that summary so far (it and
-   everything before it are always summarised), so the result is one summary, never a summary
+1. `pin` pins the system instructions (leading system messages), the current task and the plan,
+   and splits the rest into units: an assistant message with tool calls plus all of its results
+   is one unit, never split; any other message is a unit of its own. It keeps (`keep`) the
+   longest run of recent units that fits the target (what remains of `target_ratio` after the
+   pinned messages and a reserve for the summary). A trigger that only counts turns or steps
+   keeps at most half of the material, and skips when what it would summarise is too small to
+   gain anything. When the pinned content alone is at or above the trigger, nothing can succeed:
+   the attempt is skipped as `pinned_too_large` without a model call.
+2. `mask_stage`, with a large-record policy only, makes no model call: the tool results of the
+   units `pin` would not keep are masked to one-line references (`request.mask`). When that alone
+   brings the view below the trigger, the compaction ends there (`masked`); otherwise the next
+   steps run on the masked view, summarising the older units from their unmasked text. Each stage
+   reports its own before and after (`details["stages"]`).
+3. `summary_stage` summarises the older units in order, in as many segments as needed (at most
+   `max_compaction_calls`), each request sized to fit the effective budget on its own and
+   carrying the summary so far. An earlier handoff summary in the view is that summary so far (it
+   and everything before it are always summarised), so the result is one summary, never a summary
    inside a summary. A unit too large for one request is cut into ordered text fragments that are
    consumed one after another. Units not fully consumed when the calls run out are kept verbatim.
    Each call's output limit is the room left under the trigger once everything else of the new
-   view is placed; a reply longer than that is cut to it, with a mark (`SUMMARY_CUT`).
-5. Builds `[system…, handoff summary, kept units in order]`, where the current task keeps its
-   place: right after the summary when everything before it was summarised, otherwise after the
-   kept history units that precede it. When the summary also covers the run's own progress
-   (units after the task), it comes right after the task instead: `[system…, task, summary,
-   kept units]`. The plan is carried verbatim inside the summary message.
+   view is placed (`choose_material`); a reply longer than that is cut to it, with a mark
+   (`SUMMARY_CUT`).
+4. `rebuild` builds `[system…, handoff summary, kept units in order]`, where the current task
+   keeps its place: right after the summary when everything before it was summarised, otherwise
+   after the kept history units that precede it. When the summary also covers the run's own
+   progress (units after the task), it comes right after the task instead: `[system…, task,
+   summary, kept units]`. The plan is carried verbatim inside the summary message. A view still
+   at or above the trigger (a summariser may ignore its output limit) has its summary cut until
+   it fits, with the same mark.
+5. `check` accepts the result only if it is smaller than before and below the trigger;
+   `target_reached` says whether it also reached the target.
 
-With a large-record policy, a first stage makes no model call: the tool results of the units that
-step 3 would not keep are masked to one-line references (`request.mask`). When that alone brings
-the view below the trigger, the compaction ends there (`masked`); otherwise steps 3 to 5 run on the
-masked view, summarising the older units from their unmasked text. Each stage reports its own
-before and after (`details["stages"]`).
-
-The result is accepted only if it keeps the tool-call protocol, is smaller than before and is below
-the trigger; `target_reached` says whether it also reached the target. When the pinned content
-(system instructions, task and plan) alone is at or above the trigger, nothing can succeed: the
-attempt is skipped as `pinned_too_large` without a model call. An empty summary, a failed
-or refused call, no reduction or a broken boundary fail the compaction and the old view stays.
+An empty summary, a failed or refused call, no reduction or a broken tool-call boundary (in the
+view `pin` reads or the one `rebuild` builds) fail the compaction and the old view stays.
 """
 
 from __future__ import annotations
@@ -163,6 +166,11 @@ class _Unit:
 
 
 _TASK = "task"
+# The policy's summariser: (request, texts, summary so far, output limit) ->
+# ((summary, units fully summarised), calls made, failure reason or None).
+_Summariser = Callable[
+    [CompactionRequest, list[str], str, int], tuple[tuple[str, int], int, str | None]
+]
 
 
 def _layout(messages: list[dict[str, Any]], task_index: int | None):
@@ -231,176 +239,15 @@ class BudgetCompactionPolicy(CompactionPolicy):
     """Summarise older history in ordered segments and keep recent complete groups (DESIGN §6)."""
 
     def compact(self, request: CompactionRequest) -> CompactionOutcome:
-        policy, budget, estimator = request.policy, request.budget, request.estimator
-        view, tools = request.messages, request.tools
-        before = policy.measure(view, tools, estimator)
-        trigger_at = policy.trigger_at(budget)
-        target_at = policy.target_at(budget)
-
-        stages: list[dict[str, Any]] = []
-
-        def outcome(kind: str, reason: str, *, after: int = before, calls: int = 0, **extra):
-            if stages:
-                # The masking stage was applied; the summary stage decides what is kept.
-                extra.setdefault("details", {})["stages"] = [
-                    {**stages[0], "outcome": "applied" if kind == "succeeded" else "discarded"},
-                    {
-                        "stage": "summary",
-                        "before": stages[0]["after"],
-                        "after": after,
-                        "calls": calls,
-                        "outcome": kind,
-                        "reason": reason,
-                    },
-                ]
-            return CompactionOutcome(
-                outcome=kind,
-                reason=reason,
-                before=before,
-                after=after,
-                target_reached=kind == "succeeded" and after <= target_at,
-                calls=calls,
-                triggers=request.triggers,
-                **extra,
-            )
-
-        if protocol_problems(view):
-            return outcome("failed", "boundary_violation")
-        try:
-            head_end, items = _layout(view, request.task_index)
-        except ValueError:
-            return outcome("failed", "boundary_violation")
-        units = [item for item in items if isinstance(item, _Unit)]
-        if not units:
-            return outcome("skipped", "nothing_to_compact")
-
-        pinned = view[:head_end]
-        if request.task_index is not None:
-            pinned = [*pinned, view[request.task_index]]
-        pinned_size = policy.measure(
-            [*pinned, {"role": "user", "content": f"{PLAN_HEADER}\n{request.plan}"}]
-            if request.plan
-            else pinned,
-            tools,
-            estimator,
+        """Run one attempt's steps in order; the first that returns an outcome ends it."""
+        attempt = _Attempt(request)
+        return (
+            attempt.pin()
+            or attempt.mask_stage()
+            or attempt.summary_stage(self._summarise)
+            or attempt.rebuild()
+            or attempt.check()
         )
-        if pinned_size >= trigger_at:
-            # No summary can bring the view below the trigger: spend no call on trying.
-            return outcome("skipped", "pinned_too_large")
-        keep_budget = target_at - pinned_size - int(target_at * SUMMARY_RESERVE_SHARE)
-        count_only = not SIZE_TRIGGERS.intersection(request.triggers)
-        sizes, kept_from = self._kept(request, view, units, keep_budget, count_only)
-
-        masked_at: list[int] = []
-        if request.mask is not None and not count_only:
-            masked_view, masked_at = _masked(request, view, units[:kept_from])
-            if masked_at:
-                masked_size = policy.measure(masked_view, tools, estimator)
-                stages.append(
-                    {"stage": "masking", "before": before, "after": masked_size, "calls": 0}
-                )
-                if masked_size < before and masked_size < trigger_at:
-                    stages.clear()
-                    return outcome(
-                        "succeeded",
-                        "masked",
-                        after=masked_size,
-                        messages=masked_view,
-                        task_index=request.task_index,
-                        details={"stage": "masking", "masked": masked_at, "summarised": []},
-                    )
-                view = masked_view
-                sizes, kept_from = self._kept(request, view, units, keep_budget, count_only)
-
-        if kept_from == 0:
-            return outcome("skipped", "nothing_to_compact")
-        # An earlier summary is updated, never nested: it is summarised with what precedes it.
-        earlier = [n for n, unit in enumerate(units) if _is_summary(view[unit.start : unit.end])]
-        if earlier:
-            kept_from = max(kept_from, earlier[-1] + 1)
-        material = [n for n in range(kept_from) if n not in earlier]
-        if count_only and sum(sizes[:kept_from]) < MIN_COUNT_TRIGGER_GAIN:
-            return outcome("skipped", "no_gain")
-
-        def assemble(body: str, consumed: int) -> tuple[list[dict[str, Any]], int | None, list]:
-            dropped = {*earlier, *material[:consumed]}
-            return _assemble(view, items, head_end, request, dropped, body)
-
-        # The summary may take what is left under the trigger once everything else is placed.
-        skeleton = assemble("", len(material))[0]
-        room = trigger_at - 1 - policy.measure(skeleton, tools, estimator)
-        if room < MIN_SUMMARY_ROOM:
-            return outcome("failed", "no_room_for_summary")
-
-        # Summaries read the units as they were before masking; an earlier summary is the
-        # summary so far.
-        original = request.messages
-        texts = [
-            "\n".join(render_message(m) for m in original[units[n].start : units[n].end])
-            for n in material
-        ]
-        running = "\n\n".join(_summary_body(view[units[n].start]) for n in earlier)
-        summary, calls, failure = self._summarise(request, texts, running, room)
-        if failure:
-            return outcome("failed", failure, calls=calls)
-        body, consumed = summary
-        new_view, new_task_index, summarised = assemble(body, consumed)
-        if protocol_problems(new_view):
-            return outcome("failed", "boundary_violation", calls=calls)
-        after = policy.measure(new_view, tools, estimator)
-        cut = body.endswith(SUMMARY_CUT)
-        if after >= trigger_at:
-            # Longer than its room (a summariser may ignore its output limit): cut to fit.
-            new_view, new_task_index, summarised, after = _cut_to_fit(
-                lambda text: assemble(text, consumed),
-                lambda messages: policy.measure(messages, tools, estimator),
-                body,
-                trigger_at,
-            )
-            cut = True
-        if after >= before:
-            return outcome("failed", "no_reduction", after=after, calls=calls)
-        if after >= trigger_at:
-            return outcome("failed", "above_trigger", after=after, calls=calls)
-        reason = "compacted" if consumed == len(material) else "compacted_partly"
-        return outcome(
-            "succeeded",
-            reason,
-            after=after,
-            calls=calls,
-            messages=new_view,
-            task_index=new_task_index,
-            details={
-                "stage": "summary",
-                "summarised_units": len(earlier) + consumed,
-                "kept_units": len(units) - len(earlier) - consumed,
-                "summary_room": room,
-                "summary_cut": cut,
-                # Where in the old view the summarised and the (still shown) masked messages
-                # were, for exact source ranges.
-                "summarised": summarised,
-                "masked": sorted(set(masked_at) - set(summarised)),
-            },
-        )
-
-    @staticmethod
-    def _kept(
-        request: CompactionRequest,
-        view: list[dict[str, Any]],
-        units: list[_Unit],
-        keep_budget: int,
-        count_only: bool,
-    ) -> tuple[list[int], int]:
-        """Return each unit's size and the first unit of the longest recent run that is kept."""
-        policy, estimator = request.policy, request.estimator
-        sizes = [policy.measure(view[u.start : u.end], [], estimator) for u in units]
-        if count_only:
-            keep_budget = min(keep_budget, sum(sizes) // 2)
-        kept_from, kept_size = len(units), 0
-        while kept_from > 0 and kept_size + sizes[kept_from - 1] <= keep_budget:
-            kept_from -= 1
-            kept_size += sizes[kept_from]
-        return sizes, kept_from
 
     def _summarise(
         self, request: CompactionRequest, texts: list[str], running: str, limit: int
@@ -469,6 +316,241 @@ class BudgetCompactionPolicy(CompactionPolicy):
                 ),
             },
         ]
+
+
+class _Attempt:
+    """One compaction attempt: the view it works on and what each step found.
+
+    Each step returns the attempt's outcome when it ends the attempt, or None to go on.
+    """
+
+    def __init__(self, request: CompactionRequest):
+        self.request = request
+        # The view the steps work on: the masking stage replaces it with the masked view.
+        self.view = request.messages
+        self.before = self.measure(self.view)
+        self.trigger_at = request.policy.trigger_at(request.budget)
+        self.target_at = request.policy.target_at(request.budget)
+        self.stages: list[dict[str, Any]] = []
+        self.calls = 0
+        # Found by `pin`: the layout, and the recent units kept (from `kept_from` on).
+        self.head_end = 0
+        self.items: list[_Unit | str] = []
+        self.units: list[_Unit] = []
+        self.keep_budget = 0
+        self.count_only = False
+        self.sizes: list[int] = []
+        self.kept_from = 0
+        self.masked_at: list[int] = []
+        # Found by `summary_stage`: earlier summaries, the units summarised and the summary.
+        self.earlier: list[int] = []
+        self.material: list[int] = []
+        self.room = 0
+        self.body = ""
+        self.consumed = 0
+        # Built by `rebuild`.
+        self.new_view: list[dict[str, Any]] = []
+        self.new_task_index: int | None = None
+        self.summarised: list[int] = []
+        self.after = self.before
+        self.cut = False
+
+    def measure(self, messages: list[dict[str, Any]]) -> int:
+        """Return the size of a view of `messages` with the request's tools."""
+        request = self.request
+        return request.policy.measure(messages, request.tools, request.estimator)
+
+    def outcome(
+        self, kind: str, reason: str, *, after: int | None = None, **extra: Any
+    ) -> CompactionOutcome:
+        """Return the attempt's outcome (`after`: the size of the new view, if any)."""
+        after = self.before if after is None else after
+        if self.stages:
+            # The masking stage was applied; the summary stage decides what is kept.
+            extra.setdefault("details", {})["stages"] = [
+                {**self.stages[0], "outcome": "applied" if kind == "succeeded" else "discarded"},
+                {
+                    "stage": "summary",
+                    "before": self.stages[0]["after"],
+                    "after": after,
+                    "calls": self.calls,
+                    "outcome": kind,
+                    "reason": reason,
+                },
+            ]
+        return CompactionOutcome(
+            outcome=kind,
+            reason=reason,
+            before=self.before,
+            after=after,
+            target_reached=kind == "succeeded" and after <= self.target_at,
+            calls=self.calls,
+            triggers=self.request.triggers,
+            **extra,
+        )
+
+    def pin(self) -> CompactionOutcome | None:
+        """Steps 1 to 3: pin the head, task and plan, split the rest into units, keep the recent."""
+        request = self.request
+        if protocol_problems(self.view):
+            return self.outcome("failed", "boundary_violation")
+        try:
+            self.head_end, self.items = _layout(self.view, request.task_index)
+        except ValueError:
+            return self.outcome("failed", "boundary_violation")
+        self.units = [item for item in self.items if isinstance(item, _Unit)]
+        if not self.units:
+            return self.outcome("skipped", "nothing_to_compact")
+        pinned_size = self.measure(self.pinned())
+        if pinned_size >= self.trigger_at:
+            # No summary can bring the view below the trigger: spend no call on trying.
+            return self.outcome("skipped", "pinned_too_large")
+        target_at = self.target_at
+        self.keep_budget = target_at - pinned_size - int(target_at * SUMMARY_RESERVE_SHARE)
+        self.count_only = not SIZE_TRIGGERS.intersection(request.triggers)
+        self.keep()
+        return None
+
+    def pinned(self) -> list[dict[str, Any]]:
+        """Return the pinned messages: the system head, the task, and the plan as a message."""
+        request, view = self.request, self.view
+        pinned = view[: self.head_end]
+        if request.task_index is not None:
+            pinned = [*pinned, view[request.task_index]]
+        if request.plan:
+            pinned = [*pinned, {"role": "user", "content": f"{PLAN_HEADER}\n{request.plan}"}]
+        return pinned
+
+    def keep(self) -> None:
+        """Step 3: measure each unit and find the first of the longest recent run that is kept."""
+        policy, estimator = self.request.policy, self.request.estimator
+        view, units = self.view, self.units
+        self.sizes = [policy.measure(view[u.start : u.end], [], estimator) for u in units]
+        keep_budget = self.keep_budget
+        if self.count_only:
+            keep_budget = min(keep_budget, sum(self.sizes) // 2)
+        kept_from, kept_size = len(units), 0
+        while kept_from > 0 and kept_size + self.sizes[kept_from - 1] <= keep_budget:
+            kept_from -= 1
+            kept_size += self.sizes[kept_from]
+        self.kept_from = kept_from
+
+    def mask_stage(self) -> CompactionOutcome | None:
+        """Mask the tool results of the units not kept; end with `masked` when that is enough."""
+        request = self.request
+        if request.mask is None or self.count_only:
+            return None
+        masked_view, self.masked_at = _masked(request, self.view, self.units[: self.kept_from])
+        if not self.masked_at:
+            return None
+        masked_size = self.measure(masked_view)
+        self.stages.append(
+            {"stage": "masking", "before": self.before, "after": masked_size, "calls": 0}
+        )
+        if masked_size < self.before and masked_size < self.trigger_at:
+            self.stages.clear()
+            return self.outcome(
+                "succeeded",
+                "masked",
+                after=masked_size,
+                messages=masked_view,
+                task_index=request.task_index,
+                details={"stage": "masking", "masked": self.masked_at, "summarised": []},
+            )
+        self.view = masked_view
+        self.keep()
+        return None
+
+    def summary_stage(self, summarise: _Summariser) -> CompactionOutcome | None:
+        """Step 4: choose the material and its room, then summarise it with `summarise`."""
+        ended = self.choose_material()
+        if ended is not None:
+            return ended
+        # Summaries read the units as they were before masking; an earlier summary is the
+        # summary so far.
+        original, units = self.request.messages, self.units
+        texts = [
+            "\n".join(render_message(m) for m in original[units[n].start : units[n].end])
+            for n in self.material
+        ]
+        running = "\n\n".join(_summary_body(self.view[units[n].start]) for n in self.earlier)
+        summary, self.calls, failure = summarise(self.request, texts, running, self.room)
+        if failure:
+            return self.outcome("failed", failure)
+        self.body, self.consumed = summary
+        return None
+
+    def choose_material(self) -> CompactionOutcome | None:
+        """Choose the units to summarise and the room left for their summary under the trigger."""
+        if self.kept_from == 0:
+            return self.outcome("skipped", "nothing_to_compact")
+        view, units = self.view, self.units
+        # An earlier summary is updated, never nested: it is summarised with what precedes it.
+        self.earlier = [
+            n for n, unit in enumerate(units) if _is_summary(view[unit.start : unit.end])
+        ]
+        if self.earlier:
+            self.kept_from = max(self.kept_from, self.earlier[-1] + 1)
+        self.material = [n for n in range(self.kept_from) if n not in self.earlier]
+        if self.count_only and sum(self.sizes[: self.kept_from]) < MIN_COUNT_TRIGGER_GAIN:
+            return self.outcome("skipped", "no_gain")
+        # The summary may take what is left under the trigger once everything else is placed.
+        skeleton = self.assemble("", len(self.material))[0]
+        self.room = self.trigger_at - 1 - self.measure(skeleton)
+        if self.room < MIN_SUMMARY_ROOM:
+            return self.outcome("failed", "no_room_for_summary")
+        return None
+
+    def assemble(
+        self, body: str, consumed: int
+    ) -> tuple[list[dict[str, Any]], int | None, list[int]]:
+        """Return the view with earlier summaries and the first `consumed` units as `body`."""
+        dropped = {*self.earlier, *self.material[:consumed]}
+        return _assemble(self.view, self.items, self.head_end, self.request, dropped, body)
+
+    def rebuild(self) -> CompactionOutcome | None:
+        """Step 5: build the new view around the summary, cut to fit when it is too long."""
+        body, consumed = self.body, self.consumed
+        self.new_view, self.new_task_index, self.summarised = self.assemble(body, consumed)
+        if protocol_problems(self.new_view):
+            return self.outcome("failed", "boundary_violation")
+        self.after = self.measure(self.new_view)
+        self.cut = body.endswith(SUMMARY_CUT)
+        if self.after >= self.trigger_at:
+            # Longer than its room (a summariser may ignore its output limit): cut to fit.
+            self.new_view, self.new_task_index, self.summarised, self.after = _cut_to_fit(
+                lambda text: self.assemble(text, consumed), self.measure, body, self.trigger_at
+            )
+            self.cut = True
+        return None
+
+    def check(self) -> CompactionOutcome:
+        """Accept the new view only when it is smaller than before and below the trigger."""
+        after = self.after
+        if after >= self.before:
+            return self.outcome("failed", "no_reduction", after=after)
+        if after >= self.trigger_at:
+            return self.outcome("failed", "above_trigger", after=after)
+        summarised_units = len(self.earlier) + self.consumed
+        reason = "compacted" if self.consumed == len(self.material) else "compacted_partly"
+        return self.outcome(
+            "succeeded",
+            reason,
+            after=after,
+            messages=self.new_view,
+            task_index=self.new_task_index,
+            details={
+                "stage": "summary",
+                "summarised_units": summarised_units,
+                "kept_units": len(self.units) - summarised_units,
+                "summary_room": self.room,
+                "summary_cut": self.cut,
+                # Where in the old view the summarised and the (still shown) masked messages
+                # were, for exact source ranges.
+                "summarised": self.summarised,
+                "masked": sorted(set(self.masked_at) - set(self.summarised)),
+            },
+        )
 
 
 def _masked(

@@ -37,7 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentloom.engine._budget import JsonBytesEstimator, ModelBudget, TokenEstimator
+from agentloom.engine._budget import (
+    JsonBytesEstimator,
+    ModelBudget,
+    TokenEstimator,
+    budget_refusal,
+)
 from agentloom.engine._calibration import CalibratedEstimator
 from agentloom.engine._clock import Clock, iso_utc, system_clock
 from agentloom.engine._compaction import (
@@ -635,12 +640,8 @@ class JournalContextManager(ContextManager):
             instance=self.frame.instance,
         )
         estimate = self.estimator.upper_bound(*self.sent(request))
-        effective = self.budget.effective_input_budget
-        if estimate > effective:
-            reason = (
-                f"context_budget_exceeded: the {purpose} request is estimated at {estimate}, "
-                f"above the effective input budget of {effective}"
-            )
+        reason = budget_refusal(purpose, estimate, self.budget)
+        if reason is not None:
             if outcome is not None and not outcome.succeeded:
                 # Why compaction could not make room: the run's stated reason names it.
                 reason += f" (compaction {outcome.outcome}: {outcome.reason})"

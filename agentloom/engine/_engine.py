@@ -1,14 +1,16 @@
 """The agent loop: model steps, tools, supplements, verification, delegation and checkpoints.
 
-One loop step, at a safe point (no tool call waiting for its result):
+One loop step (`_InstanceLoop.step`), at a safe point (no tool call waiting for its result):
 
     settle pending calls -> accept supplements -> check cancellation -> prepare (compaction)
     -> hard budget check -> gateway call -> record the response -> check cancellation again
     -> run its tools -> save
 
-A final answer is verified when the version asks for it, then the supplement queue is drained one
-last time: supplements that arrived meanwhile are journaled and answered in another step, so a run
-never ends with a supplement still queued. Every gateway call — action, compaction or
+`ask_model` prepares and sends the request, `cancel_response` answers the calls of a response that
+came after a cancel request, `run_group` runs the tools and `conclude` takes a final answer: it is
+verified when the version asks for it, then the supplement queue is drained one last time:
+supplements that arrived meanwhile are journaled and answered in another step, so a run never
+ends with a supplement still queued. Every gateway call — action, compaction or
 verification, failed or not — is reported through `on_model_call` and counts against the
 per-execution limit; a request over the effective budget is never sent.
 
@@ -42,6 +44,7 @@ from agentloom.engine._budget import (
     JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
+    budget_refusal,
     estimator_from_binding,
 )
 from agentloom.engine._calibration import (
@@ -544,13 +547,9 @@ class _Execution:
         messages, tools = sent_request(payload)
         sent = replace(request, messages=messages, tools=tools)
         measured = self._measure(sent)
-        bound = measured["upper_bound"]
-        effective = self.budget.effective_input_budget
-        if bound > effective:
-            raise ContextBudgetExceeded(
-                f"context_budget_exceeded: the {request.purpose} request is estimated at "
-                f"{bound}, above the effective input budget of {effective}"
-            )
+        refusal = budget_refusal(request.purpose, measured["upper_bound"], self.budget)
+        if refusal is not None:
+            raise ContextBudgetExceeded(refusal)
         self.model_calls += 1
         if self.main is not None:
             self.main.managed.state.model_calls = self.model_calls
@@ -736,6 +735,10 @@ def _cut_before_any_text(response: ModelResponse) -> bool:
     )
 
 
+# How an instance ended: (status, final answer, error).
+_Ending = tuple[str, str | None, str | None]
+
+
 class _InstanceLoop:
     """The loop of one instance: the main instance (parent None) or a sub-agent's child."""
 
@@ -805,72 +808,101 @@ class _InstanceLoop:
             for call in self.context.managed.state.pending_tool_calls
         ]
 
-    def run(self, *, continuing: bool = False) -> tuple[str, str | None, str | None]:
-        context = self.context
-        state = context.managed.state
-        schemas = self.toolset.schemas()
-        call_model = self.execution.call_model
-        self.save()
-        if continuing:
-            group = self.open_group()
-            if self.awaiting(group):
-                return WAITING_APPROVAL, None, None
-            self.run_tools(group)
-            self.save()
-        while True:
-            context.settle_pending()
-            self.take_supplements(final=False)
-            if self.execution.cancel_requested():
-                return self.finish("cancelled", None, None)
-            prepared = context.prepare("action", tools=self.offered(schemas), call_model=call_model)
-            if prepared.request is None:
-                return self.finish("failed", None, prepared.stop_reason)
-            if self.execution.cancel_seen.is_set():
-                return self.finish("cancelled", None, None)
-            try:
-                response = call_model(prepared.request)
-            except ModelCallCancelled:
-                return self.finish("cancelled", None, None)
-            except GatewayError as exc:
-                return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-            except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
-                return self.finish("failed", None, str(exc))
-            record = context.add_assistant(response.message)
-            calls = record.message.get("tool_calls") or []
-            if self.execution.cancel_requested():
-                # Checked after every response, before any tool runs: these calls never run.
-                for call in calls:
-                    context.add_tool_result(call["id"], CANCELLED_RESULT)
-                if not calls:
-                    state.candidate_answer = message_text(record.message)
-                return self.finish("cancelled", None, None)
-            if calls:
-                # Saved before the tools run: if the worker dies now, resume finds the calls
-                # pending and answers them `unknown` instead of asking the model to repeat them.
-                self.save()
-                if self.awaiting(calls):
-                    return WAITING_APPROVAL, None, None
-                self.run_tools(calls)
-                self.save()
-                continue
-            state.candidate_answer = message_text(record.message)
-            if self.is_main and self.execution.engine.config.verify_completion:
-                if self.execution.cancel_requested():
-                    return self.finish("cancelled", None, None)
-                passed, error = self.verify(state.candidate_answer)
-                if error is not None:
-                    return self.finish("failed", None, error)
-                if not passed:
-                    self.save()
-                    continue
-            if self.take_supplements(final=True):
-                self.save()
-                continue
-            return self.finish("succeeded", state.candidate_answer, None)
+    def run(self, *, continuing: bool = False) -> _Ending:
+        """Take loop steps until the instance ends; return (status, answer, error).
 
-    def finish(
-        self, status: str, answer: str | None, error: str | None
-    ) -> tuple[str, str | None, str | None]:
+        `continuing` first runs the open tool group the run waited on decisions for.
+        """
+        schemas = self.toolset.schemas()
+        self.save()
+        ended = self.run_group(self.open_group()) if continuing else None
+        while ended is None:
+            ended = self.step(schemas)
+        return ended
+
+    def step(self, schemas: list[dict[str, Any]]) -> _Ending | None:
+        """Take one loop step from a safe point; return how the instance ended, or None."""
+        context = self.context
+        context.settle_pending()
+        self.take_supplements(final=False)
+        if self.execution.cancel_requested():
+            return self.finish("cancelled", None, None)
+        response = self.ask_model(schemas)
+        if not isinstance(response, ModelResponse):
+            return response
+        record = context.add_assistant(response.message)
+        calls = record.message.get("tool_calls") or []
+        if self.execution.cancel_requested():
+            return self.cancel_response(record, calls)
+        if calls:
+            # Saved before the tools run: if the worker dies now, resume finds the calls
+            # pending and answers them `unknown` instead of asking the model to repeat them.
+            self.save()
+            return self.run_group(calls)
+        return self.conclude(message_text(record.message))
+
+    def ask_model(self, schemas: list[dict[str, Any]]) -> ModelResponse | _Ending:
+        """Prepare the action request (compacting when a trigger holds) and send it.
+
+        Return the model's response, or how the instance ended: the request was refused, the
+        call failed, or a cancel was seen.
+        """
+        call_model = self.execution.call_model
+        prepared = self.context.prepare(
+            "action", tools=self.offered(schemas), call_model=call_model
+        )
+        if prepared.request is None:
+            return self.finish("failed", None, prepared.stop_reason)
+        if self.execution.cancel_seen.is_set():
+            return self.finish("cancelled", None, None)
+        try:
+            return call_model(prepared.request)
+        except ModelCallCancelled:
+            return self.finish("cancelled", None, None)
+        except GatewayError as exc:
+            return self.finish("failed", None, f"{exc.kind}: {exc.message}")
+        except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
+            return self.finish("failed", None, str(exc))
+
+    def cancel_response(self, record: Record, calls: list[dict[str, Any]]) -> _Ending:
+        """End cancelled after a response: its calls get a `cancelled` result and never run."""
+        for call in calls:
+            self.context.add_tool_result(call["id"], CANCELLED_RESULT)
+        if not calls:
+            self.context.managed.state.candidate_answer = message_text(record.message)
+        return self.finish("cancelled", None, None)
+
+    def run_group(self, calls: list[dict[str, Any]]) -> _Ending | None:
+        """Run a tool group's calls and save, unless the instance must wait for decisions."""
+        if self.awaiting(calls):
+            return WAITING_APPROVAL, None, None
+        self.run_tools(calls)
+        self.save()
+        return None
+
+    def conclude(self, answer: str) -> _Ending | None:
+        """Take a final answer: verify it when asked, drain the supplements, then succeed.
+
+        Return None when the answer failed verification or supplements arrived: another step
+        follows.
+        """
+        state = self.context.managed.state
+        state.candidate_answer = answer
+        if self.is_main and self.execution.engine.config.verify_completion:
+            if self.execution.cancel_requested():
+                return self.finish("cancelled", None, None)
+            passed, error = self.verify(state.candidate_answer)
+            if error is not None:
+                return self.finish("failed", None, error)
+            if not passed:
+                self.save()
+                return None
+        if self.take_supplements(final=True):
+            self.save()
+            return None
+        return self.finish("succeeded", state.candidate_answer, None)
+
+    def finish(self, status: str, answer: str | None, error: str | None) -> _Ending:
         if status == "cancelled":
             self.context.add_run_note("run cancelled at a safe point")
         elif status == "failed":

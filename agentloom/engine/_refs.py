@@ -299,14 +299,18 @@ def session_seqs(entries: Iterable[dict[str, Any]]) -> set[int]:
     return {entry["s"] for entry in entries if "s" in entry}
 
 
+# The messages and origins that stored entries stand for.
+_Decoded = tuple[list[dict[str, Any]], list[Origin]]
+
+
 def decode_entries(
     entries: list[dict[str, Any]],
     *,
     own: dict[int, Record],
     journal: dict[int, dict[str, Any]],
-    block: Callable[[], tuple[list[dict[str, Any]], list[Origin]]] | None = None,
-    snapshots: Callable[[int], tuple[list[dict[str, Any]], list[Origin]]] | None = None,
-) -> tuple[list[dict[str, Any]], list[Origin]]:
+    block: Callable[[], _Decoded] | None = None,
+    snapshots: Callable[[int], _Decoded] | None = None,
+) -> _Decoded:
     """Return the messages and origins that stored `entries` stand for.
 
     `own` maps the instance's local seqs to its records, `journal` session seqs to messages;
@@ -317,47 +321,75 @@ def decode_entries(
     origins: list[Origin] = []
     for entry in entries:
         if "m" in entry:
-            messages.append(entry["m"])
-            if "summary" in entry:
-                origins.append({"summary": entry["summary"]})
-            else:
-                origins.append({"src": entry["src"]} if "src" in entry else None)
+            part = _decode_inline(entry)
         elif "own" in entry:
-            start, end = entry["own"]
-            for seq in range(start, end + 1):
-                record = own.get(seq)
-                if record is None:
-                    raise FrameError(f"the view refers to record {seq}, which is not journaled")
-                if record.kind == "status":
-                    continue
-                origin: dict[str, Any] = {"own": seq}
-                if record.kind == "tool_result" and "cap" in entry:
-                    origin["cap"] = entry["cap"]
-                origin.update((key, entry[key]) for key in LARGE_KEYS if key in entry)
-                messages.append(materialize(origin, record.message))
-                origins.append(origin)
+            part = _decode_own(entry, own)
         elif "hist" in entry:
-            if block is None:
-                raise FrameError("the view refers to an inherited block it does not name")
-            block_messages, block_origins = block()
-            start, end = entry["hist"]
-            if end > len(block_messages):
-                raise FrameError("the inherited history block is shorter than the view says")
-            messages.extend(block_messages[start:end])
-            origins.extend(block_origins[start:end])
+            part = _decode_block(entry, block)
         elif "s" in entry:
-            message = journal.get(entry["s"])
-            if message is None:
-                missing = entry["s"]
-                raise FrameError(f"the view refers to journal record {missing}, which is missing")
-            messages.append(materialize(entry, message))
-            origins.append(dict(entry))
+            part = _decode_journaled(entry, journal)
         elif "snap" in entry:
-            if snapshots is None:
-                raise FrameError("the view refers to a snapshot that is not available")
-            snap_messages, snap_origins = snapshots(entry["snap"])
-            messages.extend(snap_messages)
-            origins.extend(snap_origins)
+            part = _decode_snapshot(entry, snapshots)
         else:
             raise FrameError(f"unknown view entry {sorted(entry)}")
+        messages.extend(part[0])
+        origins.extend(part[1])
     return messages, origins
+
+
+def _decode_inline(entry: dict[str, Any]) -> _Decoded:
+    """Return an inline message with its origin: a summary's revision, or what it stands for."""
+    if "summary" in entry:
+        origin: Origin = {"summary": entry["summary"]}
+    else:
+        origin = {"src": entry["src"]} if "src" in entry else None
+    return [entry["m"]], [origin]
+
+
+def _decode_own(entry: dict[str, Any], own: dict[int, Record]) -> _Decoded:
+    """Return the own records of a range as shown (status records skipped), with their origins."""
+    messages: list[dict[str, Any]] = []
+    origins: list[Origin] = []
+    start, end = entry["own"]
+    for seq in range(start, end + 1):
+        record = own.get(seq)
+        if record is None:
+            raise FrameError(f"the view refers to record {seq}, which is not journaled")
+        if record.kind == "status":
+            continue
+        origin: dict[str, Any] = {"own": seq}
+        if record.kind == "tool_result" and "cap" in entry:
+            origin["cap"] = entry["cap"]
+        origin.update((key, entry[key]) for key in LARGE_KEYS if key in entry)
+        messages.append(materialize(origin, record.message))
+        origins.append(origin)
+    return messages, origins
+
+
+def _decode_block(entry: dict[str, Any], block: Callable[[], _Decoded] | None) -> _Decoded:
+    """Return a slice of the inherited history block."""
+    if block is None:
+        raise FrameError("the view refers to an inherited block it does not name")
+    block_messages, block_origins = block()
+    start, end = entry["hist"]
+    if end > len(block_messages):
+        raise FrameError("the inherited history block is shorter than the view says")
+    return block_messages[start:end], block_origins[start:end]
+
+
+def _decode_journaled(entry: dict[str, Any], journal: dict[int, dict[str, Any]]) -> _Decoded:
+    """Return one session record as its origin shows it."""
+    message = journal.get(entry["s"])
+    if message is None:
+        missing = entry["s"]
+        raise FrameError(f"the view refers to journal record {missing}, which is missing")
+    return [materialize(entry, message)], [dict(entry)]
+
+
+def _decode_snapshot(
+    entry: dict[str, Any], snapshots: Callable[[int], _Decoded] | None
+) -> _Decoded:
+    """Return the whole view an earlier compaction snapshot saved."""
+    if snapshots is None:
+        raise FrameError("the view refers to a snapshot that is not available")
+    return snapshots(entry["snap"])

@@ -142,34 +142,55 @@ def argument_errors(schema: dict[str, Any], value: Any, path: str = "arguments")
         return [f"{path} must be of type {expected}"]
     errors: list[str] = []
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            errors.append(f"{path} must be a finite number")
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{path} must be at least {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{path} must be at most {schema['maximum']}")
+        errors.extend(_number_errors(schema, value, path))
     if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
         errors.append(f"{path} must be at most {schema['maxLength']} characters")
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path} must be one of {', '.join(map(str, schema['enum']))}")
     if isinstance(value, list):
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append(f"{path} must have at most {schema['maxItems']} items")
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append(f"{path} must have at least {schema['minItems']} items")
-        if isinstance(schema.get("items"), dict):
-            for index, item in enumerate(value):
-                errors.extend(argument_errors(schema["items"], item, f"{path}[{index}]"))
+        errors.extend(_array_errors(schema, value, path))
     if isinstance(value, dict):
-        properties = schema.get("properties") or {}
-        for name in schema.get("required") or []:
-            if name not in value:
-                errors.append(f"{path}.{name} is required")
-        for name, item in value.items():
-            if name in properties:
-                errors.extend(argument_errors(properties[name], item, f"{path}.{name}"))
-            elif schema.get("additionalProperties") is False:
-                errors.append(f"{path}.{name} is not a known argument")
+        errors.extend(_object_errors(schema, value, path))
+    return errors
+
+
+def _number_errors(schema: dict[str, Any], value: int | float, path: str) -> list[str]:
+    """Return how a number breaks `schema`: not finite, below `minimum`, above `maximum`."""
+    errors: list[str] = []
+    if not math.isfinite(value):
+        errors.append(f"{path} must be a finite number")
+    if "minimum" in schema and value < schema["minimum"]:
+        errors.append(f"{path} must be at least {schema['minimum']}")
+    if "maximum" in schema and value > schema["maximum"]:
+        errors.append(f"{path} must be at most {schema['maximum']}")
+    return errors
+
+
+def _array_errors(schema: dict[str, Any], value: list[Any], path: str) -> list[str]:
+    """Return how an array breaks `schema`: its length, then each item against `items`."""
+    errors: list[str] = []
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        errors.append(f"{path} must have at most {schema['maxItems']} items")
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        errors.append(f"{path} must have at least {schema['minItems']} items")
+    if isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            errors.extend(argument_errors(schema["items"], item, f"{path}[{index}]"))
+    return errors
+
+
+def _object_errors(schema: dict[str, Any], value: dict[str, Any], path: str) -> list[str]:
+    """Return how an object breaks `schema`: missing required, bad or unknown properties."""
+    errors: list[str] = []
+    properties = schema.get("properties") or {}
+    for name in schema.get("required") or []:
+        if name not in value:
+            errors.append(f"{path}.{name} is required")
+    for name, item in value.items():
+        if name in properties:
+            errors.extend(argument_errors(properties[name], item, f"{path}.{name}"))
+        elif schema.get("additionalProperties") is False:
+            errors.append(f"{path}.{name} is not a known argument")
     return errors
 
 

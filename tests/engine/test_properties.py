@@ -282,20 +282,34 @@ def test_compaction_of_random_views(budget, policy, groups, notes, summaries):
 def journals(draw):
     """Random main-instance journals of interleaved runs, with missing and late results."""
     runs = draw(st.integers(1, 4))
-    streams = []
-    for run in range(1, runs + 1):
-        events = [("user_input", run, None)]
-        for step in range(draw(st.integers(0, 3))):
-            calls = [f"call_{n}" for n in range(draw(st.integers(0, 3)))]
-            events.append(("assistant", run, calls))
-            answered = draw(st.lists(st.sampled_from(calls), unique=True)) if calls else []
-            for call_id in answered:
-                events.append(("tool_result", run, call_id))
-                if draw(st.booleans()):
-                    events.append((draw(st.sampled_from(["feedback", "supplement"])), run, step))
-        if draw(st.booleans()):
-            events.append(("status", run, draw(st.sampled_from(["failed", "succeeded"]))))
-        streams.append(events)
+    streams = [_run_events(draw, run) for run in range(1, runs + 1)]
+    merged = _interleaved(draw, streams)
+    seq = count(draw(st.integers(1, 50)), draw(st.integers(1, 3)))
+    rows = []
+    for kind, run, detail in merged:
+        message = _journal_message(kind, run, detail, seq)
+        rows.append(JournalRecord(next(seq), run, "main", kind, message))
+    return rows
+
+
+def _run_events(draw, run):
+    """Return one run's events: its question, steps with some of their results, maybe a status."""
+    events = [("user_input", run, None)]
+    for step in range(draw(st.integers(0, 3))):
+        calls = [f"call_{n}" for n in range(draw(st.integers(0, 3)))]
+        events.append(("assistant", run, calls))
+        answered = draw(st.lists(st.sampled_from(calls), unique=True)) if calls else []
+        for call_id in answered:
+            events.append(("tool_result", run, call_id))
+            if draw(st.booleans()):
+                events.append((draw(st.sampled_from(["feedback", "supplement"])), run, step))
+    if draw(st.booleans()):
+        events.append(("status", run, draw(st.sampled_from(["failed", "succeeded"]))))
+    return events
+
+
+def _interleaved(draw, streams):
+    """Return the runs' events merged in random slices, each run's own order kept."""
     merged = []
     while any(streams):
         live = [s for s in streams if s]
@@ -304,30 +318,26 @@ def journals(draw):
         take = draw(st.integers(1, len(stream)))
         merged.extend(stream[:take])
         del stream[:take]
-    rows = []
-    seq = count(draw(st.integers(1, 50)), draw(st.integers(1, 3)))
-    for kind, run, detail in merged:
-        if kind == "user_input":
-            message = {"role": "user", "content": f"question of run {run}"}
-        elif kind == "assistant":
-            message = {
-                "role": "assistant",
-                "content": None if detail else "answer",
-                "tool_calls": [
-                    {"id": c, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
-                    for c in detail
-                ],
-            }
-            if not detail:
-                del message["tool_calls"]
-        elif kind == "tool_result":
-            message = {"role": "tool", "tool_call_id": detail, "content": f"R{next(seq)}"}
-        elif kind == "status":
-            message = {"status": detail, "error": None}
-        else:
-            message = {"role": "user", "content": f"{kind} {detail}"}
-        rows.append(JournalRecord(next(seq), run, "main", kind, message))
-    return rows
+    return merged
+
+
+def _journal_message(kind, run, detail, seq):
+    """Return the journaled message of one event (a tool result's text takes the next seq)."""
+    if kind == "user_input":
+        return {"role": "user", "content": f"question of run {run}"}
+    if kind == "assistant":
+        message = {"role": "assistant", "content": None if detail else "answer"}
+        if detail:
+            message["tool_calls"] = [
+                {"id": c, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+                for c in detail
+            ]
+        return message
+    if kind == "tool_result":
+        return {"role": "tool", "tool_call_id": detail, "content": f"R{next(seq)}"}
+    if kind == "status":
+        return {"status": detail, "error": None}
+    return {"role": "user", "content": f"{kind} {detail}"}
 
 
 @PROPERTY_SETTINGS
