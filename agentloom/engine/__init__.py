@@ -83,7 +83,6 @@ from agentloom.engine._frame import (
     InstanceFrame,
     ManagedContext,
     iter_frame_records,
-    reusable_views,
 )
 from agentloom.engine._gate import (
     PayloadRules,
@@ -318,7 +317,6 @@ __all__ = [
     "reported_completion_tokens",
     "reported_prompt_tokens",
     "resumed_estimator",
-    "reusable_views",
     "sent_request",
     "status_key",
     "system_clock",
