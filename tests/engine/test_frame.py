@@ -2,15 +2,9 @@ import json
 
 import pytest
 
-from agentloom.engine import (
-    FrameError,
-    InstanceFrame,
-    ModelBudget,
-    ProjectedHistory,
-    iter_frame_records,
-    text_response,
-    tool_call_response,
-)
+from agentloom.engine import InstanceFrame, ModelBudget, ProjectedHistory, iter_frame_records
+from agentloom.engine._errors import FrameError
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import keys, make_engine
 
 RESEARCHER = {"name": "r", "description": "d", "system_prompt": "p", "tools": ["echo"]}
