@@ -30,9 +30,8 @@ from agentloom.engine import (
     JsonBytesEstimator,
     ModelBudget,
     project_history,
-    text_response,
 )
-from agentloom.engine.testing import history_trial
+from agentloom.engine.testing import history_trial, text_response
 
 ROWS: list[tuple[str, str, str]] = []
 

@@ -182,7 +182,8 @@ class PeerGateway:
     provider, model_id = "bench", "peer"
 
     def complete(self, request):
-        from agentloom.engine import message_text, text_response, tool_call_response
+        from agentloom.engine import message_text
+        from agentloom.engine.testing import text_response, tool_call_response
 
         last = request.messages[-1] if request.messages else {}
         if request.purpose == "compaction":

@@ -21,6 +21,8 @@ from agentloom.providers import (
     ClientFactory,
     DiscoveredModel,
     ProviderError,
+    RetryPolicy,
+    Timeouts,
     discover_models,
     gateway_for_provider,
 )
@@ -206,8 +208,8 @@ def _test_gateway(provider, base_url, key, model, client_factory):
         max_output_tokens=TEST_MAX_OUTPUT_TOKENS,
         allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
         client_factory=client_factory,
-        max_attempts=1,
-        read_timeout=TEST_READ_TIMEOUT_SECONDS,
+        retry=RetryPolicy(max_attempts=1),
+        timeouts=Timeouts(read=TEST_READ_TIMEOUT_SECONDS),
     )
 
 

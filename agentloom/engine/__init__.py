@@ -4,19 +4,44 @@ Journal records, the checkpoint frame, budget and policy, compaction, projection
 tools, the agent loop and the model gateways. The Django side builds an engine per run with
 `create_engine`, passes it projected history and persists what it hands back.
 
-The engine's public names are the ones listed in `__all__` below, and callers import them from
-`agentloom.engine`; the modules with a leading underscore are internal and may change shape
-freely. Test doubles (a scripted gateway, an in-memory journal, generated history trials) live
-in `agentloom.engine.testing`, outside this surface.
+The engine's public names are the ones listed in `__all__` below, grouped by the module that
+holds them, and callers import them from `agentloom.engine`; the modules with a leading
+underscore are internal and may change shape freely. Test doubles (a scripted gateway and its
+reply builders, an in-memory journal, generated history trials) live in `agentloom.engine.testing`,
+outside this surface.
+
+Where each rule of the design lives (each module's docstring states its rules):
+
+- the triggers (the budget trigger at `context_ratio`, 80% of the effective input budget by
+  default, and the turn and step triggers): `_policy`; the one measure of a view against them,
+  the door for a question or supplement and the room for a question: `_measure`;
+- the hard check (no request over the effective input budget is sent, measured by an upper
+  bound): `_budget`, before every action, compaction and verification request; calibration moves
+  the triggers only, never the hard check: `_calibration`;
+- compaction (pinned content, units, segmented summaries, masking): `_compaction`;
+- the observed-prefix rule (which compaction snapshot may become a reusable view): the
+  application's `sessions_app/services/views.py`; the engine records what each snapshot observed
+  (`covered_seq`, `_frame`);
+- projection and placeholders (a call with no result answered `status: unknown`, late results as
+  notes, call ids rewritten): `_projection`, with the placeholder texts and the chat ordering rules
+  in `_protocol`;
+- supplements (they wait while a tool group is open, enter at a safe point, and a run never ends
+  with one queued): `_context` and the agent loop in `_engine`;
+- legacy adoption (a format-1 frame without records loads with `raw_complete = false`): `_frame`,
+  journaled by the application's `sessions_app/services/legacy.py`; the legacy character policy:
+  `_policy`;
+- redaction (known credentials replaced before anything is recorded, shown or streamed):
+  `_redaction`, applied to every message by `_context`;
+- large records (excerpts with a reference, read back by `read_record`): `_large`, the tool in
+  `_tools`;
+- the integrity gate (every provider's payload checked before it is sent): `_gate`;
+- views by reference and the one definition of each view transform: `_refs`; rendering versions:
+  `_rendering`; the checkpoint frame: `_frame`; records and entry keys: `_records`; approval of
+  tool calls: `_approval`; the lease heartbeat and cancellation relay: `_watch`.
 """
 
-from agentloom.engine._approval import (
-    WAITING_APPROVAL,
-    Decision,
-    denied_result,
-)
+from agentloom.engine._approval import WAITING_APPROVAL, Decision
 from agentloom.engine._budget import (
-    DEFAULT_ESTIMATOR_ID,
     JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
@@ -29,11 +54,7 @@ from agentloom.engine._calibration import (
     calibration_config,
     resumed_estimator,
 )
-from agentloom.engine._clock import (
-    Clock,
-    iso_utc,
-    system_clock,
-)
+from agentloom.engine._clock import iso_utc
 from agentloom.engine._compaction import (
     BudgetCompactionPolicy,
     CompactionOutcome,
@@ -46,71 +67,40 @@ from agentloom.engine._context import (
     PreparedContext,
 )
 from agentloom.engine._engine import (
-    DEFAULT_MAX_MODEL_CALLS,
     Checkpoint,
     Engine,
     EngineConfig,
     EngineHooks,
     ExecutionLimits,
-    ModelCallRecord,
-    RunOutcome,
     create_engine,
 )
 from agentloom.engine._errors import (
     ConfigurationError,
-    ContextBudgetExceeded,
     EngineError,
-    FrameError,
     GatewayError,
     LeaseLostError,
-    ModelCallCancelled,
-    ModelCallLimitReached,
-    PayloadRuleBroken,
     ToolCancelled,
     ToolError,
 )
 from agentloom.engine._estimators import (
-    ESTIMATOR_CLASSES,
     ESTIMATORS,
     DeepSeekEstimator,
     O200kEstimator,
-    TokenizerEstimator,
     estimator_named,
 )
-from agentloom.engine._frame import (
-    FRAME_FORMAT,
-    ExecutionState,
-    InstanceFrame,
-    ManagedContext,
-    iter_frame_records,
-    reusable_views,
-)
-from agentloom.engine._gate import (
-    PayloadRules,
-    check_payload,
-    payload_problems,
-    reasoning_required,
-    sent_request,
-)
+from agentloom.engine._frame import InstanceFrame, ManagedContext, iter_frame_records
+from agentloom.engine._gate import PayloadRules, check_payload, sent_request
 from agentloom.engine._gateway import (
-    PURPOSES,
     CallStream,
     LocalDemoGateway,
     ModelGateway,
     ModelRequest,
     ModelResponse,
-    text_response,
-    tool_call_response,
     with_passed_back_reasoning,
     without_reasoning,
 )
-from agentloom.engine._large import (
-    LargeRecords,
-    history_judge,
-)
+from agentloom.engine._large import LargeRecords, history_judge
 from agentloom.engine._measure import (
-    QUESTION_ROOM_FLOOR,
-    ContextMeasure,
     InputCheck,
     QuestionRoom,
     check_input,
@@ -119,7 +109,6 @@ from agentloom.engine._measure import (
 )
 from agentloom.engine._policy import (
     DEFAULT_POLICY,
-    LEGACY_CONTEXT_CHARS,
     ContextPolicy,
     LegacyCharPolicy,
     TriggerPolicy,
@@ -143,35 +132,11 @@ from agentloom.engine._protocol import (
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
-    protocol_problems,
 )
-from agentloom.engine._records import (
-    KINDS,
-    MAIN_INSTANCE,
-    USER_INPUT_KEY,
-    Counters,
-    Record,
-    status_key,
-)
-from agentloom.engine._redaction import (
-    Redactor,
-    StreamRedactor,
-)
-from agentloom.engine._refs import (
-    LARGE_KEYS,
-    Origin,
-    RecordStore,
-    as_ranges,
-    materialize,
-)
-from agentloom.engine._rendering import (
-    CURRENT_RENDERING,
-    RENDERINGS,
-    Rendering,
-    rendering_binding,
-    rendering_named,
-    rendering_of,
-)
+from agentloom.engine._records import MAIN_INSTANCE, USER_INPUT_KEY, Record, status_key
+from agentloom.engine._redaction import Redactor, StreamRedactor
+from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
+from agentloom.engine._rendering import rendering_binding, rendering_named, rendering_of
 from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
     DelegateTool,
@@ -180,8 +145,6 @@ from agentloom.engine._tools import (
     Tool,
     ToolContext,
     ToolOutput,
-    Toolset,
-    build_toolset,
     builtin_tools,
 )
 from agentloom.engine._usage import (
@@ -191,139 +154,130 @@ from agentloom.engine._usage import (
     reported_prompt_tokens,
 )
 
-__all__ = [
-    "BUILTIN_TOOL_NAMES",
-    "CANCELLED_RESULT",
-    "CURRENT_RENDERING",
-    "DEFAULT_ESTIMATOR_ID",
-    "DEFAULT_MAX_MODEL_CALLS",
-    "DEFAULT_POLICY",
-    "DEFAULT_SAMPLES",
-    "ESTIMATORS",
-    "ESTIMATOR_CLASSES",
-    "FEEDBACK_PREFIX",
-    "FRAME_FORMAT",
-    "HANDOFF_MARK",
-    "INTERRUPTED_RESULT",
-    "KINDS",
-    "LARGE_KEYS",
-    "LEGACY_CONTEXT_CHARS",
-    "MAIN_INSTANCE",
-    "PURPOSES",
-    "QUESTION_ROOM_FLOOR",
-    "REASONING_KEY",
-    "RENDERINGS",
-    "TOOL_RESULT_VIEW_CHARS",
-    "UNKNOWN_RESULT",
-    "USER_INPUT_KEY",
+# Grouped by module, in the order of the imports above, rather than sorted as one list.
+__all__ = [  # noqa: RUF022
+    # _approval
     "WAITING_APPROVAL",
-    "BudgetCompactionPolicy",
+    "Decision",
+    # _budget
+    "JsonBytesEstimator",
+    "ModelBudget",
+    "TokenEstimator",
+    "estimator_from_binding",
+    # _calibration
+    "DEFAULT_SAMPLES",
     "CalibratedEstimator",
     "Calibration",
-    "CallStream",
-    "Checkpoint",
-    "Clock",
+    "calibration_config",
+    "resumed_estimator",
+    # _clock
+    "iso_utc",
+    # _compaction
+    "BudgetCompactionPolicy",
     "CompactionOutcome",
     "CompactionPolicy",
     "CompactionRequest",
-    "ConfigurationError",
-    "ContextBudgetExceeded",
+    # _context
     "ContextManager",
-    "ContextMeasure",
-    "ContextPolicy",
-    "Counters",
-    "Decision",
-    "DeepSeekEstimator",
-    "DelegateTool",
+    "JournalContextManager",
+    "PreparedContext",
+    # _engine
+    "Checkpoint",
     "Engine",
     "EngineConfig",
-    "EngineError",
     "EngineHooks",
-    "ExcerptJudge",
     "ExecutionLimits",
-    "ExecutionState",
-    "FrameError",
+    "create_engine",
+    # _errors
+    "ConfigurationError",
+    "EngineError",
     "GatewayError",
-    "InputCheck",
-    "InstanceFrame",
-    "JournalContextManager",
-    "JournalRecord",
-    "JsonBytesEstimator",
-    "LargeRecords",
     "LeaseLostError",
-    "LegacyCharPolicy",
-    "LocalDemoGateway",
+    "ToolCancelled",
+    "ToolError",
+    # _estimators
+    "ESTIMATORS",
+    "DeepSeekEstimator",
+    "O200kEstimator",
+    "estimator_named",
+    # _frame
+    "InstanceFrame",
     "ManagedContext",
-    "ModelBudget",
-    "ModelCallCancelled",
-    "ModelCallLimitReached",
-    "ModelCallRecord",
+    "iter_frame_records",
+    # _gate
+    "PayloadRules",
+    "check_payload",
+    "sent_request",
+    # _gateway
+    "CallStream",
+    "LocalDemoGateway",
     "ModelGateway",
     "ModelRequest",
     "ModelResponse",
-    "O200kEstimator",
-    "Origin",
-    "PayloadRuleBroken",
-    "PayloadRules",
-    "PreparedContext",
-    "ProjectedHistory",
-    "QuestionRoom",
-    "ReadRecordTool",
-    "Record",
-    "RecordStore",
-    "Redactor",
-    "Rendering",
-    "ReusableView",
-    "RunOutcome",
-    "StreamRedactor",
-    "SubAgent",
-    "TokenEstimator",
-    "TokenizerEstimator",
-    "Tool",
-    "ToolCancelled",
-    "ToolContext",
-    "ToolError",
-    "ToolOutput",
-    "Toolset",
-    "TriggerPolicy",
-    "as_ranges",
-    "block_excerpts",
-    "build_toolset",
-    "builtin_tools",
-    "cached_prompt_tokens",
-    "calibration_config",
-    "check_input",
-    "check_payload",
-    "create_engine",
-    "denied_result",
-    "estimate_error",
-    "estimator_from_binding",
-    "estimator_named",
+    "with_passed_back_reasoning",
+    "without_reasoning",
+    # _large
+    "LargeRecords",
     "history_judge",
-    "is_run_note",
-    "iso_utc",
-    "iter_frame_records",
-    "load_policy",
-    "materialize",
+    # _measure
+    "InputCheck",
+    "QuestionRoom",
+    "check_input",
     "measure_context",
-    "message_text",
-    "payload_problems",
-    "project_history",
-    "protocol_problems",
     "question_room",
-    "reasoning_required",
+    # _policy
+    "DEFAULT_POLICY",
+    "ContextPolicy",
+    "LegacyCharPolicy",
+    "TriggerPolicy",
+    "load_policy",
+    # _projection
+    "ExcerptJudge",
+    "JournalRecord",
+    "ProjectedHistory",
+    "ReusableView",
+    "block_excerpts",
+    "is_run_note",
+    "project_history",
+    # _protocol
+    "CANCELLED_RESULT",
+    "FEEDBACK_PREFIX",
+    "HANDOFF_MARK",
+    "INTERRUPTED_RESULT",
+    "REASONING_KEY",
+    "TOOL_RESULT_VIEW_CHARS",
+    "UNKNOWN_RESULT",
+    "message_text",
+    # _records
+    "MAIN_INSTANCE",
+    "USER_INPUT_KEY",
+    "Record",
+    "status_key",
+    # _redaction
+    "Redactor",
+    "StreamRedactor",
+    # _refs
+    "LARGE_KEYS",
+    "Origin",
+    "RecordStore",
+    "as_ranges",
+    "materialize",
+    # _rendering
     "rendering_binding",
     "rendering_named",
     "rendering_of",
+    # _tools
+    "BUILTIN_TOOL_NAMES",
+    "DelegateTool",
+    "ReadRecordTool",
+    "SubAgent",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "builtin_tools",
+    # _usage
+    "cached_prompt_tokens",
+    "estimate_error",
     "reported_completion_tokens",
     "reported_prompt_tokens",
-    "resumed_estimator",
-    "reusable_views",
-    "sent_request",
-    "status_key",
-    "system_clock",
-    "text_response",
-    "tool_call_response",
-    "with_passed_back_reasoning",
-    "without_reasoning",
 ]

@@ -64,7 +64,6 @@ __all__ = [
     "InstanceFrame",
     "ManagedContext",
     "iter_frame_records",
-    "reusable_views",
 ]
 
 FRAME_FORMAT = 2
@@ -503,35 +502,3 @@ def iter_frame_records(frame: dict[str, Any]) -> Iterator[tuple[str, dict[str, A
         yield frame["instance"], record
     for child in ((frame.get("state") or {}).get("children") or {}).values():
         yield from iter_frame_records(child)
-
-
-def reusable_views(frame: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return the frame's compaction snapshots as views a later run may reuse.
-
-    Each item is `{revision, covered_seq, messages, user_turns, model_steps,
-    baseline_user_turns, baseline_model_steps, inherited_watermark}`. `messages` is the snapshot
-    without its leading system messages (a new run brings its own), so it starts with the handoff
-    summary or the inherited history. `covered_seq` is the instance-record seq the snapshot
-    observed: the view stands for the session prefix up to that record, and may be saved only if
-    the run's inherited watermark plus its records up to `covered_seq` form a prefix of the
-    session's main-instance records.
-    """
-    views = []
-    for snapshot in (frame.get("context") or {}).get("compactions") or []:
-        messages = list(snapshot["messages"])
-        while messages and messages[0].get("role") == "system":
-            messages.pop(0)
-        counters = snapshot["counters"]
-        views.append(
-            {
-                "revision": snapshot["revision"],
-                "covered_seq": snapshot["covered_seq"],
-                "messages": messages,
-                "user_turns": counters["user_turns"],
-                "model_steps": counters["model_steps"],
-                "baseline_user_turns": counters["baseline_user_turns"],
-                "baseline_model_steps": counters["baseline_model_steps"],
-                "inherited_watermark": snapshot["inherited_watermark"],
-            }
-        )
-    return views

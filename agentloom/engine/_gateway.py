@@ -1,11 +1,12 @@
-"""The model gateway interface, the reply builders, and the offline demo gateway.
+"""The model gateway interface and the offline demo gateway.
 
 A gateway turns one `ModelRequest` (OpenAI chat-completions messages and tool schemas) into one
 `ModelResponse` (an assistant message). Real providers live in `agentloom.providers`; they
 implement this interface and are picked by the Django side.
 
 `LocalDemoGateway` is the offline demo model of the `local` provider: deterministic, and it says
-it is a demo. The scripted gateway of the tests lives in `agentloom.engine.testing`.
+it is a demo. The scripted gateway of the tests and its reply builders live in
+`agentloom.engine.testing`.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ __all__ = [
     "ModelGateway",
     "ModelRequest",
     "ModelResponse",
-    "text_response",
-    "tool_call_response",
     "with_passed_back_reasoning",
     "without_reasoning",
 ]
@@ -149,34 +148,6 @@ class ModelGateway(abc.ABC):
         """Return the model's reply to `request`."""
 
 
-def text_response(content: str, *, usage: dict[str, Any] | None = None) -> ModelResponse:
-    """Return a reply that is plain text (a final answer, a summary or a verdict)."""
-    return ModelResponse(
-        message={"role": "assistant", "content": content}, usage=usage, finish_reason="stop"
-    )
-
-
-def tool_call_response(
-    *calls: tuple[str, dict[str, Any] | str], content: str | None = None
-) -> ModelResponse:
-    """Return a reply that calls tools: each call is `(name, arguments)`, ids `call_<n>`."""
-    tool_calls = [
-        {
-            "id": f"call_{number}",
-            "type": "function",
-            "function": {
-                "name": name,
-                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-            },
-        }
-        for number, (name, arguments) in enumerate(calls, start=1)
-    ]
-    return ModelResponse(
-        message={"role": "assistant", "content": content, "tool_calls": tool_calls},
-        finish_reason="tool_calls",
-    )
-
-
 # Each message's copy without reasoning, by the identity of the message (which it holds, so the
 # identity stays its own): a view is sent again at every step, and measuring a copy made anew
 # each time would miss the estimators' size caches.
@@ -251,6 +222,26 @@ def _pieces(text: str) -> Iterator[str]:
             yield line
 
 
+def _text(content: str) -> ModelResponse:
+    return ModelResponse(message={"role": "assistant", "content": content}, finish_reason="stop")
+
+
+def _tool_calls(calls: list[tuple[str, str]], *, content: str, prefix: int) -> ModelResponse:
+    """Return a reply calling each `(name, arguments text)`, ids `local-<prefix>-<n>`."""
+    tool_calls = [
+        {
+            "id": f"local-{prefix}-{number}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        for number, (name, arguments) in enumerate(calls, start=1)
+    ]
+    return ModelResponse(
+        message={"role": "assistant", "content": content, "tool_calls": tool_calls},
+        finish_reason="tool_calls",
+    )
+
+
 class LocalDemoGateway(ModelGateway):
     """A deterministic, offline stand-in for a model, labelled as a demo in every reply.
 
@@ -269,7 +260,7 @@ class LocalDemoGateway(ModelGateway):
         if request.purpose == "compaction":
             reply = self._summary(request)
         elif request.purpose == "verification":
-            reply = text_response(f"PASS {DEMO_LABEL} verification is a stand-in check.")
+            reply = _text(f"PASS {DEMO_LABEL} verification is a stand-in check.")
         else:
             reply = self._action(request)
         prompt = len(json.dumps(request.messages)) // 4
@@ -295,7 +286,7 @@ class LocalDemoGateway(ModelGateway):
         # recent facts are kept.
         room = max(request.max_output_tokens - len(DEMO_LABEL) - 32, 0)
         body = body[-room:] if len(body) > room else body
-        return text_response(f"{DEMO_LABEL} handoff summary (extractive)\n{body}")
+        return _text(f"{DEMO_LABEL} handoff summary (extractive)\n{body}")
 
     def _action(self, request: ModelRequest) -> ModelResponse:
         messages = request.messages
@@ -322,7 +313,7 @@ class LocalDemoGateway(ModelGateway):
             # The work on this question was compacted: report from the summary instead of
             # starting the task over.
             facts = [line for line in progress[-1].splitlines()[1:] if line.strip()][-8:]
-            return text_response(
+            return _text(
                 "\n".join([f"{DEMO_LABEL} From the compacted progress on this question:", *facts])
             )
         question = message_text(messages[asked]) if asked >= 0 else ""
@@ -340,11 +331,8 @@ class LocalDemoGateway(ModelGateway):
             # sub-agent) belongs to that task, not to this message.
             calls.append((match.group(1), arguments))
         if calls:
-            reply = tool_call_response(*calls, content=f"{DEMO_LABEL} Calling tools.")
-            for number, call in enumerate(reply.message["tool_calls"], start=1):
-                call["id"] = f"local-{len(messages)}-{number}"
-            return reply
-        return text_response(f"{DEMO_LABEL} You asked: {question[:500]}")
+            return _tool_calls(calls, content=f"{DEMO_LABEL} Calling tools.", prefix=len(messages))
+        return _text(f"{DEMO_LABEL} You asked: {question[:500]}")
 
     def _cite_results(self, messages: list[dict[str, Any]], end: int) -> ModelResponse:
         """Answer from the tool group that ends at `end`."""
@@ -359,4 +347,4 @@ class LocalDemoGateway(ModelGateway):
         for message in messages[start:end]:
             name = names.get(message.get("tool_call_id"), "tool")
             lines.append(f"- {name}: {message_text(message)[:200]}")
-        return text_response("\n".join(lines))
+        return _text("\n".join(lines))

@@ -1,6 +1,7 @@
 """Test doubles of the engine: a scripted gateway, a session journal in memory, history trials.
 
-`ScriptedGateway` answers with scripted replies in order and keeps every request received.
+`ScriptedGateway` answers with scripted replies in order and keeps every request received;
+`text_response` and `tool_call_response` build those replies.
 
 `MemoryJournal` is the record store of by-reference frames without a database: engine tests and
 benchmarks save `format: 2` checkpoints into it and resume them, exactly as the application does
@@ -21,13 +22,7 @@ from typing import Any
 from agentloom.engine._budget import ModelBudget, TokenEstimator
 from agentloom.engine._engine import EngineConfig, ExecutionLimits, create_engine
 from agentloom.engine._errors import EngineError
-from agentloom.engine._gateway import (
-    ModelGateway,
-    ModelRequest,
-    ModelResponse,
-    text_response,
-    tool_call_response,
-)
+from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import LargeRecords, RecordSizer, history_judge
 from agentloom.engine._measure import check_input
 from agentloom.engine._policy import ContextPolicy
@@ -49,6 +44,8 @@ __all__ = [
     "Trial",
     "blob",
     "history_trial",
+    "text_response",
+    "tool_call_response",
 ]
 
 
@@ -57,6 +54,34 @@ class ScriptExhausted(EngineError):
 
 
 ScriptStep = ModelResponse | Callable[[ModelRequest], ModelResponse] | BaseException
+
+
+def text_response(content: str, *, usage: dict[str, Any] | None = None) -> ModelResponse:
+    """Return a reply that is plain text (a final answer, a summary or a verdict)."""
+    return ModelResponse(
+        message={"role": "assistant", "content": content}, usage=usage, finish_reason="stop"
+    )
+
+
+def tool_call_response(
+    *calls: tuple[str, dict[str, Any] | str], content: str | None = None
+) -> ModelResponse:
+    """Return a reply that calls tools: each call is `(name, arguments)`, ids `call_<n>`."""
+    tool_calls = [
+        {
+            "id": f"call_{number}",
+            "type": "function",
+            "function": {
+                "name": name,
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            },
+        }
+        for number, (name, arguments) in enumerate(calls, start=1)
+    ]
+    return ModelResponse(
+        message={"role": "assistant", "content": content, "tool_calls": tool_calls},
+        finish_reason="tool_calls",
+    )
 
 
 class ScriptedGateway(ModelGateway):

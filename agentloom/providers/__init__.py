@@ -8,7 +8,7 @@ arguments, and gets dataclasses and `ProviderError`s back. Where each rule lives
   the time of day (dated peak-hour rules, holiday calendars);
 - `pricing`: the price a call is billed at (manifest on official endpoints, an operator's
   prices elsewhere) and its cost; `discovery`: model lists, defaults and `retirement_of`;
-- `chat`: the gateways, DeepSeek's thinking settings among them.
+- `chat`: the gateways, their retry policy and timeouts, DeepSeek's thinking settings.
 """
 
 from agentloom.providers._addresses import (
@@ -41,6 +41,8 @@ from agentloom.providers.chat import (
     OllamaChatGateway,
     OpenAIChatGateway,
     OpenAICompatibleChatGateway,
+    RetryPolicy,
+    Timeouts,
     gateway_for_provider,
     parse_chat_completion,
     thinking_output_floor,
@@ -87,6 +89,8 @@ __all__ = [
     "ProviderError",
     "Resolver",
     "Retirement",
+    "RetryPolicy",
+    "Timeouts",
     "address_refusal",
     "discover_models",
     "endpoint_url",

@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine import (
@@ -33,6 +34,8 @@ __all__ = [
     "OllamaChatGateway",
     "OpenAIChatGateway",
     "OpenAICompatibleChatGateway",
+    "RetryPolicy",
+    "Timeouts",
     "gateway_for_provider",
     "parse_chat_completion",
     "thinking_output_floor",
@@ -41,15 +44,64 @@ __all__ = [
 logger = logging.getLogger("agentloom.providers")
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a chat gateway retries a failed model call.
+
+    Rate limits, 5xx answers, network failures and connect timeouts are retried up to
+    `max_attempts` calls in all, waiting `backoff`, then twice as long each time (at most
+    `max_backoff`), or the provider's `Retry-After` if longer and at most `max_retry_after`; a
+    longer `Retry-After` ends the retries. A read timeout is not retried.
+    """
+
+    max_attempts: int = 3
+    backoff: float = 1.0
+    max_backoff: float = 8.0
+    max_retry_after: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not _positive_int(self.max_attempts):
+            raise ValueError("max_attempts must be a positive integer")
+
+    def delay(self, error: ProviderError, attempt: int) -> float | None:
+        """Return the wait before the call after failed `attempt`, or None to give up."""
+        if not error.retryable or attempt >= self.max_attempts:
+            return None
+        delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+        if error.retry_after is not None:
+            if error.retry_after > self.max_retry_after:
+                return None
+            delay = max(delay, error.retry_after)
+        return delay
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long one attempt of a chat gateway's call may wait.
+
+    `read` bounds each wait for data; the whole answer is read within `total`, a minute more.
+    """
+
+    # A non-streamed answer arrives all at once, after the model has finished: reasoning models
+    # can take minutes, so the read timeout is long (and a read timeout is not retried).
+    read: float = 300.0
+
+    @property
+    def total(self) -> float:
+        """Return the time within which one attempt's answer is read whole."""
+        return self.read + 60.0
+
+
 class OpenAICompatibleChatGateway(ModelGateway):
     """Call `POST {base_url}/chat/completions` of a server speaking OpenAI's chat API.
 
     The output limit sent is the smallest of the request's, the configured `max_output_tokens`
-    and the provider's `max_output_cap`. Rate limits, 5xx answers, network failures and
-    connect timeouts are retried up to `max_attempts` calls in all, waiting `backoff`, then
-    twice as long each time (at most `max_backoff`), or the provider's `Retry-After` if longer
-    and at most `max_retry_after`; a longer `Retry-After` ends the retries. A read timeout is
-    not retried.
+    and the provider's `max_output_cap`. Failed calls are retried as `retry` says (`sleep`
+    waits between them), each attempt within `timeouts`.
 
     With `stream` (the default) the completion is requested streamed, with its usage in the
     stream (`stream_options.include_usage`), and what arrives is reported to the call's
@@ -75,50 +127,35 @@ class OpenAICompatibleChatGateway(ModelGateway):
         max_output_cap: int | None = None,
         allow_private_hosts: bool = False,
         client_factory: ClientFactory | None = None,
-        max_attempts: int = 3,
-        backoff: float = 1.0,
-        max_backoff: float = 8.0,
-        max_retry_after: float = 30.0,
-        read_timeout: float = 300.0,
+        retry: RetryPolicy = RetryPolicy(),
+        timeouts: Timeouts = Timeouts(),
         sleep: Callable[[float], None] = time.sleep,
         stream: bool = True,
     ):
         if not isinstance(model_id, str) or not model_id.strip():
             raise ValueError("model_id must be a non-empty string")
-        for name, value in (
-            ("max_output_tokens", max_output_tokens),
-            ("max_attempts", max_attempts),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer")
-        if max_output_cap is not None and (
-            isinstance(max_output_cap, bool)
-            or not isinstance(max_output_cap, int)
-            or max_output_cap < 1
-        ):
+        if not _positive_int(max_output_tokens):
+            raise ValueError("max_output_tokens must be a positive integer")
+        if max_output_cap is not None and not _positive_int(max_output_cap):
             raise ValueError("max_output_cap must be a positive integer or None")
         self.url = endpoint_url(base_url, "/chat/completions")
         self.model_id = model_id
         self.max_output_cap = max_output_cap
         self.max_output_tokens = min(max_output_tokens, max_output_cap or max_output_tokens)
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.max_retry_after = max_retry_after
+        self.retry = retry
+        self.timeouts = timeouts
         self._api_key = api_key
         self._sleep = sleep
         self.streams = stream
         # Every attempt may take the whole response time, and the waits between them count too.
-        self.deadline_seconds = (read_timeout + 60.0) * max_attempts + max_retry_after * (
-            max_attempts - 1
+        self.deadline_seconds = timeouts.total * retry.max_attempts + retry.max_retry_after * (
+            retry.max_attempts - 1
         )
-        # A non-streamed answer arrives all at once, after the model has finished: reasoning
-        # models can take minutes, so the read timeout is long and a read timeout not retried.
         self._client_factory = client_factory or functools.partial(
             secure_client,
             allow_private_hosts=allow_private_hosts,
-            read_timeout=read_timeout,
-            total_timeout=read_timeout + 60.0,
+            read_timeout=timeouts.read,
+            total_timeout=timeouts.total,
         )
 
     def __repr__(self) -> str:
@@ -128,13 +165,13 @@ class OpenAICompatibleChatGateway(ModelGateway):
         """Return the model's reply to `request`, or raise `ProviderError`."""
         payload = self.payload(request)
         with self._client_factory() as client:
-            for attempt in range(1, self.max_attempts + 1):
+            for attempt in range(1, self.retry.max_attempts + 1):
                 try:
                     document = self._exchange(client, payload, stream)
                 except ProviderError as exc:
                     if stream is not None and stream.cancelled.is_set():
                         raise ProviderError("cancelled") from None
-                    delay = self._retry_delay(exc, attempt)
+                    delay = self.retry.delay(exc, attempt)
                     if delay is None:
                         raise
                     logger.warning(
@@ -142,7 +179,7 @@ class OpenAICompatibleChatGateway(ModelGateway):
                         exc.kind,
                         exc.status,
                         attempt,
-                        self.max_attempts - 1,
+                        self.retry.max_attempts - 1,
                         delay,
                     )
                     self._sleep(delay)
@@ -193,16 +230,6 @@ class OpenAICompatibleChatGateway(ModelGateway):
         if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
             limit = min(limit, requested)
         return limit
-
-    def _retry_delay(self, error: ProviderError, attempt: int) -> float | None:
-        if not error.retryable or attempt >= self.max_attempts:
-            return None
-        delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-        if error.retry_after is not None:
-            if error.retry_after > self.max_retry_after:
-                return None
-            delay = max(delay, error.retry_after)
-        return delay
 
 
 class OpenAIChatGateway(OpenAICompatibleChatGateway):

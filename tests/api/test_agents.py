@@ -376,7 +376,8 @@ def test_publishing_freezes_the_version(api, agent, alice):
 
 
 def test_publish_refuses_an_agent_without_room_for_a_question(api, space, alice):
-    from agentloom.engine import BUILTIN_TOOL_NAMES, QUESTION_ROOM_FLOOR
+    from agentloom.engine import BUILTIN_TOOL_NAMES
+    from agentloom.engine._measure import QUESTION_ROOM_FLOOR
 
     small = make_connection(
         space, context_window=6_144, max_output_tokens=512, safety_margin_tokens=256

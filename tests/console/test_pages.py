@@ -7,8 +7,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from agentloom.engine import text_response, tool_call_response
-from agentloom.engine.testing import ScriptedGateway
+from agentloom.engine.testing import ScriptedGateway, text_response, tool_call_response
 from agentloom.spaces.models import Membership
 from context_app import engine_adapter
 from context_app.models import Agent

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import json
 
-from agentloom.engine import (
-    WAITING_APPROVAL,
-    Decision,
-    Tool,
-    denied_result,
-    text_response,
-    tool_call_response,
-)
-from agentloom.engine.testing import ScriptedGateway
+from agentloom.engine import WAITING_APPROVAL, Decision, Tool
+from agentloom.engine._approval import denied_result
+from agentloom.engine.testing import ScriptedGateway, text_response, tool_call_response
 from tests.engine.helpers import make_engine
 
 

@@ -3,13 +3,13 @@ import json
 import pytest
 
 from agentloom.engine import (
-    DEFAULT_ESTIMATOR_ID,
     ConfigurationError,
     ContextPolicy,
     JsonBytesEstimator,
     ModelBudget,
     estimator_from_binding,
 )
+from agentloom.engine._budget import DEFAULT_ESTIMATOR_ID
 
 
 def test_worked_example_of_the_design_note():

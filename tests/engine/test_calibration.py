@@ -21,9 +21,8 @@ from agentloom.engine import (
     O200kEstimator,
     calibration_config,
     estimator_named,
-    text_response,
-    tool_call_response,
 )
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import Recorder, make_engine
 
 REAL = O200kEstimator()

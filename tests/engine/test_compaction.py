@@ -10,11 +10,10 @@ from agentloom.engine import (
     JournalContextManager,
     LegacyCharPolicy,
     ModelBudget,
-    protocol_problems,
-    text_response,
 )
 from agentloom.engine._compaction import HANDOFF_HEADER, PLAN_HEADER
-from agentloom.engine._protocol import render_message
+from agentloom.engine._protocol import protocol_problems, render_message
+from agentloom.engine.testing import text_response
 from tests.engine.helpers import FakeClock, add_group, new_context, snapshot
 
 SMALL = ModelBudget(8_000, 1_000, 0)  # effective 7,000; trigger 5,600; target 4,200

@@ -7,13 +7,13 @@ import pytest
 from agentloom.engine import (
     BudgetCompactionPolicy,
     CompactionRequest,
-    ContextBudgetExceeded,
     ContextPolicy,
     GatewayError,
     JsonBytesEstimator,
-    text_response,
 )
 from agentloom.engine._compaction import HANDOFF_HEADER, SUMMARY_CUT
+from agentloom.engine._errors import ContextBudgetExceeded
+from agentloom.engine.testing import text_response
 from tests.engine.helpers import snapshot
 from tests.engine.test_compaction import SMALL, grown_context
 

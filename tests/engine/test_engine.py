@@ -4,7 +4,6 @@ import json
 import pytest
 
 from agentloom.engine import (
-    CURRENT_RENDERING,
     ConfigurationError,
     ContextPolicy,
     ExecutionLimits,
@@ -15,9 +14,9 @@ from agentloom.engine import (
     ToolError,
     builtin_tools,
     iter_frame_records,
-    text_response,
-    tool_call_response,
 )
+from agentloom.engine._rendering import CURRENT_RENDERING
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import FakeClock, Recorder, keys, kinds, make_engine
 
 UPSTREAM = GatewayError("upstream", "The provider failed to answer.")

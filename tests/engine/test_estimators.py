@@ -10,8 +10,6 @@ from hypothesis import strategies as st
 
 import agentloom.engine._budget as budget_module
 from agentloom.engine import (
-    DEFAULT_ESTIMATOR_ID,
-    ESTIMATOR_CLASSES,
     ESTIMATORS,
     ConfigurationError,
     ContextPolicy,
@@ -20,11 +18,11 @@ from agentloom.engine import (
     ModelBudget,
     O200kEstimator,
     TokenEstimator,
-    TokenizerEstimator,
     estimator_from_binding,
     estimator_named,
 )
-from agentloom.engine._estimators import deepseek_pieces
+from agentloom.engine._budget import DEFAULT_ESTIMATOR_ID
+from agentloom.engine._estimators import ESTIMATOR_CLASSES, TokenizerEstimator, deepseek_pieces
 from tests.engine.helpers import new_context
 
 SETTINGS = settings(

@@ -2,16 +2,9 @@ import json
 
 import pytest
 
-from agentloom.engine import (
-    FrameError,
-    InstanceFrame,
-    ModelBudget,
-    ProjectedHistory,
-    iter_frame_records,
-    reusable_views,
-    text_response,
-    tool_call_response,
-)
+from agentloom.engine import InstanceFrame, ModelBudget, ProjectedHistory, iter_frame_records
+from agentloom.engine._errors import FrameError
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import keys, make_engine
 
 RESEARCHER = {"name": "r", "description": "d", "system_prompt": "p", "tools": ["echo"]}
@@ -87,19 +80,18 @@ def test_re_saving_a_frame_yields_the_same_entry_keys(scripted):
     assert {instance for instance, _ in pairs} == {"main", "5.1"}
 
 
-def test_reusable_views_drop_the_system_message_and_carry_their_counters(scripted):
+def test_a_compaction_snapshot_keeps_what_it_observed_and_its_counters(scripted):
     frame = rich_frame(scripted)
 
-    (view,) = reusable_views(frame)
+    (snapshot,) = frame["context"]["compactions"]
 
-    snapshot = frame["context"]["compactions"][0]
     assert snapshot["messages"][0]["role"] == "system"
-    assert view["messages"] == snapshot["messages"][1:]
-    assert view["messages"][0]["content"].startswith("[handoff summary]")
-    assert view["covered_seq"] == 1  # observed only the run's question when it compacted
-    assert (view["user_turns"], view["model_steps"]) == (9, 8)
-    assert (view["baseline_user_turns"], view["baseline_model_steps"]) == (9, 8)
-    assert view["inherited_watermark"] == 16
+    assert snapshot["messages"][1]["content"].startswith("[handoff summary]")
+    assert snapshot["covered_seq"] == 1  # observed only the run's question when it compacted
+    counters = snapshot["counters"]
+    assert (counters["user_turns"], counters["model_steps"]) == (9, 8)
+    assert (counters["baseline_user_turns"], counters["baseline_model_steps"]) == (9, 8)
+    assert snapshot["inherited_watermark"] == 16
 
 
 def test_a_legacy_frame_without_records_loads_and_resumes(scripted):

@@ -8,10 +8,13 @@ from agentloom.engine import (
     ModelBudget,
     ModelRequest,
     ProjectedHistory,
+)
+from agentloom.engine.testing import (
+    ScriptedGateway,
+    ScriptExhausted,
     text_response,
     tool_call_response,
 )
-from agentloom.engine.testing import ScriptedGateway, ScriptExhausted
 from tests.engine.helpers import assert_openai_valid, make_engine
 
 

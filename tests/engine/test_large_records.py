@@ -21,11 +21,9 @@ from agentloom.engine import (
     ModelBudget,
     ModelGateway,
     ToolError,
-    text_response,
-    tool_call_response,
 )
 from agentloom.engine._large import READ_MAX_CHARS, RecordSizer, excerpt, parse_ref
-from agentloom.engine.testing import MemoryJournal
+from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
 from tests.engine.helpers import FakeClock, Recorder, add_group, make_engine, new_context
 
 DEMO_BUDGET = ModelBudget(6_144, 512, 256)

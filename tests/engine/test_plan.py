@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import json
 
-from agentloom.engine import (
-    ContextPolicy,
-    InstanceFrame,
-    ModelBudget,
-    ModelGateway,
-    builtin_tools,
-    text_response,
-    tool_call_response,
-)
+from agentloom.engine import ContextPolicy, InstanceFrame, ModelBudget, ModelGateway, builtin_tools
 from agentloom.engine._compaction import PLAN_HEADER
 from agentloom.engine._measure import plan_reserve
 from agentloom.engine._tools import render_plan
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import Recorder, make_engine
 
 SMALL = ModelBudget(8_000, 1_000, 0)  # effective 7,000; trigger 5,600; target 4,200

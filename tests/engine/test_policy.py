@@ -2,14 +2,14 @@ import pytest
 
 from agentloom.engine import (
     DEFAULT_POLICY,
-    LEGACY_CONTEXT_CHARS,
     ConfigurationError,
     ContextPolicy,
-    Counters,
     LegacyCharPolicy,
     ModelBudget,
     load_policy,
 )
+from agentloom.engine._policy import LEGACY_CONTEXT_CHARS
+from agentloom.engine._records import Counters
 
 BUDGET = ModelBudget(32_768, 4_096, 1_024)  # effective 27,648; trigger at 22,118
 

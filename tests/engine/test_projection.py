@@ -6,9 +6,8 @@ from agentloom.engine import (
     ProjectedHistory,
     ReusableView,
     project_history,
-    text_response,
-    tool_call_response,
 )
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import SessionJournal, make_engine
 from tests.support.openai_contract import assert_valid_request
 

@@ -22,10 +22,9 @@ from agentloom.engine import (
     ModelGateway,
     ProjectedHistory,
     project_history,
-    protocol_problems,
-    text_response,
-    tool_call_response,
 )
+from agentloom.engine._protocol import protocol_problems
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import FakeClock, Recorder, add_group, assert_openai_valid, make_engine
 from tests.support.openai_contract import assert_valid_request
 

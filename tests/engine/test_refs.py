@@ -16,15 +16,13 @@ from hypothesis import strategies as st
 from agentloom.engine import (
     ContextPolicy,
     EngineConfig,
-    FrameError,
     InstanceFrame,
     ModelBudget,
     ModelGateway,
     materialize,
-    text_response,
-    tool_call_response,
 )
-from agentloom.engine.testing import MemoryJournal
+from agentloom.engine._errors import FrameError
+from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
 from tests.engine.helpers import Recorder, assert_openai_valid, make_engine
 
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 
 from agentloom.engine import (
-    CURRENT_RENDERING,
-    RENDERINGS,
     ConfigurationError,
     EngineConfig,
     GatewayError,
     ModelResponse,
     ProjectedHistory,
     rendering_of,
-    text_response,
 )
+from agentloom.engine._rendering import CURRENT_RENDERING, RENDERINGS
+from agentloom.engine.testing import text_response
 from tests.engine.helpers import Recorder, make_engine
 
 

@@ -17,11 +17,10 @@ from agentloom.engine import (
     LeaseLostError,
     ModelBudget,
     ModelGateway,
-    protocol_problems,
-    text_response,
-    tool_call_response,
 )
+from agentloom.engine._protocol import protocol_problems
 from agentloom.engine._watch import Watch
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import Recorder, kinds, make_engine
 
 

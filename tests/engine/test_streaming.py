@@ -5,14 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from agentloom.engine import (
-    GatewayError,
-    ModelGateway,
-    Redactor,
-    StreamRedactor,
-    text_response,
-    tool_call_response,
-)
+from agentloom.engine import GatewayError, ModelGateway, Redactor, StreamRedactor
+from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import Recorder, kinds, make_engine
 
 SECRET = "sk-live-0123456789abcdef"

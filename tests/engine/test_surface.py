@@ -20,9 +20,9 @@ from agentloom.engine import (
     ProjectedHistory,
     SubAgent,
     create_engine,
-    text_response,
 )
-from agentloom.engine.testing import ScriptedGateway
+from agentloom.engine._engine import DEFAULT_MAX_MODEL_CALLS
+from agentloom.engine.testing import ScriptedGateway, text_response
 from tests.engine.helpers import FakeClock
 
 ENGINE_DIR = Path(engine.__file__).parent
@@ -43,7 +43,14 @@ def test_every_engine_module_but_the_package_and_testing_is_internal():
 
 
 def test_the_test_doubles_are_outside_the_public_surface():
-    for name in ("ScriptedGateway", "ScriptExhausted", "MemoryJournal", "history_trial"):
+    for name in (
+        "ScriptedGateway",
+        "ScriptExhausted",
+        "MemoryJournal",
+        "history_trial",
+        "text_response",
+        "tool_call_response",
+    ):
         assert name not in engine.__all__
         assert not hasattr(engine, name)
     # The demo model is product code and stays public.
@@ -137,7 +144,7 @@ def test_hooks_and_config_default_to_an_engine_that_keeps_nothing():
     assert built.hooks == EngineHooks()
     config = built.config
     assert config.estimator.binding() == JsonBytesEstimator().binding()
-    assert config.limits.max_model_calls == engine.DEFAULT_MAX_MODEL_CALLS
+    assert config.limits.max_model_calls == DEFAULT_MAX_MODEL_CALLS
     assert config.context_manager is JournalContextManager
     assert (config.record_store, config.sub_agents, config.secrets) == (None, (), ())
 

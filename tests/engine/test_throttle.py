@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from agentloom.engine import ContextPolicy, InstanceFrame, JournalContextManager, text_response
+from agentloom.engine import ContextPolicy, InstanceFrame, JournalContextManager
 from agentloom.engine._context import THROTTLE_GROWTH_SHARE, THROTTLE_STEPS
+from agentloom.engine.testing import text_response
 from tests.engine.helpers import FakeClock, add_group
 from tests.engine.test_compaction import SMALL, grown_context, summariser
 
@@ -90,7 +91,8 @@ def test_a_snapshot_names_exactly_the_records_its_summary_replaced(scripted):
 def test_a_request_over_the_hard_budget_always_gets_its_compaction(scripted):
     # The audit's repro (D1): a 503 on the compaction call throttled every later attempt, and a
     # request over the hard budget then failed without any model call, run after run.
-    from agentloom.engine import GatewayError, ModelBudget, tool_call_response
+    from agentloom.engine import GatewayError, ModelBudget
+    from agentloom.engine.testing import tool_call_response
     from tests.engine.helpers import make_engine
 
     policy = ContextPolicy(context_ratio=0.95)

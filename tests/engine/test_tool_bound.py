@@ -12,11 +12,10 @@ from agentloom.engine import (
     DeepSeekEstimator,
     JsonBytesEstimator,
     O200kEstimator,
-    TokenizerEstimator,
     estimator_from_binding,
     estimator_named,
 )
-from agentloom.engine._estimators import TOOL_MARGIN
+from agentloom.engine._estimators import TOOL_MARGIN, TokenizerEstimator
 
 FIXTURES = json.loads(
     (Path(__file__).parent / "fixtures" / "tool_usage.json").read_text(encoding="utf-8")

@@ -10,10 +10,9 @@ from agentloom.engine import (
     Tool,
     ToolError,
     ToolOutput,
-    build_toolset,
     builtin_tools,
 )
-from agentloom.engine._tools import argument_errors, evaluate_arithmetic
+from agentloom.engine._tools import argument_errors, build_toolset, evaluate_arithmetic
 from tests.support.openai_contract import assert_valid_request
 
 
@@ -151,8 +150,7 @@ class _DetailedTool(Tool):
 
 
 def test_a_tool_output_keeps_its_detail_in_the_record_and_out_of_the_view():
-    from agentloom.engine import text_response, tool_call_response
-    from agentloom.engine.testing import ScriptedGateway
+    from agentloom.engine.testing import ScriptedGateway, text_response, tool_call_response
     from tests.engine.helpers import make_engine
 
     gateway = ScriptedGateway(

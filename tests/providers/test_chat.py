@@ -13,6 +13,8 @@ from agentloom.providers import (
     OpenAIChatGateway,
     OpenAICompatibleChatGateway,
     ProviderError,
+    RetryPolicy,
+    Timeouts,
     gateway_for_provider,
     parse_chat_completion,
 )
@@ -155,7 +157,7 @@ def test_retries_with_backoff_on_429_and_503_then_succeeds(provider_double):
     provider_double.reply(status=503, json={"error": {"message": "overloaded"}})
     provider_double.reply_chat(content="finally")
     sleeps = Sleeps()
-    chat = gateway(provider_double, sleep=sleeps, backoff=0.5)
+    chat = gateway(provider_double, sleep=sleeps, retry=RetryPolicy(backoff=0.5))
     assert chat.complete(ask()).message["content"] == "finally"
     assert provider_double.hits("/v1/chat/completions") == 3
     assert sleeps == [0.5, 1.0]
@@ -165,7 +167,7 @@ def test_retry_after_is_honoured_up_to_a_limit(provider_double):
     provider_double.reply(status=429, json={}, headers={"Retry-After": "2"})
     provider_double.reply_chat()
     sleeps = Sleeps()
-    gateway(provider_double, sleep=sleeps, backoff=0.5).complete(ask())
+    gateway(provider_double, sleep=sleeps, retry=RetryPolicy(backoff=0.5)).complete(ask())
     assert sleeps == [2.0]
 
     provider_double.reply(status=429, json={}, headers={"Retry-After": "3600"})
@@ -180,7 +182,9 @@ def test_retries_are_bounded(provider_double):
         provider_double.reply(status=500, json={"error": {"message": "boom"}})
     sleeps = Sleeps()
     with pytest.raises(ProviderError) as caught:
-        gateway(provider_double, sleep=sleeps, max_attempts=3, backoff=1.0).complete(ask())
+        gateway(
+            provider_double, sleep=sleeps, retry=RetryPolicy(max_attempts=3, backoff=1.0)
+        ).complete(ask())
     assert (caught.value.kind, caught.value.status) == ("upstream", 500)
     assert provider_double.hits("/v1/chat/completions") == 3
     assert sleeps == [1.0, 2.0]
@@ -299,7 +303,7 @@ def test_known_provider_errors_name_what_to_do(provider_double, status, body, he
     for _ in range(3):
         provider_double.reply(status=status, json=body, headers=headers)
     with pytest.raises(ProviderError) as caught:
-        gateway(provider_double, max_retry_after=5.0).complete(ask())
+        gateway(provider_double, retry=RetryPolicy(max_retry_after=5.0)).complete(ask())
     assert caught.value.kind == kind
     assert says in caught.value.message
     assert KEY not in str(caught.value)
@@ -414,7 +418,7 @@ def test_a_read_timeout_is_not_retried(provider_double):
     provider_double.reply_chat(content="late")
     provider_double.reply(json={}, delay=3)
     sleeps = Sleeps()
-    chat = gateway(provider_double, sleep=sleeps, read_timeout=0.2)
+    chat = gateway(provider_double, sleep=sleeps, timeouts=Timeouts(read=0.2))
     assert chat.complete(ask()).message["content"] == "late"
     with pytest.raises(ProviderError) as caught:
         chat.complete(ask())

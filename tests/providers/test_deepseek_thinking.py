@@ -12,12 +12,8 @@ import json
 import httpx
 import pytest
 
-from agentloom.engine import (
-    EngineConfig,
-    ModelRequest,
-    PayloadRuleBroken,
-    check_payload,
-)
+from agentloom.engine import EngineConfig, ModelRequest, check_payload
+from agentloom.engine._errors import PayloadRuleBroken
 from agentloom.engine.testing import MemoryJournal
 from agentloom.providers import DeepSeekChatGateway, OpenAIChatGateway
 from tests.engine.helpers import Recorder, make_engine

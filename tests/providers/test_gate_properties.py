@@ -15,17 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentloom.engine import (
-    EngineConfig,
-    GatewayError,
-    ModelBudget,
-    ModelRequest,
-    PayloadRuleBroken,
-    check_payload,
-    text_response,
-    tool_call_response,
-)
-from agentloom.engine.testing import MemoryJournal
+from agentloom.engine import EngineConfig, GatewayError, ModelBudget, ModelRequest, check_payload
+from agentloom.engine._errors import PayloadRuleBroken
+from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
 from agentloom.providers import (
     DeepSeekChatGateway,
     OpenAIChatGateway,

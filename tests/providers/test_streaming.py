@@ -8,7 +8,7 @@ import time
 import pytest
 
 from agentloom.engine import CallStream, ModelRequest
-from agentloom.providers import ProviderError
+from agentloom.providers import ProviderError, RetryPolicy
 from agentloom.providers.chat import DeepSeekChatGateway, OpenAIChatGateway
 from tests.support.deepseek_double import DeepSeekDouble
 from tests.support.provider_double import chat_completion
@@ -94,7 +94,9 @@ def test_an_error_event_in_the_stream_is_mapped_without_its_text(provider_double
 def test_a_stream_broken_after_its_first_byte_is_not_retried(provider_double):
     provider_double.reply_stream([{"choices": [{"index": 0, "delta": {"content": "a"}}]}, "{not"])
     with pytest.raises(ProviderError) as caught:
-        gateway(provider_double, max_attempts=3).complete(QUESTION, stream=CallStream(Collect()))
+        gateway(provider_double, retry=RetryPolicy(max_attempts=3)).complete(
+            QUESTION, stream=CallStream(Collect())
+        )
     assert caught.value.kind == "protocol"
     assert provider_double.hits("/v1/chat/completions") == 1
 

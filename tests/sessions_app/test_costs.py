@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentloom.engine import ModelGateway, text_response
+from agentloom.engine import ModelGateway
+from agentloom.engine.testing import text_response
 from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import PriceInForce
 from context_app import engine_adapter

@@ -9,8 +9,8 @@ from agentloom.engine import (
     cached_prompt_tokens,
     estimate_error,
     reported_prompt_tokens,
-    text_response,
 )
+from agentloom.engine.testing import text_response
 from context_app import engine_adapter
 from sessions_app.models import ModelCall
 from sessions_app.selectors import run_context

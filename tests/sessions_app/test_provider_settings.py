@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from agentloom.engine import ModelGateway, ModelRequest, text_response
+from agentloom.engine import ModelGateway, ModelRequest
+from agentloom.engine.testing import text_response
 from agentloom.errors import InvalidInput
 from context_app import engine_adapter
 from context_app.services import agent_create, agent_publish, version_snapshot

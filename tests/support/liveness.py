@@ -35,8 +35,8 @@ from agentloom.engine import (
     ModelGateway,
     ModelRequest,
     ModelResponse,
-    text_response,
 )
+from agentloom.engine.testing import text_response
 from context_app import engine_adapter
 from context_app.services import agent_create, agent_publish
 from sessions_app.demo import DEMO_CONTEXT_WINDOW, DEMO_SUB_AGENTS

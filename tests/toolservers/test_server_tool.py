@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from agentloom.engine import INTERRUPTED_RESULT, EngineConfig, text_response
-from agentloom.engine import tool_call_response as call
-from agentloom.engine.testing import ScriptedGateway
+from agentloom.engine import INTERRUPTED_RESULT, EngineConfig
+from agentloom.engine.testing import ScriptedGateway, text_response
+from agentloom.engine.testing import tool_call_response as call
 from agentloom.toolservers import ServerAddress, ServerTool, list_tools
 from tests.engine.helpers import make_engine
 
