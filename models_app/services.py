@@ -34,6 +34,7 @@ from agentloom.providers import (
     OFFICIAL_ENDPOINTS,
     PROVIDERS,
     WINDOW_SOURCES,
+    DiscoveredModel,
     ProviderError,
     address_refusal,
     is_chat_model_id,
@@ -574,23 +575,8 @@ def _resolve_window(
     gives, never asking the provider); an omitted value is kept on update while the model stays
     the same, else it is the default too.
     """
-    defaults = model_defaults(provider, base_url, model_id)
-    if num_ctx is not None:
-        defaults = dataclasses.replace(
-            defaults,
-            context_window=num_ctx,
-            max_output_tokens=_default_output(num_ctx, None),
-            window_source="num_ctx",
-            source_url=None,
-            verified_on=None,
-            warning=None,
-        )
-    sent: dict[str, int] = {}
-    for name in (*WINDOW_VALUES, "safety_margin_tokens"):
-        if fields.get(name) is not None:
-            minimum = 0 if name == "safety_margin_tokens" else 1
-            sent[name] = _clean_tokens(fields[name], field=name, minimum=minimum)
-
+    defaults = _window_defaults(provider, base_url, model_id, num_ctx)
+    sent = _sent_tokens(fields)
     # A changed num_ctx changes the window the server runs with, as another model would.
     same_model = current is not None and (
         current.provider,
@@ -601,22 +587,67 @@ def _resolve_window(
     kept = {
         name: getattr(current, name) for name in WINDOW_VALUES if same_model and name not in fields
     }
+    sizes = _window_sizes(provider, defaults, sent=sent, kept=kept)
+    margin = _safety_margin(current, fields, sent=sent)
+    _require_input_budget(sizes, margin, sent=sent)
+    source, source_url, verified_on = _resolve_source(
+        current, fields, defaults=defaults, sent=sent, kept=kept
+    )
+    return {
+        "context_window": sizes["context_window"],
+        "max_output_tokens": sizes["max_output_tokens"],
+        "max_output_cap": sizes["max_output_cap"],
+        "safety_margin_tokens": margin,
+        "window_source": source,
+        "source_url": source_url,
+        "verified_on": verified_on,
+    }
 
-    def value(name: str, default: Any) -> Any:
-        if name in sent:
-            return sent[name]
-        if name in kept:
-            return kept[name]
-        return default
 
-    context_window = value("context_window", defaults.context_window)
-    max_output_cap = value("max_output_cap", defaults.max_output_cap)
+def _window_defaults(
+    provider: str, base_url: str, model_id: str, num_ctx: int | None
+) -> DiscoveredModel:
+    """Return the model's default window values; an Ollama num_ctx is the window it runs with."""
+    defaults = model_defaults(provider, base_url, model_id)
+    if num_ctx is None:
+        return defaults
+    return dataclasses.replace(
+        defaults,
+        context_window=num_ctx,
+        max_output_tokens=_default_output(num_ctx, None),
+        window_source="num_ctx",
+        source_url=None,
+        verified_on=None,
+        warning=None,
+    )
+
+
+def _sent_tokens(fields: dict[str, Any]) -> dict[str, int]:
+    """Return the window values and safety margin `fields` sends (null ones are not sent)."""
+    sent: dict[str, int] = {}
+    for name in (*WINDOW_VALUES, "safety_margin_tokens"):
+        if fields.get(name) is not None:
+            minimum = 0 if name == "safety_margin_tokens" else 1
+            sent[name] = _clean_tokens(fields[name], field=name, minimum=minimum)
+    return sent
+
+
+def _window_sizes(
+    provider: str, defaults: DiscoveredModel, *, sent: dict[str, int], kept: dict[str, Any]
+) -> dict[str, Any]:
+    """Return the context window, output cap and output reservation: each as sent, else as kept,
+    else its default; the reservation stays under the cap and at a thinking model's floor."""
+    chosen = {**kept, **sent}
+    context_window = chosen.get("context_window", defaults.context_window)
+    max_output_cap = chosen.get("max_output_cap", defaults.max_output_cap)
     if "max_output_cap" in sent and max_output_cap > context_window:
         raise InvalidInput(
             f"The output cap cannot exceed the context window ({context_window}).",
             field="max_output_cap",
         )
-    max_output_tokens = value("max_output_tokens", _default_output(context_window, max_output_cap))
+    max_output_tokens = chosen.get(
+        "max_output_tokens", _default_output(context_window, max_output_cap)
+    )
     if max_output_cap is not None and max_output_tokens > max_output_cap:
         if "max_output_tokens" in sent:
             raise InvalidInput(
@@ -627,13 +658,27 @@ def _resolve_window(
     max_output_tokens = _above_thinking_floor(
         provider, max_output_tokens, chosen="max_output_tokens" in sent, cap=max_output_cap
     )
+    return {
+        "context_window": context_window,
+        "max_output_tokens": max_output_tokens,
+        "max_output_cap": max_output_cap,
+    }
 
+
+def _safety_margin(
+    current: ModelConnection | None, fields: dict[str, Any], *, sent: dict[str, int]
+) -> int:
+    """Return the margin sent, else the stored one on update, else the default."""
     if "safety_margin_tokens" in sent:
-        margin = sent["safety_margin_tokens"]
-    elif current is not None and "safety_margin_tokens" not in fields:
-        margin = current.safety_margin_tokens
-    else:
-        margin = DEFAULT_SAFETY_MARGIN_TOKENS
+        return sent["safety_margin_tokens"]
+    if current is not None and "safety_margin_tokens" not in fields:
+        return current.safety_margin_tokens
+    return DEFAULT_SAFETY_MARGIN_TOKENS
+
+
+def _require_input_budget(sizes: dict[str, Any], margin: int, *, sent: dict[str, int]) -> None:
+    """Refuse values that leave no input budget, naming the first value sent."""
+    context_window, max_output_tokens = sizes["context_window"], sizes["max_output_tokens"]
     budget = context_window - max_output_tokens - margin
     if budget <= 0:
         named = [name for name in (*WINDOW_VALUES, "safety_margin_tokens") if name in sent]
@@ -643,19 +688,6 @@ def _resolve_window(
             f"{budget}) must be positive.",
             field=named[0] if named else "context_window",
         )
-
-    source, source_url, verified_on = _resolve_source(
-        current, fields, defaults=defaults, sent=sent, kept=kept
-    )
-    return {
-        "context_window": context_window,
-        "max_output_tokens": max_output_tokens,
-        "max_output_cap": max_output_cap,
-        "safety_margin_tokens": margin,
-        "window_source": source,
-        "source_url": source_url,
-        "verified_on": verified_on,
-    }
 
 
 def _resolve_source(current, fields, *, defaults, sent, kept) -> tuple[str, str, Any]:
