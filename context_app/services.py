@@ -21,6 +21,7 @@ from context_app.engine_adapter import (
     snapshot_question_room,
 )
 from context_app.models import Agent, AgentVersion
+from context_app.selectors import PUBLISHED_FIELDS
 from context_app.server_tools import (
     clean_approval,
     clean_server_tool_names,
@@ -129,16 +130,9 @@ def _clean_connection(value: Any, *, space_id: int) -> ModelConnection | None:
     return connection
 
 
-_DRAFT_FIELDS = (
-    "name",
-    "system_prompt",
-    "model_connection",
-    "tools",
-    "approval",
-    "sub_agents",
-    "verify_completion",
-    "context_policy",
-)
+# What publishing freezes, and the approval modes of the tool-server tools: those are frozen
+# inside each tool's entry of the snapshot (`frozen_server_tools`), not compared on their own.
+_DRAFT_FIELDS = (*PUBLISHED_FIELDS, "approval")
 
 
 def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
