@@ -23,7 +23,7 @@ from agentloom.engine import DEFAULT_POLICY, ConfigurationError, ContextPolicy
 from agentloom.errors import ApplicationError, InvalidInput
 from agentloom.forms import JSONFormField
 from agentloom.spaces.admin_json import json_tree
-from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
+from agentloom.spaces.admin_scoping import DurableWritesAdmin, ReadOnlyAdmin, SpaceScopedAdmin
 from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import draft_changes, latest_versions
@@ -384,7 +384,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(SpaceScopedAdmin):
+class AgentVersionAdmin(ReadOnlyAdmin, SpaceScopedAdmin):
     """Published versions are frozen: the admin shows them and never edits them."""
 
     space_path = "agent__space"
@@ -399,12 +399,3 @@ class AgentVersionAdmin(SpaceScopedAdmin):
     @admin.display(description="Snapshot")
     def snapshot_tree(self, obj):
         return json_tree(obj.snapshot)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -13,7 +13,7 @@ from django.utils.html import format_html_join
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_encrypted import EncryptedPayloadAdmin
-from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
+from agentloom.spaces.admin_scoping import DurableWritesAdmin, ReadOnlyAdmin, SpaceScopedAdmin
 from sessions_app.models import (
     ModelCall,
     Run,
@@ -204,7 +204,7 @@ class ModelCallAdmin(SessionScopedAdmin):
 
 
 @admin.register(SessionDeletion)
-class SessionDeletionAdmin(SpaceScopedAdmin):
+class SessionDeletionAdmin(ReadOnlyAdmin, SpaceScopedAdmin):
     """Who deleted which session and when: a record, never changed."""
 
     list_display = ["session_number", "session_title", "space", "deleted_by_username"]
@@ -218,12 +218,3 @@ class SessionDeletionAdmin(SpaceScopedAdmin):
         "deleted_at",
         "purged_at",
     ]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

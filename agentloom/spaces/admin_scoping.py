@@ -5,6 +5,7 @@ from it. Each names the path from its model to the Space (`space_path`); lists, 
 autocomplete answers and every foreign-key choice are then filtered through the API's selectors
 (`spaces_for_user`), and changing, adding or deleting needs the admin role in the object's space,
 as the services require. Superusers, the platform's operators, see everything.
+`ReadOnlyAdmin` shows records that nobody adds, changes or deletes here.
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ def colleagues(user):
         .distinct()
         .order_by("username")
     )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin of records that nobody adds, changes or deletes here, superusers included."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class SpaceScopedAdmin(admin.ModelAdmin):
