@@ -3,6 +3,11 @@
 `connection_validate` applies the rules without writing, so the admin form shows the same errors
 the API gives; `connection_create` and `connection_update` apply them again inside the write.
 
+The writes are durable actions (`transaction.atomic(durable=True)`): one outermost transaction,
+committed when it returns, and an error inside another atomic block. Each `<action>_nested` is
+the same write as part of the caller's transaction (a savepoint there), for the admin's pages,
+which Django runs in one transaction.
+
 Replaced keys stay redacted: when an update changes a connection's key, the old key joins the
 connection's previous keys (encrypted like the key), which are used for redaction only
 (`redaction_secrets`), never sent to a provider or shown. The last `PREVIOUS_KEYS_KEPT` (5)
@@ -63,8 +68,11 @@ __all__ = [
     "clean_base_url",
     "clean_provider",
     "connection_create",
+    "connection_create_nested",
     "connection_delete",
+    "connection_delete_nested",
     "connection_update",
+    "connection_update_nested",
     "connection_validate",
     "redaction_secrets",
     "same_endpoint",
@@ -785,6 +793,12 @@ def connection_validate(
 @transaction.atomic(durable=True)
 def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
     """Create a model connection in `space` (space admins only)."""
+    return connection_create_nested(user=user, space=space, **fields)
+
+
+@transaction.atomic
+def connection_create_nested(*, user, space: Space, **fields: Any) -> ModelConnection:
+    """`connection_create` as part of the caller's transaction."""
     values = connection_validate(user=user, space=space, fields=fields)
     connection = ModelConnection(space=space, **values)
     _save(connection)
@@ -794,6 +808,14 @@ def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
 @transaction.atomic(durable=True)
 def connection_update(*, user, connection: ModelConnection, **changes: Any) -> ModelConnection:
     """Change a model connection (space admins only); a blank key keeps the stored one."""
+    return connection_update_nested(user=user, connection=connection, **changes)
+
+
+@transaction.atomic
+def connection_update_nested(
+    *, user, connection: ModelConnection, **changes: Any
+) -> ModelConnection:
+    """`connection_update` as part of the caller's transaction."""
     require_space_admin(user, connection.space_id)
     # Compare with the stored row, not with whatever the caller's instance holds in memory.
     current = ModelConnection.objects.select_for_update().get(pk=connection.pk)
@@ -808,6 +830,12 @@ def connection_update(*, user, connection: ModelConnection, **changes: Any) -> M
 @transaction.atomic(durable=True)
 def connection_delete(*, user, connection: ModelConnection) -> None:
     """Delete a connection no agent uses (space admins only); else raise Conflict."""
+    connection_delete_nested(user=user, connection=connection)
+
+
+@transaction.atomic
+def connection_delete_nested(*, user, connection: ModelConnection) -> None:
+    """`connection_delete` as part of the caller's transaction."""
     require_space_admin(user, connection.space_id)
     versions = list(
         connection.agent_versions.select_related("agent").order_by("agent_id", "number")[:6]
