@@ -23,7 +23,7 @@ from agentloom.engine import DEFAULT_POLICY, ConfigurationError, ContextPolicy
 from agentloom.errors import ApplicationError, InvalidInput
 from agentloom.forms import JSONFormField
 from agentloom.spaces.admin_json import json_tree
-from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
+from agentloom.spaces.admin_scoping import ReadOnlyAdmin, SpaceScopedAdmin
 from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import draft_changes, latest_versions
@@ -31,6 +31,7 @@ from context_app.server_tools import choosable_server_tools
 from context_app.services import (
     MAX_SUB_AGENTS,
     agent_publish,
+    agent_publish_nested,
     agent_question_room,
     clean_sub_agent,
     draft_validate,
@@ -272,11 +273,13 @@ def publication_text(agent: Agent) -> str:
 
 
 @admin.register(Agent)
-class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
+class AgentAdmin(SpaceScopedAdmin):
     """Drafts of the staff user's spaces; changed and published by its admins, as in the API.
 
     The change page has a "Save and publish" button and the list a publish action: both go
-    through `agent_publish`, so the same checks (space admin, usable connection) apply.
+    through `agent_publish`, so the same checks (space admin, usable connection) apply. The
+    button publishes within the page's transaction, after the save (`agent_publish_nested`): a
+    refusal leaves the save in place.
     """
 
     form = AgentForm
@@ -336,9 +339,9 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
             f"floor {room['floor']}){verdict}"
         )
 
-    def _publish(self, request, agent: Agent) -> bool:
+    def _publish(self, request, agent: Agent, publish=agent_publish) -> bool:
         try:
-            version = agent_publish(user=request.user, agent=agent)
+            version = publish(user=request.user, agent=agent)
         except ApplicationError as error:
             field = f" ({error.field.replace('_', ' ')})" if error.field else ""
             self.message_user(
@@ -373,7 +376,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
     def _after_save(self, request, obj, response):
         if PUBLISH_BUTTON not in request.POST:
             return response
-        self._publish(request, obj)
+        self._publish(request, obj, agent_publish_nested)
         return HttpResponseRedirect(reverse("admin:context_app_agent_change", args=[obj.pk]))
 
     def response_change(self, request, obj):
@@ -384,7 +387,7 @@ class AgentAdmin(DurableWritesAdmin, SpaceScopedAdmin):
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(SpaceScopedAdmin):
+class AgentVersionAdmin(ReadOnlyAdmin, SpaceScopedAdmin):
     """Published versions are frozen: the admin shows them and never edits them."""
 
     space_path = "agent__space"
@@ -399,12 +402,3 @@ class AgentVersionAdmin(SpaceScopedAdmin):
     @admin.display(description="Snapshot")
     def snapshot_tree(self, obj):
         return json_tree(obj.snapshot)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -57,7 +57,8 @@ def latest_versions(agents) -> dict[int, AgentVersion]:
     return latest
 
 
-# What publishing freezes from the draft, in the order the pages list differences.
+# What publishing freezes from the draft, in the order the pages list differences. A draft's
+# fields are these and the approval modes (`context_app.services`).
 PUBLISHED_FIELDS = (
     "name",
     "system_prompt",

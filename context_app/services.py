@@ -1,4 +1,10 @@
-"""Writes on agents: drafts with a validated context policy, and frozen published versions."""
+"""Writes on agents: drafts with a validated context policy, and frozen published versions.
+
+Each action is durable (`transaction.atomic(durable=True)`): one outermost transaction, committed
+when it returns, and an error inside another atomic block. `agent_publish_nested` is the same
+write as part of the caller's transaction (a savepoint there), for the admin's change page, which
+Django runs in one transaction.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from context_app.engine_adapter import (
     snapshot_question_room,
 )
 from context_app.models import Agent, AgentVersion
+from context_app.selectors import PUBLISHED_FIELDS
 from context_app.server_tools import (
     clean_approval,
     clean_server_tool_names,
@@ -129,16 +136,9 @@ def _clean_connection(value: Any, *, space_id: int) -> ModelConnection | None:
     return connection
 
 
-_DRAFT_FIELDS = (
-    "name",
-    "system_prompt",
-    "model_connection",
-    "tools",
-    "approval",
-    "sub_agents",
-    "verify_completion",
-    "context_policy",
-)
+# What publishing freezes, and the approval modes of the tool-server tools: those are frozen
+# inside each tool's entry of the snapshot (`frozen_server_tools`), not compared on their own.
+_DRAFT_FIELDS = (*PUBLISHED_FIELDS, "approval")
 
 
 def _apply_draft(agent: Agent, changes: dict[str, Any]) -> None:
@@ -189,7 +189,7 @@ def draft_validate(agent: Agent, changes: dict[str, Any]) -> Agent:
     return probe
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def agent_create(*, user, space, **fields: Any) -> Agent:
     """Create a draft agent in `space`; the creator must be a space admin."""
     require_space_admin(user, space)
@@ -202,7 +202,7 @@ def agent_create(*, user, space, **fields: Any) -> Agent:
     return agent
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def agent_update(*, user, agent: Agent, **changes: Any) -> Agent:
     """Change a draft; published versions and their runs are unaffected."""
     require_space_admin(user, agent.space_id)
@@ -266,6 +266,12 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
 @transaction.atomic(durable=True)
 def agent_publish(*, user, agent: Agent) -> AgentVersion:
     """Freeze the draft into the next immutable AgentVersion."""
+    return agent_publish_nested(user=user, agent=agent)
+
+
+@transaction.atomic
+def agent_publish_nested(*, user, agent: Agent) -> AgentVersion:
+    """`agent_publish` as part of the caller's transaction."""
     require_space_admin(user, agent.space_id)
     agent = (
         Agent.objects.select_for_update(of=("self",))

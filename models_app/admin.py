@@ -1,8 +1,9 @@
 """The model page: pick a provider, fetch its models, and see where the window numbers came from.
 
 The form validates through `models_app.services.connection_validate` and saves through
-`connection_create` / `connection_update`, so the page and the API refuse the same input with the
-same messages. `static/models_app/discover.js` does the fetching without a page reload.
+`connection_create` / `connection_update` (their nested forms, within the page's transaction), so
+the page and the API refuse the same input with the same messages.
+`static/models_app/discover.js` does the fetching without a page reload.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from agentloom.errors import ApplicationError
 from agentloom.providers import punycode_url, retirement_of
 from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
 from agentloom.providers.pricing import price_in_force
-from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
-from agentloom.spaces.models import Membership
-from agentloom.spaces.selectors import administered_spaces, space_role
+from agentloom.spaces.admin_scoping import ServiceWritesAdmin
+from agentloom.spaces.selectors import administered_spaces
 from models_app import checks
 from models_app.models import ModelConnection
 from models_app.selectors import connection_usage
@@ -30,9 +30,10 @@ from models_app.services import (
     CONNECTION_FIELDS,
     DEFAULT_SAFETY_MARGIN_TOKENS,
     WINDOW_VALUES,
-    connection_create,
+    connection_create_nested,
     connection_delete,
-    connection_update,
+    connection_delete_nested,
+    connection_update_nested,
     connection_validate,
 )
 
@@ -300,7 +301,7 @@ class ModelConnectionForm(forms.ModelForm):
 
 
 @admin.register(ModelConnection)
-class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
+class ModelConnectionAdmin(ServiceWritesAdmin):
     form = ModelConnectionForm
     list_display = [
         "name",
@@ -323,27 +324,11 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
     # --- what each caller sees -----------------------------------------------------------------
 
     # Staff see their spaces' connections, as in the API (SpaceScopedAdmin); superusers, the
-    # platform's operators, see all of them, but change only those of spaces they administer:
-    # the services check the caller's role.
+    # platform's operators, see all of them, but change only those of spaces they administer
+    # (ServiceWritesAdmin): the services check the caller's role.
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("space")
-
-    def _is_space_admin(self, request, obj) -> bool:
-        return obj is None or space_role(request.user, obj.space_id) == Membership.Role.ADMIN
-
-    def has_add_permission(self, request) -> bool:
-        return super().has_add_permission(request) and administered_spaces(request.user).exists()
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return super().has_change_permission(request, obj) and self._is_space_admin(request, obj)
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return super().has_delete_permission(request, obj) and self._is_space_admin(request, obj)
-
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"user": request.user})
 
     def get_readonly_fields(self, request, obj=None):
         fields = ["effective_budget", "estimator_status", "price_status", "retired_status"]
@@ -520,25 +505,20 @@ class ModelConnectionAdmin(DurableWritesAdmin, SpaceScopedAdmin):
         # Saved here rather than in save_model: the admin logs and redirects to this object.
         fields = form.service_fields()
         if change:
-            return connection_update(user=request.user, connection=form.instance, **fields)
-        return connection_create(user=request.user, space=form.cleaned_data["space"], **fields)
-
-    def save_model(self, request, obj, form, change):
-        # Already saved by the service in save_form.
-        pass
-
-    def save_related(self, request, form, formsets, change):
-        # No many-to-many fields or inlines; the form was never saved by ModelForm.save.
-        pass
+            return connection_update_nested(user=request.user, connection=form.instance, **fields)
+        return connection_create_nested(
+            user=request.user, space=form.cleaned_data["space"], **fields
+        )
 
     def delete_model(self, request, obj):
         # The delete page already lists protected agents; this catches one added meanwhile.
         try:
-            connection_delete(user=request.user, connection=obj)
+            connection_delete_nested(user=request.user, connection=obj)
         except ApplicationError as error:
             self.message_user(request, error.detail, messages.ERROR)
 
     def delete_queryset(self, request, queryset):
+        # The "delete selected" action runs outside any transaction: each deletion is its own.
         for connection in queryset:
             try:
                 connection_delete(user=request.user, connection=connection)

@@ -3,6 +3,11 @@
 `connection_validate` applies the rules without writing, so the admin form shows the same errors
 the API gives; `connection_create` and `connection_update` apply them again inside the write.
 
+The writes are durable actions (`transaction.atomic(durable=True)`): one outermost transaction,
+committed when it returns, and an error inside another atomic block. Each `<action>_nested` is
+the same write as part of the caller's transaction (a savepoint there), for the admin's pages,
+which Django runs in one transaction.
+
 Replaced keys stay redacted: when an update changes a connection's key, the old key joins the
 connection's previous keys (encrypted like the key), which are used for redaction only
 (`redaction_secrets`), never sent to a provider or shown. The last `PREVIOUS_KEYS_KEPT` (5)
@@ -34,6 +39,7 @@ from agentloom.providers import (
     OFFICIAL_ENDPOINTS,
     PROVIDERS,
     WINDOW_SOURCES,
+    DiscoveredModel,
     ProviderError,
     address_refusal,
     is_chat_model_id,
@@ -62,8 +68,11 @@ __all__ = [
     "clean_base_url",
     "clean_provider",
     "connection_create",
+    "connection_create_nested",
     "connection_delete",
+    "connection_delete_nested",
     "connection_update",
+    "connection_update_nested",
     "connection_validate",
     "redaction_secrets",
     "same_endpoint",
@@ -574,23 +583,8 @@ def _resolve_window(
     gives, never asking the provider); an omitted value is kept on update while the model stays
     the same, else it is the default too.
     """
-    defaults = model_defaults(provider, base_url, model_id)
-    if num_ctx is not None:
-        defaults = dataclasses.replace(
-            defaults,
-            context_window=num_ctx,
-            max_output_tokens=_default_output(num_ctx, None),
-            window_source="num_ctx",
-            source_url=None,
-            verified_on=None,
-            warning=None,
-        )
-    sent: dict[str, int] = {}
-    for name in (*WINDOW_VALUES, "safety_margin_tokens"):
-        if fields.get(name) is not None:
-            minimum = 0 if name == "safety_margin_tokens" else 1
-            sent[name] = _clean_tokens(fields[name], field=name, minimum=minimum)
-
+    defaults = _window_defaults(provider, base_url, model_id, num_ctx)
+    sent = _sent_tokens(fields)
     # A changed num_ctx changes the window the server runs with, as another model would.
     same_model = current is not None and (
         current.provider,
@@ -601,22 +595,67 @@ def _resolve_window(
     kept = {
         name: getattr(current, name) for name in WINDOW_VALUES if same_model and name not in fields
     }
+    sizes = _window_sizes(provider, defaults, sent=sent, kept=kept)
+    margin = _safety_margin(current, fields, sent=sent)
+    _require_input_budget(sizes, margin, sent=sent)
+    source, source_url, verified_on = _resolve_source(
+        current, fields, defaults=defaults, sent=sent, kept=kept
+    )
+    return {
+        "context_window": sizes["context_window"],
+        "max_output_tokens": sizes["max_output_tokens"],
+        "max_output_cap": sizes["max_output_cap"],
+        "safety_margin_tokens": margin,
+        "window_source": source,
+        "source_url": source_url,
+        "verified_on": verified_on,
+    }
 
-    def value(name: str, default: Any) -> Any:
-        if name in sent:
-            return sent[name]
-        if name in kept:
-            return kept[name]
-        return default
 
-    context_window = value("context_window", defaults.context_window)
-    max_output_cap = value("max_output_cap", defaults.max_output_cap)
+def _window_defaults(
+    provider: str, base_url: str, model_id: str, num_ctx: int | None
+) -> DiscoveredModel:
+    """Return the model's default window values; an Ollama num_ctx is the window it runs with."""
+    defaults = model_defaults(provider, base_url, model_id)
+    if num_ctx is None:
+        return defaults
+    return dataclasses.replace(
+        defaults,
+        context_window=num_ctx,
+        max_output_tokens=_default_output(num_ctx, None),
+        window_source="num_ctx",
+        source_url=None,
+        verified_on=None,
+        warning=None,
+    )
+
+
+def _sent_tokens(fields: dict[str, Any]) -> dict[str, int]:
+    """Return the window values and safety margin `fields` sends (null ones are not sent)."""
+    sent: dict[str, int] = {}
+    for name in (*WINDOW_VALUES, "safety_margin_tokens"):
+        if fields.get(name) is not None:
+            minimum = 0 if name == "safety_margin_tokens" else 1
+            sent[name] = _clean_tokens(fields[name], field=name, minimum=minimum)
+    return sent
+
+
+def _window_sizes(
+    provider: str, defaults: DiscoveredModel, *, sent: dict[str, int], kept: dict[str, Any]
+) -> dict[str, Any]:
+    """Return the context window, output cap and output reservation: each as sent, else as kept,
+    else its default; the reservation stays under the cap and at a thinking model's floor."""
+    chosen = {**kept, **sent}
+    context_window = chosen.get("context_window", defaults.context_window)
+    max_output_cap = chosen.get("max_output_cap", defaults.max_output_cap)
     if "max_output_cap" in sent and max_output_cap > context_window:
         raise InvalidInput(
             f"The output cap cannot exceed the context window ({context_window}).",
             field="max_output_cap",
         )
-    max_output_tokens = value("max_output_tokens", _default_output(context_window, max_output_cap))
+    max_output_tokens = chosen.get(
+        "max_output_tokens", _default_output(context_window, max_output_cap)
+    )
     if max_output_cap is not None and max_output_tokens > max_output_cap:
         if "max_output_tokens" in sent:
             raise InvalidInput(
@@ -627,13 +666,27 @@ def _resolve_window(
     max_output_tokens = _above_thinking_floor(
         provider, max_output_tokens, chosen="max_output_tokens" in sent, cap=max_output_cap
     )
+    return {
+        "context_window": context_window,
+        "max_output_tokens": max_output_tokens,
+        "max_output_cap": max_output_cap,
+    }
 
+
+def _safety_margin(
+    current: ModelConnection | None, fields: dict[str, Any], *, sent: dict[str, int]
+) -> int:
+    """Return the margin sent, else the stored one on update, else the default."""
     if "safety_margin_tokens" in sent:
-        margin = sent["safety_margin_tokens"]
-    elif current is not None and "safety_margin_tokens" not in fields:
-        margin = current.safety_margin_tokens
-    else:
-        margin = DEFAULT_SAFETY_MARGIN_TOKENS
+        return sent["safety_margin_tokens"]
+    if current is not None and "safety_margin_tokens" not in fields:
+        return current.safety_margin_tokens
+    return DEFAULT_SAFETY_MARGIN_TOKENS
+
+
+def _require_input_budget(sizes: dict[str, Any], margin: int, *, sent: dict[str, int]) -> None:
+    """Refuse values that leave no input budget, naming the first value sent."""
+    context_window, max_output_tokens = sizes["context_window"], sizes["max_output_tokens"]
     budget = context_window - max_output_tokens - margin
     if budget <= 0:
         named = [name for name in (*WINDOW_VALUES, "safety_margin_tokens") if name in sent]
@@ -643,19 +696,6 @@ def _resolve_window(
             f"{budget}) must be positive.",
             field=named[0] if named else "context_window",
         )
-
-    source, source_url, verified_on = _resolve_source(
-        current, fields, defaults=defaults, sent=sent, kept=kept
-    )
-    return {
-        "context_window": context_window,
-        "max_output_tokens": max_output_tokens,
-        "max_output_cap": max_output_cap,
-        "safety_margin_tokens": margin,
-        "window_source": source,
-        "source_url": source_url,
-        "verified_on": verified_on,
-    }
 
 
 def _resolve_source(current, fields, *, defaults, sent, kept) -> tuple[str, str, Any]:
@@ -753,6 +793,12 @@ def connection_validate(
 @transaction.atomic(durable=True)
 def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
     """Create a model connection in `space` (space admins only)."""
+    return connection_create_nested(user=user, space=space, **fields)
+
+
+@transaction.atomic
+def connection_create_nested(*, user, space: Space, **fields: Any) -> ModelConnection:
+    """`connection_create` as part of the caller's transaction."""
     values = connection_validate(user=user, space=space, fields=fields)
     connection = ModelConnection(space=space, **values)
     _save(connection)
@@ -762,6 +808,14 @@ def connection_create(*, user, space: Space, **fields: Any) -> ModelConnection:
 @transaction.atomic(durable=True)
 def connection_update(*, user, connection: ModelConnection, **changes: Any) -> ModelConnection:
     """Change a model connection (space admins only); a blank key keeps the stored one."""
+    return connection_update_nested(user=user, connection=connection, **changes)
+
+
+@transaction.atomic
+def connection_update_nested(
+    *, user, connection: ModelConnection, **changes: Any
+) -> ModelConnection:
+    """`connection_update` as part of the caller's transaction."""
     require_space_admin(user, connection.space_id)
     # Compare with the stored row, not with whatever the caller's instance holds in memory.
     current = ModelConnection.objects.select_for_update().get(pk=connection.pk)
@@ -776,6 +830,12 @@ def connection_update(*, user, connection: ModelConnection, **changes: Any) -> M
 @transaction.atomic(durable=True)
 def connection_delete(*, user, connection: ModelConnection) -> None:
     """Delete a connection no agent uses (space admins only); else raise Conflict."""
+    connection_delete_nested(user=user, connection=connection)
+
+
+@transaction.atomic
+def connection_delete_nested(*, user, connection: ModelConnection) -> None:
+    """`connection_delete` as part of the caller's transaction."""
     require_space_admin(user, connection.space_id)
     versions = list(
         connection.agent_versions.select_related("agent").order_by("agent_id", "number")[:6]

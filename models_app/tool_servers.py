@@ -7,6 +7,11 @@ headers again drops the stored ones, so credentials never follow a server to ano
 
 "List tools" (`tool_server_refresh`) asks the server for its tools and stores the listing; a
 failure is a `ToolServerUnavailable` (502) with a fixed message and changes nothing stored.
+
+The writes are durable actions (`transaction.atomic(durable=True)`): one outermost transaction,
+committed when it returns, and an error inside another atomic block. Each `<action>_nested` is
+the same write as part of the caller's transaction (a savepoint there), for the admin's pages,
+which Django runs in one transaction.
 """
 
 from __future__ import annotations
@@ -47,11 +52,14 @@ __all__ = [
     "ToolServerUnavailable",
     "server_address",
     "tool_server_create",
+    "tool_server_create_nested",
     "tool_server_delete",
+    "tool_server_delete_nested",
     "tool_server_get",
     "tool_server_refresh",
     "tool_server_secrets",
     "tool_server_update",
+    "tool_server_update_nested",
     "tool_server_validate",
     "tool_servers_for_user",
     "tool_servers_of_space",
@@ -241,6 +249,12 @@ def tool_server_validate(*, server: ToolServer, changes: dict[str, Any]) -> Tool
 @transaction.atomic(durable=True)
 def tool_server_create(*, user, space: Space, **fields: Any) -> ToolServer:
     """Register a tool server in `space` (space admins only); its tools are not listed yet."""
+    return tool_server_create_nested(user=user, space=space, **fields)
+
+
+@transaction.atomic
+def tool_server_create_nested(*, user, space: Space, **fields: Any) -> ToolServer:
+    """`tool_server_create` as part of the caller's transaction."""
     require_space_admin(user, space)
     for required in ("name", "url"):
         if required not in fields:
@@ -254,6 +268,12 @@ def tool_server_create(*, user, space: Space, **fields: Any) -> ToolServer:
 @transaction.atomic(durable=True)
 def tool_server_update(*, user, server: ToolServer, **changes: Any) -> ToolServer:
     """Change a tool server (space admins only); published versions keep their frozen tools."""
+    return tool_server_update_nested(user=user, server=server, **changes)
+
+
+@transaction.atomic
+def tool_server_update_nested(*, user, server: ToolServer, **changes: Any) -> ToolServer:
+    """`tool_server_update` as part of the caller's transaction."""
     require_space_admin(user, server.space_id)
     current = ToolServer.objects.select_for_update().get(pk=server.pk)
     _apply(current, changes)
@@ -264,6 +284,12 @@ def tool_server_update(*, user, server: ToolServer, **changes: Any) -> ToolServe
 @transaction.atomic(durable=True)
 def tool_server_delete(*, user, server: ToolServer) -> None:
     """Delete a tool server (space admins only); versions that froze its tools get tool errors."""
+    tool_server_delete_nested(user=user, server=server)
+
+
+@transaction.atomic
+def tool_server_delete_nested(*, user, server: ToolServer) -> None:
+    """`tool_server_delete` as part of the caller's transaction."""
     require_space_admin(user, server.space_id)
     ToolServer.objects.filter(pk=server.pk).delete()
 

@@ -13,15 +13,15 @@ from django.contrib import admin, messages
 from django.utils.html import format_html_join
 
 from agentloom.errors import ApplicationError
-from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
-from agentloom.spaces.models import Membership
-from agentloom.spaces.selectors import administered_spaces, space_role
+from agentloom.spaces.admin_scoping import ServiceWritesAdmin
+from agentloom.spaces.selectors import administered_spaces
 from models_app.models import ToolServer
 from models_app.tool_servers import (
-    tool_server_create,
+    tool_server_create_nested,
     tool_server_delete,
+    tool_server_delete_nested,
     tool_server_refresh,
-    tool_server_update,
+    tool_server_update_nested,
     tool_server_validate,
 )
 
@@ -108,27 +108,11 @@ class ToolServerForm(forms.ModelForm):
 
 
 @admin.register(ToolServer)
-class ToolServerAdmin(DurableWritesAdmin, SpaceScopedAdmin):
+class ToolServerAdmin(ServiceWritesAdmin):
     form = ToolServerForm
     list_display = ["name", "space", "url", "protocol_version", "tool_count", "listed_at"]
     search_fields = ["name", "url"]
     actions = ["list_tools"]
-
-    def _is_space_admin(self, request, obj) -> bool:
-        return obj is None or space_role(request.user, obj.space_id) == Membership.Role.ADMIN
-
-    def has_add_permission(self, request) -> bool:
-        return super().has_add_permission(request) and administered_spaces(request.user).exists()
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return super().has_change_permission(request, obj) and self._is_space_admin(request, obj)
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return super().has_delete_permission(request, obj) and self._is_space_admin(request, obj)
-
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"user": request.user})
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
@@ -184,18 +168,15 @@ class ToolServerAdmin(DurableWritesAdmin, SpaceScopedAdmin):
     def save_form(self, request, form, change):
         fields = form.service_fields()
         if change:
-            return tool_server_update(user=request.user, server=form.instance, **fields)
-        return tool_server_create(user=request.user, space=form.cleaned_data["space"], **fields)
-
-    def save_model(self, request, obj, form, change):
-        pass
-
-    def save_related(self, request, form, formsets, change):
-        pass
+            return tool_server_update_nested(user=request.user, server=form.instance, **fields)
+        return tool_server_create_nested(
+            user=request.user, space=form.cleaned_data["space"], **fields
+        )
 
     def delete_model(self, request, obj):
-        tool_server_delete(user=request.user, server=obj)
+        tool_server_delete_nested(user=request.user, server=obj)
 
     def delete_queryset(self, request, queryset):
+        # The "delete selected" action runs outside any transaction: each deletion is its own.
         for server in queryset:
             tool_server_delete(user=request.user, server=server)

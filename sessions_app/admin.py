@@ -13,7 +13,7 @@ from django.utils.html import format_html_join
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_encrypted import EncryptedPayloadAdmin
-from agentloom.spaces.admin_scoping import DurableWritesAdmin, SpaceScopedAdmin
+from agentloom.spaces.admin_scoping import ReadOnlyAdmin, SpaceScopedAdmin
 from sessions_app.models import (
     ModelCall,
     Run,
@@ -24,7 +24,7 @@ from sessions_app.models import (
     SessionView,
 )
 from sessions_app.selectors import sessions_in_reach
-from sessions_app.services.deletion import may_delete, session_delete
+from sessions_app.services.deletion import may_delete, session_delete, session_delete_nested
 
 
 class SessionScopedAdmin(SpaceScopedAdmin, EncryptedPayloadAdmin):
@@ -46,7 +46,7 @@ def _console_links(*links: tuple[str, str]):
 
 
 @admin.register(Session)
-class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
+class SessionAdmin(SessionScopedAdmin):
     session_path = ""
     link_fields = ("console",)
     list_display = [
@@ -110,7 +110,7 @@ class SessionAdmin(DurableWritesAdmin, SessionScopedAdmin):
 
     def delete_model(self, request, obj):
         try:
-            session_delete(user=request.user, session=obj)
+            session_delete_nested(user=request.user, session=obj)
         except ApplicationError as error:
             self.message_user(request, f"{obj}: {error.detail}", messages.ERROR)
 
@@ -204,7 +204,7 @@ class ModelCallAdmin(SessionScopedAdmin):
 
 
 @admin.register(SessionDeletion)
-class SessionDeletionAdmin(SpaceScopedAdmin):
+class SessionDeletionAdmin(ReadOnlyAdmin, SpaceScopedAdmin):
     """Who deleted which session and when: a record, never changed."""
 
     list_display = ["session_number", "session_title", "space", "deleted_by_username"]
@@ -218,12 +218,3 @@ class SessionDeletionAdmin(SpaceScopedAdmin):
         "deleted_at",
         "purged_at",
     ]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -21,7 +21,7 @@ from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from agentloom.spaces.models import ApiToken, Membership, Space
 from agentloom.spaces.selectors import require_space_admin, space_role
-from agentloom.spaces.tokens import MAX_EXPIRY_DAYS, token_create, token_revoke
+from agentloom.spaces.tokens import MAX_EXPIRY_DAYS, token_create_nested, token_revoke
 
 
 def _administers(request, space) -> bool:
@@ -168,7 +168,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def save_form(self, request, form, change):
         data = form.cleaned_data
         owner = data.get("user") if request.user.is_superuser else request.user
-        token, key = token_create(
+        token, key = token_create_nested(
             user=owner, name=data.get("name", ""), expires_days=data.get("expires_days")
         )
         # Kept on this request only, for the one page that shows it.
@@ -176,7 +176,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return token
 
     def save_model(self, request, obj, form, change):
-        # Already saved by token_create in save_form.
+        # Already saved by token_create_nested in save_form.
         pass
 
     def save_related(self, request, form, formsets, change):

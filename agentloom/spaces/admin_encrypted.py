@@ -7,14 +7,13 @@ are the session journal and what hangs on it: nobody adds, edits or deletes them
 a session is a soft delete; purging is an operator's command).
 """
 
-from django.contrib import admin
-
 from agentloom.spaces.admin_json import json_tree
+from agentloom.spaces.admin_scoping import ReadOnlyAdmin
 
 HIDDEN = "[encrypted — visible to superusers only]"
 
 
-class EncryptedPayloadAdmin(admin.ModelAdmin):
+class EncryptedPayloadAdmin(ReadOnlyAdmin):
     """A read-only admin whose `encrypted_fields` are hidden from staff who are not superusers."""
 
     encrypted_fields: tuple[str, ...] = ()
@@ -23,15 +22,6 @@ class EncryptedPayloadAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ["admin_records/json_tree.css"]}
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_fields(self, request, obj=None):
         shown = list(self.link_fields)

@@ -5,12 +5,17 @@ from it. Each names the path from its model to the Space (`space_path`); lists, 
 autocomplete answers and every foreign-key choice are then filtered through the API's selectors
 (`spaces_for_user`), and changing, adding or deleting needs the admin role in the object's space,
 as the services require. Superusers, the platform's operators, see everything.
+
+`ServiceWritesAdmin` is a scoped admin whose form checks and saves through a service, as the API
+does. Django runs a change or delete page's POST in one transaction, so such a page calls the
+`<action>_nested` form of a durable action (the same write as part of the caller's transaction);
+an admin action runs outside any transaction and calls the durable action itself.
+`ReadOnlyAdmin` shows records that nobody adds, changes or deletes here.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.admin.options import csrf_protect_m
 from django.contrib.auth import get_user_model
 from django.db.models import Model, QuerySet
 
@@ -26,6 +31,19 @@ def colleagues(user):
         .distinct()
         .order_by("username")
     )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin of records that nobody adds, changes or deletes here, superusers included."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class SpaceScopedAdmin(admin.ModelAdmin):
@@ -116,18 +134,36 @@ class SpaceScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
-class DurableWritesAdmin(admin.ModelAdmin):
-    """An admin whose saves and deletes are the app's durable actions.
+class ServiceWritesAdmin(SpaceScopedAdmin):
+    """A scoped admin whose form checks and saves through a service, so the page refuses what
+    the API refuses, with the same messages.
 
-    Django wraps a change or delete page's POST in one transaction; a durable service (one
-    outermost transaction, see `connection_create` or `session_delete`) refuses to run inside it.
-    Here the service's own transaction is the write, and the admin's log entry follows it.
+    The form class gets the caller as `user`, for the service's checks. `save_form` is the
+    service's write (the admin then logs and redirects to what it returned), so `save_model` and
+    `save_related` have nothing left to do. The services check the caller's role: a superuser,
+    who sees every row, adds and changes only in the spaces she administers.
     """
 
-    @csrf_protect_m
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        return self._changeform_view(request, object_id, form_url, extra_context)
+    def _is_space_admin(self, request, obj) -> bool:
+        return obj is None or space_role(request.user, self.space_of(obj)) == Membership.Role.ADMIN
 
-    @csrf_protect_m
-    def delete_view(self, request, object_id, extra_context=None):
-        return self._delete_view(request, object_id, extra_context)
+    def has_add_permission(self, request) -> bool:
+        return super().has_add_permission(request) and administered_spaces(request.user).exists()
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return super().has_change_permission(request, obj) and self._is_space_admin(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and self._is_space_admin(request, obj)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"user": request.user})
+
+    def save_model(self, request, obj, form, change):
+        # Already saved by the service in save_form.
+        pass
+
+    def save_related(self, request, form, formsets, change):
+        # No many-to-many fields or inlines; the form was never saved by ModelForm.save.
+        pass

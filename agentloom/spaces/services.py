@@ -1,4 +1,4 @@
-"""Writes on spaces and memberships."""
+"""Writes on spaces and memberships; each is durable, one outermost transaction."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from agentloom.spaces.models import Membership, Space
 from agentloom.spaces.selectors import require_space_admin
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def space_create(*, user, name: str) -> Space:
     """Create a space; its creator becomes its admin."""
     name = (name or "").strip()
@@ -21,7 +21,7 @@ def space_create(*, user, name: str) -> Space:
     return space
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def member_add(*, actor, space: Space, username: str, role: str) -> Membership:
     """Add `username` to `space` with `role`; only a space admin may."""
     require_space_admin(actor, space)

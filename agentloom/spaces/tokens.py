@@ -2,6 +2,9 @@
 
 Clients send `Authorization: Token <key>` as before; `ApiTokenAuthentication` looks the key's
 digest up, so the database never holds a key that would let a reader of a dump call the API.
+
+Creating and revoking are durable actions, one outermost transaction each; `token_create_nested`
+is the same write as part of the caller's transaction (the admin's add page).
 """
 
 from __future__ import annotations
@@ -27,9 +30,17 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def token_create(*, user, name: str = "", expires_days: int | None = None) -> tuple[ApiToken, str]:
     """Create a token for `user`; return it with its key, which is never available again."""
+    return token_create_nested(user=user, name=name, expires_days=expires_days)
+
+
+@transaction.atomic
+def token_create_nested(
+    *, user, name: str = "", expires_days: int | None = None
+) -> tuple[ApiToken, str]:
+    """`token_create` as part of the caller's transaction."""
     if expires_days is not None and not 1 <= expires_days <= MAX_EXPIRY_DAYS:
         raise InvalidInput(f"Must be between 1 and {MAX_EXPIRY_DAYS}.", field="expires_days")
     key = secrets.token_urlsafe(32)
@@ -44,6 +55,7 @@ def token_create(*, user, name: str = "", expires_days: int | None = None) -> tu
     return token, key
 
 
+@transaction.atomic(durable=True)
 def token_revoke(*, user, token: ApiToken) -> ApiToken:
     """Revoke `token` at once; its owner or a superuser may. Revoking twice changes nothing."""
     if token.user_id != user.pk and not user.is_superuser:

@@ -5,8 +5,10 @@ answer 404), and the run services refuse to start, resume or feed a run of it. N
 is removed, so the journal stays append-only; who hid it and when is kept in a
 `SessionDeletion` row that outlives the session. `session_purge` is the one path that removes a
 session's rows (runs, journal, views, supplements, model calls) — a superuser's, through
-`manage.py purge_deleted_sessions --by`, never from a web request. `session_delete` is a durable
-action: one outermost transaction, never nested in another atomic block.
+`manage.py purge_deleted_sessions --by`, never from a web request. Both are durable actions: one
+outermost transaction, never nested in another atomic block. `session_delete_nested` is the same
+write as part of the caller's transaction (a savepoint there), for the admin's delete page, which
+Django runs in one transaction.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def session_delete(*, user, session: Session) -> SessionDeletion:
     404 when the session is already hidden or outside the caller's spaces, 403 for a member who
     neither created it nor administers its space.
     """
+    return session_delete_nested(user=user, session=session)
+
+
+@transaction.atomic
+def session_delete_nested(*, user, session: Session) -> SessionDeletion:
+    """`session_delete` as part of the caller's transaction."""
     if not may_delete(user, session):
         raise PermissionDenied("Only the session's creator or a space admin may delete it.")
     # A run whose worker died must not block the deletion forever.
@@ -70,7 +78,7 @@ def deleted_sessions(*, before: datetime | None = None):
     return sessions.order_by("deleted_at", "pk")
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def session_purge(*, user, session_id: int) -> dict[str, int]:
     """Remove a hidden session with its runs, journal, views, supplements and model calls.
 
