@@ -58,6 +58,78 @@ class Worker:
             self._gate.acquire()
 
 
+def _shared_memory_connections() -> dict:
+    """Return the in-memory SQLite connections, which every thread must share (by alias)."""
+    return {
+        conn.alias: conn
+        for conn in connections.all()
+        if conn.vendor == "sqlite" and conn.is_in_memory_db()
+    }
+
+
+@contextlib.contextmanager
+def _gated(live_server, gate: threading.RLock, shared: dict, monkeypatch):
+    """Let one thread at a time use the shared connections: a request, a run between tool
+    calls, an events-stream poll; a run sleeping in the `sleep` tool opens the gate."""
+    httpd = live_server.thread.httpd
+    app = httpd.get_app()
+
+    def gated_app(environ, start_response):
+        with gate:
+            return app(environ, start_response)
+
+    slow_run = SleepTool.run_in
+
+    def sleep_with_gate_open(self, arguments, context):
+        gate.release()
+        try:
+            return slow_run(self, arguments, context)
+        finally:
+            gate.acquire()
+
+    # The run's events stream reads the database after its answer has begun, outside the
+    # request's gate: each of its polls takes the gate instead.
+    poll_events = RunFeed.poll
+
+    def poll_with_gate(self):
+        with gate:
+            return poll_events(self)
+
+    httpd.set_app(gated_app)
+    monkeypatch.setattr(SleepTool, "run_in", sleep_with_gate_open)
+    monkeypatch.setattr(RunFeed, "poll", poll_with_gate)
+    for conn in shared.values():
+        conn.inc_thread_sharing()
+    try:
+        yield
+    finally:
+        httpd.set_app(app)
+        for conn in shared.values():
+            conn.dec_thread_sharing()
+
+
+def _work(worker: Worker, queued_runs: list, shared: dict, stop: threading.Event) -> None:
+    """Execute queued runs until `stop`, as a Celery worker would; keep what they raised."""
+    for alias, conn in shared.items():
+        connections[alias] = conn
+    try:
+        while not stop.is_set():
+            try:
+                run_id = queued_runs.pop(0)
+            except IndexError:
+                stop.wait(0.05)
+                continue
+            try:
+                with worker.db():
+                    run_execute(run_id=run_id)
+            except BaseException as error:  # reported by the test, not lost in a thread
+                worker.failures.append(error)
+            worker.executed.append(run_id)
+    finally:
+        if not shared:
+            connections.close_all()
+
+
 @pytest.fixture
 def console_worker(transactional_db, live_server, queued_runs, monkeypatch):
     """Execute queued runs in a thread beside the live server, as a Celery worker would.
@@ -69,74 +141,21 @@ def console_worker(transactional_db, live_server, queued_runs, monkeypatch):
     time use it: a whole request, or a run between tool calls. Sleeping in the `sleep` tool
     opens the gate, so pages can poll and send supplements while a run waits.
     """
-    shared = {
-        conn.alias: conn
-        for conn in connections.all()
-        if conn.vendor == "sqlite" and conn.is_in_memory_db()
-    }
+    shared = _shared_memory_connections()
     gate = threading.RLock() if shared else None
     worker = Worker(gate)
-    if gate is not None:
-        httpd = live_server.thread.httpd
-        app = httpd.get_app()
-
-        def gated_app(environ, start_response):
-            with gate:
-                return app(environ, start_response)
-
-        slow_run = SleepTool.run_in
-
-        def sleep_with_gate_open(self, arguments, context):
-            gate.release()
-            try:
-                return slow_run(self, arguments, context)
-            finally:
-                gate.acquire()
-
-        # The run's events stream reads the database after its answer has begun, outside the
-        # request's gate: each of its polls takes the gate instead.
-        poll_events = RunFeed.poll
-
-        def poll_with_gate(self):
-            with gate:
-                return poll_events(self)
-
-        httpd.set_app(gated_app)
-        monkeypatch.setattr(SleepTool, "run_in", sleep_with_gate_open)
-        monkeypatch.setattr(RunFeed, "poll", poll_with_gate)
-        for conn in shared.values():
-            conn.inc_thread_sharing()
     stop = threading.Event()
-
-    def work() -> None:
-        for alias, conn in shared.items():
-            connections[alias] = conn
-        try:
-            while not stop.is_set():
-                try:
-                    run_id = queued_runs.pop(0)
-                except IndexError:
-                    stop.wait(0.05)
-                    continue
-                try:
-                    with worker.db():
-                        run_execute(run_id=run_id)
-                except BaseException as error:  # reported by the test, not lost in a thread
-                    worker.failures.append(error)
-                worker.executed.append(run_id)
-        finally:
-            if not shared:
-                connections.close_all()
-
-    thread = threading.Thread(target=work, name="console-worker", daemon=True)
-    thread.start()
-    yield worker
-    stop.set()
-    thread.join(timeout=60)
-    if gate is not None:
-        httpd.set_app(app)
-        for conn in shared.values():
-            conn.dec_thread_sharing()
+    with contextlib.ExitStack() as stack:
+        if gate is not None:
+            stack.enter_context(_gated(live_server, gate, shared, monkeypatch))
+        thread = threading.Thread(
+            target=_work, args=(worker, queued_runs, shared, stop), name="console-worker"
+        )
+        thread.daemon = True
+        thread.start()
+        yield worker
+        stop.set()
+        thread.join(timeout=60)
     assert not thread.is_alive(), "the worker thread did not stop"
     assert not worker.failures, worker.failures
 
