@@ -10,7 +10,7 @@ from models_app.models import ModelConnection
 from models_app.services import connection_create, connection_delete, connection_update
 from sessions_app.models import SessionMessage
 from sessions_app.services.deletion import session_delete
-from sessions_app.services.journal import journal_status
+from sessions_app.services.journal import status_journal
 from sessions_app.services.runs import (
     run_ask,
     run_cancel,
@@ -52,12 +52,12 @@ def test_an_action_refuses_to_run_inside_another_transaction(make_demo_session, 
         ACTIONS[name](session, run)
 
 
-def test_journal_status_journals_a_queued_question_first_and_only_once(make_demo_session):
+def test_status_journal_journals_a_queued_question_first_and_only_once(make_demo_session):
     session = make_demo_session()
     run = make_run(session, question="What is NONCE-Q?")
     with transaction.atomic():
-        journal_status(run, status="cancelled", error="")
-        journal_status(run, status="cancelled", error="")
+        status_journal(run, status="cancelled", error="")
+        status_journal(run, status="cancelled", error="")
     rows = list(SessionMessage.objects.filter(run=run).order_by("seq"))
     assert [(row.kind, row.entry_key) for row in rows] == [
         ("user_input", "user_input"),
