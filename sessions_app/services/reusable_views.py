@@ -148,7 +148,7 @@ def view_refusal_reason(
     state = frame.get("state") or {}
     if state.get("pending_tool_calls"):
         return "pending tool calls", None
-    if state.get("queued_supplements"):
+    if _supplements_queued(run_id, state):
         return "supplements are still queued", None
     covered = snapshot.get("covered_seq") or 0
     if not covered:
@@ -179,9 +179,14 @@ def view_refusal_reason(
         seq__lte=watermark,
     ).exists():
         return "terminal records inside the covered range are not in the view", None
-    if RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).exists():
-        return "supplements are still queued", None
     return None, watermark
+
+
+def _supplements_queued(run_id: int, state: dict[str, Any]) -> bool:
+    """True while a supplement waits: queued in the frame, or accepted and not journaled yet."""
+    if state.get("queued_supplements"):
+        return True
+    return RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).exists()
 
 
 def snapshot_save(
