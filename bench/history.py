@@ -174,8 +174,8 @@ def _timed(function, repeat: int = 3) -> float:
 def bench_history_load() -> list[tuple]:
     from context_app.engine_adapter import version_binding
     from sessions_app.models import SessionView
-    from sessions_app.services.history import history_for_new_run
-    from sessions_app.services.views import binding_key
+    from sessions_app.selectors.history import history_for_new_run
+    from sessions_app.selectors.views import binding_key
 
     rows = []
     for size in (1_000, 10_000, 100_000):

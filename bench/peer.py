@@ -256,7 +256,7 @@ class _ConversationMeter:
 
 def _history_ms(session, version) -> float:
     from context_app.engine_adapter import version_binding
-    from sessions_app.services.history import history_for_new_run
+    from sessions_app.selectors.history import history_for_new_run
 
     started = time.perf_counter()
     for _ in range(HISTORY_CALLS):

@@ -172,22 +172,30 @@ def set_gateway_factory(factory: GatewayFactory | None) -> None:
     _gateway_factory = factory or _default_gateway
 
 
+def secrets_for(version: AgentVersion) -> list[str]:
+    """Return the credentials to redact from everything `version`'s runs write.
+
+    They are its connection's key and previous keys, then the header values of its space's tool
+    servers (`redaction_secrets`); none once the connection no longer exists.
+    """
+    budget = version.snapshot.get("budget") or {}
+    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    return redaction_secrets(connection) if connection else []
+
+
 def redactor_for(version: AgentVersion) -> Redactor:
     """Return what removes `version`'s known credentials from anything about to be written.
 
     Every path that writes a question, supplement or record redacts with it first, so a key
     pasted into a question never reaches the journal, a run row or a checkpoint; so are the
-    connection's previous keys (`redaction_secrets`).
+    connection's previous keys and the tool servers' headers (`secrets_for`).
     """
-    budget = version.snapshot.get("budget") or {}
-    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
-    return Redactor(redaction_secrets(connection) if connection else [])
+    return Redactor(secrets_for(version))
 
 
-def gateway_for(version: AgentVersion) -> tuple[ModelGateway, list[str]]:
-    """Return the gateway for `version` and the credentials to redact from everything written."""
-    connection = _live_connection(version.snapshot)
-    return _gateway_factory(version, connection), redaction_secrets(connection)
+def gateway_for(version: AgentVersion) -> ModelGateway:
+    """Return the gateway for `version` (its credentials to redact: `secrets_for`)."""
+    return _gateway_factory(version, _live_connection(version.snapshot))
 
 
 def sent_messages(
@@ -199,7 +207,7 @@ def sent_messages(
     never send it); without a usable connection, the view itself.
     """
     try:
-        gateway, _ = gateway_for(version)
+        gateway = gateway_for(version)
     except ConnectionMismatch:
         return messages, tools
     budget = version.snapshot["budget"]
@@ -309,7 +317,7 @@ def build_engine(
     `record_store` is where the run's by-reference checkpoints find the records they refer to.
     """
     snapshot = version.snapshot
-    gateway, secrets = gateway_for(version)
+    gateway = gateway_for(version)
     policy, budget, estimator = run_measures(snapshot)
     return create_engine(
         gateway,
@@ -323,7 +331,7 @@ def build_engine(
         config=EngineConfig(
             estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
-            secrets=tuple(secrets),
+            secrets=tuple(secrets_for(version)),
             sub_agents=tuple(snapshot.get("sub_agents", [])),
             verify_completion=bool(snapshot.get("verify_completion")),
             record_store=record_store,

@@ -23,7 +23,7 @@ from sessions_app.models import (
     SessionMessage,
     SessionView,
 )
-from sessions_app.selectors import sessions_in_reach
+from sessions_app.selectors.sessions import sessions_in_reach
 from sessions_app.services.deletion import may_delete, session_delete, session_delete_nested
 
 

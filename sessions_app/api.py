@@ -15,18 +15,16 @@ from agentloom.api import ApiView, api_schema, object_id
 from agentloom.errors import InvalidInput
 from context_app.selectors import agent_get, version_get
 from context_app.services import latest_version
-from sessions_app.selectors import (
-    journal_page,
-    model_calls_of,
-    run_context,
-    run_get,
-    runs_of,
+from sessions_app.selectors.context import run_context
+from sessions_app.selectors.journal import journal_page
+from sessions_app.selectors.runs import model_calls_of, run_get, runs_of
+from sessions_app.selectors.sessions import (
     session_for_deletion,
     session_for_revocation,
     session_get,
     sessions_for_user,
-    views_of,
 )
+from sessions_app.selectors.views import view_derivations, views_of
 from sessions_app.serializers import (
     ApprovalDecisionSerializer,
     JournalPageSerializer,
@@ -43,6 +41,7 @@ from sessions_app.serializers import (
 )
 from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
+from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import (
     run_ask,
     run_cancel,
@@ -50,7 +49,6 @@ from sessions_app.services.runs import (
     session_create,
     supplement_add,
 )
-from sessions_app.services.views import view_derivations, view_revoke
 
 SESSION_ID = "Session id (the caller's own session)."
 RUN_ID = "Run id (a run of the caller's own session)."

@@ -35,7 +35,7 @@ from rest_framework.settings import api_settings
 from agentloom.api import object_id
 from agentloom.errors import NotFound
 from sessions_app.models import Run, SessionMessage
-from sessions_app.selectors import run_get
+from sessions_app.selectors.runs import run_get
 from sessions_app.services.live import read_deltas
 
 __all__ = ["run_events"]

@@ -20,8 +20,8 @@ Where each rule of the design lives (each module's docstring states its rules):
   the triggers only, never the hard check: `_calibration`;
 - compaction (pinned content, units, segmented summaries, masking): `_compaction`;
 - the observed-prefix rule (which compaction snapshot may become a reusable view): the
-  application's `sessions_app/services/views.py`; the engine records what each snapshot observed
-  (`covered_seq`, `_frame`);
+  application's `sessions_app/services/reusable_views.py`; the engine records what each snapshot
+  observed (`covered_seq`, `_frame`);
 - projection and placeholders (a call with no result answered `status: unknown`, late results as
   notes, call ids rewritten): `_projection`, with the placeholder texts and the chat ordering rules
   in `_protocol`;
@@ -72,6 +72,7 @@ from agentloom.engine._engine import (
     EngineConfig,
     EngineHooks,
     ExecutionLimits,
+    RunOutcome,
     create_engine,
 )
 from agentloom.engine._errors import (
@@ -187,6 +188,7 @@ __all__ = [  # noqa: RUF022
     "EngineConfig",
     "EngineHooks",
     "ExecutionLimits",
+    "RunOutcome",
     "create_engine",
     # _errors
     "ConfigurationError",

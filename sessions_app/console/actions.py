@@ -18,10 +18,14 @@ from context_app.selectors import agent_get
 from context_app.services import latest_version
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import NewSessionForm
-from sessions_app.selectors import session_for_deletion, session_for_revocation, session_get
+from sessions_app.selectors.sessions import (
+    session_for_deletion,
+    session_for_revocation,
+    session_get,
+)
 from sessions_app.services.deletion import session_delete
+from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_ask, session_create, session_rename
-from sessions_app.services.views import view_revoke
 
 
 def _home(request, **url_kwargs) -> str:

@@ -17,7 +17,7 @@ from django.http import QueryDict
 from rest_framework import serializers
 
 from agentloom.api import QueryIntegerField, QueryPositionField
-from sessions_app.selectors import JOURNAL_LIMIT_MAX
+from sessions_app.selectors.journal import JOURNAL_LIMIT_MAX
 from sessions_app.serializers import INSTANCE_PATTERN
 
 JOURNAL_PAGE = 50

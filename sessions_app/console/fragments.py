@@ -27,20 +27,17 @@ from sessions_app.console.presenters import (
     with_marks,
 )
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
-from sessions_app.selectors import (
-    JOURNAL_LIMIT_MAX,
+from sessions_app.selectors.context import compaction_marks, run_context
+from sessions_app.selectors.journal import JOURNAL_LIMIT_MAX, journal_page
+from sessions_app.selectors.runs import (
     active_run,
-    compaction_marks,
     first_seq_of,
-    journal_page,
     model_call_in_flight,
-    run_context,
     run_counters,
     run_get,
     runs_of,
-    session_get,
-    session_list,
 )
+from sessions_app.selectors.sessions import session_get, session_list
 from sessions_app.services.approvals import undecided
 
 SESSIONS_PER_PAGE = 25

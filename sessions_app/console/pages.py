@@ -36,22 +36,12 @@ from sessions_app.console.presenters import (
     with_marks,
 )
 from sessions_app.models import Session
-from sessions_app.selectors import (
-    active_run,
-    compaction_marks,
-    cost_summary,
-    first_seq_of,
-    instances_of,
-    model_calls_of,
-    run_context,
-    run_get,
-    runs_of,
-    session_cost,
-    session_get,
-    views_of,
-)
+from sessions_app.selectors.context import compaction_marks, run_context
+from sessions_app.selectors.costs import cost_summary, session_cost
+from sessions_app.selectors.runs import active_run, first_seq_of, model_calls_of, run_get, runs_of
+from sessions_app.selectors.sessions import instances_of, session_get
+from sessions_app.selectors.views import view_derivations, views_of
 from sessions_app.services.runs import MAX_QUESTION_CHARS
-from sessions_app.services.views import view_derivations
 
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
 CHAT_RUNS = 20

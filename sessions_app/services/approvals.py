@@ -28,7 +28,7 @@ from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.validation import clean_text
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import Run
-from sessions_app.services.journal import ended_run_fields, journal_status, lock_run
+from sessions_app.services.journal import ended_run_fields, lock_run, status_journal
 from sessions_app.services.runs import _enqueue, _queue_deadline, lock_live_session
 
 __all__ = [
@@ -115,6 +115,6 @@ def sweep_expired_approvals(*, now=None) -> list[int]:
             for name, value in fields.items():
                 setattr(run, name, value)
             run.save(update_fields=[*fields, "updated_at"])
-            journal_status(run, status=Run.Status.CANCELLED, error=reason)
+            status_journal(run, status=Run.Status.CANCELLED, error=reason)
             ended.append(run.pk)
     return ended

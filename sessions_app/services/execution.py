@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import statistics
 import uuid
 from typing import Any
 
@@ -19,7 +18,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentloom.engine import (
-    DEFAULT_SAMPLES,
     EngineHooks,
     LeaseLostError,
     RecordStore,
@@ -37,14 +35,15 @@ from context_app.engine_adapter import (
     version_binding,
 )
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.selectors.checkpoints import JournalStore
+from sessions_app.selectors.context import last_reported_call, recent_ratio
+from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.approvals import decisions_of
-from sessions_app.services.checkpoints import JournalStore
-from sessions_app.services.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost, journal_status, lock_session
+from sessions_app.services.journal import JournalWriter, LeaseLost, lock_session, status_journal
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.live import DeltaPublisher
 from sessions_app.services.renewer import renewer
-from sessions_app.services.runs import claim_run, take_supplements
+from sessions_app.services.runs import run_claim, supplements_take
 from sessions_app.services.slots import database_slots
 
 log = logging.getLogger(__name__)
@@ -113,46 +112,6 @@ def _create_model_call(
     )
 
 
-def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> float | None:
-    """Return the median reported/raw-bytes ratio of the connection's recent byte-measured calls.
-
-    A calibrated run starts from it; the run then learns from its own calls.
-    """
-    rows = (
-        ModelCall.objects.filter(
-            run__session__agent_version__model_connection_id=connection_id,
-            purpose=ModelCall.Purpose.ACTION,
-            estimator="bytes",
-            reported_prompt_tokens__gt=0,
-        )
-        .order_by("-id")
-        .values_list("reported_prompt_tokens", "request_estimate", "calibration")[:calls]
-    )
-    ratios = []
-    for reported, estimate, calibration in rows:
-        raw = (calibration or {}).get("raw") or estimate
-        if raw:
-            ratios.append(reported / raw)
-    return statistics.median(ratios) if ratios else None
-
-
-def last_reported_call(run: Run) -> dict[str, Any] | None:
-    """Return the session's last reported action request before `run` (its digest and size).
-
-    A session keeps one agent version, so the previous run measured with the same model,
-    estimator and budget; calibration uses the base only for a request that extends it exactly.
-    """
-    previous = (
-        Run.objects.filter(session_id=run.session_id, number__lt=run.number)
-        .order_by("-number")
-        .first()
-    )
-    if previous is None or not previous.checkpoint:
-        return None
-    state = (previous.checkpoint or {}).get("state") or {}
-    return (state.get("calibration") or {}).get("base")
-
-
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
@@ -166,7 +125,7 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
         )
         if updated:
             run.refresh_from_db()
-            journal_status(run, status=Run.Status.FAILED, error=error)
+            status_journal(run, status=Run.Status.FAILED, error=error)
 
 
 def run_execute(*, run_id: int, owner: str | None = None) -> str:
@@ -224,7 +183,7 @@ def _start(run_id: int, owner: str):
 
     That is the engine, the run and the call that starts or resumes it.
     """
-    if not claim_run(run_id=run_id, owner=owner):
+    if not run_claim(run_id=run_id, owner=owner):
         return "not claimed"
     run = Run.objects.select_related("session", "session__agent_version").get(pk=run_id)
     if run.checkpoint is not None and is_legacy_checkpoint(run.checkpoint):
@@ -276,7 +235,7 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
         return price_for(version, started)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
-        items = take_supplements(run_id=run_id, exclude=handed_out, final=final)
+        items = supplements_take(run_id=run_id, exclude=handed_out, final=final)
         handed_out.update(item.pk for item in items)
         return [(str(item.pk), item.text) for item in items]
 

@@ -10,7 +10,7 @@ it as a reusable view when the prefix rule allows). A save costs what was added 
 one: the checkpoint holds no records and no copy of the inherited history.
 
 Lock order: a transaction that locks a session's row and one of its runs' rows locks the
-SESSION FIRST, then the run (`lock_run`). The writer's save, the sweep, `journal_status`'s
+SESSION FIRST, then the run (`lock_run`). The writer's save, the sweep, `status_journal`'s
 callers, the supplement queue, resume, cancel and legacy adoption all follow it; a transaction
 that needs one of the two rows only (a model call's record, the heartbeat, closing the
 supplement queue) may lock that row alone. Taking them the other way round lets PostgreSQL
@@ -26,7 +26,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -39,7 +38,7 @@ from sessions_app.models import (
     Session,
     SessionMessage,
 )
-from sessions_app.services.views import snapshot_saved
+from sessions_app.services.reusable_views import snapshot_save
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
 
@@ -122,7 +121,7 @@ def lock_run(run_id: int, *, session_id: int) -> Run:
     return Run.objects.select_for_update().get(pk=run_id)
 
 
-def journal_status(run: Run, *, status: str, error: str) -> None:
+def status_journal(run: Run, *, status: str, error: str) -> None:
     """Journal the terminal record `status:<attempt>` of `run`, written outside its engine.
 
     For a run stopped where no engine could write it: swept after its worker was lost, cancelled
@@ -147,10 +146,10 @@ def journal_status(run: Run, *, status: str, error: str) -> None:
         (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
     )
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
-    journal_queued_supplements(run_id=run.pk, session_id=run.session_id)
+    supplements_journal(run_id=run.pk, session_id=run.session_id)
 
 
-def journal_queued_supplements(
+def supplements_journal(
     *, run_id: int, session_id: int, known: set[tuple[str, str]] | None = None
 ) -> list[SessionMessage]:
     """Journal the accepted supplements of an ended run that no view has taken; return the rows.
@@ -228,18 +227,6 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
         "pending_approvals": [],
         "waiting_since": None,
     }
-
-
-def journaled_terminal(run: Run) -> dict[str, Any] | None:
-    """Return the journaled terminal status ({status, error}) of the run's current attempt."""
-    key = status_key(run.attempt)
-    return (
-        SessionMessage.objects.filter(run_id=run.pk, instance=MAIN_INSTANCE, kind="status")
-        .filter(Q(entry_key=key) | Q(entry_key__startswith=f"{key}."))
-        .order_by("-seq")
-        .values_list("message", flat=True)
-        .first()
-    )
 
 
 class JournalWriter:
@@ -333,7 +320,7 @@ class JournalWriter:
             if ending:
                 # The run ends: what it accepted and never showed is journaled now.
                 known = self.known | {(row.instance, row.entry_key) for row in new_rows}
-                late = journal_queued_supplements(
+                late = supplements_journal(
                     run_id=self.run_id, session_id=self.session_id, known=known
                 )
             result.inserted = len(new_rows) + len(late)
@@ -342,7 +329,7 @@ class JournalWriter:
                 # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum.
                 run_fields.update(checkpoint=frame, counters=checkpoint.counters)
             self._renew_lease(**run_fields)
-            result.view_revision, result.view_refusal = snapshot_saved(
+            result.view_revision, result.view_refusal = snapshot_save(
                 run_id=self.run_id,
                 session_id=self.session_id,
                 inherited_watermark=self.inherited_watermark,

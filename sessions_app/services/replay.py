@@ -26,6 +26,8 @@ from agentloom.engine import (
     UNKNOWN_RESULT,
     WAITING_APPROVAL,
     Checkpoint,
+    Decision,
+    Engine,
     EngineConfig,
     EngineError,
     EngineHooks,
@@ -35,6 +37,7 @@ from agentloom.engine import (
     ModelGateway,
     ModelRequest,
     ModelResponse,
+    RunOutcome,
     Tool,
     ToolCancelled,
     ToolError,
@@ -50,10 +53,10 @@ from agentloom.toolservers import failure_reason
 from context_app.engine_adapter import gateway_for, run_measures, version_binding
 from context_app.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
+from sessions_app.selectors.checkpoints import JournalStore, full_checkpoint
+from sessions_app.selectors.history import history_for_new_run, main_records_after
+from sessions_app.selectors.views import compliant_view, view_content
 from sessions_app.services.approvals import decisions_of
-from sessions_app.services.checkpoints import JournalStore, full_checkpoint
-from sessions_app.services.history import history_for_new_run, main_records_after
-from sessions_app.services.views import compliant_view, view_content
 
 ERROR_PREFIX = "ERROR: "
 # Tools that change only the engine's own state: deterministic, so a replay runs them again.
@@ -183,7 +186,7 @@ class ReplayReport:
 def _provider_shape(version) -> ModelGateway | None:
     """Return the version's gateway, never called: what its requests look like on the wire."""
     try:
-        gateway, _ = gateway_for(version)
+        gateway = gateway_for(version)
     except ApplicationError:
         return None
     return gateway
@@ -296,15 +299,37 @@ def _snapshot_text(snapshot: dict[str, Any]) -> str:
     return json.dumps(comparable, sort_keys=True, ensure_ascii=False)
 
 
-def replay_run(run: Run) -> ReplayReport:
-    """Re-drive `run` from its recordings and return the differences found."""
-    snapshot = run.session.agent_version.snapshot
-    rows = list(SessionMessage.objects.filter(run=run).order_by("seq"))
-    main_rows = [row for row in rows if row.instance == MAIN_INSTANCE]
-    calls = list(ModelCall.objects.filter(run=run, discarded=False).order_by("id"))
-    report = ReplayReport(model_calls=len(calls))
-    steps = _response_steps(calls)
-    gateway = _RecordedGateway(steps, _provider_shape(run.session.agent_version))
+@dataclass
+class _Recordings:
+    """What a run left behind: its journal rows, its model calls and its stored checkpoint."""
+
+    rows: list[SessionMessage]
+    main_rows: list[SessionMessage]
+    calls: list[ModelCall]
+    checkpoint: dict[str, Any]
+    # The entry keys of the stored checkpoint's main records, and where each entered (local seq).
+    position: dict[str, int]
+
+    @classmethod
+    def of(cls, run: Run) -> _Recordings:
+        rows = list(SessionMessage.objects.filter(run=run).order_by("seq"))
+        checkpoint = full_checkpoint(run) or {}
+        stored_main = (checkpoint.get("context") or {}).get("records") or []
+        return cls(
+            rows=rows,
+            main_rows=[row for row in rows if row.instance == MAIN_INSTANCE],
+            calls=list(ModelCall.objects.filter(run=run, discarded=False).order_by("id")),
+            checkpoint=checkpoint,
+            position={record["entry_key"]: record["seq"] for record in stored_main},
+        )
+
+    @property
+    def engine_keys(self) -> set[str]:
+        return set(self.position)
+
+
+def _replay_tools(snapshot: dict[str, Any], rows: list[SessionMessage]) -> list[Tool]:
+    """Return the version's tools, each answering from the journal (engine-only tools run)."""
     recorded = _recorded_tool_results(rows)
     originals = builtin_tools()
     tools = [
@@ -314,74 +339,97 @@ def replay_run(run: Run) -> ReplayReport:
     ]
     # Tool-server tools answer from the journal too: a replay never calls a server.
     tools += [_ReplayTool(tool, recorded[tool.name]) for tool in server_tools_of(snapshot)]
-    stored_checkpoint = full_checkpoint(run) or {}
-    # Where each supplement entered the main instance, by its local record seq.
-    stored_main = (stored_checkpoint.get("context") or {}).get("records") or []
-    position = {record["entry_key"]: record["seq"] for record in stored_main}
-    supplements = deque(
-        row for row in main_rows if row.kind == "supplement" and row.entry_key in position
-    )
-    main_managers: list[JournalContextManager] = []
+    return tools
 
-    def manager_factory(**kwargs):
+
+class _ReplayHooks:
+    """The hooks of a replay: supplements, cancels and stops where the journal shows them."""
+
+    def __init__(self, recordings: _Recordings):
+        self.position = recordings.position
+        # Where each supplement entered the main instance, by its local record seq.
+        self.supplements = deque(
+            row
+            for row in recordings.main_rows
+            if row.kind == "supplement" and row.entry_key in self.position
+        )
+        self.main_managers: list[JournalContextManager] = []
+        self.attempt: _Attempt | None = None
+        self.last_frame: dict[str, Any] | None = None
+        self.last_reference: dict[str, Any] | None = None
+
+    def begin(self, attempt: _Attempt) -> None:
+        self.attempt = attempt
+        self.main_managers.clear()
+
+    def manager_factory(self, **kwargs) -> JournalContextManager:
         manager = JournalContextManager(**kwargs)
-        main_managers.append(manager)
+        self.main_managers.append(manager)
         return manager
 
-    def main_record_count() -> int:
-        for manager in main_managers:
+    def main_record_count(self) -> int:
+        for manager in self.main_managers:
             if manager.opened and manager.frame.instance == MAIN_INSTANCE:
                 return len(manager.frame.records)
         return 0
 
-    state: dict[str, Any] = {"attempt": None, "last_frame": None, "last_reference": None}
-
-    def next_supplements(final: bool) -> list[tuple[str, str]]:
+    def next_supplements(self, final: bool) -> list[tuple[str, str]]:
         taken: list[tuple[str, str]] = []
-        count = main_record_count()
-        while supplements and position[supplements[0].entry_key] == count + len(taken) + 1:
-            row = supplements.popleft()
+        count = self.main_record_count()
+        while (
+            self.supplements
+            and self.position[self.supplements[0].entry_key] == count + len(taken) + 1
+        ):
+            row = self.supplements.popleft()
             taken.append((row.entry_key.split(":", 1)[1], row.message.get("content") or ""))
         return taken
 
-    def should_cancel() -> bool:
-        attempt = state["attempt"]
+    def should_cancel(self) -> bool:
+        attempt = self.attempt
         if attempt.status != "cancelled":
             return False
         point = (
             attempt.cancel_at if attempt.cancel_at is not None else attempt.records_before_status
         )
-        return main_record_count() >= point
+        return self.main_record_count() >= point
 
-    def save(checkpoint: Checkpoint) -> None:
+    def save(self, checkpoint: Checkpoint) -> None:
         frame = checkpoint.full()
-        state["last_frame"] = frame
-        state["last_reference"] = checkpoint.frame
-        attempt = state["attempt"]
+        self.last_frame = frame
+        self.last_reference = checkpoint.frame
+        attempt = self.attempt
         records = (frame.get("context") or {}).get("records") or []
         if attempt.outside_engine and len(records) >= attempt.records_before_status:
             raise _StopAttempt
 
-    # Calls that waited for approval are decided as they were in the run.
-    decided = decisions_of(run)
+
+def _replay_engine(
+    run: Run,
+    gateway: ModelGateway,
+    tools: list[Tool],
+    hooks: _ReplayHooks,
+    *,
+    rendering: int,
+    decided: dict[str, Decision],
+) -> Engine:
+    """Return an engine of the run's frozen version, driven by the replay's gateway and hooks."""
+    snapshot = run.session.agent_version.snapshot
     policy, budget, estimator = run_measures(snapshot)
-    # The run is replayed under the rendering rules it was made with.
-    rendering = rendering_of(stored_checkpoint.get("binding")).version
-    engine = create_engine(
+    return create_engine(
         gateway,
         tools,
         policy,
         budget,
         hooks=EngineHooks(
-            save=save,
-            should_cancel=should_cancel,
-            supplements=next_supplements,
+            save=hooks.save,
+            should_cancel=hooks.should_cancel,
+            supplements=hooks.next_supplements,
             decisions=lambda: decided,
         ),
         config=EngineConfig(
             estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
-            context_manager=manager_factory,
+            context_manager=hooks.manager_factory,
             sub_agents=tuple(snapshot.get("sub_agents", [])),
             verify_completion=bool(snapshot.get("verify_completion")),
             # Records read back with `read_record` come from the journal, as in the run.
@@ -391,53 +439,53 @@ def replay_run(run: Run) -> ReplayReport:
             rendering=rendering,
         ),
     )
-    # A calibrated run started from its connection's ratio of that moment and the session's last
-    # reported call, both kept in its state.
-    started = (stored_checkpoint.get("state") or {}).get("calibration") or {}
-    calibration_start = started.get("start")
-    frame = resume_from = None
-    engine_keys = {record["entry_key"] for record in stored_main}
-    for attempt in _attempts(run, main_rows, engine_keys):
-        if attempt.never_ran:
-            continue
-        state["attempt"] = attempt
-        main_managers.clear()
-        report.attempts += 1
-        try:
-            if frame is None:
-                outcome = engine.start(
-                    run_number=run.number,
-                    attempt=attempt.number,
-                    system_prompt=snapshot.get("system_prompt", ""),
-                    question=run.question,
-                    history=history_for_new_run(
-                        run.session,
-                        version_binding(run.session.agent_version, rendering=rendering),
-                        as_of=run,
-                    ),
-                    calibration_start=calibration_start,
-                    calibration_base=started.get("start_base"),
-                )
-            else:
-                # Resumed from the frame by reference, as the run was: its inherited history keeps
-                # where each message came from (a self-contained frame has it inline).
-                outcome = engine.resume(resume_from, attempt=attempt.number)
-            # A wait whose calls were all decided continued by its own transition.
-            while outcome.status == WAITING_APPROVAL and all(
-                item["call_id"] in decided for item in outcome.pending_approvals
-            ):
-                outcome = engine.continue_run(outcome.checkpoint.frame)
-            frame, resume_from = outcome.frame, outcome.checkpoint.frame
-        except _StopAttempt:
-            frame, resume_from = state["last_frame"], state["last_reference"]
-    if frame is None:
-        report.differences.append("nothing was replayed")
-        return report
 
+
+def _run_attempt(
+    engine: Engine,
+    run: Run,
+    attempt: _Attempt,
+    *,
+    resume_from: dict[str, Any] | None,
+    first: bool,
+    rendering: int,
+    started: dict[str, Any],
+    decided: dict[str, Decision],
+) -> RunOutcome:
+    """Start (the first attempt that ran) or resume one attempt of the run, as it was."""
+    if first:
+        outcome = engine.start(
+            run_number=run.number,
+            attempt=attempt.number,
+            system_prompt=run.session.agent_version.snapshot.get("system_prompt", ""),
+            question=run.question,
+            history=history_for_new_run(
+                run.session,
+                version_binding(run.session.agent_version, rendering=rendering),
+                as_of=run,
+            ),
+            calibration_start=started.get("start"),
+            calibration_base=started.get("start_base"),
+        )
+    else:
+        # Resumed from the frame by reference, as the run was: its inherited history keeps
+        # where each message came from (a self-contained frame has it inline).
+        outcome = engine.resume(resume_from, attempt=attempt.number)
+    # A wait whose calls were all decided continued by its own transition.
+    while outcome.status == WAITING_APPROVAL and all(
+        item["call_id"] in decided for item in outcome.pending_approvals
+    ):
+        outcome = engine.continue_run(outcome.checkpoint.frame)
+    return outcome
+
+
+def _differences(recordings: _Recordings, frame: dict[str, Any]) -> list[str]:
+    """Return how the replayed frame differs from the journal and the stored checkpoint."""
+    engine_keys = recordings.engine_keys
     # Statuses and unshown supplements journaled outside the engine are not the engine's records.
     stored = _by_instance(
         (row.instance, row.kind, row.entry_key, row.message)
-        for row in rows
+        for row in recordings.rows
         if not (row.instance == MAIN_INSTANCE and row.kind in ("status", "supplement"))
         or row.entry_key in engine_keys
     )
@@ -445,21 +493,69 @@ def replay_run(run: Run) -> ReplayReport:
         (instance, record["kind"], record["entry_key"], record["message"])
         for instance, record in iter_frame_records(frame)
     )
+    differences: list[str] = []
     for instance in sorted(set(stored) | set(replayed)):
-        report.differences += _diff(
+        differences += _diff(
             f"journal of instance {instance}", stored.get(instance, []), replayed.get(instance, [])
         )
-    checkpoint = stored_checkpoint
-    report.differences += _diff(
+    checkpoint = recordings.checkpoint
+    differences += _diff(
         "model view",
         [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in checkpoint.get("messages", [])],
         [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in frame.get("messages", [])],
     )
-    report.differences += _diff(
+    differences += _diff(
         "compaction snapshots",
         [_snapshot_text(s) for s in (checkpoint.get("context") or {}).get("compactions", [])],
         [_snapshot_text(s) for s in (frame.get("context") or {}).get("compactions", [])],
     )
+    return differences
+
+
+def replay_run(run: Run) -> ReplayReport:
+    """Re-drive `run` from its recordings and return the differences found.
+
+    Steps: read the recordings; build an engine of the run's version whose gateway, tools and
+    hooks answer from them; run each attempt the journal shows; compare what it made.
+    """
+    recordings = _Recordings.of(run)
+    report = ReplayReport(model_calls=len(recordings.calls))
+    steps = _response_steps(recordings.calls)
+    gateway = _RecordedGateway(steps, _provider_shape(run.session.agent_version))
+    hooks = _ReplayHooks(recordings)
+    # Calls that waited for approval are decided as they were in the run.
+    decided = decisions_of(run)
+    # The run is replayed under the rendering rules it was made with.
+    rendering = rendering_of(recordings.checkpoint.get("binding")).version
+    tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows)
+    engine = _replay_engine(run, gateway, tools, hooks, rendering=rendering, decided=decided)
+    # A calibrated run started from its connection's ratio of that moment and the session's last
+    # reported call, both kept in its state.
+    started = (recordings.checkpoint.get("state") or {}).get("calibration") or {}
+    frame = resume_from = None
+    for attempt in _attempts(run, recordings.main_rows, recordings.engine_keys):
+        if attempt.never_ran:
+            continue
+        hooks.begin(attempt)
+        report.attempts += 1
+        try:
+            outcome = _run_attempt(
+                engine,
+                run,
+                attempt,
+                resume_from=resume_from,
+                first=frame is None,
+                rendering=rendering,
+                started=started,
+                decided=decided,
+            )
+            frame, resume_from = outcome.frame, outcome.checkpoint.frame
+        except _StopAttempt:
+            frame, resume_from = hooks.last_frame, hooks.last_reference
+    if frame is None:
+        report.differences.append("nothing was replayed")
+        return report
+    report.differences += _differences(recordings, frame)
     unused = len(steps) - gateway.used
     if unused:
         report.differences.append(f"{unused} stored model call(s) were not replayed")

@@ -2,10 +2,11 @@
 
 Every state change is one function with keyword-only arguments, run in a transaction; the
 Celery task that executes a run is queued with `transaction.on_commit` so a worker never sees a
-run that is not committed yet. The actions a user takes (`run_ask`, `run_resume`, `run_cancel`,
-`supplement_add`) are durable: each is one outermost transaction, committed when it returns, and
-calling one inside another atomic block is an error, never a silent savepoint. Each locks the
-session's row before the run's (the lock order of `services.journal`).
+run that is not committed yet. The actions a user takes (`session_create`, `session_rename`,
+`run_ask`, `run_resume`, `run_cancel`, `supplement_add`) are durable: each is one outermost
+transaction, committed when it returns, and calling one inside another atomic block is an error,
+never a silent savepoint. Each that touches a run locks the session's row before the run's (the
+lock order of `services.journal`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from agentloom.validation import clean_text
 from context_app.engine_adapter import input_check, redactor_for
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
+from sessions_app.selectors.journal import journaled_terminal
 from sessions_app.services.journal import (
     ended_run_fields,
-    journal_queued_supplements,
-    journal_status,
-    journaled_terminal,
     lock_run,
+    status_journal,
+    supplements_journal,
 )
 from sessions_app.services.legacy import adopt_legacy_run, adopt_unjournaled_runs
 
@@ -48,7 +49,7 @@ def _enqueue(run: Run) -> None:
 # --- sessions ------------------------------------------------------------------------------
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def session_create(*, user, agent_version: AgentVersion, title: str = "") -> Session:
     """Open a session of a published version; any member of its space may."""
     require_member(user, agent_version.agent.space_id)
@@ -88,7 +89,7 @@ def _title_if_untitled(session: Session, question: str) -> None:
     Session.objects.filter(pk=session.pk).update(title=session.title)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def session_rename(*, user, session: Session, title) -> Session:
     """Give the caller's own session a new title (blank: the default "Session N")."""
     title = clean_text(title, field="title", max_chars=200, required=False, single_line=True)
@@ -153,7 +154,7 @@ def _end_lost_run(run: Run, now) -> None:
         setattr(run, name, value)
     run.save(update_fields=[*fields, "updated_at"])
     if lost:
-        journal_status(run, status=Run.Status.FAILED, error=WORKER_LOST)
+        status_journal(run, status=Run.Status.FAILED, error=WORKER_LOST)
 
 
 def _queue_deadline():
@@ -276,7 +277,7 @@ def run_cancel(*, user, run: Run) -> Run:
         run.finished_at = timezone.now()
         run.lease_expires_at = None
         run.save()
-        journal_status(run, status=Run.Status.CANCELLED, error="")
+        status_journal(run, status=Run.Status.CANCELLED, error="")
     elif run.status == Run.Status.RUNNING:
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested", "updated_at"])
@@ -309,11 +310,11 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     supplement = RunSupplement.objects.create(run=run, position=position, text=text)
     if run.status in Run.FINISHED_STATUSES:
         # The run has ended (failed or cancelled): journaled now, shown if it is resumed.
-        journal_queued_supplements(run_id=run.pk, session_id=run.session_id)
+        supplements_journal(run_id=run.pk, session_id=run.session_id)
     return supplement
 
 
-def take_supplements(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
+def supplements_take(*, run_id: int, exclude: set[int], final: bool) -> list[RunSupplement]:
     """Return queued supplements not yet handed out; on an empty final call, close the queue.
 
     Only the final call locks the run (and only the run: it writes nothing of the session's):
@@ -353,7 +354,7 @@ def renew_lease(*, run_id: int, owner: str) -> bool:
     return renewed == 1
 
 
-def claim_run(*, run_id: int, owner: str) -> bool:
+def run_claim(*, run_id: int, owner: str) -> bool:
     """Take the lease on a queued run; False when another worker has it or it is not queued."""
     now = timezone.now()
     claimed = Run.objects.filter(

@@ -12,7 +12,7 @@ from agentloom.engine._policy import view_characters
 from context_app.engine_adapter import offered_tools, run_measures
 from context_app.models import AgentVersion
 from sessions_app.models import ModelCall, SessionView
-from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.selectors.checkpoints import full_checkpoint
 from tests.api.factories import ask, compacted_frame, make_agent, open_session, publish
 
 pytestmark = pytest.mark.django_db

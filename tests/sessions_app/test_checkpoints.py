@@ -11,11 +11,11 @@ from django.db.models import RestrictedError
 
 from context_app.engine_adapter import version_binding
 from sessions_app.models import JournalReference, Run, SessionMessage, SessionView
-from sessions_app.services.checkpoints import frame_of, full_checkpoint
+from sessions_app.selectors.checkpoints import frame_of, full_checkpoint
+from sessions_app.selectors.views import compliant_view
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
-from sessions_app.services.views import compliant_view
 from tests.sessions_app.conftest import ask, long_question
 
 pytestmark = pytest.mark.django_db
@@ -219,7 +219,7 @@ def test_replay_matches_on_runs_stored_in_either_format(alice, gateway, make_dem
 
 
 def test_compactions_list_the_journal_ranges_they_summarised(alice, gateway, make_demo_session):
-    from sessions_app.selectors import run_context
+    from sessions_app.selectors.context import run_context
 
     session = make_demo_session(context_window=9_000)
     runs = [ask(session, alice, long_question(n)) for n in range(5)]

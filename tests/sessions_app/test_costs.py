@@ -14,7 +14,7 @@ from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import PriceInForce
 from context_app import engine_adapter
 from sessions_app.models import ModelCall
-from sessions_app.selectors import run_cost, session_cost
+from sessions_app.selectors.costs import run_cost, session_cost
 from sessions_app.services import execution
 from tests.api.factories import client_for
 from tests.factories import make_connection

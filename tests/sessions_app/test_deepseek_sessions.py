@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sessions_app.models import Run, SessionMessage
-from sessions_app.selectors import run_context
+from sessions_app.selectors.context import run_context
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
@@ -59,7 +59,7 @@ def test_two_tool_turns_and_a_plain_question_succeed_end_to_end(alice, deepseek,
 def test_the_meter_measures_what_the_provider_is_sent(
     alice, deepseek, deepseek_session, monkeypatch
 ):
-    from sessions_app import selectors
+    from sessions_app.selectors import context as context_selectors
 
     deepseek.reasoning_padding = 20_000
     run = ask(deepseek_session, alice, "plain question")
@@ -67,7 +67,7 @@ def test_the_meter_measures_what_the_provider_is_sent(
     # The answer keeps its reasoning, which is not sent (no tool call in its span).
     assert "reasoning_content" in context["messages"][-1]
     monkeypatch.setattr(
-        selectors, "sent_messages", lambda version, messages, tools: (messages, tools)
+        context_selectors, "sent_messages", lambda version, messages, tools: (messages, tools)
     )
     assert run_context(run)["estimate"] > context["estimate"]
 

@@ -9,9 +9,10 @@ import pytest
 from agentloom.engine import Checkpoint
 from context_app.engine_adapter import version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
-from sessions_app.services.checkpoints import frame_of
+from sessions_app.selectors.checkpoints import frame_of
+from sessions_app.selectors.history import history_for_new_run
+from sessions_app.selectors.views import view_content
 from sessions_app.services.execution import run_execute
-from sessions_app.services.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import (
@@ -20,7 +21,6 @@ from sessions_app.services.runs import (
     run_resume,
     supplement_add,
 )
-from sessions_app.services.views import view_content
 from tests.sessions_app.conftest import SECRET, ask
 
 pytestmark = pytest.mark.django_db
@@ -208,7 +208,7 @@ def test_a_compacted_view_is_saved_and_reused_by_the_next_run(alice, gateway, ma
 
 
 def test_views_are_refused_with_queued_supplements_or_terminal_records(alice, make_demo_session):
-    from sessions_app.services.views import view_refusal_reason
+    from sessions_app.services.reusable_views import view_refusal_reason
     from tests.factories import make_run
 
     session = make_demo_session()

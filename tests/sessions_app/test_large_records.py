@@ -10,9 +10,9 @@ from context_app.engine_adapter import version_binding
 from context_app.models import AgentVersion
 from sessions_app.demo import ensure_demo
 from sessions_app.models import ModelCall, Run, SessionMessage
-from sessions_app.selectors import run_context
-from sessions_app.services.checkpoints import frame_of
-from sessions_app.services.history import history_for_new_run
+from sessions_app.selectors.checkpoints import frame_of
+from sessions_app.selectors.context import run_context
+from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import session_create
 from tests.sessions_app.conftest import ask

@@ -82,8 +82,8 @@ def test_thinking_settings_are_frozen_at_publish(alice):
     connection_update(user=alice, connection=connection, thinking="enabled", reasoning_effort="max")
     second = publish(alice, connection)
     request = ModelRequest(purpose="action", messages=[{"role": "user", "content": "hi"}])
-    old, _ = engine_adapter.gateway_for(first)
-    new, _ = engine_adapter.gateway_for(second)
+    old = engine_adapter.gateway_for(first)
+    new = engine_adapter.gateway_for(second)
     assert old.payload(request)["thinking"] == {"type": "disabled"}
     assert "reasoning_effort" not in old.payload(request)
     assert (new.payload(request)["thinking"], new.payload(request)["reasoning_effort"]) == (
@@ -98,7 +98,7 @@ def test_versions_published_before_the_settings_send_deepseeks_default(alice):
     snapshot = dict(version.snapshot)
     del snapshot["thinking"]
     legacy = make_version(version.agent, snapshot=snapshot)
-    gateway, _ = engine_adapter.gateway_for(legacy)
+    gateway = engine_adapter.gateway_for(legacy)
     body = gateway.payload(ModelRequest(purpose="action", messages=[]))
     assert "thinking" not in body and "reasoning_effort" not in body
 

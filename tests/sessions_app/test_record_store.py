@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
-from sessions_app.services.checkpoints import JournalStore
+from sessions_app.selectors.checkpoints import JournalStore
 from sessions_app.services.journal import append_records
 from tests.factories import (
     make_agent,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sessions_app.models import Run
-from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.selectors.checkpoints import full_checkpoint
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume

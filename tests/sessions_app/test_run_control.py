@@ -15,7 +15,7 @@ from agentloom.config import lease_problem
 from agentloom.engine import CANCELLED_RESULT
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.services.execution import run_execute
-from sessions_app.services.runs import claim_run, renew_lease, run_ask, run_cancel
+from sessions_app.services.runs import renew_lease, run_ask, run_cancel, run_claim
 from tests.sessions_app.conftest import ask
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ def test_the_heartbeat_renews_only_its_own_lease_and_writes_only_the_expiry(
 ):
     session = make_demo_session()
     run = run_ask(user=alice, session=session, question="q")
-    assert claim_run(run_id=run.pk, owner="worker-1")
+    assert run_claim(run_id=run.pk, owner="worker-1")
     before = Run.objects.get(pk=run.pk)
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=1))
 

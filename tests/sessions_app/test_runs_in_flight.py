@@ -16,9 +16,9 @@ from django.db import connection
 
 from agentloom.config import database_from_url, database_slots
 from sessions_app.models import ModelCall, Run, SessionMessage
-from sessions_app.services.checkpoints import full_checkpoint
+from sessions_app.selectors.checkpoints import full_checkpoint
 from sessions_app.services.renewer import LeaseRenewer
-from sessions_app.services.runs import claim_run, run_ask, run_resume, sweep_expired_leases
+from sessions_app.services.runs import run_ask, run_claim, run_resume, sweep_expired_leases
 from sessions_app.services.slots import DatabaseSlots
 from tests.factories import make_agent, make_connection, make_run, make_session, make_space
 from tests.sessions_app.test_worker import QUEUE, _start_worker, _wait
@@ -33,7 +33,7 @@ def _claimed_runs(owner_user, count: int) -> list[Run]:
     runs = []
     for index in range(count):
         run = make_run(make_session(version, owner_user))
-        assert claim_run(run_id=run.pk, owner=f"owner-{index}")
+        assert run_claim(run_id=run.pk, owner=f"owner-{index}")
         runs.append(Run.objects.get(pk=run.pk))
     return runs
 

@@ -21,7 +21,7 @@ from context_app.engine_adapter import input_check, offered_tools
 from context_app.services import agent_create, agent_publish, agent_update
 from models_app.tool_servers import tool_server_create, tool_server_refresh, tool_server_update
 from sessions_app.models import Run, SessionMessage
-from sessions_app.services.checkpoints import frame_of
+from sessions_app.selectors.checkpoints import frame_of
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import (

@@ -12,11 +12,12 @@ from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.models import Membership
 from context_app.engine_adapter import version_binding
 from sessions_app.models import SessionView
+from sessions_app.selectors.history import history_for_new_run
+from sessions_app.selectors.views import compliant_view, view_derivations
 from sessions_app.services.execution import run_execute
-from sessions_app.services.history import history_for_new_run
 from sessions_app.services.replay import replay_run
+from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_resume
-from sessions_app.services.views import compliant_view, view_derivations, view_revoke
 from tests.sessions_app.conftest import ask, long_question
 
 pytestmark = pytest.mark.django_db

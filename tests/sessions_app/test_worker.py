@@ -17,7 +17,7 @@ from django.db import connection
 from sessions_app.models import Run, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
-from sessions_app.services.runs import claim_run, run_ask, run_resume, sweep_expired_leases
+from sessions_app.services.runs import run_ask, run_claim, run_resume, sweep_expired_leases
 from tests.factories import (
     make_agent,
     make_connection,
@@ -117,8 +117,8 @@ def test_a_run_is_claimed_once():
     owner = make_user()
     space = make_space(admin=owner)
     run = make_run(make_session(make_version(make_agent(space, owner)), owner))
-    assert claim_run(run_id=run.pk, owner="worker-1") is True
-    assert claim_run(run_id=run.pk, owner="worker-2") is False  # a second delivery
+    assert run_claim(run_id=run.pk, owner="worker-1") is True
+    assert run_claim(run_id=run.pk, owner="worker-2") is False  # a second delivery
     assert run_execute(run_id=run.pk) == "not claimed"
     assert Run.objects.get(pk=run.pk).lease_owner == "worker-1"
 

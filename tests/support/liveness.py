@@ -41,9 +41,10 @@ from context_app import engine_adapter
 from context_app.services import agent_create, agent_publish
 from sessions_app.demo import DEMO_CONTEXT_WINDOW, DEMO_SUB_AGENTS
 from sessions_app.models import Run, SessionMessage, SessionView
-from sessions_app.services.checkpoints import frame_of
+from sessions_app.selectors.checkpoints import frame_of
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
+from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import (
     run_ask,
     run_cancel,
@@ -52,7 +53,6 @@ from sessions_app.services.runs import (
     supplement_add,
     sweep_expired_leases,
 )
-from sessions_app.services.views import view_revoke
 from tests.factories import make_connection, make_space
 
 WINDOWS = (DEMO_CONTEXT_WINDOW, 16_384, 32_768, 131_072)

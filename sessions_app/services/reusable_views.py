@@ -17,124 +17,31 @@ chosen either.
 Views are stored by reference (`SessionView.entries`): the handoff summary and other messages
 that exist nowhere else are stored encrypted, everything else as references to journal records,
 each backed by a `JournalReference` row so the database keeps what a view refers to. Choosing a
-view reads clear index columns only; only the chosen view is decrypted.
+view reads clear index columns only; only the chosen view is decrypted. The reads that choose by
+this rule (`compliant_view`, `view_derivations`) are in `selectors.views`; saving and revoking a
+view are here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentloom.engine import LARGE_KEYS, Origin, as_ranges, materialize
+from agentloom.engine import LARGE_KEYS, as_ranges
 from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
     MAIN_INSTANCE,
     JournalReference,
-    Run,
     RunSupplement,
     Session,
     SessionMessage,
     SessionView,
 )
-
-
-def binding_key(binding: dict[str, Any]) -> str:
-    """Return the digest under which views saved with `binding` are found."""
-    text = json.dumps(binding, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Derivation:
-    """Where a view comes from: the view it derives from, and the revoked view in its chain."""
-
-    derived_from: int | None = None
-    # The nearest revoked view in its chain of `derived_from`: the view is revoked by derivation.
-    revoked_ancestor: int | None = None
-
-
-def view_derivations(session_id: int) -> dict[int, Derivation]:
-    """Return the derivation of each view of the session, by revision (one clear-column query)."""
-    rows = (
-        SessionView.objects.filter(session_id=session_id)
-        .order_by("revision")
-        .values_list("pk", "revision", "derived_from_id", "revoked_at")
-    )
-    revision_of: dict[int, int] = {}
-    revoked: set[int] = set()
-    found: dict[int, Derivation] = {}
-    # A view derives only from an earlier one, so its parent is settled before it.
-    for pk, revision, parent, revoked_at in rows:
-        revision_of[pk] = revision
-        if revoked_at is not None:
-            revoked.add(pk)
-        if parent is None:
-            found[revision] = Derivation()
-            continue
-        source = revision_of[parent]
-        found[revision] = Derivation(
-            derived_from=source,
-            revoked_ancestor=source if parent in revoked else found[source].revoked_ancestor,
-        )
-    return found
-
-
-def compliant_view(
-    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
-) -> SessionView | None:
-    """Return the highest-watermark reusable view saved under `binding`, or None.
-
-    Neither a revoked view nor one revoked by derivation is chosen. `as_of` limits the choice to
-    what existed when that run's question was asked. Candidates are matched on clear columns;
-    nothing is decrypted.
-    """
-    views = SessionView.objects.filter(
-        session=session, binding_key=binding_key(binding), revoked_at__isnull=True
-    ).exclude(
-        revision__in=[
-            revision
-            for revision, derivation in view_derivations(session.pk).items()
-            if derivation.revoked_ancestor is not None
-        ]
-    )
-    if as_of is not None:
-        views = views.filter(
-            watermark__lte=as_of.inherited_watermark, created_at__lt=as_of.created_at
-        )
-    return views.defer("messages").order_by("-watermark", "-revision").first()
-
-
-def journal_messages(session_id: int, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
-    """Return the messages of the session's journal records `seqs` (one query), by seq."""
-    rows = SessionMessage.objects.filter(session_id=session_id, seq__in=list(seqs))
-    return dict(rows.values_list("seq", "message"))
-
-
-def view_content(view: SessionView) -> tuple[list[dict[str, Any]], list[Origin]]:
-    """Return the messages of `view` and where each came from (one query for its references)."""
-    inline = view.messages
-    if not view.entries:
-        return list(inline), [None] * len(inline)
-    seqs = [entry["s"] for entry in view.entries if "s" in entry]
-    found = journal_messages(view.session_id, seqs)
-    messages: list[dict[str, Any]] = []
-    origins: list[Origin] = []
-    for entry in view.entries:
-        if "i" in entry:
-            messages.append(inline[entry["i"]])
-            origins.append({"src": entry["src"]} if "src" in entry else None)
-        else:
-            messages.append(materialize(entry, found[entry["s"]]))
-            origins.append(dict(entry))
-    return messages, origins
+from sessions_app.selectors.views import binding_key
 
 
 def session_refs(
@@ -241,7 +148,7 @@ def view_refusal_reason(
     state = frame.get("state") or {}
     if state.get("pending_tool_calls"):
         return "pending tool calls", None
-    if state.get("queued_supplements"):
+    if _supplements_queued(run_id, state):
         return "supplements are still queued", None
     covered = snapshot.get("covered_seq") or 0
     if not covered:
@@ -272,12 +179,17 @@ def view_refusal_reason(
         seq__lte=watermark,
     ).exists():
         return "terminal records inside the covered range are not in the view", None
-    if RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).exists():
-        return "supplements are still queued", None
     return None, watermark
 
 
-def snapshot_saved(
+def _supplements_queued(run_id: int, state: dict[str, Any]) -> bool:
+    """True while a supplement waits: queued in the frame, or accepted and not journaled yet."""
+    if state.get("queued_supplements"):
+        return True
+    return RunSupplement.objects.filter(run_id=run_id, consumed_at__isnull=True).exists()
+
+
+def snapshot_save(
     *, run_id: int, session_id: int, inherited_watermark: int, frame: dict[str, Any]
 ) -> tuple[int | None, str | None]:
     """Record the references of the frame's newest snapshot; save it as a view when allowed.
@@ -348,7 +260,7 @@ def _derived_from(run_id: int, session_id: int, frame: dict[str, Any]) -> Sessio
     )
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def view_revoke(*, user, session: Session, revision: Any) -> SessionView:
     """Revoke a reusable view: later new runs use neither it nor any view derived from it.
 

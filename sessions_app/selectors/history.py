@@ -22,7 +22,7 @@ from agentloom.engine import (
     rendering_of,
 )
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
-from sessions_app.services.views import compliant_view, view_content
+from sessions_app.selectors.views import compliant_view, view_content
 
 
 def main_records_after(

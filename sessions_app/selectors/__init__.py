@@ -1,0 +1,16 @@
+"""Reads of sessions, runs, the journal, views, model calls and a run's context.
+
+A session and everything under it is readable only by its creator, and only while they are a
+member of the session's space; to anyone else it does not exist (NotFound). A deleted session
+(`deleted_at` set) does not exist for anyone. Nothing here writes or locks a row.
+
+- `sessions`: the sessions a user may read, manage or delete; the instances a session holds.
+- `runs`: a run its reader may see, its counters and model calls, whether it waits on a model.
+- `journal`: pages of journal records, records by seq, a run's journaled terminal status.
+- `views`: the reusable view a new run reuses (the rule: `services.reusable_views`), where each
+  view derives from, and its content.
+- `history`: the history a new run inherits, and the inherited block a checkpoint names.
+- `checkpoints`: the journal-backed record store and a run's checkpoint as a frame.
+- `context`: a run's view measured against its budget, its compactions, calibration starts.
+- `costs`: the cost of a model call, a run and a session.
+"""

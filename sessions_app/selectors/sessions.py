@@ -1,0 +1,87 @@
+"""Reads of sessions: who may read, manage or delete one, and the instances it holds.
+
+A session and everything under it is readable only by its creator, and only while they are a
+member of the session's space; to anyone else it does not exist (NotFound). A deleted session
+(`deleted_at` set) does not exist for anyone.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+
+from agentloom.errors import NotFound
+from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
+
+
+def live_sessions() -> QuerySet[Session]:
+    """Return the sessions nobody has deleted."""
+    return Session.objects.filter(deleted_at__isnull=True)
+
+
+def sessions_for_user(user) -> QuerySet[Session]:
+    """Return the sessions `user` created in spaces they are still a member of, newest first."""
+    return live_sessions().filter(created_by=user, space__memberships__user=user).order_by("-id")
+
+
+def session_list(user) -> QuerySet[Session]:
+    """Return `sessions_for_user` with agents, run counts and the latest run's number and status."""
+    latest_run = Run.objects.filter(session=OuterRef("pk")).order_by("-number")
+    return (
+        sessions_for_user(user)
+        .select_related("agent", "agent_version")
+        .annotate(
+            latest_status=Subquery(latest_run.values("status")[:1]),
+            latest_number=Subquery(latest_run.values("number")[:1]),
+            run_count=Count("runs", distinct=True),
+        )
+    )
+
+
+def sessions_in_reach(user) -> QuerySet[Session]:
+    """Return the live sessions `user` may manage: their own and those of spaces they admin."""
+    if not user.is_authenticated:
+        return Session.objects.none()
+    return (
+        live_sessions()
+        .filter(
+            Q(created_by=user, space__memberships__user=user)
+            | Q(space__memberships__user=user, space__memberships__role="admin")
+        )
+        .distinct()
+    )
+
+
+def session_get(*, user, session_id: int) -> Session:
+    """Return the session if `user` may read it, else raise NotFound."""
+    session = sessions_for_user(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
+def session_for_revocation(*, user, session_id: int) -> Session:
+    """Return a session whose views `user` may revoke: their own, or one in a space they admin."""
+    session = sessions_in_reach(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
+def session_for_deletion(*, user, session_id: int) -> Session:
+    """Return a live session in one of `user`'s spaces; the deletion service checks the role."""
+    session = live_sessions().filter(pk=session_id, space__memberships__user=user).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
+def instances_of(session: Session) -> list[str]:
+    """Return the instances that have records in the session: main, then children in order."""
+    found = set(
+        SessionMessage.objects.filter(session=session).values_list("instance", flat=True).distinct()
+    )
+    children = sorted(
+        (name for name in found if name != MAIN_INSTANCE),
+        key=lambda name: tuple(int(part) for part in name.split(".") if part.isdigit()),
+    )
+    return [MAIN_INSTANCE, *children] if MAIN_INSTANCE in found else children
