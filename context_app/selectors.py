@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from agentloom.engine import ConfigurationError, ContextPolicy
-from agentloom.errors import NotFound
+from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import spaces_for_user
 from context_app.models import Agent, AgentVersion
@@ -116,3 +116,11 @@ def draft_changes(agent: Agent, version: AgentVersion | None) -> list[str]:
         "context_policy": snapshot.get("context_policy"),
     }
     return [name for name in PUBLISHED_FIELDS if draft[name] != published[name]]
+
+
+def latest_version(agent: Agent) -> AgentVersion:
+    """Return the agent's newest published version, or raise Conflict when there is none."""
+    version = agent.versions.order_by("-number").first()
+    if version is None:
+        raise Conflict("This agent has no published version yet.")
+    return version

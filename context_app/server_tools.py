@@ -21,7 +21,8 @@ from django.conf import settings
 from agentloom.errors import InvalidInput
 from agentloom.toolservers import SEPARATOR, ServerAddress, ServerTool, ToolServerError
 from models_app.models import ToolServer
-from models_app.tool_servers import server_address, tool_servers_of_space
+from models_app.selectors import tool_servers_of_space
+from models_app.tool_servers import server_address
 
 __all__ = [
     "choosable_server_tools",

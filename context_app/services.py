@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from agentloom.engine import DEFAULT_SAMPLES, ConfigurationError, ContextPolicy, LargeRecords
-from agentloom.errors import Conflict, InvalidInput
+from agentloom.errors import InvalidInput
 from agentloom.providers import retirement_of
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.toolservers import SEPARATOR
@@ -307,11 +307,3 @@ def agent_publish_nested(*, user, agent: Agent) -> AgentVersion:
         model_connection=agent.model_connection,
         published_by=user,
     )
-
-
-def latest_version(agent: Agent) -> AgentVersion:
-    """Return the agent's newest published version, or raise Conflict when there is none."""
-    version = agent.versions.order_by("-number").first()
-    if version is None:
-        raise Conflict("This agent has no published version yet.")
-    return version

@@ -53,7 +53,7 @@ from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.validation import clean_text
 from models_app.models import ModelConnection
-from models_app.tool_servers import tool_server_secrets
+from models_app.selectors import tool_server_secrets
 
 __all__ = [
     "CONNECTION_FIELDS",

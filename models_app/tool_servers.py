@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from agentloom.errors import ApplicationError, InvalidInput, NotFound
@@ -35,7 +34,7 @@ from agentloom.providers import (
     numeric_host,
 )
 from agentloom.spaces.models import Space
-from agentloom.spaces.selectors import require_space_admin, spaces_for_user
+from agentloom.spaces.selectors import require_space_admin
 from agentloom.toolservers import (
     SEPARATOR,
     ServerAddress,
@@ -55,14 +54,10 @@ __all__ = [
     "tool_server_create_nested",
     "tool_server_delete",
     "tool_server_delete_nested",
-    "tool_server_get",
     "tool_server_refresh",
-    "tool_server_secrets",
     "tool_server_update",
     "tool_server_update_nested",
     "tool_server_validate",
-    "tool_servers_for_user",
-    "tool_servers_of_space",
 ]
 
 # Lower case, digits and single `-` or `_` between them: `<server>__<tool>` stays unambiguous.
@@ -87,7 +82,6 @@ RESERVED_HEADERS = frozenset(
     }
 )
 # The shortest header value redacted on its own (shorter ones, such as `1`, would garble text).
-MIN_SECRET_CHARS = 8
 LIST_SECONDS = 30.0
 
 
@@ -98,36 +92,6 @@ class ToolServerUnavailable(ApplicationError):
 
 
 # --- reads ---------------------------------------------------------------------------------------
-
-
-def tool_servers_for_user(user) -> QuerySet[ToolServer]:
-    """Return the tool servers of every space `user` is a member of."""
-    return ToolServer.objects.filter(space__in=spaces_for_user(user)).order_by("id")
-
-
-def tool_servers_of_space(space_id: int) -> QuerySet[ToolServer]:
-    return ToolServer.objects.filter(space_id=space_id).order_by("name")
-
-
-def tool_server_get(*, user, server_id: int) -> ToolServer:
-    """Return the server if `user` is a member of its space, else raise NotFound."""
-    server = tool_servers_for_user(user).filter(pk=server_id).first()
-    if server is None:
-        raise NotFound("Not found.")
-    return server
-
-
-def tool_server_secrets(space_id: int) -> list[str]:
-    """Return the header values of the space's tool servers, to redact from what its runs write.
-
-    A value like `Bearer <token>` is redacted whole and so is its token.
-    """
-    secrets: list[str] = []
-    for headers in ToolServer.objects.filter(space_id=space_id).values_list("headers", flat=True):
-        for value in (headers or {}).values():
-            parts = [value, *str(value).split()[1:]]
-            secrets.extend(part for part in parts if len(part) >= MIN_SECRET_CHARS)
-    return list(dict.fromkeys(secrets))
 
 
 def server_address(server: ToolServer) -> ServerAddress:

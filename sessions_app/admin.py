@@ -23,8 +23,8 @@ from sessions_app.models import (
     SessionMessage,
     SessionView,
 )
-from sessions_app.selectors.sessions import sessions_in_reach
-from sessions_app.services.deletion import may_delete, session_delete, session_delete_nested
+from sessions_app.selectors.sessions import may_delete, sessions_in_reach
+from sessions_app.services.deletion import session_delete, session_delete_nested
 
 
 class SessionScopedAdmin(SpaceScopedAdmin, EncryptedPayloadAdmin):

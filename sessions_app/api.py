@@ -13,8 +13,7 @@ from rest_framework.response import Response
 
 from agentloom.api import ApiView, api_schema, object_id
 from agentloom.errors import InvalidInput
-from context_app.selectors import agent_get, version_get
-from context_app.services import latest_version
+from context_app.selectors import agent_get, latest_version, version_get
 from sessions_app.selectors.context import run_context
 from sessions_app.selectors.journal import journal_page
 from sessions_app.selectors.runs import model_calls_of, run_get, runs_of

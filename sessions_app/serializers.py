@@ -16,11 +16,12 @@ from agentloom.api import (
     id_field,
 )
 from sessions_app.models import ModelCall, Run, SessionMessage
+from sessions_app.selectors.approvals import undecided
 from sessions_app.selectors.costs import call_cost_of, run_cost, session_cost
 from sessions_app.selectors.journal import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_MAX
 from sessions_app.selectors.runs import model_call_in_flight, run_counters
 from sessions_app.selectors.views import Derivation
-from sessions_app.services.approvals import MAX_NOTE_CHARS, undecided
+from sessions_app.services.approvals import MAX_NOTE_CHARS
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
 
 # `main`, or a child instance id such as `1.1` (ASCII digits only).

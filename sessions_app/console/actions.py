@@ -14,8 +14,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from agentloom.errors import NotFound
-from context_app.selectors import agent_get
-from context_app.services import latest_version
+from context_app.selectors import agent_get, latest_version
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import NewSessionForm
 from sessions_app.selectors.sessions import (

@@ -27,6 +27,7 @@ from sessions_app.console.presenters import (
     with_marks,
 )
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
+from sessions_app.selectors.approvals import undecided
 from sessions_app.selectors.context import compaction_marks, run_context
 from sessions_app.selectors.journal import JOURNAL_LIMIT_MAX, journal_page
 from sessions_app.selectors.runs import (
@@ -38,7 +39,6 @@ from sessions_app.selectors.runs import (
     runs_of,
 )
 from sessions_app.selectors.sessions import session_get, session_list
-from sessions_app.services.approvals import undecided
 
 SESSIONS_PER_PAGE = 25
 

@@ -13,4 +13,5 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `checkpoints`: the journal-backed record store and a run's checkpoint as a frame.
 - `context`: a run's view measured against its budget, its compactions, calibration starts.
 - `costs`: the cost of a model call, a run and a session.
+- `approvals`: the calls a run still waits on, and the decisions taken so far.
 """

@@ -7,9 +7,13 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from agentloom.errors import NotFound
+from agentloom.spaces.models import Membership
+from agentloom.spaces.selectors import require_member
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 
 
@@ -85,3 +89,17 @@ def instances_of(session: Session) -> list[str]:
         key=lambda name: tuple(int(part) for part in name.split(".") if part.isdigit()),
     )
     return [MAIN_INSTANCE, *children] if MAIN_INSTANCE in found else children
+
+
+def may_delete(user, session: Session) -> bool:
+    """True when `user` created the session or administers its space (and is still a member)."""
+    role = require_member(user, session.space_id)
+    return session.created_by_id == user.pk or role == Membership.Role.ADMIN
+
+
+def deleted_sessions(*, before: datetime | None = None):
+    """Return the hidden sessions (deleted before `before`, when given), oldest deletion first."""
+    sessions = Session.objects.filter(deleted_at__isnull=False)
+    if before is not None:
+        sessions = sessions.filter(deleted_at__lt=before)
+    return sessions.order_by("deleted_at", "pk")

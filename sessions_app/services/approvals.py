@@ -23,41 +23,23 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentloom.engine import Decision
 from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.validation import clean_text
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import Run
+from sessions_app.selectors.approvals import undecided
 from sessions_app.services.journal import ended_run_fields, lock_run, status_journal
 from sessions_app.services.runs import _enqueue, _queue_deadline, lock_live_session
 
 __all__ = [
     "APPROVAL_EXPIRED",
-    "decisions_of",
     "run_decide",
     "sweep_expired_approvals",
-    "undecided",
 ]
 
 MAX_NOTE_CHARS = 2_000
 APPROVAL_EXPIRED = "approval_expired"
 DECISIONS = ("approve", "deny")
-
-
-def undecided(run: Run) -> list[dict[str, Any]]:
-    """Return the calls `run` waits on that have no decision yet."""
-    decided = run.approval_decisions or {}
-    return [item for item in run.pending_approvals or [] if item["call_id"] not in decided]
-
-
-def decisions_of(run: Run) -> dict[str, Decision]:
-    """Return the engine's decisions of `run`, by call id."""
-    return {
-        call_id: Decision(
-            approved=entry["approved"], by=entry["by"], at=entry["at"], note=entry["note"]
-        )
-        for call_id, entry in (run.approval_decisions or {}).items()
-    }
 
 
 @transaction.atomic(durable=True)

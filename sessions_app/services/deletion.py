@@ -13,22 +13,13 @@ Django runs in one transaction.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db import transaction
 from django.utils import timezone
 
 from agentloom.errors import Conflict, NotFound, PermissionDenied
-from agentloom.spaces.models import Membership
-from agentloom.spaces.selectors import require_member
 from sessions_app.models import Run, Session, SessionDeletion
+from sessions_app.selectors.sessions import may_delete
 from sessions_app.services.runs import sweep_expired_leases
-
-
-def may_delete(user, session: Session) -> bool:
-    """True when `user` created the session or administers its space (and is still a member)."""
-    role = require_member(user, session.space_id)
-    return session.created_by_id == user.pk or role == Membership.Role.ADMIN
 
 
 @transaction.atomic(durable=True)
@@ -68,14 +59,6 @@ def session_delete_nested(*, user, session: Session) -> SessionDeletion:
         deleted_by_username=user.get_username(),
         deleted_at=now,
     )
-
-
-def deleted_sessions(*, before: datetime | None = None):
-    """Return the hidden sessions (deleted before `before`, when given), oldest deletion first."""
-    sessions = Session.objects.filter(deleted_at__isnull=False)
-    if before is not None:
-        sessions = sessions.filter(deleted_at__lt=before)
-    return sessions.order_by("deleted_at", "pk")
 
 
 @transaction.atomic(durable=True)

@@ -35,10 +35,10 @@ from context_app.engine_adapter import (
     version_binding,
 )
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore
 from sessions_app.selectors.context import last_reported_call, recent_ratio
 from sessions_app.selectors.history import history_for_new_run
-from sessions_app.services.approvals import decisions_of
 from sessions_app.services.journal import JournalWriter, LeaseLost, lock_session, status_journal
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.live import DeltaPublisher

@@ -53,10 +53,10 @@ from agentloom.toolservers import failure_reason
 from context_app.engine_adapter import gateway_for, run_measures, version_binding
 from context_app.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
+from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore, full_checkpoint
 from sessions_app.selectors.history import history_for_new_run, main_records_after
 from sessions_app.selectors.views import compliant_view, view_content
-from sessions_app.services.approvals import decisions_of
 
 ERROR_PREFIX = "ERROR: "
 # Tools that change only the engine's own state: deterministic, so a replay runs them again.

@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from agentloom.errors import ApplicationError
-from sessions_app.services.deletion import deleted_sessions, session_purge
+from sessions_app.selectors.sessions import deleted_sessions
+from sessions_app.services.deletion import session_purge
 
 
 class Command(BaseCommand):
