@@ -4,12 +4,15 @@ Debian's `/usr/bin/chromium` is used as it is (nothing is downloaded). Tests get
 relative URLs go to the live server, `login(user)` to sign in through the admin login form,
 `space_admin` / `lab` / `admin_page` for a superuser who administers a space, `screenshot(name)`
 to save `artifacts/<name>.png`, and `browser_errors`, the page's console errors and uncaught
-exceptions. A failing test leaves `artifacts/failures/<test>.png` behind.
+exceptions. A failing test leaves `artifacts/failures/<test>.png` behind, and the stacks of the
+process's threads beside it (`<test>.threads.txt`, also printed).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -95,6 +98,12 @@ def page(browser, live_server, browser_errors, request):
         path = ARTIFACTS / "failures" / f"{name}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(path), full_page=True)
+        # Where every thread stood (a run that never finished shows where it waits), kept and
+        # printed past the capture, so that a CI log shows it too.
+        with path.with_suffix(".threads.txt").open("w") as threads:
+            faulthandler.dump_traceback(file=threads, all_threads=True)
+        sys.__stderr__.write(f"threads at the failure of {request.node.nodeid}:\n")
+        sys.__stderr__.write(path.with_suffix(".threads.txt").read_text())
     context.close()
 
 
