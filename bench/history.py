@@ -20,8 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentloom.engine import ModelGateway, ModelResponse
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 BENCH_DB = "agentloom_bench"
 
 
@@ -61,6 +64,14 @@ def _setup_django(url: str) -> None:
     # A scratch database, created and dropped here: any keys do.
     os.environ.setdefault("SECRET_KEY", "bench-scratch-secret-key-0123456789abcdef")
     os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
+    # One session asks question after question, faster than a person may.
+    for name in (
+        "RUNS_PER_USER",
+        "RUNS_PER_SESSION",
+        "SUPPLEMENTS_PER_USER",
+        "SUPPLEMENTS_PER_SESSION",
+    ):
+        os.environ.setdefault(f"RATE_LIMIT_{name}", "off")
     import django
 
     django.setup()
@@ -243,7 +254,7 @@ def journal_bytes_per_record() -> float:
     return size_bytes / SessionMessage.objects.count()
 
 
-class _LoopingGateway:
+class _LoopingGateway(ModelGateway):
     """A scripted model: `steps` tool calls, then a final answer."""
 
     provider, model_id = "bench", "bench"
@@ -252,8 +263,6 @@ class _LoopingGateway:
         self.steps = steps
 
     def complete(self, request):
-        from agentloom.engine import ModelResponse
-
         done = sum(1 for m in request.messages if m.get("role") == "tool")
         if request.purpose != "action" or done >= self.steps:
             return ModelResponse(message={"role": "assistant", "content": "done"})

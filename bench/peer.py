@@ -43,8 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentloom.engine import ModelGateway
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 BENCH_DB = "agentloom_peer_bench"
 DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 
@@ -98,6 +101,14 @@ def _setup_django(url: str) -> None:
     # A scratch database, created and dropped here: any keys do.
     os.environ.setdefault("SECRET_KEY", "bench-scratch-secret-key-0123456789abcdef")
     os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
+    # One session asks question after question, faster than a person may.
+    for name in (
+        "RUNS_PER_USER",
+        "RUNS_PER_SESSION",
+        "SUPPLEMENTS_PER_USER",
+        "SUPPLEMENTS_PER_SESSION",
+    ):
+        os.environ.setdefault(f"RATE_LIMIT_{name}", "off")
     import django
 
     django.setup()
@@ -176,7 +187,7 @@ def _question(turn: int) -> str:
     )
 
 
-class PeerGateway:
+class PeerGateway(ModelGateway):
     """A scripted peer model: one echo call per question, then the answer; fixed summaries."""
 
     provider, model_id = "bench", "peer"
