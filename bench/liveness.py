@@ -26,16 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from _scratch import scratch_environment
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
 def _setup(path: str) -> None:
-    os.environ["DATABASE_URL"] = f"sqlite:///{path}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentloom.settings")
-    # A scratch database, created and removed here: any keys do.
-    os.environ.setdefault("SECRET_KEY", "bench-scratch-secret-key-0123456789abcdef")
-    os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
+    scratch_environment(f"sqlite:///{path}")
     import django
 
     django.setup()

@@ -45,6 +45,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _scratch import scratch_environment
+
 from agentloom.engine import ModelGateway
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,19 +98,7 @@ def _drop_database(admin_url: str) -> None:
 
 
 def _setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentloom.settings")
-    # A scratch database, created and dropped here: any keys do.
-    os.environ.setdefault("SECRET_KEY", "bench-scratch-secret-key-0123456789abcdef")
-    os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
-    # One session asks question after question, faster than a person may.
-    for name in (
-        "RUNS_PER_USER",
-        "RUNS_PER_SESSION",
-        "SUPPLEMENTS_PER_USER",
-        "SUPPLEMENTS_PER_SESSION",
-    ):
-        os.environ.setdefault(f"RATE_LIMIT_{name}", "off")
+    scratch_environment(url)
     import django
 
     django.setup()
