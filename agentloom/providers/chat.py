@@ -110,11 +110,10 @@ class OpenAICompatibleChatGateway(ModelGateway):
     """
 
     provider = "openai_compatible"
-    # Compatible servers and DeepSeek read `max_tokens`; many reject the newer OpenAI name.
-    output_limit_field = "max_tokens"
-    keeps_reasoning_content = False
-    # What the integrity gate checks the body against (`agentloom.engine` `_gate`): no
-    # reasoning text ever goes to an OpenAI-family or compatible server.
+    # What the body is built by and the integrity gate checks it against (`agentloom.engine`
+    # `_gate`): compatible servers and DeepSeek read `max_tokens` (many reject the newer OpenAI
+    # name), and no reasoning text ever goes to an OpenAI-family or compatible server, so none
+    # is kept from a reply.
     payload_rules = PayloadRules(output_limit_field="max_tokens")
 
     def __init__(
@@ -211,14 +210,16 @@ class OpenAICompatibleChatGateway(ModelGateway):
 
     def parse(self, document: Any) -> ModelResponse:
         """Return the reply in the provider's answer `document`."""
-        return parse_chat_completion(document, keep_reasoning_content=self.keeps_reasoning_content)
+        # Reasoning is kept from a reply exactly when the provider takes it back.
+        keep = self.payload_rules.reasoning != "never"
+        return parse_chat_completion(document, keep_reasoning_content=keep)
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """Return the JSON body this gateway sends for `request` (never any reasoning text)."""
         body: dict[str, Any] = {"model": self.model_id, "messages": without_reasoning(request)}
         if request.tools:
             body["tools"] = list(request.tools)
-        body[self.output_limit_field] = self.output_limit(request.max_output_tokens)
+        body[self.payload_rules.output_limit_field] = self.output_limit(request.max_output_tokens)
         if self.streams:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -237,7 +238,6 @@ class OpenAIChatGateway(OpenAICompatibleChatGateway):
 
     provider = "openai"
     # OpenAI deprecated `max_tokens` and reasoning models reject it.
-    output_limit_field = "max_completion_tokens"
     payload_rules = PayloadRules(output_limit_field="max_completion_tokens")
 
 
@@ -258,10 +258,8 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
     """
 
     provider = "deepseek"
-    output_limit_field = "max_tokens"
     # In thinking mode DeepSeek refuses (400) a tool-call continuation whose assistant messages
     # lack the `reasoning_content` it returned, so the reply keeps it for the next request.
-    keeps_reasoning_content = True
     payload_rules = PayloadRules(output_limit_field="max_tokens", reasoning="tool_spans")
 
     @staticmethod
