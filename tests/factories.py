@@ -75,3 +75,14 @@ def make_run(session, *, status="queued", number=None, question="What is 2+2?"):
 
     number = number or (session.runs.count() + 1)
     return Run.objects.create(session=session, number=number, status=status, question=question)
+
+
+def ask(session, user, question):
+    """Ask `question` and execute the run to its end in this process; return the run."""
+    from sessions_app.services.execution import run_execute
+    from sessions_app.services.runs import run_ask
+
+    run = run_ask(user=user, session=session, question=question)
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run

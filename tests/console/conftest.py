@@ -9,9 +9,7 @@ import pytest
 from django.test import Client
 
 from context_app.services import agent_create, agent_publish
-from sessions_app.models import Run
-from sessions_app.services.execution import run_execute
-from sessions_app.services.runs import run_ask, session_create
+from sessions_app.services.runs import session_create
 from tests.factories import make_connection
 
 
@@ -40,14 +38,6 @@ def version(space, alice):
 @pytest.fixture
 def session(version, alice):
     return session_create(user=alice, agent_version=version, title="Alice's chat")
-
-
-def ask(session, user, question: str) -> Run:
-    """Ask `question` and execute the run in this process with the demo model."""
-    run = run_ask(user=user, session=session, question=question)
-    run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ from agentloom.spaces.admin_json import json_tree
 from agentloom.spaces.models import Membership
 from sessions_app.models import ModelCall, SessionMessage
 from sessions_app.services.runs import session_create
-from tests.console.conftest import ask
-from tests.factories import make_user
+from tests.factories import ask, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from sessions_app.models import Run, Session, SessionDeletion, SessionMessage
 from sessions_app.selectors.runs import model_call_in_flight
 from sessions_app.services.journal import append_records
 from sessions_app.services.runs import run_ask, session_create, title_from_question
-from tests.console.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 KEYS = itertools.count(1)

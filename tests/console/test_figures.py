@@ -13,7 +13,7 @@ from sessions_app.demo import ensure_demo
 from sessions_app.models import ModelCall, RunSupplement
 from sessions_app.services.runs import session_create
 from sessions_app.templatetags.console_text import compaction_outcome, unit_name
-from tests.console.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

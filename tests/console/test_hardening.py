@@ -9,8 +9,7 @@ import pytest
 from django.test import Client
 
 from agentloom.security import CONTENT_SECURITY_POLICY
-from tests.console.conftest import ask
-from tests.factories import make_user
+from tests.factories import ask, make_user
 
 pytestmark = pytest.mark.django_db
 

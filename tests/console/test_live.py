@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from sessions_app.services.runs import run_ask
-from tests.console.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,7 @@ from context_app.models import Agent
 from sessions_app.demo import ensure_demo
 from sessions_app.models import Run
 from sessions_app.services.runs import session_create
-from tests.console.conftest import ask
-from tests.factories import make_agent
+from tests.factories import ask, make_agent
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from agentloom.engine.testing import ScriptedGateway
 from agentloom.providers import ProviderError
 from context_app import engine_adapter
 from sessions_app.templatetags.console_text import is_long, render_markdown, thousands
-from tests.console.conftest import ask
+from tests.factories import ask
 
 MARKDOWN = (
     "**Bold** and `code`.\n\n"

@@ -16,9 +16,7 @@ from agentloom.engine import (
 )
 from context_app import engine_adapter
 from context_app.services import agent_create, agent_publish
-from sessions_app.models import Run
-from sessions_app.services.execution import run_execute
-from sessions_app.services.runs import run_ask, session_create
+from sessions_app.services.runs import session_create
 from tests.factories import make_connection, make_space
 from tests.support.openai_contract import assert_valid_request
 
@@ -129,11 +127,3 @@ def approval_session(user, space, url: str, tools: list[str], approval=None):
         **({"approval": approval} if approval is not None else {}),
     )
     return session_create(user=user, agent_version=agent_publish(user=user, agent=agent))
-
-
-def ask(session, user, question) -> Run:
-    """Ask `question` and execute the run to its end in this process."""
-    run = run_ask(user=user, session=session, question=question)
-    run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run

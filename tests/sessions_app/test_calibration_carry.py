@@ -12,7 +12,7 @@ import re
 from agentloom.engine import LocalDemoGateway, ModelGateway, ModelRequest, ModelResponse
 from context_app import engine_adapter
 from sessions_app.models import ModelCall
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 

@@ -17,8 +17,7 @@ from sessions_app.models import ModelCall
 from sessions_app.selectors.costs import run_cost, session_cost
 from sessions_app.services import execution
 from tests.api.factories import client_for
-from tests.factories import make_connection
-from tests.sessions_app.conftest import ask
+from tests.factories import ask, make_connection
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from sessions_app.selectors.context import run_context
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 from tests.support.checkpoint_fixtures import load_session
 from tests.support.deepseek_double import DeepSeekDouble
 

@@ -24,7 +24,8 @@ from agentloom.reencrypt import reencrypt_all
 from models_app.models import ModelConnection
 from sessions_app.models import ModelCall, Run, RunSupplement, SessionMessage, SessionView
 from sessions_app.services.replay import replay_run
-from tests.sessions_app.conftest import SECRET, ask
+from tests.factories import ask
+from tests.sessions_app.conftest import SECRET
 from tests.support.legacy_encryption import (
     legacy_token,
     read_raw,

@@ -21,7 +21,8 @@ from sessions_app.services.runs import (
     run_resume,
     supplement_add,
 )
-from tests.sessions_app.conftest import SECRET, ask
+from tests.factories import ask
+from tests.sessions_app.conftest import SECRET
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from sessions_app.selectors.context import run_context
 from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import session_create
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,7 @@ from sessions_app.models import Run, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.legacy import adopt_legacy_runs
 from sessions_app.services.runs import run_resume
-from tests.factories import make_run
-from tests.sessions_app.conftest import ask
+from tests.factories import ask, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -53,7 +53,7 @@ def test_a_few_random_sessions_stay_alive(alice):
 def test_after_a_run_compaction_could_not_save_the_next_run_starts_from_a_view_that_fits(alice):
     from context_app import engine_adapter
     from sessions_app.models import Run
-    from tests.sessions_app.conftest import ask
+    from tests.factories import ask
     from tests.sessions_app.test_walkthrough import demo_session
     from tests.support.liveness import LivenessGateway
 

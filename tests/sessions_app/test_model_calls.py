@@ -14,7 +14,7 @@ from agentloom.engine.testing import text_response
 from context_app import engine_adapter
 from sessions_app.models import ModelCall
 from sessions_app.selectors.context import run_context
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

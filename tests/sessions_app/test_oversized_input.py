@@ -11,7 +11,7 @@ from agentloom.errors import InvalidInput
 from context_app.engine_adapter import input_check
 from sessions_app.models import Run, RunSupplement, SessionMessage
 from sessions_app.services.runs import run_ask, supplement_add
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,8 @@ from agentloom.engine import ModelGateway
 from agentloom.providers import ProviderError
 from context_app import engine_adapter
 from sessions_app.models import ModelCall, Run
-from tests.sessions_app.conftest import SECRET, ask
+from tests.factories import ask
+from tests.sessions_app.conftest import SECRET
 
 pytestmark = pytest.mark.django_db
 

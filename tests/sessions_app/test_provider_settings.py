@@ -18,8 +18,7 @@ from models_app.services import connection_update
 from sessions_app.models import ModelCall, Run
 from sessions_app.services.runs import session_create
 from tests.api.factories import client_for
-from tests.factories import make_connection, make_space, make_version
-from tests.sessions_app.conftest import ask
+from tests.factories import ask, make_connection, make_space, make_version
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
 from sessions_app.services.legacy import adopt_legacy_runs
 from sessions_app.services.runs import run_ask, run_cancel, run_resume, supplement_add
-from tests.factories import make_run
-from tests.sessions_app.conftest import SECRET, ask
+from tests.factories import ask, make_run
+from tests.sessions_app.conftest import SECRET
 from tests.support.legacy_encryption import read_raw
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from sessions_app.selectors.checkpoints import full_checkpoint
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 from tests.support.checkpoint_fixtures import fixture, load_session
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_resume, supplement_add
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

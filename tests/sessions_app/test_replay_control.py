@@ -8,7 +8,7 @@ from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_cancel, run_resume
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from agentloom.engine import CANCELLED_RESULT
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import renew_lease, run_ask, run_cancel, run_claim
-from tests.sessions_app.conftest import ask
+from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
 

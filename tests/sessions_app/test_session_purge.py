@@ -17,8 +17,7 @@ from sessions_app.models import (
     SessionView,
 )
 from sessions_app.services.deletion import session_delete, session_purge
-from tests.factories import make_user
-from tests.sessions_app.conftest import ask
+from tests.factories import ask, make_user
 
 pytestmark = pytest.mark.django_db
 

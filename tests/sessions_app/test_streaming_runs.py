@@ -14,7 +14,8 @@ from sessions_app.services.execution import run_execute
 from sessions_app.services.live import read_deltas
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_cancel
-from tests.sessions_app.conftest import SECRET, ask
+from tests.factories import ask
+from tests.sessions_app.conftest import SECRET
 from tests.support.provider_double import ProviderDouble
 
 

@@ -18,8 +18,7 @@ from sessions_app.models import Session, SessionDeletion
 from sessions_app.services.deletion import session_delete, session_purge
 from sessions_app.services.runs import run_ask, run_cancel, session_rename, supplement_add
 from tests.api.factories import client_for
-from tests.factories import make_user
-from tests.sessions_app.conftest import ask
+from tests.factories import ask, make_user
 from tests.support.legacy_encryption import read_raw
 
 pytestmark = pytest.mark.django_db

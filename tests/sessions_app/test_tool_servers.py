@@ -31,8 +31,7 @@ from sessions_app.services.runs import (
     session_create,
     sweep_expired_leases,
 )
-from tests.factories import make_connection, make_space
-from tests.sessions_app.conftest import ask
+from tests.factories import ask, make_connection, make_space
 from tests.support.mcp_servers import BIG_RESULT_CHARS, PNG_BYTES, Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,8 @@ from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_resume
-from tests.sessions_app.conftest import ask, long_question
+from tests.factories import ask
+from tests.sessions_app.conftest import long_question
 
 pytestmark = pytest.mark.django_db
 
