@@ -9,6 +9,8 @@ import socket
 
 import pytest
 
+from tests.support.provider_double import ProviderDouble
+
 IN_CI = os.environ.get("CI") == "true"
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CHROMIUM = "/usr/bin/chromium"
@@ -56,6 +58,16 @@ def loopback_only(monkeypatch):
     """Fail any test that opens a connection to anything but 127.0.0.0/8 or ::1."""
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+
+
+# --- doubles --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def provider_double():
+    """Yield a running `ProviderDouble` on 127.0.0.1, closed after the test."""
+    with ProviderDouble() as double:
+        yield double
 
 
 # --- service gates ---------------------------------------------------------------------------

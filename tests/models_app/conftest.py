@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from tests.api.factories import client_for
-from tests.support.provider_double import ProviderDouble
 
 # Recognisable in any body or log line it leaks into.
 SECRET_KEY = "sk-test-9f8e7d6c5b4a39281706"
@@ -16,13 +15,6 @@ SECRET_KEY = "sk-test-9f8e7d6c5b4a39281706"
 def fast_passwords(settings):
     """Hash the named users' passwords cheaply: the default hasher costs ~0.5 s per user."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def provider_double():
-    """Yield a running `ProviderDouble` on 127.0.0.1, closed after the test."""
-    with ProviderDouble() as double:
-        yield double
 
 
 @pytest.fixture

@@ -7,15 +7,6 @@ import socket
 
 import pytest
 
-from tests.support.provider_double import ProviderDouble
-
-
-@pytest.fixture
-def provider_double():
-    """Yield a running `ProviderDouble` on 127.0.0.1, closed after the test."""
-    with ProviderDouble() as double:
-        yield double
-
 
 def _loopback(address) -> bool:
     if not isinstance(address, tuple):
