@@ -86,3 +86,23 @@ def ask(session, user, question):
     run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
+
+
+def approval_session(user, space, url: str, tools: list[str], approval=None):
+    """Return a session of an agent using the tools of an MCP server at `url` whose default
+    approval mode is `always` (`approval` overrides it per tool)."""
+    from context_app.services import agent_create, agent_publish
+    from models_app.tool_servers import tool_server_create, tool_server_refresh
+    from sessions_app.services.runs import session_create
+
+    server = tool_server_create(user=user, space=space, name="demo", url=url, approval="always")
+    tool_server_refresh(user=user, server=server)
+    agent = agent_create(
+        user=user,
+        space=space,
+        name="Careful",
+        model_connection=make_connection(space).pk,
+        tools=tools,
+        **({"approval": approval} if approval is not None else {}),
+    )
+    return session_create(user=user, agent_version=agent_publish(user=user, agent=agent))

@@ -9,8 +9,7 @@ from django.db import connection
 
 from sessions_app.models import Run
 from tests.api.factories import client_for
-from tests.factories import ask
-from tests.sessions_app.conftest import approval_session
+from tests.factories import approval_session, ask
 from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from context_app.services import agent_create, agent_publish
-from models_app.tool_servers import tool_server_create, tool_server_refresh
 from sessions_app.models import Run, SessionMessage
-from sessions_app.services.runs import session_create
 from tests.browser.test_console import (  # noqa: F401 - the fixture is used by name
     RUN_TIMEOUT_MS,
     ask,
@@ -18,7 +15,7 @@ from tests.browser.test_console import (  # noqa: F401 - the fixture is used by 
     unexpected,
     wait_for_run,
 )
-from tests.factories import make_connection, make_space, make_user
+from tests.factories import approval_session, make_space, make_user
 from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -37,16 +34,7 @@ def careful_chat(page, login, transactional_db, mcp_server, settings):
     url, _calls = mcp_server
     user = make_user("dora", staff=True)
     space = make_space(name="Lab", admin=user)
-    server = tool_server_create(user=user, space=space, name="demo", url=url, approval="always")
-    tool_server_refresh(user=user, server=server)
-    agent = agent_create(
-        user=user,
-        space=space,
-        name="Careful",
-        model_connection=make_connection(space).pk,
-        tools=["demo__greet"],
-    )
-    session = session_create(user=user, agent_version=agent_publish(user=user, agent=agent))
+    session = approval_session(user, space, url, ["demo__greet"])
     login(user)
     page.goto(f"/sessions/{session.pk}/")
     return page, session

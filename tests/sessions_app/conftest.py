@@ -109,21 +109,3 @@ def make_demo_session(alice):
 def long_question(n: int) -> str:
     """Return a question of about 1,500 characters: sessions of them need summaries, not masks."""
     return f"NONCE-{n}\n" + "question text with many plain words " * 40
-
-
-def approval_session(user, space, url: str, tools: list[str], approval=None):
-    """Return a session of an agent using the tools of an MCP server at `url` whose default
-    approval mode is `always` (`approval` overrides it per tool)."""
-    from models_app.tool_servers import tool_server_create, tool_server_refresh
-
-    server = tool_server_create(user=user, space=space, name="demo", url=url, approval="always")
-    tool_server_refresh(user=user, server=server)
-    agent = agent_create(
-        user=user,
-        space=space,
-        name="Careful",
-        model_connection=make_connection(space).pk,
-        tools=tools,
-        **({"approval": approval} if approval is not None else {}),
-    )
-    return session_create(user=user, agent_version=agent_publish(user=user, agent=agent))

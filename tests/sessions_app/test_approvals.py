@@ -15,8 +15,7 @@ from sessions_app.services.approvals import run_decide, sweep_expired_approvals
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_cancel, supplement_add
-from tests.factories import ask, make_space
-from tests.sessions_app.conftest import approval_session
+from tests.factories import approval_session, ask, make_space
 from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db
