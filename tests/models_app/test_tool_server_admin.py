@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from models_app.models import ToolServer
-from tests.factories import make_space, make_user
+from tests.factories import make_connection, make_space, make_user
 from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db
@@ -191,3 +191,63 @@ def test_listing_from_the_change_page_needs_the_right_to_change(lab, mcp_url):
     assert response.status_code == 403
     assert ToolServer.objects.get().listed_at is None
 
+
+# --- agents choose the tools, and their approval, on the agent form -----------------------------
+
+AGENT_ADD = "/admin/context_app/agent/add/"
+
+
+@pytest.fixture
+def listed_server(root, lab, mcp_url):
+    from models_app.tool_servers import tool_server_create, tool_server_refresh
+
+    server = tool_server_create(user=root, space=lab, name="demo", url=mcp_url, approval="always")
+    return tool_server_refresh(user=root, server=server)
+
+
+def agent_data(lab, root, **fields):
+    from agentloom.engine import DEFAULT_POLICY
+
+    data = {
+        "space": lab.pk,
+        "owner": root.pk,
+        "name": "Helper",
+        "system_prompt": "Help.",
+        "model_connection": make_connection(lab).pk,
+        **{name: "" if value is None else value for name, value in DEFAULT_POLICY.items()},
+        "_save": "Save",
+    }
+    data.update(fields)
+    return data
+
+
+def test_the_agent_add_page_offers_tool_server_tools_before_the_first_save(browser, listed_server):
+    page = browser.get(AGENT_ADD).content.decode()
+    assert 'value="demo__greet"' in page and "(tool server)" in page
+    assert 'name="approval-demo__greet"' in page
+
+
+def test_the_agent_form_sets_each_tool_servers_tools_approval(browser, lab, root, listed_server):
+    from context_app.models import Agent
+
+    data = agent_data(
+        lab,
+        root,
+        tools=["echo", "demo__greet", "demo__weather"],
+        **{
+            "approval-demo__greet": "never",
+            "approval-demo__weather": "",
+            "approval-demo__picture": "never",  # not chosen: no mode is kept for it
+        },
+    )
+    response = browser.post(AGENT_ADD, data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    agent = Agent.objects.get()
+    assert agent.tools == ["echo", "demo__greet", "demo__weather"]
+    assert agent.approval == {"demo__greet": "never"}
+    page = browser.get(f"/admin/context_app/agent/{agent.pk}/change/").content.decode()
+    assert '<option value="never" selected>' in page
+    assert "Server default (always)" in page
+    data = agent_data(lab, root, tools=["demo__greet"], **{"approval-demo__greet": "sometimes"})
+    refused = browser.post(f"/admin/context_app/agent/{agent.pk}/change/", data)
+    assert refused.status_code == 200 and "approval" in refused.context["adminform"].form.errors
