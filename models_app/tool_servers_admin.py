@@ -147,7 +147,7 @@ class ToolServerAdmin(ServiceWritesAdmin):
     @admin.display(description="Listed tools")
     def listed_tools(self, obj):
         if not obj.tools:
-            return "Not listed yet: a space admin lists them with “List tools now”, below."
+            return "Not listed yet: a space admin lists them with “List tools now”, below Save."
         return format_html_join(
             "",
             "<p><code>{}</code> — {} {}</p>",

@@ -170,6 +170,8 @@ def test_the_change_page_has_the_list_tools_button_it_names(browser, lab, mcp_ur
     assert "“List tools” action" not in page
     button = f'formaction="/admin/models_app/toolserver/{server.pk}/list-tools/"'
     assert button in page and "List tools now" in page
+    # Enter in a field submits with the form's first button: Save comes first.
+    assert page.index('name="_save"') < page.index(button)
     response = browser.post(f"/admin/models_app/toolserver/{server.pk}/list-tools/", follow=True)
     assert response.redirect_chain[-1][0] == change
     assert "Demo: 6 tools listed (2026-07-28)." in response.content.decode()
