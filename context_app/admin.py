@@ -1,7 +1,9 @@
 """The agent admin: a form of named fields (tools, sub-agents, context policy), and publishing.
 
 The form checks its input with the same rules as the API (`context_app.services.draft_validate`)
-and shows each refusal on the field it is about.
+and shows each refusal on the field it is about. It offers the tools of the space's tool servers
+from the start (on a new agent, those of every space the caller administers), each with the
+approval mode the API's `approval` sets.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from agentloom.errors import ApplicationError, InvalidInput
 from agentloom.forms import JSONFormField
 from agentloom.spaces.admin_json import json_tree
 from agentloom.spaces.admin_scoping import ReadOnlyAdmin, SpaceScopedAdmin
+from agentloom.spaces.models import Space
+from agentloom.spaces.selectors import administered_spaces
 from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import draft_changes, latest_versions
@@ -54,18 +58,71 @@ POLICY_HELP = {
 }
 
 
-def _tool_choices(space_id: int | None = None) -> list[tuple[str, str]]:
-    """Return the built-in tools, then the listed tools of the space's tool servers."""
-    choices = [
+def _tool_choices() -> list[tuple[str, str]]:
+    """Return the built-in tools."""
+    return [
         (name, f"{name} — {description}")
         for name, description in builtin_tool_descriptions().items()
     ]
-    if space_id is not None:
-        choices += [
-            (name, f"{name} — {entry['description'] or '(no description)'} (tool server)")
-            for name, entry in sorted(choosable_server_tools(space_id).items())
+
+
+def _server_tools(spaces: list[Space]) -> dict[str, dict[str, Any]]:
+    """Return the listed tools of the spaces' tool servers by name; each names its space when
+    there are several (a new agent's form, before its space is chosen)."""
+    tools = {}
+    for space in spaces:
+        for name, entry in sorted(choosable_server_tools(space.pk).items()):
+            where = f"tool server in {space.name}" if len(spaces) > 1 else "tool server"
+            tools.setdefault(name, {**entry, "where": where})
+    return tools
+
+
+APPROVAL_MODES = (("always", "Always: a person approves each call"), ("never", "Never"))
+
+
+class ApprovalWidget(forms.Widget):
+    """One choice per tool-server tool: its server's default, always, or never."""
+
+    template_name = "admin/context_app/agent/approval_widget.html"
+    # Set by AgentForm: (model-facing name, the server's default mode) of each tool offered.
+    tools: list[tuple[str, str]] = []
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        chosen = value if isinstance(value, dict) else {}
+        context["widget"]["rows"] = [
+            {
+                "tool": tool,
+                "name": f"{name}-{tool}",
+                "options": [("", f"Server default ({default})"), *APPROVAL_MODES],
+                "chosen": chosen.get(tool, ""),
+            }
+            for tool, default in self.tools
         ]
-    return choices
+        return context
+
+    def _render(self, template_name, context, renderer=None):
+        # The project's templates, not the form renderer's (which reads only app templates).
+        return mark_safe(render_to_string(template_name, context))  # noqa: S308 - autoescaped
+
+    def value_from_datadict(self, data, files, name) -> dict[str, str]:
+        """Return the mode chosen for each tool; a tool left at its server's default is absent."""
+        prefix = f"{name}-"
+        return {
+            key[len(prefix) :]: value
+            for key, value in data.items()
+            if key.startswith(prefix) and value
+        }
+
+    def value_omitted_from_data(self, data, files, name) -> bool:
+        return False
+
+
+class ApprovalField(forms.Field):
+    widget = ApprovalWidget
+
+    def to_python(self, value):
+        return value or {}
 
 
 class SubAgentsWidget(forms.Widget):
@@ -130,8 +187,14 @@ class AgentForm(forms.ModelForm):
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text="Tools the agent may call; the model reads each description. Tools of the "
-        "space's tool servers (`server__tool`) are listed once the agent is saved in its space "
-        "and the server's tools were listed; publishing freezes their schemas.",
+        "space's tool servers (`server__tool`) are those their servers listed; publishing freezes "
+        "their schemas.",
+    )
+    approval = ApprovalField(
+        required=False,
+        label="Approval",
+        help_text="Per tool-server tool: whether a person approves each call, else its server's "
+        "default. Kept for the chosen tools; frozen at publish.",
     )
     sub_agents = SubAgentsField(
         required=False,
@@ -149,15 +212,41 @@ class AgentForm(forms.ModelForm):
         model = Agent
         fields = ["space", "owner", "name", "system_prompt", "model_connection", "tools"]
 
+    # Set per request by the admin: the caller, whose spaces a new agent may be made in.
+    user = None
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["tools"].choices = _tool_choices(self.instance.space_id)
+        server_tools = _server_tools(self._spaces())
+        self.fields["tools"].choices = _tool_choices() + [
+            (name, f"{name} — {entry['description'] or '(no description)'} ({entry['where']})")
+            for name, entry in server_tools.items()
+        ]
+        if "approval" in self.fields:
+            self.fields["approval"].widget.tools = [
+                (name, entry["default_approval"]) for name, entry in server_tools.items()
+            ]
         policy = {**DEFAULT_POLICY, **(self.instance.context_policy or {})}
         for name, default in DEFAULT_POLICY.items():
             field = self.fields[name]
             field.initial = policy[name]
             shown = "blank (never)" if default is None else default
             field.help_text = f"{POLICY_HELP[name]} Default: {shown}."
+
+    def _spaces(self) -> list[Space]:
+        """Return the spaces whose tool-server tools the form offers: the agent's own, else the
+        one chosen on the page, else every space the caller administers."""
+        if self.instance.space_id is not None:
+            return [self.instance.space]
+        if self.user is None:
+            return []
+        spaces = administered_spaces(self.user).order_by("name")
+        chosen = self.data.get(self.add_prefix("space")) if self.is_bound else None
+        if chosen and "space" in self.fields:
+            # The spaces the page may choose from (the admin scopes them), not only administered.
+            choosable = self.fields["space"].queryset
+            return list(choosable.filter(pk=chosen)) if str(chosen).isdigit() else []
+        return list(spaces)
 
     def _policy(self) -> dict[str, Any]:
         """Return the policy the fields describe: a blank number means its default."""
@@ -237,11 +326,18 @@ class AgentForm(forms.ModelForm):
         agent = copy.copy(self.instance)
         agent.space = cleaned["space"]
         connection = cleaned.get("model_connection")
+        tools = cleaned.get("tools", [])
         changes = {
             "name": cleaned.get("name", ""),
             "system_prompt": cleaned.get("system_prompt", ""),
             "model_connection": connection.pk if connection else None,
-            "tools": cleaned.get("tools", []),
+            "tools": tools,
+            # A mode set beside a tool that is not chosen goes with it.
+            "approval": {
+                name: mode
+                for name, mode in (cleaned.get("approval") or {}).items()
+                if name in tools
+            },
             "sub_agents": cleaned.get("sub_agents", []),
             "verify_completion": cleaned.get("verify_completion", agent.verify_completion),
             "context_policy": policy,
@@ -257,6 +353,7 @@ class AgentForm(forms.ModelForm):
         if validated is not None:
             self.instance.sub_agents = validated.sub_agents
             self.instance.context_policy = validated.context_policy
+            self.instance.approval = validated.approval
         return super().save(commit)
 
 
@@ -300,7 +397,7 @@ class AgentAdmin(SpaceScopedAdmin):
                 ]
             },
         ),
-        ("Tools", {"fields": ["tools"]}),
+        ("Tools", {"fields": ["tools", "approval"]}),
         ("Sub-agents", {"fields": ["sub_agents"]}),
         (
             "Context policy",

@@ -21,7 +21,7 @@ from agentloom.errors import ApplicationError
 from agentloom.providers import punycode_url, retirement_of
 from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
 from agentloom.providers.pricing import price_in_force
-from agentloom.spaces.admin_scoping import ServiceWritesAdmin
+from agentloom.spaces.admin_scoping import ServiceForm, ServiceWritesAdmin
 from agentloom.spaces.selectors import administered_spaces
 from models_app import checks
 from models_app.models import ModelConnection
@@ -141,10 +141,7 @@ def _integer_field(help_text: str) -> forms.IntegerField:
     )
 
 
-class ModelConnectionForm(forms.ModelForm):
-    # Set per request by ModelConnectionAdmin.get_form: the services check the caller's role.
-    user = None
-
+class ModelConnectionForm(ServiceForm):
     base_url = forms.CharField(
         required=False,
         label="Base URL",
@@ -274,30 +271,17 @@ class ModelConnectionForm(forms.ModelForm):
             fields["estimator_source"] = "auto"
         return fields
 
-    def clean(self):
-        cleaned = super().clean()
-        if self.errors:
-            return cleaned
-        try:
-            if self.instance.pk is None:
-                if cleaned.get("space") is None:
-                    return cleaned
-                connection_validate(
-                    user=self.user, space=cleaned["space"], fields=self.service_fields()
-                )
-            else:
-                connection_validate(
-                    user=self.user, connection=self.instance, fields=self.service_fields()
-                )
-        except ApplicationError as error:
-            field = error.field if error.field in self.fields else None
-            self.add_error(field, error.detail)
-        return cleaned
-
-    def _post_clean(self):
-        # The service's rules are the only ones: the model's own validators (URLValidator) would
-        # refuse base URLs the provider layer accepts, and the service runs full_clean on save.
-        pass
+    def check(self, cleaned: dict[str, Any]) -> None:
+        # The model's own validators are not run (ServiceForm): URLValidator would refuse base
+        # URLs the provider layer accepts.
+        if self.instance.pk is not None:
+            connection_validate(
+                user=self.user, connection=self.instance, fields=self.service_fields()
+            )
+        elif cleaned.get("space") is not None:
+            connection_validate(
+                user=self.user, space=cleaned["space"], fields=self.service_fields()
+            )
 
 
 @admin.register(ModelConnection)
@@ -501,8 +485,7 @@ class ModelConnectionAdmin(ServiceWritesAdmin):
 
     # --- writes go through the services --------------------------------------------------------
 
-    def save_form(self, request, form, change):
-        # Saved here rather than in save_model: the admin logs and redirects to this object.
+    def service_save(self, request, form, change):
         fields = form.service_fields()
         if change:
             return connection_update_nested(user=request.user, connection=form.instance, **fields)

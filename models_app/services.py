@@ -287,12 +287,15 @@ def _default_output(window: int, cap: int | None) -> int:
     return max(1, min(limit, window // 2))
 
 
-def _above_thinking_floor(provider: str, tokens: int, *, chosen: bool, cap: int | None) -> int:
+def _above_thinking_floor(
+    provider: str, tokens: int, *, thinking: str, chosen: bool, cap: int | None
+) -> int:
     """Return the output limit raised to the thinking floor; a chosen limit below it is refused.
 
-    A thinking model counts its chain of thought in the limit (`THINKING_OUTPUT_FLOOR`).
+    A thinking model counts its chain of thought in the limit (`THINKING_OUTPUT_FLOOR`); with
+    thinking disabled there is none, so no floor.
     """
-    floor = thinking_output_floor(provider)
+    floor = thinking_output_floor(provider, thinking=thinking)
     if floor is None or tokens >= floor or (cap is not None and cap < floor):
         return tokens
     if chosen:
@@ -362,13 +365,19 @@ def _resolve(
 
     api_key = _resolve_key(current, fields, provider=provider, base_url=base_url)
     num_ctx = _resolve_num_ctx(current, fields, provider=provider)
+    thinking = _resolve_thinking(current, fields, provider=provider)
     window = _resolve_window(
-        current, fields, provider=provider, base_url=base_url, model_id=model_id, num_ctx=num_ctx
+        current,
+        fields,
+        provider=provider,
+        base_url=base_url,
+        model_id=model_id,
+        num_ctx=num_ctx,
+        thinking=thinking["thinking"],
     )
     estimator = _resolve_estimator(
         current, fields, provider=provider, base_url=base_url, model_id=model_id
     )
-    thinking = _resolve_thinking(current, fields, provider=provider)
     same_model = current is not None and (
         current.provider,
         _normalised(current.base_url),
@@ -573,6 +582,7 @@ def _resolve_window(
     base_url: str,
     model_id: str,
     num_ctx: int | None = None,
+    thinking: str,
 ) -> dict[str, Any]:
     """Return the window values, their source, source link and verification date.
 
@@ -595,7 +605,7 @@ def _resolve_window(
     kept = {
         name: getattr(current, name) for name in WINDOW_VALUES if same_model and name not in fields
     }
-    sizes = _window_sizes(provider, defaults, sent=sent, kept=kept)
+    sizes = _window_sizes(provider, defaults, sent=sent, kept=kept, thinking=thinking)
     margin = _safety_margin(current, fields, sent=sent)
     _require_input_budget(sizes, margin, sent=sent)
     source, source_url, verified_on = _resolve_source(
@@ -641,7 +651,12 @@ def _sent_tokens(fields: dict[str, Any]) -> dict[str, int]:
 
 
 def _window_sizes(
-    provider: str, defaults: DiscoveredModel, *, sent: dict[str, int], kept: dict[str, Any]
+    provider: str,
+    defaults: DiscoveredModel,
+    *,
+    sent: dict[str, int],
+    kept: dict[str, Any],
+    thinking: str,
 ) -> dict[str, Any]:
     """Return the context window, output cap and output reservation: each as sent, else as kept,
     else its default; the reservation stays under the cap and at a thinking model's floor."""
@@ -664,7 +679,11 @@ def _window_sizes(
         # Not chosen in this request (a default, or the old value under a lowered cap).
         max_output_tokens = max_output_cap
     max_output_tokens = _above_thinking_floor(
-        provider, max_output_tokens, chosen="max_output_tokens" in sent, cap=max_output_cap
+        provider,
+        max_output_tokens,
+        thinking=thinking,
+        chosen="max_output_tokens" in sent,
+        cap=max_output_cap,
     )
     return {
         "context_window": context_window,

@@ -6,7 +6,9 @@ everything a run of the space writes (`tool_server_secrets`). A URL change that 
 headers again drops the stored ones, so credentials never follow a server to another address.
 
 "List tools" (`tool_server_refresh`) asks the server for its tools and stores the listing; a
-failure is a `ToolServerUnavailable` (502) with a fixed message and changes nothing stored.
+failure is a `ToolServerUnavailable` (502) with a fixed message and changes nothing stored. A
+registration lists the tools at once (`tool_server_list_new`, once the registration committed); a
+server that does not answer is registered all the same, and the caller says why it is not listed.
 
 The writes are durable actions (`transaction.atomic(durable=True)`): one outermost transaction,
 committed when it returns, and an error inside another atomic block. Each `<action>_nested` is
@@ -54,6 +56,7 @@ __all__ = [
     "tool_server_create_nested",
     "tool_server_delete",
     "tool_server_delete_nested",
+    "tool_server_list_new",
     "tool_server_refresh",
     "tool_server_update",
     "tool_server_update_nested",
@@ -171,12 +174,18 @@ def _clean_headers(value: Any) -> dict[str, str]:
 _FIELDS = ("name", "url", "headers", "approval")
 
 
+_NAME_TAKEN = "A tool server with this name already exists in this space."
+
+
 def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
     unknown = sorted(set(changes) - set(_FIELDS))
     if unknown:
         raise InvalidInput("Unknown field.", field=unknown[0])
     if "name" in changes:
         server.name = _clean_name(changes["name"])
+        taken = ToolServer.objects.filter(space_id=server.space_id, name=server.name)
+        if taken.exclude(pk=server.pk).exists():
+            raise InvalidInput(_NAME_TAKEN, field="name")
     if "url" in changes:
         url = _clean_url(changes["url"])
         if server.url and url != server.url and "headers" not in changes:
@@ -197,34 +206,45 @@ def _save(server: ToolServer) -> None:
         with transaction.atomic():
             server.save()
     except IntegrityError:
-        raise InvalidInput(
-            "A tool server with this name already exists in this space.", field="name"
-        ) from None
+        # Registered by another request since `_apply` looked.
+        raise InvalidInput(_NAME_TAKEN, field="name") from None
 
 
-def tool_server_validate(*, server: ToolServer, changes: dict[str, Any]) -> ToolServer:
-    """Return an unsaved copy of `server` with `changes` applied as a write would (InvalidInput
-    names the field); the admin form checks its input with it."""
-    probe = copy.copy(server)
+def tool_server_validate(
+    *,
+    user,
+    space: Space | None = None,
+    server: ToolServer | None = None,
+    changes: dict[str, Any],
+) -> ToolServer:
+    """Return, unsaved, what a create in `space` (or an update of `server`) with `changes` would
+    store. Raise what the write would raise (InvalidInput names the field); write nothing."""
+    if server is not None:
+        require_space_admin(user, server.space_id)
+        probe = copy.copy(server)
+    elif space is None:
+        raise InvalidInput("This field is required.", field="space")
+    else:
+        require_space_admin(user, space)
+        for required in ("name", "url"):
+            if required not in changes:
+                raise InvalidInput("This field is required.", field=required)
+        probe = ToolServer(space=space, name="", url="")
     _apply(probe, changes)
     return probe
 
 
 @transaction.atomic(durable=True)
 def tool_server_create(*, user, space: Space, **fields: Any) -> ToolServer:
-    """Register a tool server in `space` (space admins only); its tools are not listed yet."""
+    """Register a tool server in `space` (space admins only); `tool_server_list_new` lists its
+    tools once this has committed."""
     return tool_server_create_nested(user=user, space=space, **fields)
 
 
 @transaction.atomic
 def tool_server_create_nested(*, user, space: Space, **fields: Any) -> ToolServer:
     """`tool_server_create` as part of the caller's transaction."""
-    require_space_admin(user, space)
-    for required in ("name", "url"):
-        if required not in fields:
-            raise InvalidInput("This field is required.", field=required)
-    server = ToolServer(space=space, name="", url="")
-    _apply(server, fields)
+    server = tool_server_validate(user=user, space=space, changes=fields)
     _save(server)
     return server
 
@@ -240,9 +260,9 @@ def tool_server_update_nested(*, user, server: ToolServer, **changes: Any) -> To
     """`tool_server_update` as part of the caller's transaction."""
     require_space_admin(user, server.space_id)
     current = ToolServer.objects.select_for_update().get(pk=server.pk)
-    _apply(current, changes)
-    _save(current)
-    return current
+    changed = tool_server_validate(user=user, server=current, changes=changes)
+    _save(changed)
+    return changed
 
 
 @transaction.atomic(durable=True)
@@ -299,6 +319,18 @@ def tool_server_refresh(*, user, server: ToolServer) -> ToolServer:
         current.listed_at = timezone.now()
         current.save(update_fields=["tools", "protocol_version", "listed_at", "updated_at"])
     return current
+
+
+def tool_server_list_new(*, user, server: ToolServer) -> tuple[ToolServer, str]:
+    """List the tools of a server just registered; return it and "" or why they are not listed.
+
+    Registering never waits on the server's answer to stand: a server that does not answer yet
+    stays registered, unlisted, and is listed later (`tool_server_refresh`).
+    """
+    try:
+        return tool_server_refresh(user=user, server=server), ""
+    except ApplicationError as error:
+        return server, error.detail
 
 
 def split_model_name(name: str) -> tuple[str, str] | None:

@@ -2,6 +2,8 @@
 
 Writes go through `models_app.tool_servers`, so the page and the API refuse the same input with
 the same messages. Headers are write-only: the page shows their names, never their values.
+Registering lists the server's tools at once, after the page's transaction committed; the change
+page's "List tools now" button and the list's "List tools" action ask the server again.
 """
 
 from __future__ import annotations
@@ -10,16 +12,21 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html_join
 
 from agentloom.errors import ApplicationError
-from agentloom.spaces.admin_scoping import ServiceWritesAdmin
+from agentloom.spaces.admin_scoping import ServiceForm, ServiceWritesAdmin
 from agentloom.spaces.selectors import administered_spaces
 from models_app.models import ToolServer
 from models_app.tool_servers import (
     tool_server_create_nested,
     tool_server_delete,
     tool_server_delete_nested,
+    tool_server_list_new,
     tool_server_refresh,
     tool_server_update_nested,
     tool_server_validate,
@@ -39,8 +46,8 @@ def _parse_headers(text: str) -> dict[str, str] | None:
     return headers
 
 
-class ToolServerForm(forms.ModelForm):
-    user = None
+class ToolServerForm(ServiceForm):
+    form_fields = {"headers": "headers_text"}
 
     url = forms.CharField(
         label="URL",
@@ -87,29 +94,28 @@ class ToolServerForm(forms.ModelForm):
             fields["headers"] = _parse_headers(data["headers_text"])
         return fields
 
-    def clean(self):
-        cleaned = super().clean()
-        if self.errors:
-            return cleaned
-        if cleaned.get("headers_text") and _parse_headers(cleaned["headers_text"]) is None:
-            self.add_error("headers_text", "Each line is `Name: value`.")
-            return cleaned
-        server = self.instance if self.instance.pk else ToolServer(name="", url="")
-        try:
-            tool_server_validate(server=server, changes=self.service_fields())
-        except ApplicationError as error:
-            field = {"headers": "headers_text"}.get(error.field, error.field)
-            self.add_error(field if field in self.fields else None, error.detail)
-        return cleaned
+    def clean_headers_text(self):
+        text = self.cleaned_data.get("headers_text") or ""
+        if _parse_headers(text) is None:
+            raise forms.ValidationError("Each line is `Name: value`.")
+        return text
 
-    def _post_clean(self):
-        # The service's rules are the only ones (it checks the URL with the address guard).
-        pass
+    def check(self, cleaned: dict[str, Any]) -> None:
+        # The service checks the URL with the address guard; the model's validators are not run.
+        if self.instance.pk is not None:
+            tool_server_validate(
+                user=self.user, server=self.instance, changes=self.service_fields()
+            )
+        elif cleaned.get("space") is not None:
+            tool_server_validate(
+                user=self.user, space=cleaned["space"], changes=self.service_fields()
+            )
 
 
 @admin.register(ToolServer)
 class ToolServerAdmin(ServiceWritesAdmin):
     form = ToolServerForm
+    change_form_template = "admin/models_app/toolserver/change_form.html"
     list_display = ["name", "space", "url", "protocol_version", "tool_count", "listed_at"]
     search_fields = ["name", "url"]
     actions = ["list_tools"]
@@ -141,7 +147,7 @@ class ToolServerAdmin(ServiceWritesAdmin):
     @admin.display(description="Listed tools")
     def listed_tools(self, obj):
         if not obj.tools:
-            return "Not listed yet: use the “List tools” action."
+            return "Not listed yet: a space admin lists them with “List tools now”, below Save."
         return format_html_join(
             "",
             "<p><code>{}</code> — {} {}</p>",
@@ -151,21 +157,68 @@ class ToolServerAdmin(ServiceWritesAdmin):
             ),
         )
 
+    # --- listing a server's tools: outside the page's transaction -----------------------------
+
+    def _list(self, request, server: ToolServer) -> None:
+        """Ask `server` for its tools now and say what came of it."""
+        try:
+            listed = tool_server_refresh(user=request.user, server=server)
+        except ApplicationError as error:
+            self.message_user(request, f"{server}: {error.detail}", messages.ERROR)
+        else:
+            self._say_listed(request, listed)
+
+    def _say_listed(self, request, server: ToolServer) -> None:
+        count = len(server.tools)
+        self.message_user(
+            request,
+            f"{server}: {count} tools listed ({server.protocol_version}).",
+            messages.SUCCESS,
+        )
+
     @admin.action(description="List tools (ask the server now)")
     def list_tools(self, request, queryset):
         for server in queryset:
-            try:
-                listed = tool_server_refresh(user=request.user, server=server)
-            except ApplicationError as error:
-                self.message_user(request, f"{server}: {error.detail}", messages.ERROR)
-            else:
-                self.message_user(
-                    request,
-                    f"{server}: {len(listed.tools)} tools ({listed.protocol_version}).",
-                    messages.SUCCESS,
-                )
+            self._list(request, server)
 
-    def save_form(self, request, form, change):
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}_list_tools"
+        view = self.admin_site.admin_view(self.list_tools_view)
+        return [path("<path:object_id>/list-tools/", view, name=name), *super().get_urls()]
+
+    def list_tools_view(self, request, object_id):
+        """The change page's "List tools now": list the server's tools, then show its page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        server = self.get_object(request, unquote(object_id))
+        if server is None:
+            raise Http404
+        if not self.has_change_permission(request, server):
+            raise PermissionDenied
+        self._list(request, server)
+        change = f"admin:{self.opts.app_label}_{self.opts.model_name}_change"
+        return HttpResponseRedirect(reverse(change, args=[server.pk]))
+
+    def response_add(self, request, obj, post_url_continue=None):
+        request.registered_server = obj
+        return super().response_add(request, obj, post_url_continue)
+
+    def add_view(self, request, form_url="", extra_context=None):
+        response = super().add_view(request, form_url, extra_context)
+        server = getattr(request, "registered_server", None)
+        if server is not None:
+            # The registration has committed; the server is asked outside any transaction.
+            server, unlisted = tool_server_list_new(user=request.user, server=server)
+            if unlisted:
+                message = f"{server}: its tools could not be listed: {unlisted}"
+                self.message_user(request, message, messages.WARNING)
+            else:
+                self._say_listed(request, server)
+        return response
+
+    # --- writes go through the services ----------------------------------------------------------
+
+    def service_save(self, request, form, change):
         fields = form.service_fields()
         if change:
             return tool_server_update_nested(user=request.user, server=form.instance, **fields)

@@ -12,6 +12,7 @@ from models_app.tool_servers import (
     MAX_HEADERS,
     tool_server_create,
     tool_server_delete,
+    tool_server_list_new,
     tool_server_refresh,
     tool_server_update,
 )
@@ -55,6 +56,16 @@ class ToolServerSerializer(serializers.Serializer):
         return sorted(server.headers or {})
 
 
+class ToolServerCreatedSerializer(ToolServerSerializer):
+    """A tool server just registered, and whether its tools could be listed at once."""
+
+    listing_error = serializers.CharField(
+        allow_null=True,
+        help_text="Null when the tools were listed at registration; else why they could not be "
+        "(the server is registered all the same: list them later with `POST …/{id}/refresh`).",
+    )
+
+
 _HEADERS_HELP = (
     f"At most {MAX_HEADERS} header names and values sent with every request (such as "
     "Authorization); write-only, encrypted, redacted from everything runs write. On PATCH "
@@ -92,21 +103,24 @@ class ToolServerListCreateApi(ApiView):
 
     @api_schema(
         ok=201,
-        response=ToolServerSerializer,
+        response=ToolServerCreatedSerializer,
         request=ToolServerCreateSerializer,
         errors=(403, 404),
         operation_id="tool_servers_create",
-        description="Register an MCP server over Streamable HTTP (space admins only). Its tools "
-        "are listed by `POST …/{id}/refresh`.",
+        description="Register an MCP server over Streamable HTTP (space admins only) and list its "
+        "tools at once. A server that does not answer is registered all the same, unlisted, "
+        "with `listing_error` saying why; `POST …/{id}/refresh` lists it later.",
     )
     def post(self, request):
-        """Register a tool server."""
+        """Register a tool server and list its tools."""
         data = ToolServerCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         space = space_get(user=request.user, space_id=fields.pop("space"))
         server = tool_server_create(user=request.user, space=space, **fields)
-        return Response(ToolServerSerializer(server).data, status=status.HTTP_201_CREATED)
+        server, unlisted = tool_server_list_new(user=request.user, server=server)
+        body = ToolServerCreatedSerializer(server).data | {"listing_error": unlisted or None}
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class ToolServerDetailApi(ApiView):

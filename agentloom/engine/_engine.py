@@ -25,6 +25,7 @@ feedback shown on the assistant side, never in the user's voice.
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import time
@@ -124,6 +125,59 @@ class ExecutionLimits:
 
 
 ContextManagerFactory = Callable[..., ContextManager]
+# The keyword arguments a context-manager factory is called with, once for each instance.
+CONTEXT_MANAGER_OPTIONS = (
+    "policy",
+    "budget",
+    "estimator",
+    "compaction_policy",
+    "clock",
+    "redactor",
+    "large_records",
+    "record_store",
+    "rendering",
+    "payload",
+)
+
+_FACTORY_EXPECTED = (
+    "expected a factory that returns a ContextManager, called once per instance with the keyword "
+    f"arguments {', '.join(CONTEXT_MANAGER_OPTIONS)}, such as the class JournalContextManager or "
+    "a subclass of it"
+)
+
+
+def check_context_manager_factory(factory: Any) -> None:
+    """Refuse a `context_manager` the engine could not call for each instance.
+
+    An instance is refused rather than shared: each instance (a run's main one and every
+    delegated one) keeps its own context, so the engine builds a new manager for each.
+    """
+    if isinstance(factory, ContextManager):
+        kind = type(factory).__name__
+        problem = f"got a {kind} instance: pass its class, the engine builds one per instance"
+    elif not callable(factory):
+        problem = f"got {type(factory).__name__} {factory!r}, which is not callable"
+    elif inspect.isabstract(factory):
+        missing = ", ".join(sorted(factory.__abstractmethods__))
+        problem = f"{factory.__name__} is abstract (it lacks {missing})"
+    else:
+        problem = _unbound_options(factory)
+    if problem:
+        raise ConfigurationError("context_manager", f"{_FACTORY_EXPECTED}; {problem}")
+
+
+def _unbound_options(factory: Callable[..., Any]) -> str:
+    """Return why `factory` cannot take the factory options ("" when it can, or cannot tell)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return ""  # no signature to read (a builtin): the first instance will tell
+    try:
+        signature.bind(**dict.fromkeys(CONTEXT_MANAGER_OPTIONS))
+    except TypeError as exc:
+        name = getattr(factory, "__name__", type(factory).__name__)
+        return f"{name}{signature} does not take them ({exc})"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -217,6 +271,7 @@ class EngineConfig:
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
         rendering_named(self.rendering)  # an unknown version fails here, not mid-run
+        check_context_manager_factory(self.context_manager)
         for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -446,6 +501,7 @@ class _Execution:
     def new_context(self) -> ContextManager:
         engine = self.engine
         config = engine.config
+        # The options are CONTEXT_MANAGER_OPTIONS, which the config checked the factory takes.
         return config.context_manager(
             policy=self.policy,
             budget=self.budget,

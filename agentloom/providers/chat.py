@@ -380,14 +380,20 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
 
 # The least output limit of a connection to a model that thinks by default: the limit counts the
 # chain of thought, so a small one can be spent before the answer begins (DeepSeek's thinking
-# mode: "max_tokens counts the reasoning"; its own default is 32K).
+# mode: "max_tokens counts the reasoning"; its own default is 32K). With thinking disabled there
+# is no chain of thought, so no floor.
 THINKING_OUTPUT_FLOOR = 8_192
 _THINKING_PROVIDERS = ("deepseek",)
 
 
-def thinking_output_floor(provider: str) -> int | None:
-    """Return the least `max_output_tokens` of a `provider` connection (None: no floor)."""
-    return THINKING_OUTPUT_FLOOR if provider in _THINKING_PROVIDERS else None
+def thinking_output_floor(provider: str, *, thinking: str | None) -> int | None:
+    """Return the least `max_output_tokens` of a `provider` connection (None: no floor).
+
+    `thinking` is the connection's thinking mode (None or "": the provider's default).
+    """
+    if provider not in _THINKING_PROVIDERS or thinking == "disabled":
+        return None
+    return THINKING_OUTPUT_FLOOR
 
 
 _GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {

@@ -6,19 +6,25 @@ autocomplete answers and every foreign-key choice are then filtered through the 
 (`spaces_for_user`), and changing, adding or deleting needs the admin role in the object's space,
 as the services require. Superusers, the platform's operators, see everything.
 
-`ServiceWritesAdmin` is a scoped admin whose form checks and saves through a service, as the API
-does. Django runs a change or delete page's POST in one transaction, so such a page calls the
-`<action>_nested` form of a durable action (the same write as part of the caller's transaction);
-an admin action runs outside any transaction and calls the durable action itself.
+`ServiceWritesAdmin` is a scoped admin whose form (a `ServiceForm`) checks and saves through a
+service, as the API does. Django runs a change or delete page's POST in one transaction, so such a
+page calls the `<action>_nested` form of a durable action (the same write as part of the caller's
+transaction); an admin action runs outside any transaction and calls the durable action itself.
+A service's refusal (`ApplicationError`) is shown on the form, on the field it names, whether the
+form's check or the write itself raised it: never an error page.
 `ReadOnlyAdmin` shows records that nobody adds, changes or deletes here.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.db.models import Model, QuerySet
 
+from agentloom.errors import ApplicationError
 from agentloom.spaces.models import Membership, Space
 from agentloom.spaces.selectors import administered_spaces, space_role, spaces_for_user
 
@@ -89,6 +95,11 @@ class SpaceScopedAdmin(admin.ModelAdmin):
             obj = getattr(obj, name)
         return getattr(obj, f"{last}_id")
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        # The form gets the caller as `user`, for the checks and choices that depend on her.
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"user": request.user})
+
     # --- what a staff user may change ----------------------------------------------------------
 
     def may_edit(self, request, obj=None) -> bool:
@@ -134,15 +145,68 @@ class SpaceScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+class ServiceForm(forms.ModelForm):
+    """A form whose input a service checks: `check` raises what the service's write would.
+
+    Each `ApplicationError` is shown on the field it names (through `form_fields` where the form
+    calls it otherwise), else above the form.
+    """
+
+    # The caller, and what the service refused when this page was last saved (ServiceWritesAdmin).
+    user = None
+    refusal: ApplicationError | None = None
+    # The form's name of a service field it shows under another name.
+    form_fields: dict[str, str] = {}
+
+    def check(self, cleaned: dict[str, Any]) -> None:
+        """Raise what the service's write of `cleaned` would raise; write nothing."""
+        raise NotImplementedError
+
+    def show_refusal(self, error: ApplicationError) -> None:
+        field = self.form_fields.get(error.field or "", error.field)
+        self.add_error(field if field in self.fields else None, error.detail)
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        try:
+            self.check(cleaned)
+        except ApplicationError as error:
+            self.show_refusal(error)
+            return cleaned
+        if self.refusal is not None:
+            self.show_refusal(self.refusal)
+        return cleaned
+
+    def _post_clean(self):
+        # The service's rules are the only ones (a model's own validators may differ from them).
+        pass
+
+
+class _RefusedWrite(Exception):
+    """A service refused the page's write; the page's transaction rolls back on the way out."""
+
+    def __init__(self, error: ApplicationError):
+        super().__init__(error.detail)
+        self.error = error
+
+
 class ServiceWritesAdmin(SpaceScopedAdmin):
     """A scoped admin whose form checks and saves through a service, so the page refuses what
     the API refuses, with the same messages.
 
-    The form class gets the caller as `user`, for the service's checks. `save_form` is the
-    service's write (the admin then logs and redirects to what it returned), so `save_model` and
-    `save_related` have nothing left to do. The services check the caller's role: a superuser,
-    who sees every row, adds and changes only in the spaces she administers.
+    The form (a `ServiceForm`) gets the caller as `user` (SpaceScopedAdmin), for the service's
+    checks. `service_save` is the service's write (the admin then logs and redirects to what it
+    returned), so `save_model` and `save_related` have nothing left to do. A write refused after
+    the form's check passed (a row added meanwhile) rolls the page back and shows the form again
+    with the refusal on it. The services check the caller's role: a superuser, who sees every
+    row, adds and changes only in the spaces she administers.
     """
+
+    def service_save(self, request, form, change) -> Model:
+        """Write the form's input through the service; return what it saved."""
+        raise NotImplementedError
 
     def _is_space_admin(self, request, obj) -> bool:
         return obj is None or space_role(request.user, self.space_of(obj)) == Membership.Role.ADMIN
@@ -158,7 +222,22 @@ class ServiceWritesAdmin(SpaceScopedAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"user": request.user})
+        refusal = getattr(request, "service_refusal", None)
+        return type(form.__name__, (form,), {"refusal": refusal})
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except _RefusedWrite as refused:
+            # Nothing of the refused POST was kept; the same POST again shows the refusal.
+            request.service_refusal = refused.error
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def save_form(self, request, form, change):
+        try:
+            return self.service_save(request, form, change)
+        except ApplicationError as error:
+            raise _RefusedWrite(error) from None
 
     def save_model(self, request, obj, form, change):
         # Already saved by the service in save_form.

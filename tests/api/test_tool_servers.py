@@ -63,11 +63,32 @@ def test_a_server_is_registered_and_its_headers_are_never_returned(api, space, m
     response = _create(api, space, url, headers={"Authorization": HEADER_SECRET})
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == SERVER_FIELDS
-    assert body["header_names"] == ["Authorization"] and body["tools"] == []
+    assert set(body) == {*SERVER_FIELDS, "listing_error"}
+    assert body["header_names"] == ["Authorization"]
     for path in ("/api/v1/tool-servers/", f"/api/v1/tool-servers/{body['id']}/"):
         assert HEADER_SECRET not in api.get(path).content.decode()
     assert ToolServer.objects.get().headers == {"Authorization": HEADER_SECRET}
+
+
+def test_registering_a_server_lists_its_tools_at_once(api, space, mcp_server):
+    url, _calls = mcp_server
+    response = _create(api, space, url)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["listing_error"] is None
+    assert body["protocol_version"] == "2026-07-28" and body["listed_at"]
+    assert "demo__greet" in {tool["model_name"] for tool in body["tools"]}
+    stored = api.get(f"/api/v1/tool-servers/{body['id']}/").json()
+    assert stored["tools"] == body["tools"] and "listing_error" not in stored
+
+
+def test_a_server_that_does_not_answer_is_registered_and_the_answer_says_so(api, space):
+    response = _create(api, space, "http://127.0.0.1:9/mcp")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["tools"], body["protocol_version"], body["listed_at"]) == ([], "", None)
+    assert body["listing_error"] == "The tool server could not be reached."
+    assert ToolServer.objects.filter(pk=body["id"]).exists()
 
 
 def test_refresh_lists_the_tools_with_their_schemas(listed, mcp_server):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 import agentloom.engine as engine
 from agentloom.engine import (
     BudgetCompactionPolicy,
+    ConfigurationError,
+    ContextManager,
     ContextPolicy,
     EngineConfig,
     EngineHooks,
@@ -21,11 +24,12 @@ from agentloom.engine import (
     SubAgent,
     create_engine,
 )
-from agentloom.engine._engine import DEFAULT_MAX_MODEL_CALLS
+from agentloom.engine._engine import CONTEXT_MANAGER_OPTIONS, DEFAULT_MAX_MODEL_CALLS
 from agentloom.engine.testing import ScriptedGateway, text_response
 from tests.engine.helpers import FakeClock
 
 ENGINE_DIR = Path(engine.__file__).parent
+BUDGET = ModelBudget(32_768, 4_096, 1_024)
 
 
 def test_the_public_names_are_listed_once_and_all_resolve():
@@ -116,6 +120,65 @@ def test_create_engine_accepts_context_manager_and_compaction_policy(scripted):
     log = outcome.frame["state"]["compaction_log"]
     assert [entry["reason"] for entry in log] == ["refused_by_policy"]
     assert outcome.frame["context"]["compactions"] == []
+
+
+def _concrete_manager_without_options() -> type[ContextManager]:
+    """Return a ContextManager subclass with every method but no constructor options."""
+    methods = {
+        name: lambda self, *args, **kwargs: None for name in ContextManager.__abstractmethods__
+    }
+    return type("Bare", (ContextManager,), methods)
+
+
+@pytest.mark.parametrize(
+    ("factory", "says"),
+    [
+        (
+            lambda: JournalContextManager(policy=ContextPolicy(), budget=BUDGET),
+            "pass its class",
+        ),
+        (_concrete_manager_without_options, "does not take them"),
+        (lambda: type("Abstract", (ContextManager,), {}), "abstract"),
+        (lambda: "JournalContextManager", "not callable"),
+    ],
+    ids=["instance", "no-options", "abstract", "not-callable"],
+)
+def test_a_context_manager_that_is_not_a_factory_is_refused_at_construction(factory, says):
+    with pytest.raises(ConfigurationError) as refused:
+        create_engine(ScriptedGateway(), ["echo"], None, BUDGET, context_manager=factory())
+    assert refused.value.field == "context_manager"
+    message = str(refused.value)
+    assert says in message and "JournalContextManager" in message, message
+    with pytest.raises(ConfigurationError, match="context_manager"):
+        EngineConfig(context_manager=factory())
+
+
+def test_the_factory_options_are_what_each_instance_is_built_with(scripted):
+    given = []
+
+    def factory(**options):
+        given.append(set(options))
+        return JournalContextManager(**options)
+
+    built = create_engine(
+        scripted(text_response("answer")), ["echo"], None, BUDGET, context_manager=factory
+    )
+    built.start(run_number=1, attempt=1, system_prompt="sys", question="q")
+    assert given == [set(CONTEXT_MANAGER_OPTIONS)]
+
+
+def readme_engine_example() -> str:
+    """Return the Python block of README's engine section (the one that calls create_engine)."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    [block] = [block for block in blocks if "create_engine(" in block]
+    return block
+
+
+def test_readme_engine_example_runs_as_written(capsys):
+    exec(compile(readme_engine_example(), "README.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("action ") and printed[-1] == "succeeded Paris."
 
 
 def test_a_keyword_may_fill_the_config_but_never_contradict_it():

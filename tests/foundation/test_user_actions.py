@@ -68,6 +68,7 @@ ACTIONS = {
     "tool_server_update": lambda act, w: act(user=w.alice, server=w.server, name="renamed"),
     "tool_server_delete": lambda act, w: act(user=w.alice, server=w.server),
     "tool_server_refresh": lambda act, w: act(user=w.alice, server=w.server),
+    "tool_server_list_new": lambda act, w: act(user=w.alice, server=w.server),
     "agent_create": lambda act, w: act(user=w.alice, space=w.space, name="Another"),
     "agent_update": lambda act, w: act(user=w.alice, agent=w.agent, name="Renamed"),
     "agent_publish": lambda act, w: act(user=w.alice, agent=w.agent),

@@ -377,3 +377,20 @@ def test_a_refused_form_keeps_what_was_typed_and_asks_for_the_key_again(browser,
 def test_a_refused_form_without_a_typed_key_does_not_ask_for_one(browser, lab):
     response = browser.post(ADD, form_data(lab, api_key="", safety_margin_tokens="-1"))
     assert 'id="key-again"' not in response.content.decode()
+
+
+def test_a_refusal_when_saving_is_shown_on_the_form_and_nothing_is_kept(browser, lab, monkeypatch):
+    from agentloom.errors import InvalidInput
+    from models_app import admin as connection_admin
+
+    def refuse(**fields):
+        # A rule the form's check could not see: the write refuses after the check passed.
+        ModelConnection.objects.create(space=lab, name="seen", provider="local", model_id="x")
+        raise InvalidInput("NONCE-REFUSAL: the name was taken meanwhile.", field="name")
+
+    monkeypatch.setattr(connection_admin, "connection_create_nested", refuse)
+    response = browser.post(ADD, form_data(lab))
+    assert response.status_code == 200
+    assert errors_of(response) == {"name": ["NONCE-REFUSAL: the name was taken meanwhile."]}
+    # The page's transaction was rolled back with the refused write.
+    assert not ModelConnection.objects.exists()

@@ -114,3 +114,36 @@ def test_the_api_shows_manual_prices_and_thinking_and_never_500s(alice, space):
         f"/api/v1/model-connections/{data['id']}/", {"thinking": "enabled"}, format="json"
     )
     assert bad.status_code == 400 and "thinking" in bad.json()
+
+
+def test_the_thinking_floor_applies_only_while_thinking_is_on(alice, space):
+    from agentloom.providers import THINKING_OUTPUT_FLOOR
+
+    api = client_for(alice)
+    body = {
+        "space": space.pk,
+        "name": "no thinking",
+        "provider": "deepseek",
+        "api_key": SECRET_KEY,
+        "model_id": "deepseek-chat",
+        "thinking": "disabled",
+        "max_output_tokens": 4_096,
+    }
+    response = api.post("/api/v1/model-connections/", body, format="json")
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert data["max_output_tokens"] == 4_096
+    # Thinking switched back on: a chosen small limit is refused, naming the field.
+    on = api.patch(
+        f"/api/v1/model-connections/{data['id']}/",
+        {"thinking": "enabled", "max_output_tokens": 4_096},
+        format="json",
+    )
+    assert on.status_code == 400 and str(THINKING_OUTPUT_FLOOR) in on.json()["max_output_tokens"][0]
+    # Switched on without a limit sent, the kept one rises to the floor as a default would.
+    on = api.patch(
+        f"/api/v1/model-connections/{data['id']}/", {"thinking": "enabled"}, format="json"
+    )
+    assert on.status_code == 200 and on.json()["max_output_tokens"] == THINKING_OUTPUT_FLOOR
+    # The provider's default thinks, so it keeps the floor too.
+    refused("max_output_tokens", create, alice, space, provider="deepseek", max_output_tokens=4_096)
