@@ -55,9 +55,9 @@ ALLOWED_ATTRIBUTES = {
 # Rendering costs about 3 s of CPU per MB of text (markdown-it, then nh3, both linear): above this
 # bound, about 0.3 s, a text is shown as written instead.
 MARKDOWN_MAX_CHARS = 100_000
-# Rendered HTML one process keeps, in characters (all of it, keys aside): at least a hundred
-# texts at the bound, thousands of ordinary answers.
-RENDERED_MAX_CHARS = 32_000_000
+# Rendered HTML one process keeps, in characters (16-64 MB of memory, by the script): some 75
+# texts at the bound (their HTML is about twice as long), thousands of ordinary answers.
+RENDERED_MAX_CHARS = 16_000_000
 # A language name becomes a class; anything else in the fence's info string is dropped.
 LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,40}")
 
