@@ -5,7 +5,9 @@ settings, "N/minute"); past it the service raises `RateLimited` with the seconds
 window ends (the API answers 429 with `Retry-After`, the console shows the message). Counters
 live in Django's cache: shared by every process when `CACHE_URL` points at Redis, per process
 otherwise. A cache that does not answer lets the action through (logged): a limit must never
-take the application down with it.
+take the application down with it. A service counts an action only once its caller may take it
+(signed in, and past the access and permission checks): a refused request (401, 403, 404) never
+uses up anyone's budget.
 """
 
 from __future__ import annotations

@@ -53,6 +53,11 @@ RUN_HEARTBEAT_SECONDS = env_heartbeat(RUN_LEASE_SECONDS)
 RUN_QUEUE_SECONDS = env_int("RUN_QUEUE_SECONDS", 600, minimum=5)
 # A run waiting for a person's approval of its tool calls ends `cancelled` after this long.
 RUN_APPROVAL_SECONDS = env_int("RUN_APPROVAL_SECONDS", 86_400, minimum=1)
+# How long a Redis broker waits for a delivered task's acknowledgement before it delivers the
+# task again (see CELERY_BROKER_TRANSPORT_OPTIONS below).
+BROKER_VISIBILITY_SECONDS = env_int(
+    "BROKER_VISIBILITY_SECONDS", max(RUN_QUEUE_SECONDS // 2, 10), minimum=10
+)
 RUN_MAX_MODEL_CALLS = env_int("RUN_MAX_MODEL_CALLS", 32, minimum=1)
 
 INSTALLED_APPS = [
@@ -220,7 +225,16 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_BROKER_DIR / "control"),
         "store_processed": False,
     }
-elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://")):
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Redis holds each delivered task in `unacked` until its worker acknowledges it, at the end
+    # of the run (late acks), and puts it back on the queue after this many seconds otherwise.
+    # A task whose worker died before claiming its run comes back this way: well before
+    # RUN_QUEUE_SECONDS, when the sweep would fail the still-queued run. A task of a run that is
+    # still running, or has ended, comes back to nothing (the lease refuses the claim), so a
+    # run longer than this costs one idle redelivery; a run whose worker died fails after
+    # RUN_LEASE_SECONDS whatever this is.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": BROKER_VISIBILITY_SECONDS}
+elif not CELERY_BROKER_URL.startswith("amqp://"):
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(

@@ -54,8 +54,6 @@ def models_discover(
     With `resource_id` and a blank key, the stored key of that connection is used, but only
     for the provider and base URL it was entered for.
     """
-    # Each call is an outbound request to an address an admin typed: counted before anything.
-    limit("discovery", user.pk, what="model listings")
     provider = clean_provider(provider)
     base_url = clean_base_url(provider, base_url)
     key = _key_for_call(
@@ -66,6 +64,9 @@ def models_discover(
         resource_id=resource_id,
         missing="Enter the API key first: this provider lists its models only for a key.",
     )
+    # Each call is an outbound request to an address an admin typed: counted once the caller
+    # may make it, so that refused requests never use up an allowed caller's budget.
+    limit("discovery", user.pk, what="model listings")
     try:
         return discover_models(
             provider,

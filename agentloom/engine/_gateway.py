@@ -199,6 +199,10 @@ _NONCE = re.compile(r"NONCE-[\w-]+")
 _WORD = re.compile(r"[A-Za-z][\w'-]*")
 # Scaffolding lines of the compaction request that carry no facts of their own.
 _SUMMARY_SCAFFOLD = ("Summary so far:", "Next material", "Return the updated summary")
+# The headers the compaction request puts before each item of its material.
+_ITEM_HEADERS = ("--- next item ---", "--- continued ---")
+_TOOL_CALL = re.compile(r"\[tool call ([^\]\s]+)\] ([A-Za-z0-9_-]+)\(")
+_TOOL_RESULT = re.compile(r"\[tool result ([^\]\s]+)\]$")
 _DEMO_LINE_CHARS = 300
 
 
@@ -212,14 +216,66 @@ def _has_fact(line: str) -> bool:
     return any(w[0].isupper() for w in words[1:]) or any(len(w) > 1 and w.isupper() for w in words)
 
 
-def _pieces(text: str) -> Iterator[str]:
-    for line in text.splitlines():
-        line = line.strip()
-        while len(line) > _DEMO_LINE_CHARS:
-            yield line[:_DEMO_LINE_CHARS]
-            line = line[_DEMO_LINE_CHARS:]
-        if line:
-            yield line
+def _pieces(line: str) -> Iterator[str]:
+    """Yield a line in pieces of at most `_DEMO_LINE_CHARS`, cut between words where it can."""
+    line = line.strip()
+    while len(line) > _DEMO_LINE_CHARS:
+        cut = line.rfind(" ", 0, _DEMO_LINE_CHARS + 1)
+        cut = cut if cut > 0 else _DEMO_LINE_CHARS
+        yield line[:cut].rstrip()
+        line = line[cut:].lstrip()
+    if line:
+        yield line
+
+
+def _records(text: str) -> list[list[str]]:
+    """Return the lines of each record of a summary request: an item of the material, or a
+    paragraph (a summary written by `_summary` puts a blank line between its records)."""
+    records: list[list[str]] = [[]]
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line in _ITEM_HEADERS:
+            if records[-1]:
+                records.append([])
+        elif not line.startswith(_SUMMARY_SCAFFOLD):
+            records[-1].append(line)
+    return [record for record in records if record]
+
+
+def _kept(record: list[str], seen: set[str]) -> list[str]:
+    """Return the pieces of a record a summary keeps: those with a fact, and the first piece of
+    each tool result (what the tool returned is the fact), each once in the summary."""
+    kept: list[str] = []
+    result_follows = False
+    for line in record:
+        if line.startswith(DEMO_LABEL):
+            continue
+        for piece in _pieces(line):
+            if (result_follows or _has_fact(piece)) and piece not in seen:
+                kept.append(piece)
+                seen.add(piece)
+            result_follows = False
+        result_follows = _TOOL_RESULT.match(line) is not None
+    return kept
+
+
+def _within(blocks: list[list[str]], room: int) -> str:
+    """Join the most recent blocks that fit `room` characters, whole; of a block that does not
+    fit alone, its most recent whole lines."""
+    chosen: list[str] = []
+    used = 0
+    for block in reversed(blocks):
+        text = "\n".join(block)
+        if used + len(text) + 2 > room:
+            if not chosen:
+                lines = [line for line in block if len(line) < room]
+                while lines and len("\n".join(lines)) > room:
+                    lines.pop(0)
+                chosen.append("\n".join(lines))
+            break
+        chosen.append(text)
+        used += len(text) + 2
+    return "\n\n".join(reversed([text for text in chosen if text]))
 
 
 def _text(content: str) -> ModelResponse:
@@ -242,13 +298,54 @@ def _tool_calls(calls: list[tuple[str, str]], *, content: str, prefix: int) -> M
     )
 
 
+def _directives(question: str) -> list[tuple[str, str]]:
+    """Return the `(name, arguments text)` of each `/tool NAME {json}` line of a question."""
+    calls = []
+    position = 0
+    while match := _TOOL_DIRECTIVE.search(question, position):
+        try:
+            parsed, position = json.JSONDecoder().raw_decode(question, match.end())
+            arguments = json.dumps(parsed)
+        except json.JSONDecodeError:
+            # Sent as written, so the engine's handling of bad arguments can be seen.
+            arguments = question[match.end() :].split("\n", 1)[0]
+            position = match.end() + len(arguments)
+        # Searching on after the arguments: a `/tool` inside them (a task handed to a
+        # sub-agent) belongs to that task, not to this message.
+        calls.append((match.group(1), arguments))
+    return calls
+
+
+def _from_progress(summary: str, asked: list[str]) -> ModelResponse:
+    """Answer from a handoff summary: the latest results of the tools the question asked for,
+    as an answer from tool results reads; else the summary's most recent facts."""
+    lines = [line.strip() for line in summary.splitlines()[1:] if line.strip()]
+    names: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        if call := _TOOL_CALL.match(line):
+            names[call.group(1)] = call.group(2)
+        elif (result := _TOOL_RESULT.match(line)) and not _TOOL_CALL.match(following):
+            results[result.group(1)] = "" if _TOOL_RESULT.match(following) else following
+    latest = {names[ref]: text for ref, text in results.items() if names.get(ref) in asked}
+    if latest:
+        head = "Based on the tool results (from the compacted progress on this question):"
+        cited = [f"- {name}: {text}" for name, text in latest.items()]
+        return _text("\n".join([f"{DEMO_LABEL} {head}", *cited]))
+    facts = [line for line in lines if not line.startswith(DEMO_LABEL)][-8:]
+    return _text("\n".join([f"{DEMO_LABEL} From the compacted progress on this question:", *facts]))
+
+
 class LocalDemoGateway(ModelGateway):
     """A deterministic, offline stand-in for a model, labelled as a demo in every reply.
 
     - `/tool NAME {json}` in the latest user message: call that tool with those arguments;
-    - after tool results: answer citing them;
+    - after tool results: answer citing them; after a handoff summary of the question's work,
+      answer citing the summarised results of the tools it asked for;
     - purpose `compaction`: an extractive handoff summary keeping every line with a fact marker
-      (a digit, a capitalised name or a `NONCE-…` token), long lines taken in pieces;
+      (a digit, a capitalised name or a `NONCE-…` token) and what each tool returned, long lines
+      taken in pieces between words; over its output limit it keeps the most recent records
+      whole, never cutting inside a line;
     - purpose `verification`: `PASS`;
     - otherwise: answer from the question.
     """
@@ -275,17 +372,12 @@ class LocalDemoGateway(ModelGateway):
 
     def _summary(self, request: ModelRequest) -> ModelResponse:
         text = "\n".join(message_text(m) for m in request.messages if m.get("role") == "user")
-        kept: list[str] = []
-        for piece in _pieces(text):
-            if piece.startswith(_SUMMARY_SCAFFOLD) or piece.startswith(DEMO_LABEL):
-                continue
-            if _has_fact(piece) and piece not in kept:
-                kept.append(piece)
-        body = "\n".join(kept) if kept else "(no facts found in this part)"
+        seen: set[str] = set()
+        blocks = [kept for record in _records(text) if (kept := _kept(record, seen))]
         # Within the output limit, counted as characters (never fewer than tokens): the most
-        # recent facts are kept.
+        # recent records are kept, each whole, so nothing is cut inside a line.
         room = max(request.max_output_tokens - len(DEMO_LABEL) - 32, 0)
-        body = body[-room:] if len(body) > room else body
+        body = _within(blocks, room) or "(no facts found in this part)"
         return _text(f"{DEMO_LABEL} handoff summary (extractive)\n{body}")
 
     def _action(self, request: ModelRequest) -> ModelResponse:
@@ -309,27 +401,12 @@ class LocalDemoGateway(ModelGateway):
             for m in messages[asked + 1 :]
             if m.get("role") == "user" and message_text(m).startswith(HANDOFF_MARK)
         ]
+        question = message_text(messages[asked]) if asked >= 0 else ""
+        calls = _directives(question)
         if progress:
             # The work on this question was compacted: report from the summary instead of
             # starting the task over.
-            facts = [line for line in progress[-1].splitlines()[1:] if line.strip()][-8:]
-            return _text(
-                "\n".join([f"{DEMO_LABEL} From the compacted progress on this question:", *facts])
-            )
-        question = message_text(messages[asked]) if asked >= 0 else ""
-        calls = []
-        position = 0
-        while match := _TOOL_DIRECTIVE.search(question, position):
-            try:
-                parsed, position = json.JSONDecoder().raw_decode(question, match.end())
-                arguments = json.dumps(parsed)
-            except json.JSONDecodeError:
-                # Sent as written, so the engine's handling of bad arguments can be seen.
-                arguments = question[match.end() :].split("\n", 1)[0]
-                position = match.end() + len(arguments)
-            # Searching on after the arguments: a `/tool` inside them (a task handed to a
-            # sub-agent) belongs to that task, not to this message.
-            calls.append((match.group(1), arguments))
+            return _from_progress(progress[-1], [name for name, _ in calls])
         if calls:
             return _tool_calls(calls, content=f"{DEMO_LABEL} Calling tools.", prefix=len(messages))
         return _text(f"{DEMO_LABEL} You asked: {question[:500]}")

@@ -10,8 +10,11 @@ engine journals each decision as feedback (who, when, which call) when the run c
 then the decisions are kept on the run, so they survive restarts.
 
 Supplements sent while a run waits are queued and delivered after its tool group closes. Cancel
-ends a waiting run at once; a wait no one decides ends `cancelled` after `RUN_APPROVAL_SECONDS`
-(`sweep_expired_approvals`, run by the beat with the lease sweep), with the reason.
+ends a waiting run at once, and a decision after it is a 409 that says the cancel came first;
+once the last decision has queued the run, a cancel is the 409, saying the decisions came first
+(sent together, one wins and the other says so). A wait no one decides ends `cancelled` after
+`RUN_APPROVAL_SECONDS` (`sweep_expired_approvals`, run by the beat with the lease sweep), with
+the reason.
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ def run_decide(*, user, run: Run, call_id: Any, decision: Any, note: Any = "") -
         raise InvalidInput("This run waits on no such tool call.", field="call_id")
     if call_id in (run.approval_decisions or {}):
         raise Conflict("This tool call has already been decided.")
+    if run.status == Run.Status.CANCELLED:
+        # A cancel that came first wins; the decision must not look accepted.
+        reason = f" ({run.error})" if run.error else ""
+        raise Conflict(f"This run was cancelled before this decision{reason}: nothing was decided.")
     if run.status != Run.Status.WAITING_APPROVAL:
         raise Conflict(f"This run is not waiting for approval (it is {run.status}).")
     decisions = dict(run.approval_decisions or {})

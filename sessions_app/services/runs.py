@@ -270,6 +270,14 @@ def run_cancel(*, user, run: Run) -> Run:
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     run = lock_run(run.pk, session_id=run.session_id)
+    if run.status == Run.Status.QUEUED and run.pending_approvals:
+        # Queued by the decisions on the calls it waited on, not yet taken by a worker: those
+        # decisions came first and win, rather than being dropped by a cancel sent with them.
+        raise Conflict(
+            "The tool calls this run waited on were decided before this cancel: the decisions "
+            "won, and the run is queued to go on with them. Cancel it again once it has "
+            "started; it then stops at its next safe point."
+        )
     # A run waiting for approval holds no worker: like a queued one, it ends at once.
     if run.status in (Run.Status.QUEUED, Run.Status.WAITING_APPROVAL):
         run.status = Run.Status.CANCELLED

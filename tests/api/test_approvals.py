@@ -97,3 +97,27 @@ def test_two_decisions_racing_one_wins_the_other_is_409(alice, waiting):
     assert sorted(answers) == [202, 409]
     waiting.refresh_from_db()
     assert len(waiting.approval_decisions) == 1
+
+
+def _cancel(client, run):
+    return client.post(f"/api/v1/runs/{run.pk}/cancel", {}, "json")
+
+
+def test_an_approval_then_a_cancel_the_approval_wins_and_the_cancel_says_so(api, waiting):
+    call_id = waiting.pending_approvals[0]["call_id"]
+    assert _decide(api, waiting, call_id=call_id, decision="approve").status_code == 202
+    cancel = _cancel(api, waiting)
+    assert cancel.status_code == 409
+    assert "decided before this cancel" in cancel.json()["detail"]
+    waiting.refresh_from_db()
+    assert waiting.status == Run.Status.QUEUED and waiting.approval_decisions[call_id]["approved"]
+
+
+def test_a_cancel_then_an_approval_the_cancel_wins_and_the_approval_says_so(api, waiting):
+    call_id = waiting.pending_approvals[0]["call_id"]
+    assert _cancel(api, waiting).status_code == 202
+    decision = _decide(api, waiting, call_id=call_id, decision="approve")
+    assert decision.status_code == 409
+    assert "cancelled before this decision" in decision.json()["detail"]
+    waiting.refresh_from_db()
+    assert waiting.status == Run.Status.CANCELLED and waiting.approval_decisions == {}

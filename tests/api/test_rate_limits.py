@@ -155,3 +155,17 @@ def test_with_cache_url_on_redis_every_process_shares_the_count(redis_url, setti
         assert refused.value.retry_after >= 1
     finally:
         forget()
+
+
+@pytest.mark.django_db
+def test_refused_requests_do_not_use_the_budget(limits, carol, space):
+    limits["discovery"] = Rate(2, "hour")
+    api = client_for(carol)  # a member of alice's space, an admin of none
+    body = {"provider": "local"}
+    refused = [api.post("/api/models/discover", body, format="json") for _ in range(3)]
+    assert [answer.status_code for answer in refused] == [403, 403, 403]
+    from tests.factories import make_space
+
+    make_space(name="Carol's own", admin=carol)
+    answers = [api.post("/api/models/discover", body, format="json") for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [200, 200, 429]

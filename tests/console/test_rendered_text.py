@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+import uuid
 
 import pytest
 from django.urls import reverse
@@ -10,8 +12,10 @@ from django.urls import reverse
 from agentloom.engine.testing import ScriptedGateway
 from agentloom.providers import ProviderError
 from context_app import engine_adapter
+from sessions_app.templatetags import console_text
 from sessions_app.templatetags.console_text import is_long, render_markdown, thousands
 from tests.factories import ask
+from tests.support.plaintext import cells_holding, redis_keys_holding
 
 MARKDOWN = (
     "**Bold** and `code`.\n\n"
@@ -104,3 +108,105 @@ def test_a_run_error_links_to_the_model_connection(client_for, session, alice, f
     assert "The provider rejected the credentials." in status_line and link in status_line
     panel = client.get(reverse("console-run-panel", args=[run.pk])).content.decode()
     assert link in panel
+
+
+# --- rendered once, bounded, never stored ------------------------------------------------------
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """Count markdown-it renders, with this process's rendered answers forgotten first."""
+    from markdown_it import MarkdownIt
+
+    console_text.RENDERED.clear()
+    calls: list[int] = []
+    real = MarkdownIt.render
+
+    def counted(self, text, env=None):
+        calls.append(len(text))
+        return real(self, text, env)
+
+    monkeypatch.setattr(MarkdownIt, "render", counted)
+    yield calls
+    console_text.RENDERED.clear()
+
+
+def _views_of(client, run) -> list[str]:
+    """Return the chat page, the run's block and the records fragment, as HTML."""
+    session_id = run.session_id
+    return [
+        client.get(reverse("console-chat", args=[session_id])).content.decode(),
+        client.get(reverse("console-run-block", args=[run.pk])).content.decode(),
+        client.get(reverse("console-chat-records", args=[session_id])).content.decode(),
+    ]
+
+
+@pytest.mark.django_db
+def test_an_answer_is_rendered_once_for_every_page_that_shows_it(
+    client_for, session, alice, renders
+):
+    run = ask(session, alice, "**NONCE-ONCE** in bold")
+    client = client_for(alice)
+    first = _views_of(client, run)
+    assert len(renders) == 1, "the first page renders the answer"
+    again = _views_of(client, run)
+    assert len(renders) == 1, "later pages, blocks and fragments reuse the rendering"
+    for page in first + again:
+        assert "<strong>NONCE-ONCE</strong>" in page
+
+
+def _table(chars: int) -> str:
+    rows = ["| id | name | value | note |", "|---|---|---:|---|"]
+    size = sum(len(row) + 1 for row in rows)
+    while size < chars:
+        n = len(rows)
+        rows.append(f"| {n} | item <b>{n}</b> | {n * 3.14:.2f} | a *note* on `row` {n} |")
+        size += len(rows[-1]) + 1
+    return "\n".join(rows)
+
+
+def test_an_answer_above_the_bound_is_shown_as_written_with_a_notice(renders):
+    huge = _table(808_000)
+    started = time.process_time()
+    html = render_markdown(huge)
+    elapsed = time.process_time() - started
+    print(f"808 KB table answer: {elapsed * 1000:.1f} ms of CPU")  # see the note on the bound
+    assert renders == [], "markdown-it never sees an answer above the bound"
+    assert f"{len(huge):,} characters" in html and "shown as written" in html
+    assert "item &lt;b&gt;7&lt;/b&gt;" in html and "<b>" not in html
+    assert '<pre class="as-written">' in html and html.count("<pre") == 1
+    at_bound = _table(console_text.MARKDOWN_MAX_CHARS - 100)
+    assert "<table>" in render_markdown(at_bound) and len(renders) == 1
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_rendered_answers_are_kept_in_no_database_and_no_redis(
+    client_for, session, alice, renders, redis_url, settings
+):
+    import redis
+
+    # Django's cache on Redis, so that anything a page puts in a cache would land there.
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_url}
+    }
+    redis.Redis.from_url(redis_url).flushdb()
+    nonce = f"NONCE-RENDER-{uuid.uuid4().hex}"
+    run = ask(session, alice, f"**{nonce}** and a | table |\n|---|\n| {nonce} |")
+    for page in _views_of(client_for(alice), run):
+        assert f"<strong>{nonce}</strong>" in page
+    assert len(renders) == 1
+    assert cells_holding(nonce) == []
+    assert redis_keys_holding(redis_url, nonce) == []
+
+
+def test_the_rendered_texts_kept_stay_within_their_bound():
+    kept = console_text.RenderedTexts(max_chars=100)
+    keys = [kept.key(f"text {n}") for n in range(3)]
+    assert len(set(keys)) == 3 and all(b"text" not in key for key in keys)
+    for key in keys:
+        kept.put(key, "x" * 40)
+    assert kept.get(keys[0]) is None, "the least recently used goes first"
+    assert kept.get(keys[1]) and kept.get(keys[2])
+    kept.put(kept.key("huge"), "x" * 101)
+    assert kept.get(kept.key("huge")) is None, "one text above the bound is never kept"

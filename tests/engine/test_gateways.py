@@ -181,3 +181,52 @@ def test_the_demo_model_reports_compacted_progress_instead_of_starting_over():
     assert "tool_calls" not in reply.message
     assert "compacted progress" in reply.message["content"]
     assert "1500" in reply.message["content"]
+
+
+def _material(*items: str) -> str:
+    return "\n".join(f"--- next item ---\n{item}" for item in items)
+
+
+def test_the_demo_summary_cuts_at_record_boundaries_never_inside_a_line():
+    records = [
+        f"[assistant]\n[local demo model] Calling tools.\n[tool call r{n}-1-1] echo({{}})\n"
+        f"[tool result r{n}-1-1]\n[tool result hidden to save room; "
+        f'read_record(ref="r{n}:3") shows it again]'
+        for n in range(1, 30)
+    ]
+    content = f"Summary so far:\n(none yet)\n\nNext material, in order:\n{_material(*records)}"
+    reply = LocalDemoGateway().complete(
+        ModelRequest(
+            purpose="compaction",
+            messages=[{"role": "user", "content": content}],
+            max_output_tokens=400,
+        )
+    )
+    text = reply.message["content"]
+    assert len(text) <= 400
+    given = {line.strip() for line in content.splitlines()}
+    body = [line for line in text.splitlines()[1:] if line]
+    assert body and all(line in given for line in body), "every line is whole"
+    blocks = text.split("\n\n")[1:]
+    assert blocks[0].startswith("[tool call r") and blocks[-1].startswith("[tool call r29-1-1]")
+    assert all(len(block.splitlines()) == 3 for block in blocks), "every record is whole"
+
+
+def test_the_demo_model_answers_from_compacted_results_of_the_calls_it_was_asked_for():
+    summary = (
+        "[handoff summary] Earlier context was compacted.\n"
+        "[local demo model] handoff summary (extractive)\n"
+        "[run note] run 9 succeeded\n\n"
+        '[tool call r11-1-1] delegate_researcher({"task": "look"})\n'
+        "[tool result r11-1-1]\n"
+        "- echo: hi"
+    )
+    reply = demo(
+        "action",
+        {"role": "user", "content": '/tool delegate_researcher {"task": "look"}'},
+        {"role": "user", "content": summary},
+    )
+    assert reply.message["content"] == (
+        "[local demo model] Based on the tool results (from the compacted progress on this "
+        "question):\n- delegate_researcher: - echo: hi"
+    )

@@ -16,6 +16,8 @@ _SETTINGS = {
     "DEBUG",
     "ALLOW_PRIVATE_MODEL_HOSTS",
     "CELERY_BROKER_URL",
+    "BROKER_VISIBILITY_SECONDS",
+    "RUN_QUEUE_SECONDS",
     "SECRET_KEY",
     "SECRET_KEY_FALLBACKS",
     "FIELD_ENCRYPTION_KEY",
@@ -135,6 +137,7 @@ def test_production_with_both_keys_starts(tmp_path):
         ("RUN_LEASE_SECONDS", "ten"),
         ("LEGACY_CONTEXT_CHARS", "-5"),
         ("CELERY_BROKER_URL", "kafka://127.0.0.1"),
+        ("BROKER_VISIBILITY_SECONDS", "5"),
         ("FIELD_ENCRYPTION_KEY", "short"),
         ("FIELD_ENCRYPTION_KEY_FALLBACKS", "k" * 40 + ",short"),
         ("SECRET_KEY_FALLBACKS", "short"),
@@ -144,6 +147,29 @@ def test_malformed_values_name_the_variable(tmp_path, name, value):
     result = _start_django(tmp_path, **{name: value})
     assert result.returncode != 0
     assert name in result.stderr
+
+
+_VISIBILITY = (
+    "from agentloom.celery import app;"
+    "print(app.conf.broker_transport_options.get('visibility_timeout'))"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "seconds"),
+    [
+        ({}, "300"),  # half of RUN_QUEUE_SECONDS' 600
+        ({"RUN_QUEUE_SECONDS": "900"}, "450"),
+        ({"BROKER_VISIBILITY_SECONDS": "123"}, "123"),
+    ],
+)
+def test_the_redis_broker_redelivers_after_the_visibility_setting(tmp_path, env, seconds):
+    # Nothing is sent: reading the app's configuration needs no Redis.
+    result = _start_django(
+        tmp_path, _VISIBILITY, CELERY_BROKER_URL="redis://127.0.0.1:6379/13", **env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [seconds]
 
 
 def test_importing_the_engine_loads_neither_django_nor_celery():

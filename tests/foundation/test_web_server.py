@@ -42,7 +42,7 @@ def test_the_server_is_pinned_and_dev_run_serves_with_it():
     assert any(line.startswith("granian==") for line in (ROOT / "requirements.txt").open())
     script = (ROOT / "dev").read_text()
     body = script[script.index("cmd_run() {") : script.index("cmd_lint() {")]
-    assert '"$PY" -m agentloom.serve --host 127.0.0.1 --port 8000 &' in body
+    assert '"$PY" -m agentloom.serve --host 127.0.0.1 --port "$port" &' in body
     assert "collectstatic --no-input" in body
     assert "runserver" not in body
     assert "--pool=threads" in body
@@ -112,3 +112,89 @@ def test_the_served_site_answers_pages_static_files_and_the_api(tmp_path, alice)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def _dev_run(tmp_path, log, *args: str, **env: str) -> subprocess.Popen:
+    """Start `./dev run` on a scratch database, broker and static folder, in its own group."""
+    variables = {
+        **{k: v for k, v in os.environ.items() if k not in ("PORT", "DATABASE_URL")},
+        "AGENTLOOM_VAR_DIR": str(tmp_path / "var"),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'dev.sqlite3'}",
+        "STATIC_ROOT": str(tmp_path / "static"),
+        "CELERY_BROKER_URL": "filesystem://",
+        "WORKER_CONCURRENCY": "2",
+        **env,
+    }
+    return subprocess.Popen(
+        [str(ROOT / "dev"), "run", *args],
+        cwd=ROOT,
+        env=variables,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _run_port(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """Call the `run_port` function of `./dev` alone with `args`, under `env`."""
+    script = (ROOT / "dev").read_text()
+    function = script[script.index("run_port() {") : script.index("cmd_run() {")]
+    return subprocess.run(
+        ["bash", "-c", f'{function}\nrun_port "$@"', "run_port", *args],
+        env={**{k: v for k, v in os.environ.items() if k != "PORT"}, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_dev_run_takes_its_port_from_the_option_then_the_environment():
+    assert _run_port().stdout.strip() == "8000"
+    assert _run_port(PORT="8001").stdout.strip() == "8001"
+    assert _run_port("--port", "8002", PORT="8001").stdout.strip() == "8002"
+    assert _run_port("--port=8003").stdout.strip() == "8003"
+    for args, env in (
+        (["--port", "eighty"], {}),
+        (["--port"], {}),
+        (["--port", "0"], {}),
+        ([], {"PORT": "70000"}),
+    ):
+        refused = _run_port(*args, **env)
+        assert refused.returncode == 2, (args, env)
+        assert "must be a number from 1 to 65535" in refused.stderr
+    assert "unknown option --host" in _run_port("--host", "0.0.0.0").stderr
+
+
+def test_dev_run_refuses_a_bad_port_before_doing_anything():
+    done = subprocess.run(
+        [str(ROOT / "dev"), "run", "--port", "eighty"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "1 to 65535, got 'eighty'" in done.stderr
+    assert done.stdout == "", "nothing was installed, migrated or started"
+
+
+@pytest.mark.slow
+def test_dev_run_serves_on_the_port_asked_for(tmp_path):
+    port = _free_port()
+    path = tmp_path / "dev.log"
+    with path.open("w") as log:
+        dev = _dev_run(tmp_path, log, "--port", str(port))
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                login = httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=5)
+                break
+            except httpx.TransportError:
+                assert dev.poll() is None, path.read_text()
+                assert time.monotonic() < deadline, path.read_text()
+                time.sleep(0.5)
+        assert login.status_code == 200
+        assert f"Open http://127.0.0.1:{port}/ and log in." in path.read_text()
+    finally:
+        os.killpg(dev.pid, signal.SIGTERM)
+        dev.wait(timeout=60)

@@ -32,6 +32,7 @@ class RecordingGateway(ModelGateway):
     def __init__(self, inner: ModelGateway):
         self.inner = inner
         self.requests: list[ModelRequest] = []
+        self.answered: list[tuple[ModelRequest, ModelResponse]] = []
         self.during_call = []  # callables run inside the next call, then dropped
         self.failed: set[str] = set()
 
@@ -58,10 +59,15 @@ class RecordingGateway(ModelGateway):
         response = self.inner.complete(request)
         if "[leak-key]" in text and request.purpose == "action":
             response.message["content"] = f"my key is {SECRET}"
+        self.answered.append((request, response))
         return response
 
     def action_requests(self) -> list[ModelRequest]:
         return [r for r in self.requests if r.purpose == "action"]
+
+    def exchanges(self, purpose: str) -> list[tuple[ModelRequest, ModelResponse]]:
+        """Return each answered request of `purpose` with its reply."""
+        return [(request, reply) for request, reply in self.answered if request.purpose == purpose]
 
 
 @pytest.fixture

@@ -20,32 +20,11 @@ from sessions_app.services.runs import run_ask, run_cancel, session_rename, supp
 from tests.api.factories import client_for
 from tests.factories import ask, make_user
 from tests.support.legacy_encryption import read_raw
+from tests.support.plaintext import cells_holding
 
 pytestmark = pytest.mark.django_db
 
 NONCE = "NONCE-titlecase"
-
-
-def _cells_holding(text: str) -> list[tuple[str, str]]:
-    """Return every (table, column) of the database with a value that holds `text` in clear."""
-    needle = text.encode()
-    found = []
-    with connection.cursor() as cursor:
-        for table in connection.introspection.table_names(cursor):
-            columns = [
-                c.name for c in connection.introspection.get_table_description(cursor, table)
-            ]
-            quoted = ", ".join(connection.ops.quote_name(name) for name in columns)
-            cursor.execute(f"SELECT {quoted} FROM {connection.ops.quote_name(table)}")
-            for row in cursor.fetchall():
-                for name, value in zip(columns, row, strict=True):
-                    if isinstance(value, memoryview | bytes | bytearray):
-                        hit = needle in bytes(value)
-                    else:
-                        hit = value is not None and text in str(value)
-                    if hit:
-                        found.append((table, name))
-    return sorted(set(found))
 
 
 def test_a_title_from_the_question_is_encrypted_and_shown_decrypted(
@@ -117,19 +96,19 @@ def test_no_question_text_is_in_clear_anywhere_in_the_database(alice, gateway, m
         text=f"{NONCE}-5",
     )
     browser.post(f"/sessions/{second.pk}/rename/", {"title": f"{NONCE}-6 renamed"})
-    assert _cells_holding(NONCE) == []
+    assert cells_holding(NONCE) == []
     # Deleted in the admin (whose log is stored in clear) and through the API, then purged.
     deleted = browser.post(f"/admin/sessions_app/session/{first.pk}/delete/", {"post": "yes"})
     assert deleted.status_code == 302
     run_cancel(user=alice, run=second.runs.get())
     assert client_for(alice).delete(f"/api/v1/sessions/{second.pk}/").status_code == 204
     assert LogEntry.objects.get().object_repr == f"Session {first.pk}"
-    assert _cells_holding(NONCE) == []
+    assert cells_holding(NONCE) == []
     for session in (first, second):
         session_purge(user=root, session_id=session.pk)
     assert not Session.objects.filter(pk__in=[first.pk, second.pk]).exists()
     assert SessionDeletion.objects.count() == 2
-    assert _cells_holding(NONCE) == []
+    assert cells_holding(NONCE) == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -149,10 +128,10 @@ def test_the_migration_encrypts_the_titles_already_stored(alice, make_demo_sessi
             "UPDATE sessions_app_sessiondeletion SET session_title = %s WHERE id = %s",
             [f"{NONCE} gone", deletion.pk],
         )
-    assert _cells_holding(NONCE) != []
+    assert cells_holding(NONCE) != []
     executor = MigrationExecutor(connection)
     executor.migrate(leaves)
-    assert _cells_holding(NONCE) == []
+    assert cells_holding(NONCE) == []
     assert Session.objects.get(pk=session.pk).title == NONCE
     assert Session.objects.get(pk=deleted.pk).title == ""
     assert SessionDeletion.objects.get(pk=deletion.pk).session_title == f"{NONCE} gone"

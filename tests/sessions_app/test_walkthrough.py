@@ -11,7 +11,7 @@ import itertools
 import re
 from pathlib import Path
 
-from agentloom.engine import JsonBytesEstimator, ModelBudget
+from agentloom.engine import JsonBytesEstimator, ModelBudget, message_text
 from sessions_app.demo import DEMO_AGENT_NAME, DEMO_SUB_AGENTS, DEMO_TOOLS, ensure_demo
 from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
@@ -61,7 +61,7 @@ def test_the_walkthrough_reads_every_tool_of_the_demo_agent():
 
 def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
     session = demo_session(alice)
-    outcomes = []
+    outcomes, answers = [], {}
     for line, during in walkthrough_steps():
         run = run_ask(user=alice, session=session, question=line)
         if during == "supplement":
@@ -77,6 +77,7 @@ def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
         run_execute(run_id=run.pk)
         run.refresh_from_db()
         outcomes.append((line, run.status, run.error))
+        answers[line] = run.answer
     for number in range(1, 6):
         run = run_ask(user=alice, session=session, question=f"What was NONCE-{number}?")
         run_execute(run_id=run.pk)
@@ -97,6 +98,16 @@ def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
     budget = ModelBudget.from_dict(effective).effective_input_budget
     for request in gateway.requests:
         assert JsonBytesEstimator().upper_bound(request.messages, request.tools) <= budget
+    # The sub-agent's finding is the delegation's answer, even when the run was compacted
+    # after it: never a dump of summary lines.
+    [delegation] = [line for line in answers if "delegate_researcher" in line]
+    assert "- delegate_researcher:" in answers[delegation], answers[delegation]
+    assert "echo: hi" in answers[delegation] and "[run note]" not in answers[delegation]
+    # Every summary of the demo model is made of whole lines of what it summarised.
+    for request, reply in gateway.exchanges("compaction"):
+        given = {line.strip() for m in request.messages for line in message_text(m).splitlines()}
+        body = [line for line in message_text(reply.message).splitlines()[1:] if line]
+        assert all(line in given for line in body), [line for line in body if line not in given]
 
 
 def test_summarised_ranges_include_what_an_inherited_summary_stood_for(alice, gateway):
@@ -124,3 +135,26 @@ def test_summarised_ranges_include_what_an_inherited_summary_stood_for(alice, ga
     for earlier, later in across:
         # Each summary updates the one before it, so it stands for all that one stood for.
         assert earlier <= later, sorted(earlier - later)
+
+
+def test_a_delegation_compacted_after_its_result_answers_with_the_sub_agents_finding(
+    alice, gateway
+):
+    # README's lines, no supplement sent: the delegation's own run is compacted right after
+    # the sub-agent reports, so its answer comes from the handoff summary.
+    session = demo_session(alice)
+    for line, during in walkthrough_steps():
+        run = run_ask(user=alice, session=session, question=line)
+        if during == "cancel":
+            gateway.during_call.append(
+                lambda run=run: run_cancel(user=alice, run=Run.objects.get(pk=run.pk))
+            )
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+    assert "delegate_researcher" in line and run.status == "succeeded"
+    purposes = [r.purpose for r in gateway.requests[-4:]]
+    assert purposes == ["action", "action", "compaction", "action"], purposes
+    assert run.answer == (
+        "[local demo model] Based on the tool results (from the compacted progress on this "
+        "question):\n- delegate_researcher: - echo: hi"
+    )

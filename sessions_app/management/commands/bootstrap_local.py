@@ -12,8 +12,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--username", default="admin")
+        parser.add_argument("--port", type=int, default=8000, help="the port the site is on")
 
-    def handle(self, *args, username: str, **options):
+    def handle(self, *args, username: str, port: int, **options):
         if not settings.DEBUG:
             raise CommandError("bootstrap_local is for local installations (DEBUG on) only")
         user_model = get_user_model()
@@ -25,7 +26,7 @@ class Command(BaseCommand):
                 self.style.SUCCESS(
                     "\nLocal admin login created (shown this once):\n"
                     f"    user:     {username}\n    password: {password}\n"
-                    "Open http://127.0.0.1:8000/ and log in.\n"
+                    f"Open http://127.0.0.1:{port}/ and log in.\n"
                 )
             )
         else:
