@@ -8,6 +8,9 @@ connection back when it is done: to the connection pool on PostgreSQL, closed on
 process with hundreds of runs in flight therefore uses at most `size` connections for them (plus
 the lease renewer's one), and a run waiting for a slot holds nothing that another needs.
 
+Whatever else waits between short database reads gives its connection back the same way
+(`give_back_connection`): an events stream after each poll, so that open streams hold none.
+
 `held()` is re-entrant within a thread (a sub-agent's hooks run inside its parent's tool).
 The size is `RUN_DATABASE_SLOTS`: on PostgreSQL one less than the connection pool (the renewer
 takes the last connection); on SQLite one, so the process's runs take turns at the database and
@@ -73,8 +76,7 @@ class DatabaseSlots:
 
     def _give_back(self) -> None:
         try:
-            if not connection.in_atomic_block:
-                connection.close()
+            give_back_connection()
         finally:
             with self._guard:
                 self._busy -= 1
@@ -89,6 +91,12 @@ class DatabaseSlots:
                 return function(*args, **kwargs)
 
         return held_call
+
+
+def give_back_connection() -> None:
+    """Give the thread's connection back (to the pool, or closed) unless a transaction holds it."""
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 def _wal_anchor() -> sqlite3.Connection | None:
