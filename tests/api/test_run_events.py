@@ -306,8 +306,20 @@ def _served(tmp_path, **environment):
             httpx.get(f"{base}/accounts/login/", timeout=5)
             return server, base
         except httpx.TransportError:
-            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            if time.monotonic() > deadline:
+                _stop(server)
+                raise AssertionError((tmp_path / "server.log").read_text()) from None
             time.sleep(0.3)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """Stop the server; kill it when a request it serves does not end (a starved pool's)."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=15)
 
 
 class HeldStream:
@@ -391,5 +403,4 @@ def test_open_streams_beyond_the_pool_leave_other_users_requests_answered(
     finally:
         for stream in streams:
             stream.close()
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        _stop(server)
