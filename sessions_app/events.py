@@ -16,12 +16,13 @@ it, as the journal (404 for anyone else); the view is async and authenticates as
 token or a signed-in session). Under WSGI (`runserver`) it streams from a synchronous generator in
 the request's thread, under ASGI from an asynchronous one.
 
-An open stream waits most of its life, and holds no database connection while it waits: each
-poll gives its connection back when it is done (`give_back_connection`), so open streams never
-starve the connection pool of the other requests. A user holds at most `EVENT_STREAMS_PER_USER`
-open at once, each with a lease in the cache (`agentloom.ratelimit.lease`, shared by the web
-processes, expiring if a process dies); past it the answer is 429 with `Retry-After`. `<stream>`
-names the lease: a client resuming with `Last-Event-ID` takes its old stream's place over.
+An open stream waits most of its life, and holds no pooled database connection while it waits:
+each poll gives its connection back to the pool when it is done (`give_back_pooled_connection`),
+so open streams never starve the pool of the other requests. A user holds at most
+`EVENT_STREAMS_PER_USER` open at once, each with a lease in the cache (`agentloom.ratelimit.lease`,
+shared by the web processes, expiring if a process dies); past it the answer is 429 with
+`Retry-After`. `<stream>` names the lease: a client resuming with `Last-Event-ID` takes its old
+stream's place over.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from agentloom.ratelimit import Lease, lease
 from sessions_app.models import Run, SessionMessage
 from sessions_app.selectors.runs import run_get
 from sessions_app.services.live import read_deltas
-from sessions_app.services.slots import give_back_connection
+from sessions_app.services.slots import give_back_pooled_connection
 
 __all__ = ["run_events"]
 
@@ -131,7 +132,7 @@ class RunFeed:
                 return [], True
             return self.poll()
         finally:
-            give_back_connection()
+            give_back_pooled_connection()
 
     def frames(self) -> Iterator[str]:
         try:
@@ -173,7 +174,7 @@ def _open(request, id: str) -> RunFeed | JsonResponse:
     try:
         return _feed_or_refusal(request, id)
     finally:
-        give_back_connection()
+        give_back_pooled_connection()
 
 
 def _feed_or_refusal(request, id: str) -> RunFeed | JsonResponse:

@@ -177,8 +177,8 @@ def test_a_call_stopped_by_a_cancel_is_listed_discarded_with_its_cost_incomplete
 def stream_bound(request, settings):
     """At most 2 open streams per user, counted in the process's memory or in Redis.
 
-    Tests that use it commit their rows: a stream gives its connection back between polls, as
-    closing an answer does (a test's transaction would not survive either).
+    Tests that use it commit their rows: closing a stream's answer closes the database
+    connection, as the end of any request does (a test's transaction would not survive it).
     """
     from django.core.cache import cache
 
