@@ -161,6 +161,9 @@ RATE_LIMITS = {
     "supplements_per_user": env_rate("RATE_LIMIT_SUPPLEMENTS_PER_USER", "60/minute"),
     "supplements_per_session": env_rate("RATE_LIMIT_SUPPLEMENTS_PER_SESSION", "20/minute"),
 }
+# Events streams (`GET /api/v1/runs/{id}/events`) one user holds open at once, counted in the
+# cache with a lease per stream (agentloom/ratelimit.py).
+EVENT_STREAMS_PER_USER = env_int("EVENT_STREAMS_PER_USER", 10, minimum=1)
 
 # Web server processes `python -m agentloom.serve` starts (agentloom/serve.py).
 WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1)

@@ -52,7 +52,7 @@ from agentloom.errors import ApplicationError
 from agentloom.providers import retirement_of
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
-from context_app.server_tools import server_tools_of
+from context_app.server_tools import Held, server_tools_of
 from models_app.models import ModelConnection
 from models_app.services import redaction_secrets
 
@@ -310,11 +310,16 @@ def version_binding(version: AgentVersion, *, rendering: int | None = None) -> d
 
 
 def build_engine(
-    version: AgentVersion, hooks: EngineHooks, *, record_store: RecordStore | None = None
+    version: AgentVersion,
+    hooks: EngineHooks,
+    *,
+    record_store: RecordStore | None = None,
+    held: Held | None = None,
 ) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
-    `record_store` is where the run's by-reference checkpoints find the records they refer to.
+    `record_store` is where the run's by-reference checkpoints find the records they refer to;
+    `held` wraps the database reads its tools make during the run, as it wraps the hooks.
     """
     snapshot = version.snapshot
     gateway = gateway_for(version)
@@ -323,7 +328,7 @@ def build_engine(
         gateway,
         [
             *(name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES),
-            *server_tools_of(snapshot),
+            *server_tools_of(snapshot, held=held),
         ],
         policy,
         budget,

@@ -9,11 +9,14 @@ tool error naming the tool (`agentloom.toolservers`), and the operator publishes
 
 Only the main instance uses server tools; sub-agents take built-in tools. Runs read a server's URL
 and headers live (a rotated credential works for old versions); a deleted server makes its tools'
-calls fail as tool errors.
+calls fail as tool errors. That read is the run's database work like any other: the worker wraps
+it (`held`) so that it takes one of its database slots and gives the connection back before the
+call, which may last `TOOL_CALL_SECONDS` and holds no connection.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +27,11 @@ from models_app.models import ToolServer
 from models_app.selectors import tool_servers_of_space
 from models_app.tool_servers import server_address
 
+# What the worker wraps a run's database reads in (`database_slots.wrap`).
+Held = Callable[[Callable[[], ServerAddress]], Callable[[], ServerAddress]]
+
 __all__ = [
+    "Held",
     "choosable_server_tools",
     "clean_approval",
     "clean_server_tool_names",
@@ -110,25 +117,26 @@ def frozen_server_tools(
     return frozen
 
 
-def _address_of(server_id: int):
+def _address_of(server_id: int, held: Held | None) -> Callable[[], ServerAddress]:
     def address() -> ServerAddress:
         server = ToolServer.objects.filter(pk=server_id).first()
         if server is None:
             raise ToolServerError("unknown_tool", "The tool server of this tool was deleted.")
         return server_address(server)
 
-    return address
+    return held(address) if held is not None else address
 
 
-def server_tools_of(snapshot: dict[str, Any]) -> list[ServerTool]:
-    """Return the engine tools of a version's frozen server tools."""
+def server_tools_of(snapshot: dict[str, Any], *, held: Held | None = None) -> list[ServerTool]:
+    """Return the engine tools of a version's frozen server tools; `held` wraps each read of a
+    server's address (a run's database slot)."""
     return [
         ServerTool(
             name=entry["name"],
             tool=entry["tool"],
             description=entry["description"],
             input_schema=entry["input_schema"],
-            address=_address_of(entry["server_id"]),
+            address=_address_of(entry["server_id"], held),
             call_seconds=settings.TOOL_CALL_SECONDS,
             needs_approval=bool(entry.get("approval")),
         )

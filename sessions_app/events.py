@@ -9,12 +9,20 @@ Three events, each with an `id` a client sends back as `Last-Event-ID` to resume
 - `status` — `{"status", "error"}`: sent first, then whenever the run's status changes; the
   stream ends after the run has finished and everything before its end has been sent.
 
-The id is `<record seq>:<delta cursor>`. Without `Last-Event-ID`, records start after `?after=`
-(default: the session's latest) and deltas at the model call in flight. Deltas can be resumed for
-as long as they are kept (`LIVE_DELTA_SECONDS`). Only the session's creator may read it, as the
-journal (404 for anyone else); the view is async and authenticates as the API does (a token or a
-signed-in session). Under WSGI (`runserver`) it streams from a synchronous generator in the
-request's thread, under ASGI from an asynchronous one.
+The id is `<record seq>:<delta cursor>:<stream>`. Without `Last-Event-ID`, records start after
+`?after=` (default: the session's latest) and deltas at the model call in flight. Deltas can be
+resumed for as long as they are kept (`LIVE_DELTA_SECONDS`). Only the session's creator may read
+it, as the journal (404 for anyone else); the view is async and authenticates as the API does (a
+token or a signed-in session). Under WSGI (`runserver`) it streams from a synchronous generator in
+the request's thread, under ASGI from an asynchronous one.
+
+An open stream waits most of its life, and holds no pooled database connection while it waits:
+each poll gives its connection back to the pool when it is done (`give_back_pooled_connection`),
+so open streams never starve the pool of the other requests. A user holds at most
+`EVENT_STREAMS_PER_USER` open at once, each with a lease in the cache (`agentloom.ratelimit.lease`,
+shared by the web processes, expiring if a process dies); past it the answer is 429 with
+`Retry-After`. `<stream>` names the lease: a client resuming with `Last-Event-ID` takes its old
+stream's place over.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
@@ -33,10 +42,12 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from agentloom.api import object_id
-from agentloom.errors import NotFound
+from agentloom.errors import NotFound, RateLimited
+from agentloom.ratelimit import Lease, lease
 from sessions_app.models import Run, SessionMessage
 from sessions_app.selectors.runs import run_get
 from sessions_app.services.live import read_deltas
+from sessions_app.services.slots import give_back_pooled_connection
 
 __all__ = ["run_events"]
 
@@ -47,13 +58,18 @@ KEEPALIVE_SECONDS = 15.0
 
 
 class RunFeed:
-    """What a run's events stream sends next; `poll()` returns `(frames, finished)`."""
+    """What a run's events stream sends next; `poll()` returns `(frames, finished)`.
 
-    def __init__(self, run: Run, last_event_id: str | None, after: int | None):
+    `lease` is the stream's place among its user's open streams, refreshed while it lives and
+    given back when it ends.
+    """
+
+    def __init__(self, run: Run, lease: Lease, last_event_id: str | None, after: int | None):
         self.run_id = run.pk
         self.session_id = run.session_id
+        self.lease = lease
         self.status: str | None = None
-        self.seq, self.cursor = _parse_event_id(last_event_id)
+        self.seq, self.cursor, _ = _parse_event_id(last_event_id)
         if self.seq is None:
             self.seq = after if after is not None else self._latest_seq()
         self.polls = 0
@@ -105,37 +121,63 @@ class RunFeed:
 
     def _frame(self, event: str, data: dict[str, Any]) -> str:
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        return f"id: {self.seq}:{self.cursor or ''}\nevent: {event}\ndata: {payload}\n\n"
+        ident = f"{self.seq}:{self.cursor or ''}:{self.lease.token}"
+        return f"id: {ident}\nevent: {event}\ndata: {payload}\n\n"
+
+    def step(self) -> tuple[list[str], bool]:
+        """Poll once, then give the connection back; finished too once another connection of
+        the same client has taken this stream's place over."""
+        try:
+            if not self.lease.refresh():
+                return [], True
+            return self.poll()
+        finally:
+            give_back_pooled_connection()
 
     def frames(self) -> Iterator[str]:
-        yield "retry: 1000\n\n"
-        while True:
-            frames, finished = self.poll()
-            yield from frames
-            if finished:
-                return
-            time.sleep(POLL_SECONDS)
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                frames, finished = self.step()
+                yield from frames
+                if finished:
+                    return
+                time.sleep(POLL_SECONDS)
+        finally:
+            self.lease.release()
 
     async def aframes(self) -> AsyncIterator[str]:
-        yield "retry: 1000\n\n"
-        while True:
-            frames, finished = await sync_to_async(self.poll)()
-            for frame in frames:
-                yield frame
-            if finished:
-                return
-            await asyncio.sleep(POLL_SECONDS)
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                frames, finished = await sync_to_async(self.step)()
+                for frame in frames:
+                    yield frame
+                if finished:
+                    return
+                await asyncio.sleep(POLL_SECONDS)
+        finally:
+            self.lease.release()
 
 
-def _parse_event_id(value: str | None) -> tuple[int | None, str | None]:
-    seq, _, cursor = (value or "").strip().partition(":")
+def _parse_event_id(value: str | None) -> tuple[int | None, str | None, str]:
+    """Return the record seq, the delta cursor and the stream's lease an event id names."""
+    seq, cursor, stream = [*(value or "").strip().split(":", 2), "", ""][:3]
     if not seq.isdigit():
-        return None, None
-    return int(seq), cursor or None
+        return None, None, ""
+    return int(seq), cursor or None, stream
 
 
 def _open(request, id: str) -> RunFeed | JsonResponse:
-    """Authenticate as the API does and return the run's feed, or the error answer."""
+    """Authenticate as the API does, take a place among the user's open streams and return the
+    run's feed, or the error answer; the connection goes back either way."""
+    try:
+        return _feed_or_refusal(request, id)
+    finally:
+        give_back_pooled_connection()
+
+
+def _feed_or_refusal(request, id: str) -> RunFeed | JsonResponse:
     drf = Request(
         request, authenticators=[cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
     )
@@ -153,10 +195,21 @@ def _open(request, id: str) -> RunFeed | JsonResponse:
         run = run_get(user=user, run_id=object_id(id))
     except NotFound:
         return JsonResponse({"detail": "Not found."}, status=404)
+    last_event_id = request.headers.get("Last-Event-ID")
+    try:
+        place = lease(
+            "event_streams",
+            user.pk,
+            bound=settings.EVENT_STREAMS_PER_USER,
+            what="event streams",
+            resume=_parse_event_id(last_event_id)[2],
+        )
+    except RateLimited as error:
+        answer = JsonResponse(error.as_json(), status=429)
+        answer["Retry-After"] = str(error.retry_after)
+        return answer
     after = request.GET.get("after", "")
-    return RunFeed(
-        run, request.headers.get("Last-Event-ID"), int(after) if after.isdigit() else None
-    )
+    return RunFeed(run, place, last_event_id, int(after) if after.isdigit() else None)
 
 
 async def run_events(request, id: str):

@@ -18,5 +18,8 @@ os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,[::1]")
 for _limit in ("DISCOVERY", "RUNS_PER_USER", "RUNS_PER_SESSION", "SUPPLEMENTS_PER_USER"):
     os.environ.setdefault(f"RATE_LIMIT_{_limit}", "off")
 os.environ.setdefault("RATE_LIMIT_SUPPLEMENTS_PER_SESSION", "off")
+# The same for open events streams (tests/api/test_run_events.py sets a bound): the live server
+# notices a page that stopped following a stream only at its next write.
+os.environ.setdefault("EVENT_STREAMS_PER_USER", "1000")
 
 from agentloom.settings import *  # noqa: E402, F403

@@ -192,7 +192,10 @@ def _start(run_id: int, owner: str):
     version = run.session.agent_version
     try:
         engine = build_engine(
-            version, _hooks(run, owner), record_store=SlottedStore(JournalStore(run))
+            version,
+            _hooks(run, owner),
+            record_store=SlottedStore(JournalStore(run)),
+            held=database_slots.wrap,
         )
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 from django.test import AsyncClient, Client
 
@@ -158,3 +168,239 @@ def test_a_call_stopped_by_a_cancel_is_listed_discarded_with_its_cost_incomplete
     )
     listed = api.get(f"/api/v1/runs/{run.pk}/model-calls").json()["results"]
     assert (listed[0]["discarded"], listed[0]["cost_incomplete"]) == (True, True)
+
+
+# --- open streams: no database connection between polls, a bound per user -------------------
+
+
+@pytest.fixture(params=["memory", "redis"])
+def stream_bound(request, settings):
+    """At most 2 open streams per user, counted in the process's memory or in Redis.
+
+    Tests that use it commit their rows: closing a stream's answer closes the database
+    connection, as the end of any request does (a test's transaction would not survive it).
+    """
+    from django.core.cache import cache
+
+    from agentloom.config import cache_from_url
+
+    if request.param == "redis":
+        settings.CACHES = cache_from_url(request.getfixturevalue("redis_url"))
+    settings.EVENT_STREAMS_PER_USER = 2
+    cache.clear()
+    yield 2
+    cache.clear()
+
+
+def opened(client, run, last_event_id: str | None = None):
+    """Open the stream of `run` (not finished); return its answer, its frames and its first id."""
+    extra = {"HTTP_LAST_EVENT_ID": last_event_id} if last_event_id else {}
+    response = client.get(url(run), **extra)
+    if response.status_code != 200:
+        return response, None, None
+    frames = iter(response.streaming_content)
+    for chunk in frames:
+        if chunk.startswith(b"id: "):
+            return response, frames, chunk.decode().split("\n", 1)[0][len("id: ") :]
+    raise AssertionError("the stream ended before its first event")
+
+
+@pytest.fixture
+def bobs_run(bob, other_space):
+    from tests.api.factories import ask, make_agent, open_session
+    from tests.api.factories import publish as publish_agent
+
+    return ask(open_session(publish_agent(make_agent(other_space, bob), bob), bob), bob)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_the_bound_a_users_next_stream_is_refused_with_429(
+    stream_bound, alice, run, bob, bobs_run
+):
+    api = client_for(alice)
+    held = [opened(api, run) for _ in range(stream_bound)]
+    assert [response.status_code for response, _, _ in held] == [200, 200]
+    refused = api.get(url(run))
+    assert refused.status_code == 429
+    assert refused.json() == {
+        "detail": "Too many open event streams: at most 2 per user. Close one, or try again "
+        "in 60 s."
+    }
+    assert refused["Retry-After"] == "60"
+    assert opened(client_for(bob), bobs_run)[0].status_code == 200, "bob counts apart"
+    held[0][0].close()  # the client goes away: its place is free at once
+    assert opened(api, run)[0].status_code == 200
+    assert api.get(url(run)).status_code == 429
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_whose_process_died_frees_its_place_when_its_lease_expires(
+    stream_bound, api, run, monkeypatch
+):
+    from agentloom import ratelimit
+
+    monkeypatch.setattr(ratelimit, "LEASE_SECONDS", 1)
+    # Opened and never closed nor refreshed: as a web process killed mid-stream leaves them.
+    crashed = [opened(api, run) for _ in range(stream_bound)]
+    assert api.get(url(run)).status_code == 429
+    time.sleep(1.2)
+    assert opened(api, run)[0].status_code == 200, "an expired lease locks nobody out"
+    del crashed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_resumed_with_last_event_id_takes_its_own_place(
+    stream_bound, api, run, monkeypatch
+):
+    from agentloom import ratelimit
+
+    _, first_frames, first_id = opened(api, run)
+    other = opened(api, run)
+    # The client reconnects (the old connection not yet noticed as gone): it counts once.
+    resumed, _, _ = opened(api, run, last_event_id=first_id)
+    assert resumed.status_code == 200
+    assert api.get(url(run)).status_code == 429, "two streams, not three"
+    # The replaced stream ends at its next refresh, without giving back its successor's place.
+    monkeypatch.setattr(ratelimit, "LEASE_REFRESH_SECONDS", 0)
+    assert list(first_frames) == []
+    assert api.get(url(run)).status_code == 429
+    resumed.close()
+    assert opened(api, run)[0].status_code == 200
+    del other
+
+
+def _served(tmp_path, **environment):
+    """Start the production web server on the test database; return its process and base URL."""
+    from django.db import connection
+
+    from tests.support.mcp_servers import free_port
+
+    conf = connection.settings_dict
+    database = (
+        f"postgres://{conf.get('USER') or 'postgres'}@{conf['HOST']}:{conf['PORT'] or 5432}/"
+        f"{conf['NAME']}"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "DATABASE_URL": database,
+        "STATIC_ROOT": str(tmp_path / "static"),
+        "AGENTLOOM_VAR_DIR": str(tmp_path),
+        "PYTHONPATH": str(root),
+        **environment,
+    }
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "-m", "agentloom.serve", "--port", str(port)],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(f"{base}/accounts/login/", timeout=5)
+            return server, base
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                _stop(server)
+                raise AssertionError((tmp_path / "server.log").read_text()) from None
+            time.sleep(0.3)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """Stop the server; kill it when a request it serves does not end (a starved pool's)."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=15)
+
+
+class HeldStream:
+    """An events stream held open by a thread; `opened` is set once its first event arrived."""
+
+    def __init__(self, base: str, key: str, run_id: int):
+        host, port = base.removeprefix("http://").split(":")
+        self.socket = socket.create_connection((host, int(port)), timeout=60)
+        self.socket.sendall(
+            f"GET /api/v1/runs/{run_id}/events HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Token {key}\r\n\r\n".encode()
+        )
+        self.opened = threading.Event()
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+        self.thread.start()
+
+    def _hold(self) -> None:
+        received = b""
+        with contextlib.suppress(OSError):  # closed by the test
+            while chunk := self.socket.recv(65536):
+                received += chunk
+                if received.startswith(b"HTTP/1.1 200") and b"\nevent: " in received:
+                    self.opened.set()
+
+    def close(self) -> None:
+        """Hang up, as a page that goes away does."""
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
+        self.socket.close()
+        self.thread.join(5)
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_open_streams_beyond_the_pool_leave_other_users_requests_answered(
+    tmp_path, redis_url, alice, bob, run
+):
+    """Two web processes with a pool of 3 each: alice holds 8 streams, bob's requests answer, and
+    her ninth stream is refused whichever process takes it (the count is shared in Redis)."""
+    import redis
+
+    from agentloom.spaces.tokens import token_create
+
+    redis.Redis.from_url(redis_url).flushdb()  # this leg's own database: no leases left over
+    _, alice_key = token_create(user=alice, name="streams")
+    _, bob_key = token_create(user=bob, name="pages")
+    server, base = _served(
+        tmp_path,
+        WEB_WORKERS="2",
+        DATABASE_POOL_SIZE="3",
+        CACHE_URL=redis_url,
+        EVENT_STREAMS_PER_USER="8",
+    )
+    streams: list[HeldStream] = []
+    try:
+        streams = [HeldStream(base, alice_key, run.pk) for _ in range(8)]
+        deadline = time.monotonic() + 10
+        while sum(s.opened.is_set() for s in streams) < 8 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for _ in range(6):  # each process takes some of them
+            answer = httpx.get(
+                f"{base}/api/v1/spaces/", headers={"Authorization": f"Token {bob_key}"}, timeout=10
+            )
+            assert answer.status_code == 200, answer.text
+        assert sum(s.opened.is_set() for s in streams) == 8, "every stream opened"
+        ninth = httpx.get(
+            f"{base}/api/v1/runs/{run.pk}/events",
+            headers={"Authorization": f"Token {alice_key}"},
+            timeout=10,
+        )
+        assert ninth.status_code == 429 and "at most 8" in ninth.json()["detail"]
+        # A stream whose client hangs up gives its place back at once.
+        for stream in streams:
+            stream.close()
+        time.sleep(1)
+        again = HeldStream(base, alice_key, run.pk)
+        streams.append(again)
+        assert again.opened.wait(10), "a place was free again"
+    finally:
+        for stream in streams:
+            stream.close()
+        _stop(server)

@@ -320,3 +320,62 @@ def test_frozen_schemas_are_offered_to_the_model_and_counted(alice, space, tool_
     assert run.status == Run.Status.SUCCEEDED, run.error
     sent = {tool["function"]["name"] for tool in gateway.action_requests()[0].tools}
     assert sent >= {"echo", "demo__greet"}
+
+
+@pytest.fixture
+def small_pool(monkeypatch):
+    """A worker's pool of 3 connections that gives up after 2 s, and its 2 database slots."""
+    from sessions_app.services import execution
+    from sessions_app.services.slots import DatabaseSlots
+
+    options = connection.settings_dict["OPTIONS"]
+    if not options.get("pool"):
+        pytest.skip("needs the connection pool (DATABASE_POOL_SIZE above 0)")
+    pool = options["pool"]
+    connection.close()
+    connection.close_pool()
+    options["pool"] = {**pool, "max_size": 3, "timeout": 2}
+    monkeypatch.setattr(execution, "database_slots", DatabaseSlots(2))
+    yield
+    connection.close()
+    connection.close_pool()
+    options["pool"] = pool
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_more_slow_tool_calls_than_connections_all_start_and_none_fails(
+    alice, space, tool_server, mcp_server, small_pool
+):
+    """Four runs call a 4 s tool at once in a worker with 2 slots and 3 connections: no run
+    holds a connection while its call waits on the server."""
+    _url, calls = mcp_server
+    sessions = [_session(alice, space, TOOLS)[0] for _ in range(4)]
+    runs = [
+        run_ask(user=alice, session=session, question='/tool demo__slow {"seconds": 4}')
+        for session in sessions
+    ]
+    connection.close()
+    before = len([call for call in calls.calls if call[0] == "slow"])
+
+    def execute(run_id: int) -> None:
+        try:
+            run_execute(run_id=run_id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=execute, args=(run.pk,)) for run in runs]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    try:
+        while len([call for call in calls.calls if call[0] == "slow"]) < before + 4:
+            assert time.monotonic() - started < 3.5, "every call started while the others wait"
+            time.sleep(0.05)
+    finally:
+        for thread in threads:
+            thread.join(30)
+    for run in Run.objects.filter(pk__in=[run.pk for run in runs]):
+        assert run.status == Run.Status.SUCCEEDED, run.error
+        assert _result(run).message["content"] == "done waiting"
