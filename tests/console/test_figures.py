@@ -77,3 +77,18 @@ def test_runs_are_named_by_their_number(alice, compacted):
     assert str(runs[1]).startswith(f"Run #{runs[1].number} of session")
     supplement = RunSupplement(run=runs[1], position=1)
     assert str(supplement) == f"Supplement 1 of run #{runs[1].number}"
+
+
+def test_the_console_pages_separate_the_thousands_of_windows_and_sizes(client_for, alice):
+    space = ensure_demo(owner=alice)
+    version = Agent.objects.get(space=space).versions.get()
+    session = session_create(user=alice, agent_version=version)
+    ask(session, alice, '/tool big_output {"chars": 1500}')
+    client = client_for(alice)
+    window = version.snapshot["budget"]["context_window"]
+    assert window >= 1_000
+    chat = client.get(reverse("console-chat", args=[session.pk])).text
+    assert f"window {window:,})" in chat
+    journal = client.get(reverse("console-journal", args=[session.pk])).text
+    sizes = re.findall(r"· ([\d,]+) chars", journal)
+    assert sizes and "1,500" in sizes, sizes
