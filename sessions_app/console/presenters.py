@@ -17,6 +17,10 @@ from sessions_app.templatetags.console_text import unit_name
 
 # View messages longer than this are shown collapsed on the context page.
 LONG_MESSAGE_CHARS = 800
+# Why a byte estimate's error against the provider's tokens is large, and no fault.
+BYTES_ERROR_NOTE = (
+    "expected, as the estimate counts bytes and a byte count runs several times a token count"
+)
 
 
 def pretty_arguments(raw: Any) -> str:
@@ -147,13 +151,20 @@ def _last_reported(reported: dict[str, Any] | None) -> dict | None:
     """Return the last reported call: its own estimate and error, side by side."""
     if reported is None:
         return None
+    unit = unit_name(
+        calibrated=reported.get("calibrated", False), estimator=reported.get("estimator") or ""
+    )
     return {
         **reported,
         "error_percent": signed_percent(reported["estimate_error"]),
-        "unit": unit_name(
-            calibrated=reported.get("calibrated", False), estimator=reported.get("estimator") or ""
-        ),
+        "error_note": estimate_error_note(unit),
+        "unit": unit,
     }
+
+
+def estimate_error_note(unit: str) -> str:
+    """Return what an estimate's error means when it is no fault (bytes against tokens), or ""."""
+    return BYTES_ERROR_NOTE if unit == "bytes" else ""
 
 
 def signed_percent(fraction: float | None) -> str | None:
@@ -187,6 +198,9 @@ def model_call(call) -> dict[str, Any]:
         "call": call,
         "usage": usage_text(call.usage),
         "error": signed_percent(call.estimate_error),
+        "error_note": estimate_error_note(
+            unit_name(calibrated=bool(call.calibration), estimator=call.estimator)
+        ),
         "cached": cached_text(call),
         "cost": call_cost_text(call),
     }
