@@ -1,5 +1,5 @@
-"""Comfort in headless Chromium: the console at 390 px wide with the composer in view, a dark
-scheme that follows the system's, and a favicon."""
+"""Comfort in headless Chromium: the console at 390 px wide with the composer in view, long names
+and titles that never widen the home, a dark scheme that follows the system's, and a favicon."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.browser.test_console import (
     unexpected,
     wait_for_run,
 )
+from tests.factories import make_agent, make_run, make_session, make_space
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -26,6 +27,18 @@ OVERFLOW = "document.documentElement.scrollWidth - document.documentElement.clie
 def _in_view(page, selector: str) -> bool:
     box = page.locator(selector).bounding_box()
     return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= PHONE["height"]
+
+
+def _outside(page, inner: str, outer: str) -> list[str]:
+    """Return the text of each shown `inner` element that reaches past the `outer` box it is in."""
+    return page.evaluate(
+        """([inner, outer]) => [...document.querySelectorAll(inner)].filter((node) => {
+             const box = node.closest(outer).getBoundingClientRect();
+             const own = node.getBoundingClientRect();
+             return own.width > 0 && (own.left < box.left || own.right > box.right);
+           }).map((node) => node.textContent.replace(/\\s+/g, " ").trim())""",
+        [inner, outer],
+    )
 
 
 def test_home_and_chat_fit_390_px_with_the_composer_above_the_fold(
@@ -45,6 +58,36 @@ def test_home_and_chat_fit_390_px_with_the_composer_above_the_fold(
     page.wait_for_load_state("networkidle")
     assert page.evaluate(OVERFLOW) <= 0
     screenshot("phone-home")
+    assert unexpected(browser_errors) == []
+
+
+def test_the_home_fits_390_px_whatever_its_titles_names_and_statuses(
+    page, login, demo_session, screenshot, browser_errors
+):
+    user, session = demo_session
+    # Words no line can break at (an address, an identifier) and the widest status badge.
+    titles = [
+        "Summarise https://example.com/reports/2026/quarterly-results-for-the-board.html",
+        "Check_the_nightly_export_of_customer_accounts_and_their_invoices",
+        "",
+    ]
+    for title in titles:
+        other = make_session(session.agent_version, user)
+        other.title = title
+        other.save()
+        make_run(other, status="waiting_approval")
+    make_run(session, status="waiting_approval")
+    make_agent(session.space, user, name="CustomerSupportTriageAssistantForEuropeanMarkets")
+    make_space(name="Laboratory_for_Applied_Computational_Linguistics", members=[user])
+    login(user)
+    page.set_viewport_size(PHONE)
+    page.goto("/")
+    page.wait_for_load_state("networkidle")
+    screenshot("phone-home-long-names")
+    assert page.evaluate(OVERFLOW) <= 0
+    expect(page.locator("#sessions-table td.actions a")).to_have_count(4)
+    assert _outside(page, "#sessions-table td.actions a", ".module") == []
+    assert _outside(page, ".module td, .module h3", ".module") == []
     assert unexpected(browser_errors) == []
 
 
