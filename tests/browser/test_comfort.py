@@ -1,11 +1,14 @@
 """Comfort in headless Chromium: the console at 390 px wide with the composer in view, long names
-and titles that never widen the home, a dark scheme that follows the system's, and a favicon."""
+and titles that never widen the home, a meter that fits its panel, a dark scheme that follows the
+system's, and a favicon."""
 
 from __future__ import annotations
 
 import pytest
 from playwright.sync_api import expect
 
+from context_app.services import agent_create, agent_publish
+from sessions_app.services.runs import session_create
 from tests.browser.test_console import (
     ask,
     chat,
@@ -14,13 +17,22 @@ from tests.browser.test_console import (
     unexpected,
     wait_for_run,
 )
-from tests.factories import make_agent, make_run, make_session, make_space
+from tests.factories import ask as ask_here
+from tests.factories import (
+    make_agent,
+    make_connection,
+    make_run,
+    make_session,
+    make_space,
+    make_user,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 __all__ = ["chat", "console_worker", "demo_session"]  # fixtures shared with test_console
 
 PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 900}
 OVERFLOW = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
 
@@ -88,6 +100,49 @@ def test_the_home_fits_390_px_whatever_its_titles_names_and_statuses(
     expect(page.locator("#sessions-table td.actions a")).to_have_count(4)
     assert _outside(page, "#sessions-table td.actions a", ".module") == []
     assert _outside(page, ".module td, .module h3", ".module") == []
+    assert unexpected(browser_errors) == []
+
+
+def test_the_meter_fits_the_side_panel_at_1280_px(
+    page, login, settings, provider_double, screenshot, browser_errors
+):
+    # A large window read in calibrated tokens: the longest figures the meter shows.
+    settings.ALLOW_PRIVATE_MODEL_HOSTS = True
+    user = make_user("wim", staff=True)
+    space = make_space(admin=user)
+    connection = make_connection(
+        space,
+        provider="openai",
+        base_url=provider_double.base_url,
+        api_key="sk-test-NONCE-meter-0123456789",
+        model_id="gpt-4o",
+        context_window=1_000_000,
+        max_output_tokens=8_192,
+        safety_margin_tokens=200,
+    )
+    agent = agent_create(
+        user=user,
+        space=space,
+        name="Roomy",
+        system_prompt="You help.",
+        model_connection=connection.pk,
+        tools=["echo"],
+        sub_agents=[],
+        context_policy=None,
+    )
+    version = agent_publish(user=user, agent=agent)
+    session = session_create(user=user, agent_version=version, title="Roomy")
+    provider_double.reply_chat(content="hello")
+    assert ask_here(session, user, "Hello there").status == "succeeded"
+    login(user)
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"/sessions/{session.pk}/")
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("#live-panel [data-meter-unit]")).to_have_text("calibrated tokens")
+    screenshot("laptop-chat-meter")
+    assert _outside(page, "#live-panel .meter-legend > span", "#live-panel") == []
+    panel = page.locator("#live-panel")
+    assert panel.evaluate("node => node.scrollWidth - node.clientWidth") <= 0
     assert unexpected(browser_errors) == []
 
 
