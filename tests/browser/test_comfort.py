@@ -1,6 +1,6 @@
 """Comfort in headless Chromium: the console at 390 px wide with the composer in view, long names
-and titles that never widen the home, a meter that fits its panel, a dark scheme that follows the
-system's, and a favicon."""
+and titles that never widen the home, a meter that fits its panel, notices said in view, a dark
+scheme that follows the system's, and a favicon."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ LAPTOP = {"width": 1280, "height": 900}
 OVERFLOW = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
 
-def _in_view(page, selector: str) -> bool:
+def _in_view(page, selector: str, height: int = PHONE["height"]) -> bool:
     box = page.locator(selector).bounding_box()
-    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= PHONE["height"]
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
 
 
 def _outside(page, inner: str, outer: str) -> list[str]:
@@ -143,6 +143,36 @@ def test_the_meter_fits_the_side_panel_at_1280_px(
     assert _outside(page, "#live-panel .meter-legend > span", "#live-panel") == []
     panel = page.locator("#live-panel")
     assert panel.evaluate("node => node.scrollWidth - node.clientWidth") <= 0
+    assert unexpected(browser_errors) == []
+
+
+def test_notices_are_said_in_view_at_900_px(page, login, demo_session, screenshot, browser_errors):
+    user, session = demo_session
+    questions = ['/tool echo {"text": "hi"}', "What is this?", '/tool big_output {"chars": 900}']
+    for question in questions:
+        assert ask_here(session, user, question).status == "succeeded"
+    login(user)
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"/sessions/{session.pk}/")
+    page.wait_for_load_state("networkidle")
+    # As a person does: go down to the ask box, type nothing but spaces, press Ask.
+    page.locator("#ask-button").scroll_into_view_if_needed()
+    page.fill("#question", "   ")
+    page.click("#ask-button")
+    expect(page.locator("#notice")).to_have_text("Type a question first.")
+    screenshot("laptop-chat-refused")
+    for shown in ("#notice", "#question", "#ask-button"):
+        assert _in_view(page, shown, LAPTOP["height"]), shown
+    # Right above the ask box, where the eyes are, whatever the page's length.
+    notice, question = (page.locator(at).bounding_box() for at in ("#notice", "#question"))
+    assert 0 <= question["y"] - (notice["y"] + notice["height"]) <= 40
+    # A message of a form the page posted (a rename) is in view when the chat opens again.
+    page.click("#session-actions summary")
+    page.fill("#session-title", "NONCE-RENAMED")
+    page.click("#rename-form button")
+    expect(page.locator(".messagelist")).to_contain_text("Renamed to “NONCE-RENAMED”.")
+    page.wait_for_load_state("networkidle")
+    assert _in_view(page, ".messagelist", LAPTOP["height"])
     assert unexpected(browser_errors) == []
 
 
