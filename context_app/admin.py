@@ -430,10 +430,10 @@ class AgentAdmin(SpaceScopedAdmin):
         below = room["room"] < room["floor"]
         verdict = " — below the floor: publishing refuses it" if below else ""
         return (
-            f"{room['room']} of a trigger at {room['trigger_at']} (system prompt and tool schemas "
-            f"{room['system_prompt_and_tools']}, plan reserve {room['plan_reserve']}, summary "
-            f"limit {room['summary_limit']}, large-record limit {room['large_record_limit']}; "
-            f"floor {room['floor']}){verdict}"
+            f"{room['room']:,} of a trigger at {room['trigger_at']:,} (system prompt and tool "
+            f"schemas {room['system_prompt_and_tools']:,}, plan reserve {room['plan_reserve']:,}, "
+            f"summary limit {room['summary_limit']:,}, large-record limit "
+            f"{room['large_record_limit']:,}; floor {room['floor']:,}){verdict}"
         )
 
     def _publish(self, request, agent: Agent, publish=agent_publish) -> bool:

@@ -189,10 +189,10 @@ class QuestionRoom:
 
     def describe(self) -> str:
         return (
-            f"The room for a question is {self.room} (trigger {self.trigger_at} - system prompt "
-            f"and tool schemas {self.pinned} - plan reserve {self.plan} - summary limit "
-            f"{self.summary} - large-record limit {self.large_record}), below the floor of "
-            f"{QUESTION_ROOM_FLOOR}: offer fewer tools, shorten the system prompt or use a "
+            f"The room for a question is {self.room:,} (trigger {self.trigger_at:,} - system "
+            f"prompt and tool schemas {self.pinned:,} - plan reserve {self.plan:,} - summary limit "
+            f"{self.summary:,} - large-record limit {self.large_record:,}), below the floor of "
+            f"{QUESTION_ROOM_FLOOR:,}: offer fewer tools, shorten the system prompt or use a "
             "larger context window."
         )
 

@@ -13,10 +13,10 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from agentloom.errors import NotFound
+from agentloom.errors import InvalidInput, NotFound
 from context_app.selectors import agent_get, latest_version
 from sessions_app.console.errors import console_errors
-from sessions_app.console.forms import NewSessionForm
+from sessions_app.console.forms import AskForm, NewSessionForm
 from sessions_app.selectors.sessions import (
     session_for_deletion,
     session_for_revocation,
@@ -62,7 +62,10 @@ def session_new(request):
 def ask(request, session_id: int):
     """Ask a question from the plain form (the script uses the REST API instead)."""
     session = session_get(user=request.user, session_id=session_id)
-    run_ask(user=request.user, session=session, question=request.POST.get("question", ""))
+    form = AskForm(request.POST)
+    if not form.is_valid():
+        raise InvalidInput(form.errors["question"][0], field="question")
+    run_ask(user=request.user, session=session, question=form.cleaned_data["question"])
     return redirect("console-chat", session_id=session.pk)
 
 

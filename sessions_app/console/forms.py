@@ -21,6 +21,9 @@ from sessions_app.selectors.journal import JOURNAL_LIMIT_MAX
 from sessions_app.serializers import INSTANCE_PATTERN
 
 JOURNAL_PAGE = 50
+# What the chat says of a question of nothing but spaces, the plain form and the script alike
+# (the API keeps its field-named refusal).
+BLANK_QUESTION = "Type a question first."
 
 
 class ApiField(forms.Field):
@@ -92,6 +95,12 @@ class JournalQuery(forms.Form):
     )
     instance = InstanceField()
     run = RunField()
+
+
+class AskForm(forms.Form):
+    """The plain form's question, stripped; the service checks the rest."""
+
+    question = forms.CharField(error_messages={"required": BLANK_QUESTION})
 
 
 class NewSessionForm(forms.Form):

@@ -18,7 +18,7 @@ from context_app.engine_adapter import estimator_name, input_check
 from context_app.selectors import agents_for_user, draft_changes, latest_versions
 from models_app.models import ModelConnection
 from sessions_app.console.errors import console_errors
-from sessions_app.console.forms import journal_filters
+from sessions_app.console.forms import BLANK_QUESTION, journal_filters
 from sessions_app.console.fragments import (
     chat_items,
     counters,
@@ -59,7 +59,8 @@ EMPTY_CONTEXT = {
 
 
 def _input_limit(session: Session) -> dict[str, Any]:
-    """Return the largest question the session's version takes, and how the page counts it."""
+    """Return the largest question the session's version takes, how the page counts it, and
+    what the page says of a blank one."""
     version = session.agent_version
     return {
         "inputLimit": input_check(version, "").limit,
@@ -68,6 +69,8 @@ def _input_limit(session: Session) -> dict[str, Any]:
         "inputLegacy": version.snapshot.get("context_policy") is None,
         # The service's own ceiling in characters, whatever the estimator says.
         "questionMaxChars": MAX_QUESTION_CHARS,
+        # Said at the door too: a question of nothing but spaces is not sent.
+        "blankQuestion": BLANK_QUESTION,
     }
 
 

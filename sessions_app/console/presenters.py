@@ -8,7 +8,12 @@ print; they decide no access and write nothing. Formatting done in the templates
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 from typing import Any
+
+from django.utils import timezone
+from django.utils.dateformat import format as format_date
 
 from agentloom.engine import FEEDBACK_PREFIX, REASONING_KEY, message_text
 from models_app.models import ModelConnection
@@ -17,6 +22,12 @@ from sessions_app.templatetags.console_text import unit_name
 
 # View messages longer than this are shown collapsed on the context page.
 LONG_MESSAGE_CHARS = 800
+# A moment as the engine writes it into a note (ISO 8601 with its offset, microseconds and all).
+ISO_MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
+# Why a byte estimate's error against the provider's tokens is large, and no fault.
+BYTES_ERROR_NOTE = (
+    "expected, as the estimate counts bytes and a byte count runs several times a token count"
+)
 
 
 def pretty_arguments(raw: Any) -> str:
@@ -52,13 +63,25 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
         shown["tool_call_id"] = call_id
         shown["tool_name"] = call_names.get(call_id, "tool")
     if item["kind"] == SessionMessage.Kind.FEEDBACK:
-        # The engine's note to the model; the pages show it as a notice, without its marker.
-        shown["text"] = shown["text"].removeprefix(FEEDBACK_PREFIX)
+        # The engine's note to the model; the pages show it as a notice, without its marker, and
+        # the moment it names (an approval's) in the site's time zone.
+        shown["text"] = local_moment(shown["text"].removeprefix(FEEDBACK_PREFIX))
     if item["kind"] == SessionMessage.Kind.STATUS:
         shown["status"] = message.get("status")
         shown["error"] = message.get("error") or ""
     shown["chars"] = len(shown["text"])
     return shown
+
+
+def local_moment(text: str) -> str:
+    """Return `text` with its first ISO 8601 moment in the site's time zone, to the second
+    (2026-12-02 04:54:32 CET); the model reads the note as it was written."""
+
+    def readable(match: re.Match) -> str:
+        moment = timezone.localtime(datetime.fromisoformat(match[0]))
+        return format_date(moment, "Y-m-d H:i:s T")
+
+    return ISO_MOMENT.sub(readable, text, count=1)
 
 
 def view_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,13 +170,20 @@ def _last_reported(reported: dict[str, Any] | None) -> dict | None:
     """Return the last reported call: its own estimate and error, side by side."""
     if reported is None:
         return None
+    unit = unit_name(
+        calibrated=reported.get("calibrated", False), estimator=reported.get("estimator") or ""
+    )
     return {
         **reported,
         "error_percent": signed_percent(reported["estimate_error"]),
-        "unit": unit_name(
-            calibrated=reported.get("calibrated", False), estimator=reported.get("estimator") or ""
-        ),
+        "error_note": estimate_error_note(unit),
+        "unit": unit,
     }
+
+
+def estimate_error_note(unit: str) -> str:
+    """Return what an estimate's error means when it is no fault (bytes against tokens), or ""."""
+    return BYTES_ERROR_NOTE if unit == "bytes" else ""
 
 
 def signed_percent(fraction: float | None) -> str | None:
@@ -187,6 +217,9 @@ def model_call(call) -> dict[str, Any]:
         "call": call,
         "usage": usage_text(call.usage),
         "error": signed_percent(call.estimate_error),
+        "error_note": estimate_error_note(
+            unit_name(calibrated=bool(call.calibration), estimator=call.estimator)
+        ),
         "cached": cached_text(call),
         "cost": call_cost_text(call),
     }

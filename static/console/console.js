@@ -136,6 +136,8 @@
       notice.textContent = text;
       notice.className = isError ? "notice error" : "notice";
       notice.hidden = !text;
+      // The notice sits above the ask box and pushes it down: keep both in view.
+      if (text) askForm.scrollIntoView({ block: "nearest" });
     }
 
     /** Say `text` next to the control it answers (a supplement or a cancel). */
@@ -342,6 +344,7 @@
     }
     /** Return the door's refusal of the question as written, or "" when it may be sent. */
     function doorRefusal(text) {
+      if (!text.trim()) return cfg.blankQuestion;
       const size = questionSize(text);
       if (size <= cfg.inputLimit) {
         if (text.length <= cfg.questionMaxChars) return "";
@@ -450,9 +453,11 @@
       await follow(answer.data.id);
     });
 
-    // The page opens at the latest run, with the composer ready for typing.
+    // The page opens at the latest run, with the composer ready for typing; at its top instead
+    // when it shows a message (the answer to a form it posted).
     const blocks = conversation.querySelectorAll("article.run");
-    if (blocks.length) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
+    const message = document.querySelector(".messagelist");
+    if (blocks.length && !message) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
     askField.focus({ preventScroll: true });
     if (activeRun) timer = setTimeout(poll, 0);
     watching = setTimeout(watch, POLL_MS);

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import re
+from datetime import datetime
 
 import pytest
 from django.db import transaction
@@ -136,3 +138,29 @@ def test_the_panel_counts_this_run_apart_from_the_session(client_for, session, a
     # No compaction yet, so nothing is counted "since the last compaction".
     assert "<dd data-live-steps>4</dd>" in html and "since the last compaction" not in html
     assert html.index('id="run-counts"') < html.index('id="session-counts"')
+
+
+def test_an_approval_note_shows_its_time_as_a_readable_local_time(client_for, alice, settings):
+    from sessions_app.services.approvals import run_decide
+    from sessions_app.services.execution import run_execute
+    from tests.factories import approval_session, make_space
+    from tests.support.mcp_servers import Calls, mcp_app, serve
+
+    settings.ALLOW_PRIVATE_TOOL_HOSTS = True
+    settings.TIME_ZONE = "Europe/Berlin"
+    with serve(mcp_app(Calls())) as base:
+        session = approval_session(alice, make_space(admin=alice), base + "/mcp", ["demo__greet"])
+        run = ask(session, alice, '/tool demo__greet {"who": "Ada"}')
+        [pending] = run.pending_approvals
+        run_decide(user=alice, run=run, call_id=pending["call_id"], decision="deny", note="no")
+        run_execute(run_id=run.pk)
+    at = Run.objects.get(pk=run.pk).approval_decisions[pending["call_id"]]["at"]
+    assert re.search(r"T\d\d:\d\d:\d\d\.\d+", at), "stored as ISO 8601, microseconds and all"
+    local = timezone.localtime(datetime.fromisoformat(at))
+    readable = f"denied by alice at {local:%Y-%m-%d %H:%M:%S} {local.tzname()}: no"
+    client = client_for(alice)
+    for page in ("console-chat", "console-journal"):
+        html = client.get(reverse(page, args=[session.pk])).text
+        assert readable in html, page
+        shown = re.sub(r"<[^>]*>", "", html)  # a <time datetime="…"> keeps its ISO 8601
+        assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", shown), page

@@ -77,3 +77,48 @@ def test_runs_are_named_by_their_number(alice, compacted):
     assert str(runs[1]).startswith(f"Run #{runs[1].number} of session")
     supplement = RunSupplement(run=runs[1], position=1)
     assert str(supplement) == f"Supplement 1 of run #{runs[1].number}"
+
+
+def test_the_console_pages_separate_the_thousands_of_windows_and_sizes(client_for, alice):
+    space = ensure_demo(owner=alice)
+    version = Agent.objects.get(space=space).versions.get()
+    session = session_create(user=alice, agent_version=version)
+    ask(session, alice, '/tool big_output {"chars": 1500}')
+    client = client_for(alice)
+    window = version.snapshot["budget"]["context_window"]
+    assert window >= 1_000
+    chat = client.get(reverse("console-chat", args=[session.pk])).text
+    assert f"window {window:,})" in chat
+    journal = client.get(reverse("console-journal", args=[session.pk])).text
+    sizes = re.findall(r"· ([\d,]+) chars", journal)
+    assert sizes and "1,500" in sizes, sizes
+
+
+def test_a_byte_estimate_says_why_its_error_against_tokens_is_large(client_for, alice, compacted):
+    _, runs = compacted
+    run = runs[-1]
+    client = client_for(alice)
+    note = "expected, as the estimate counts bytes and a byte count runs several times a token"
+    context = client.get(reverse("console-run-context", args=[run.pk])).text
+    panel = client.get(reverse("console-run-panel", args=[run.pk])).text
+    calls = list(ModelCall.objects.filter(run=run, estimate_error__isnull=False))
+    assert calls and all(call.estimator == "bytes" and call.estimate_error > 1 for call in calls)
+    for call in calls:
+        row = context[context.index(f'id="model-call-{call.pk}"') :].split("</tr>")[0]
+        assert note in row
+    last = f"estimate error {100 * calls[-1].estimate_error:+,.1f}%"
+    for html in (context, panel):
+        assert note in html[html.index(last) :][:300]
+
+
+def test_a_token_estimate_shows_its_error_alone():
+    from sessions_app.console.presenters import meter
+
+    reported = {"tokens": 1_000, "estimate": 1_100, "estimate_error": 0.1, "estimator": "o200k"}
+    context = {"ceiling": 10_000, "estimate": 1_100, "trigger_at": 8_000, "target_at": 6_000}
+    shown = meter({**context, "compactions": [], "last_reported": reported})["last_reported"]
+    assert (shown["error_percent"], shown["error_note"]) == ("+10.0", "")
+    bytes_shown = meter(
+        {**context, "compactions": [], "last_reported": {**reported, "estimator": "bytes"}}
+    )["last_reported"]
+    assert bytes_shown["error_note"].startswith("expected, as the estimate counts bytes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -176,12 +177,19 @@ def test_a_question_refused_while_a_run_is_active_says_why(client_for, session, 
     assert f'"activeRun": {session.runs.get().pk}' in html
 
 
-def test_a_blank_question_is_refused_with_a_message(client_for, session, alice):
-    response = client_for(alice).post(
-        reverse("console-ask", args=[session.pk]), {"question": "  "}, follow=True
-    )
-    assert "may not be blank" in response.content.decode()
+def test_a_blank_question_is_refused_in_plain_words_and_the_api_names_the_field(
+    client_for, session, alice
+):
+    client = client_for(alice)
+    page = client.post(reverse("console-ask", args=[session.pk]), {"question": " \n "}, follow=True)
+    assert "Type a question first." in page.text and "may not be blank" not in page.text
     assert not session.runs.exists()
+    config = re.search(r'id="console-config"[^>]*>(.*?)</script>', page.text)[1]
+    assert json.loads(config)["blankQuestion"] == "Type a question first."
+    api = client.post(
+        f"/api/v1/sessions/{session.pk}/runs", {"question": " "}, content_type="application/json"
+    )
+    assert (api.status_code, api.json()) == (400, {"question": ["This field may not be blank."]})
 
 
 def test_user_content_is_escaped_on_every_page(client_for, session, alice):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
@@ -229,6 +231,7 @@ def test_the_agent_page_shows_the_room_for_a_question_and_publishing_refuses_too
 
     answer = client.post(url, agent_form(agent, _publish="1"), follow=True).content.decode()
     assert "not published (question room)" in answer and "floor of 512" in answer
+    assert re.search(r"\(trigger \d,\d{3} - system prompt and tool schemas \d,\d{3} -", answer)
     assert not AgentVersion.objects.filter(agent=agent).exists()
 
 
@@ -258,3 +261,20 @@ def test_the_agent_form_says_every_fault_at_once_and_outlines_only_faulty_rows(
     assert 'class="sub-agent-row row-error" data-row="1"' in html
     assert 'class="sub-agent-row" data-row="0"' in html
     assert "context_ratio" not in str(errors)
+
+
+def test_the_agent_page_separates_the_thousands_of_the_room_for_a_question(
+    client, staff_alice, space
+):
+    from tests.factories import make_connection
+
+    roomy = make_connection(space, context_window=64_000)
+    agent = Agent.objects.create(
+        space=space, owner=staff_alice, name="Roomy", model_connection=roomy, tools=["echo"]
+    )
+    client.force_login(staff_alice)
+    page = client.get(reverse("admin:context_app_agent_change", args=[agent.pk])).text
+    room = re.search(r"([\d,]+) of a trigger at ([\d,]+) \(system prompt and tool schemas", page)
+    assert room is not None, page
+    assert [int(figure.replace(",", "")) >= 1_000 for figure in room.groups()] == [True, True]
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", figure) for figure in room.groups()), room[0]
