@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentloom.engine import rendering_of
 from sessions_app.models import Run
 from sessions_app.selectors.checkpoints import full_checkpoint
 from sessions_app.services.execution import run_execute
@@ -14,7 +15,7 @@ from tests.support.checkpoint_fixtures import fixture, load_session
 
 pytestmark = pytest.mark.django_db
 
-FIXTURES = ["rendering_v1_local", "rendering_v1_deepseek"]
+FIXTURES = ["rendering_v1_local", "rendering_v1_deepseek", "rendering_v3_local"]
 
 
 def _known(frame: dict, saved: dict) -> dict:
@@ -30,7 +31,13 @@ def _known(frame: dict, saved: dict) -> dict:
 
 
 def _runs(session) -> list[Run]:
-    return list(Run.objects.filter(session=session).order_by("number"))
+    """Return the session's runs made by the engine (a legacy run adopted has no binding)."""
+    runs = Run.objects.filter(session=session).order_by("number")
+    return [run for run in runs if "binding" in run.checkpoint]
+
+
+def _rendering(run: Run) -> int:
+    return rendering_of(run.checkpoint["binding"]).version
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -41,7 +48,7 @@ def test_old_checkpoints_rebuild_exactly_as_saved(alice, name):
         rebuilt, saved = full_checkpoint(run), expanded[str(run.number)]
         # Execution state may gain keys with their defaults; everything saved is as it was.
         assert _known(rebuilt, saved) == saved, f"run {run.number}"
-        assert "rendering" not in run.checkpoint["binding"]
+        assert _rendering(run) == fixture(name)["rendering"], f"run {run.number}"
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -63,7 +70,7 @@ def test_an_old_failed_run_resumes_with_its_own_rendering(alice, gateway, name):
     run_execute(run_id=failed.pk)
     failed.refresh_from_db()
     assert failed.status == "succeeded", failed.error
-    assert "rendering" not in failed.checkpoint["binding"]
+    assert _rendering(failed) == fixture(name)["rendering"]
     after = full_checkpoint(failed)["messages"]
     assert after[: len(before)] == before
     report = replay_run(failed)
