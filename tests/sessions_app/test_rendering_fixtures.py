@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from agentloom.engine import rendering_of
+from agentloom.engine._rendering import CURRENT_RENDERING
+from context_app.engine_adapter import version_binding
 from sessions_app.models import Run
 from sessions_app.selectors.checkpoints import full_checkpoint
+from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
@@ -82,4 +85,25 @@ def test_an_old_session_answers_a_new_question(alice, gateway):
     run = ask(session, alice, '/tool echo {"text": "NONCE-NEW"}')
     assert run.status == "succeeded", run.error
     assert "NONCE-NEW" in run.answer
+    assert replay_run(run).ok
+
+
+def test_a_new_question_of_a_rendering_3_session_renders_with_the_current_version(alice, gateway):
+    session = load_session("rendering_v3_local", user=alice)
+    gateway.requests.clear()
+    run = ask(session, alice, "NONCE-NEW what now?")
+    assert run.status == "succeeded", run.error
+    assert _rendering(run) == CURRENT_RENDERING
+    first = gateway.action_requests()[0]
+    # read_record is offered from the first request.
+    assert "read_record" in [tool["function"]["name"] for tool in first.tools]
+    # The adopted legacy stop note is the run's state, not the user's words.
+    inherited = history_for_new_run(session, version_binding(session.agent_version), as_of=run)
+    users = [m["content"] for m in inherited.messages if m["role"] == "user"]
+    assert not any("NONCE-LEGACY-STOP" in text for text in users)
+    assert any(text.startswith("[feedback] tool echo (c1) failed") for text in users)
+    note = {"role": "system", "content": "[run note] run 1 failed: upstream (s:4)"}
+    assert note in inherited.messages
+    # The plan run 2 set carries over, though no run of rendering 3 passed it on.
+    assert run.checkpoint["state"]["plan"].startswith("1. [in_progress] NONCE-PLAN-A read")
     assert replay_run(run).ok
