@@ -6,10 +6,11 @@ import pytest
 
 from agentloom.engine import rendering_of
 from agentloom.engine._rendering import CURRENT_RENDERING
-from context_app.engine_adapter import version_binding
-from sessions_app.models import Run
+from context_app.engine_adapter import run_measures, version_binding
+from sessions_app.models import ModelCall, Run
 from sessions_app.selectors.checkpoints import full_checkpoint
 from sessions_app.selectors.history import history_for_new_run
+from sessions_app.services import replay
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
@@ -18,7 +19,12 @@ from tests.support.checkpoint_fixtures import fixture, load_session
 
 pytestmark = pytest.mark.django_db
 
-FIXTURES = ["rendering_v1_local", "rendering_v1_deepseek", "rendering_v3_local"]
+FIXTURES = [
+    "rendering_v1_local",
+    "rendering_v1_deepseek",
+    "rendering_v3_local",
+    "rendering_v4_local",
+]
 
 
 def _known(frame: dict, saved: dict) -> dict:
@@ -55,11 +61,30 @@ def test_old_checkpoints_rebuild_exactly_as_saved(alice, name):
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_every_old_run_replays_unchanged(alice, gateway, name):
+def test_every_old_run_replays_unchanged(alice, gateway, name, monkeypatch):
     session = load_session(name, user=alice)
+    sent = []
+    answer = replay._RecordedGateway.complete
+    # Each request as sent, so its size, tool schemas included, is compared with the run's.
+    monkeypatch.setattr(
+        replay._RecordedGateway,
+        "complete",
+        lambda self, request: sent.append(request) or answer(self, request),
+    )
     for run in _runs(session):
+        sent.clear()
         report = replay_run(run)
         assert report.ok, (run.number, report.differences)
+        if fixture(name)["rendering"] < 3:
+            # Measured by the code of its time, before these fixtures recorded sizes to compare.
+            continue
+        _policy, _budget, estimator = run_measures(
+            session.agent_version.snapshot, run.checkpoint["binding"]
+        )
+        calls = ModelCall.objects.filter(run=run, discarded=False).order_by("id")
+        assert [estimator.estimate(r.messages, r.tools) for r in sent] == [
+            call.request_estimate for call in calls
+        ], f"run {run.number}"
 
 
 @pytest.mark.parametrize("name", FIXTURES)
