@@ -244,8 +244,9 @@ def run_measures(
 def offered_tools(snapshot: dict[str, Any], *, reading: bool = True) -> list[dict[str, Any]]:
     """Return the tool schemas the main instance of a run of `snapshot` may be offered.
 
-    `read_record` is offered to versions with a large-record policy whenever the view holds a
-    reference (`reading`); by default it is counted, so limits keep room for it.
+    `read_record` is offered to versions with a large-record policy (`reading`: from the first
+    request since rendering 4, before only while the view held a reference); by default it is
+    counted, so limits and the room for a question keep room for it.
     """
     available = builtin_tools()
     tools = [available[name] for name in snapshot.get("tools") or [] if name in available]

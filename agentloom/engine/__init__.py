@@ -121,6 +121,7 @@ from agentloom.engine._projection import (
     ProjectedHistory,
     ReusableView,
     block_excerpts,
+    inherited_plan,
     is_run_note,
     project_history,
 )
@@ -130,11 +131,18 @@ from agentloom.engine._protocol import (
     HANDOFF_MARK,
     INTERRUPTED_RESULT,
     REASONING_KEY,
+    RUN_NOTE_PREFIX,
     TOOL_RESULT_VIEW_CHARS,
     UNKNOWN_RESULT,
     message_text,
 )
-from agentloom.engine._records import MAIN_INSTANCE, USER_INPUT_KEY, Record, status_key
+from agentloom.engine._records import (
+    MAIN_INSTANCE,
+    USER_INPUT_KEY,
+    Record,
+    legacy_key,
+    status_key,
+)
 from agentloom.engine._redaction import Redactor, StreamRedactor
 from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
 from agentloom.engine._rendering import rendering_binding, rendering_named, rendering_of
@@ -239,6 +247,7 @@ __all__ = [  # noqa: RUF022
     "ProjectedHistory",
     "ReusableView",
     "block_excerpts",
+    "inherited_plan",
     "is_run_note",
     "project_history",
     # _protocol
@@ -247,6 +256,7 @@ __all__ = [  # noqa: RUF022
     "HANDOFF_MARK",
     "INTERRUPTED_RESULT",
     "REASONING_KEY",
+    "RUN_NOTE_PREFIX",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
     "message_text",
@@ -254,6 +264,7 @@ __all__ = [  # noqa: RUF022
     "MAIN_INSTANCE",
     "USER_INPUT_KEY",
     "Record",
+    "legacy_key",
     "status_key",
     # _redaction
     "Redactor",

@@ -14,7 +14,8 @@ view under these rules:
   status records are not shown; a run-status note ("run stopped: …") is feedback shown on the
   assistant side (`[run note] …`), so it is never read as the user's latest request;
 - the plan (`set_plan`, the `update_plan` tool) is capped at `measure.plan_reserve`; a longer
-  plan is refused;
+  plan is refused; from rendering 4 a new instance starts with the plan its inherited history
+  last set (`ProjectedHistory.plan`);
 - the verification request shows the most recent complete evidence groups that fit the
   effective budget, oldest dropped first (with a note saying how many), before its hard check;
 - `prepare("action")` compacts when a trigger holds; every request (action, compaction,
@@ -290,6 +291,12 @@ class JournalContextManager(ContextManager):
             state=ExecutionState(
                 run_number=run_number,
                 attempt=attempt,
+                # The plan the inherited history last set (rendering 4; `inherited_plan`).
+                plan=(
+                    self.redactor.text(history.plan)
+                    if history.plan and self.rendering.inherits_plan
+                    else None
+                ),
                 calibration=(
                     self.estimator.calibration.to_dict()
                     if isinstance(self.estimator, CalibratedEstimator)

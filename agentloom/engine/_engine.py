@@ -819,8 +819,15 @@ class _InstanceLoop:
         )
 
     def offered(self, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Return the tools of the next action request: `read_record` while the view needs it."""
-        if self.reader is not None and self.context.holds_references():
+        """Return the tools of the next action request, `read_record` among them when offered.
+
+        From rendering 4 it is offered from the first request: decided before `prepare`, the
+        offer could not follow a masking made by that very preparation, and tools that never
+        change keep the provider's prompt cache. Before, only while the view held a reference.
+        """
+        if self.reader is None:
+            return schemas
+        if self.execution.rendering.offers_reader_first or self.context.holds_references():
             return [*schemas, self.reader.schema()]
         return schemas
 

@@ -16,7 +16,9 @@ once everything else that must fit under the trigger is counted:
     question_room = trigger_at - size([system prompt], tool schemas) - plan_reserve
                     - summary limit - large-record limit
 
-where the summary limit is the handoff summary's reserve (`SUMMARY_RESERVE_SHARE` of the target,
+where the tool schemas are every tool a request of the version may offer (`read_record` too under
+a large-record policy: offered from the first request since rendering 4), the summary limit is
+the handoff summary's reserve (`SUMMARY_RESERVE_SHARE` of the target,
 at most the model's output limit) and the large-record limit is one excerpt's share (zero without
 a large-record policy). Publishing refuses a version whose room is below `QUESTION_ROOM_FLOOR`:
 such an agent could hold a question, a summary and one tool result under its trigger only by

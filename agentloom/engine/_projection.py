@@ -19,7 +19,18 @@ Projection repairs protocol and never changes sources:
 - tool results are capped at the view's 24,000 characters, with a visible marker; under a
   large-record policy (see `_large`), any record too large for its share of the budget is shown as
   an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
-  rebuilt history makes the same ones).
+  rebuilt history makes the same ones);
+- from rendering 4, a `[feedback] …` message of a run from before the journal, which adoption
+  stored as a supplement (`legacy:<n>` key), is shown as the feedback or run note it was, never
+  in the user's voice (`is_adopted_feedback`); the journal row itself is never rewritten.
+
+The plan a new run starts with (rendering 4) is the one the last `update_plan` among the main
+records it inherits set, in session order: the result that set it is where the plan changed
+(`inherited_plan`). A failed or cancelled run's plan carries over like any other: its records
+stay in the history the next run inherits (DESIGN.md §5: failures and cancellations stay in
+history), so the model reads that `update_plan` call and its result there, and the plan it is
+given must be the one that history shows. A call answered `cancelled` (never run), `unknown` or
+with an error set no plan and does not count. A resumed run keeps its checkpoint's plan.
 """
 
 from __future__ import annotations
@@ -39,9 +50,10 @@ from agentloom.engine._protocol import (
     run_note,
     run_states_text,
 )
-from agentloom.engine._records import MAIN_INSTANCE
+from agentloom.engine._records import LEGACY_KEY_PREFIX, MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
 from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
+from agentloom.engine._tools import PLAN_UPDATED, plan_set_by
 
 # The call ids the engine gives a main-instance run's calls: unique in the session.
 _RUN_CALL_ID = re.compile(r"r\d+-\d+-\d+")
@@ -55,6 +67,8 @@ __all__ = [
     "ProjectedHistory",
     "ReusableView",
     "block_excerpts",
+    "inherited_plan",
+    "is_adopted_feedback",
     "project_history",
 ]
 
@@ -68,6 +82,9 @@ class JournalRecord:
     instance: str
     kind: str
     message: dict[str, Any]
+    # Its entry key ("" when not known): it tells what adoption made from a run before the
+    # journal (`legacy:<n>`).
+    entry_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,9 @@ class ProjectedHistory:
     excerpts: dict[int, int] = field(default_factory=dict)
     # The rendering version the messages were projected with (see `_rendering`).
     rendering: int = CURRENT_RENDERING
+    # The plan the inherited records last set (`inherited_plan`); a run of rendering 4 starts
+    # with it.
+    plan: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.origins) < len(self.messages):
@@ -313,6 +333,8 @@ class _Projector:
 
     def add(self, record: JournalRecord) -> None:
         kind = record.kind
+        if self.rules.reads_adopted_feedback and is_adopted_feedback(record):
+            kind = "feedback"
         if kind == "assistant":
             self.assistant(record)
         elif kind == "tool_result":
@@ -357,6 +379,64 @@ def is_run_note(message: dict[str, Any]) -> bool:
     return message_text(message).startswith(_OLD_RUN_NOTES)
 
 
+def is_adopted_feedback(record: JournalRecord) -> bool:
+    """Say whether a record is a `[feedback]` message adopted from a run before the journal.
+
+    Adoption used to store every user message after a legacy run's question as a supplement;
+    those that were feedback (or the run notes of that time) begin with `[feedback] `.
+    """
+    return (
+        record.kind == "supplement"
+        and record.entry_key.startswith(LEGACY_KEY_PREFIX)
+        and message_text(record.message).startswith(FEEDBACK_PREFIX)
+    )
+
+
+def inherited_plan(newest_first: Iterable[JournalRecord]) -> str | None:
+    """Return the plan set by the last `update_plan` among main records given newest first.
+
+    Last in session order means the result with the highest seq (a resumed run's result comes
+    after the runs that followed it). Records are read only until that is decided, so a caller
+    can pass a lazy reverse scan of the journal; see the module docstring for the rule.
+    """
+    # Results that may have set a plan, by (run, call id), until their call is found.
+    waiting: dict[tuple[Any, str], tuple[int, str]] = {}
+    found: tuple[int, str] | None = None
+    for record in newest_first:
+        if record.instance != MAIN_INSTANCE:
+            continue
+        if record.kind == "tool_result":
+            text = message_text(record.message)
+            if text.startswith(PLAN_UPDATED):
+                call = (record.run_id, str(record.message.get("tool_call_id") or ""))
+                waiting.setdefault(call, (record.seq, text))
+        elif record.kind == "assistant":
+            for candidate in _plans_set(record, waiting):
+                if found is None or candidate[0] > found[0]:
+                    found = candidate
+        if found is not None and all(seq < found[0] for seq, _ in waiting.values()):
+            # Every record still unread is older than the plan found.
+            return found[1]
+    return found[1] if found is not None else None
+
+
+def _plans_set(
+    record: JournalRecord, waiting: dict[tuple[Any, str], tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """Return (seq, plan) of each waiting result that set a plan by one of `record`'s calls.
+
+    The results answering its calls stop waiting, whether they set a plan or not.
+    """
+    plans = []
+    for call in record.message.get("tool_calls") or []:
+        result = waiting.pop((record.run_id, str(call.get("id") or "")), None)
+        if result is not None:
+            plan = plan_set_by(str((call.get("function") or {}).get("name") or ""), result[1])
+            if plan is not None:
+                plans.append((result[0], plan))
+    return plans
+
+
 def project_history(
     records: Iterable[JournalRecord],
     view: ReusableView | Mapping[str, Any] | None = None,
@@ -372,7 +452,8 @@ def project_history(
     records after its watermark; baselines are the view's (zero without one). `judge` decides
     which records are large; `excerpts` (seq -> characters) repeats decisions made before, so a
     stored history block is rebuilt exactly. `rendering` is the version of the rules the
-    records are shown with (default: the current one).
+    records are shown with (default: the current one). `plan` is the one the main records
+    given last set (`inherited_plan`), those up to the view's watermark included.
     """
     rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
@@ -397,9 +478,13 @@ def project_history(
         )
     projector = _Projector(history, tool_result_chars, judge, excerpts, rules)
     floor = history.watermark
+    main: list[JournalRecord] = []
     for record in records:
         # Child instances' inner messages are not inherited; only the main instance's are.
-        if record.seq <= floor or record.instance != MAIN_INSTANCE:
+        if record.instance != MAIN_INSTANCE:
+            continue
+        main.append(record)
+        if record.seq <= floor:
             continue
         history.watermark = max(history.watermark, record.seq)
         if record.kind == "user_input":
@@ -408,4 +493,5 @@ def project_history(
             history.model_steps += 1
         projector.add(record)
     projector.close_group()
+    history.plan = inherited_plan(reversed(main))
     return history

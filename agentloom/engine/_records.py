@@ -15,6 +15,9 @@ Entry keys are stable and unique within an instance, because the database dedupl
 | `feedback`    | `feedback:<n>`            |
 | `status`      | `status:<attempt>`        |
 
+A run from before the journal adopts what survives of it under `legacy:<n>` (`legacy_key`;
+`sessions_app.services.legacy`), whatever the kind.
+
 `<step>` and `<n>` count from 1 within the instance. Call ids are assigned by the engine
 (`r<run>-<step>-<n>`, or `r<child id>-<step>-<n>` in a child), so they are unique within the
 session whatever ids the provider returned.
@@ -29,12 +32,14 @@ from agentloom.engine._errors import FrameError
 
 __all__ = [
     "KINDS",
+    "LEGACY_KEY_PREFIX",
     "MAIN_INSTANCE",
     "USER_INPUT_KEY",
     "Counters",
     "Record",
     "assistant_key",
     "feedback_key",
+    "legacy_key",
     "status_key",
     "supplement_key",
     "tool_key",
@@ -53,6 +58,14 @@ def assistant_key(step: int) -> str:
 def tool_key(call_id: str) -> str:
     """Return the entry key of the result of tool call `call_id`."""
     return f"tool:{call_id}"
+
+
+LEGACY_KEY_PREFIX = "legacy:"
+
+
+def legacy_key(index: int) -> str:
+    """Return the entry key of the `index`-th message adopted from a run before the journal."""
+    return f"{LEGACY_KEY_PREFIX}{index}"
 
 
 def supplement_key(source_key: str) -> str:

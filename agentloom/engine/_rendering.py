@@ -19,6 +19,11 @@ that version, and new runs use `CURRENT_RENDERING`.
 |   | A run's stop note and its state are one short note, and run states in a row collapse into |
 |   | one note naming each run and its reason (`_protocol.run_states_text`); the records stay |
 |   | in the journal, the stop notes named by reference |
+| 4 | a version with a large-record policy offers `read_record` from its first request, so the |
+|   | tools never change within a session and the request after a masking can read its stubs |
+|   | back; a new run starts with the plan its history last set (`_projection.inherited_plan`); |
+|   | a `[feedback] …` message of a run from before the journal, adopted as a supplement, is |
+|   | shown as the feedback (or run note) it was (`_projection.is_adopted_feedback`) |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
@@ -58,6 +63,13 @@ class Rendering:
     keeps_call_ids: bool = False
     # Show a run's stop note and state as one short note, run states in a row as one note.
     collapses_notes: bool = False
+    # Offer `read_record` from the first request (a large-record policy), not only while the
+    # view holds a reference.
+    offers_reader_first: bool = False
+    # Start a new run with the plan its inherited history last set, not with none.
+    inherits_plan: bool = False
+    # Show a legacy `[feedback]` message adopted as a supplement as feedback, not as the user's.
+    reads_adopted_feedback: bool = False
 
 
 RENDERINGS: tuple[Rendering, ...] = (
@@ -79,6 +91,19 @@ RENDERINGS: tuple[Rendering, ...] = (
         notes_wait=True,
         keeps_call_ids=True,
         collapses_notes=True,
+    ),
+    Rendering(
+        4,
+        "as 3, and read_record is offered from the first request; a new run inherits the plan; "
+        "adopted legacy feedback is shown as feedback",
+        keeps_reasoning=True,
+        note_role="system",
+        notes_wait=True,
+        keeps_call_ids=True,
+        collapses_notes=True,
+        offers_reader_first=True,
+        inherits_plan=True,
+        reads_adopted_feedback=True,
     ),
 )
 CURRENT_RENDERING = RENDERINGS[-1].version

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_TOOL_SECONDS",
     "DELEGATE_PREFIX",
     "PLAN_STATUSES",
+    "PLAN_UPDATED",
     "DelegateTool",
     "ReadRecordTool",
     "SubAgent",
@@ -46,6 +47,7 @@ __all__ = [
     "build_toolset",
     "builtin_tools",
     "evaluate_arithmetic",
+    "plan_set_by",
     "render_plan",
 ]
 
@@ -401,7 +403,19 @@ class UpdatePlanTool(Tool):
         plan = render_plan(steps)
         context.set_plan(plan)
         done = sum(1 for step in steps if step["status"] == "completed")
-        return f"plan updated: {len(steps)} steps, {done} completed\n{plan}"
+        return f"{PLAN_UPDATED}{len(steps)} steps, {done} completed\n{plan}"
+
+
+# How an `update_plan` result that set a plan begins (a refused plan's result is an `ERROR: `).
+PLAN_UPDATED = "plan updated: "
+
+
+def plan_set_by(tool_name: str, result: str) -> str | None:
+    """Return the plan a recorded tool result set: the text after its first line, else None."""
+    if tool_name != UpdatePlanTool.name or not result.startswith(PLAN_UPDATED):
+        return None
+    _, _, plan = result.partition("\n")
+    return plan or None
 
 
 BUILTIN_TOOL_NAMES = (

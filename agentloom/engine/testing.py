@@ -144,7 +144,9 @@ class MemoryJournal:
                 continue
             self._seen.add(key)
             self.records.setdefault((run_id, instance), []).append(record)
-            row = JournalRecord(len(self.rows) + 1, run_id, instance, record.kind, record.message)
+            row = JournalRecord(
+                len(self.rows) + 1, run_id, instance, record.kind, record.message, record.entry_key
+            )
             self.rows.append(row)
             added.append(row)
         return added

@@ -14,6 +14,8 @@ from agentloom.engine import (
     HANDOFF_MARK,
     as_ranges,
     measure_context,
+    rendering_named,
+    rendering_of,
     resumed_estimator,
 )
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures, sent_messages
@@ -139,7 +141,7 @@ def run_context(run: Run) -> dict[str, Any]:
         estimator, frame.get("binding") or {}, (frame.get("state") or {}).get("calibration")
     )
     messages = list(frame.get("messages") or [])
-    reading = loaded is not None and loaded.holds_references()
+    reading = _offers_reader(loaded, frame.get("binding"))
     # Measured as it would be sent: what the provider's payload carries, not the stored view.
     sent, tools = sent_messages(
         run.session.agent_version, messages, offered_tools(snapshot, reading=reading)
@@ -168,6 +170,18 @@ def run_context(run: Run) -> dict[str, Any]:
         "plan": (frame.get("state") or {}).get("plan"),
         "tools": tools_part(estimator, sent, tools),
     }
+
+
+def _offers_reader(loaded: Any, binding: dict[str, Any] | None) -> bool:
+    """Return whether the run's next request offers `read_record`, as the engine decides it
+    (`_InstanceLoop.offered`): a run not saved yet renders with the current version; a saved
+    one as its binding says, with its large-record policy."""
+    if loaded is None:
+        return rendering_named(None).offers_reader_first
+    if loaded.holds_references():
+        return True
+    binding = binding or {}
+    return rendering_of(binding).offers_reader_first and "large_records" in binding
 
 
 def tools_part(estimator: Any, messages: list[Any], tools: list[Any]) -> dict[str, Any] | None:

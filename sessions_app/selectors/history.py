@@ -6,7 +6,7 @@ without one, one query and one decryption per main-instance record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentloom.engine import (
@@ -18,6 +18,7 @@ from agentloom.engine import (
     ReusableView,
     block_excerpts,
     history_judge,
+    inherited_plan,
     project_history,
     rendering_of,
 )
@@ -32,12 +33,40 @@ def main_records_after(
     rows = SessionMessage.objects.filter(session=session, instance=MAIN_INSTANCE, seq__gt=watermark)
     if up_to is not None:
         rows = rows.filter(seq__lte=up_to)
-    rows = rows.order_by("seq").values_list("seq", "run__number", "kind", "message")
+    return list(_journal_records(rows.order_by("seq")))
+
+
+def _journal_records(rows) -> Iterator[JournalRecord]:
+    """Yield main-instance journal rows as the engine reads them, decrypted one at a time."""
+    rows = rows.values_list("seq", "run__number", "kind", "entry_key", "message")
     # Projected notes name runs by their number in the session ("[run 3 failed: …]").
-    return [
-        JournalRecord(seq=seq, run_id=number, instance=MAIN_INSTANCE, kind=kind, message=message)
-        for seq, number, kind, message in rows.iterator(chunk_size=2_000)
-    ]
+    for seq, number, kind, entry_key, message in rows.iterator(chunk_size=2_000):
+        yield JournalRecord(
+            seq=seq,
+            run_id=number,
+            instance=MAIN_INSTANCE,
+            kind=kind,
+            message=message,
+            entry_key=entry_key,
+        )
+
+
+def plan_as_of(session: Session, *, up_to: int | None) -> str | None:
+    """Return the plan the session's main records up to `up_to` last set (`inherited_plan`).
+
+    Read newest first and only until it is decided. A version without `update_plan` never set
+    one (history grants no tool), so its journal is not read at all.
+    """
+    if "update_plan" not in (session.agent_version.snapshot.get("tools") or []):
+        return None
+    rows = SessionMessage.objects.filter(
+        session=session,
+        instance=MAIN_INSTANCE,
+        kind__in=(SessionMessage.Kind.ASSISTANT, SessionMessage.Kind.TOOL_RESULT),
+    )
+    if up_to is not None:
+        rows = rows.filter(seq__lte=up_to)
+    return inherited_plan(_journal_records(rows.order_by("-seq")))
 
 
 def project_after_view(
@@ -91,9 +120,13 @@ def history_for_new_run(
     view = compliant_view(session, binding, as_of=as_of)
     up_to = as_of.inherited_watermark if as_of is not None else None
     records = main_records_after(session, view.watermark if view else 0, up_to=up_to)
-    return project_after_view(
+    history = project_after_view(
         records, view, judge=history_judge(binding), rendering=rendering_of(binding).version
     )
+    if view is not None and history.plan is None and rendering_of(binding).inherits_plan:
+        # No record after the view set a plan: one before it may have (a view holds none).
+        history.plan = plan_as_of(session, up_to=view.watermark)
+    return history
 
 
 def history_block(

@@ -4,7 +4,8 @@ A legacy checkpoint is a format-1 frame without `context.records`. Its run adopt
 suffix of its own messages (from its question on); older runs without any checkpoint adopt their
 question, answer and status. What was dropped before the journal existed cannot be recovered, so
 every adopted frame is marked `raw_complete: false`. Adoption is idempotent: it uses stable entry
-keys and skips runs whose frame already has records.
+keys and skips runs whose frame already has records. Each message keeps its kind: feedback and
+run notes are adopted as feedback (`_kind_of`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,36 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agentloom.engine import USER_INPUT_KEY, status_key
+from agentloom.engine import (
+    FEEDBACK_PREFIX,
+    RUN_NOTE_PREFIX,
+    USER_INPUT_KEY,
+    legacy_key,
+    message_text,
+    status_key,
+)
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.services.journal import append_records, lock_run
 
 _KIND_BY_ROLE = {"user": "supplement", "assistant": "assistant", "tool": "tool_result"}
+
+
+def _kind_of(message: dict[str, Any]) -> str:
+    """Return the journal kind of a message after a legacy run's question.
+
+    Feedback stays feedback: a user message that begins `[feedback] ` (the run notes of that
+    time too), or a `[run note] ` on the assistant side, is the engine talking, never the user's
+    supplement nor a model step. Adoptions made before this read as supplements; the
+    projection of rendering 4 shows them as feedback (`is_adopted_feedback`).
+    """
+    text = message_text(message)
+    if message.get("role") == "user" and text.startswith(FEEDBACK_PREFIX):
+        return "feedback"
+    if message.get("role") == "assistant" and text.startswith(RUN_NOTE_PREFIX):
+        return "feedback"
+    # Any other role (a system note) is the engine's too.
+    return _KIND_BY_ROLE.get(message.get("role"), "feedback")
 
 
 def is_legacy_checkpoint(checkpoint: Any) -> bool:
@@ -52,7 +77,7 @@ def _legacy_records(run: Run) -> list[dict[str, Any]]:
         if index == 0:
             kind, key = "user_input", USER_INPUT_KEY
         else:
-            kind, key = _KIND_BY_ROLE.get(message.get("role"), "feedback"), f"legacy:{index}"
+            kind, key = _kind_of(message), legacy_key(index)
         records.append(
             {"seq": index + 1, "kind": kind, "message": message, "entry_key": key, "at": at}
         )

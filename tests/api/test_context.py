@@ -27,6 +27,12 @@ def _context(api, run):
 
 
 def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
+    # Its first request will offer the version's tools: `read_record` under its large-record
+    # policy, from the first request on.
+    schemas = offered_tools(run.session.agent_version.snapshot)
+    assert [schema["function"]["name"] for schema in schemas] == ["read_record"]
+    whole = JsonBytesEstimator().upper_bound([], schemas)
+    size = whole - JsonBytesEstimator().upper_bound([], [])
     assert _context(api, run) == {
         "messages": [],
         "estimate": 0,
@@ -40,7 +46,7 @@ def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
         "last_reported": None,
         "cost": None,
         "plan": None,
-        "tools": None,
+        "tools": {"size": size, "unit": "bytes", "share": round(100 * size / whole)},
     }
 
 
@@ -250,7 +256,8 @@ def test_the_context_and_its_meter_say_how_much_the_tool_schemas_take(api, space
     run = ask(open_session(version, alice), alice)
     tools = _context(api, run)["tools"]
     _policy, _budget, estimator = run_measures(version.snapshot)
-    schemas = offered_tools(version.snapshot, reading=False)
+    # `read_record` among them: offered from the first request (rendering 4).
+    schemas = offered_tools(version.snapshot)
     whole = estimator.upper_bound([], schemas)
     assert tools == {
         "size": whole - estimator.upper_bound([], []),

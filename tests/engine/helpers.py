@@ -145,7 +145,12 @@ class SessionJournal:
                 continue
             self._seen.add(key)
             row = JournalRecord(
-                len(self.rows) + 1, run_id, instance, record["kind"], record["message"]
+                len(self.rows) + 1,
+                run_id,
+                instance,
+                record["kind"],
+                record["message"],
+                record["entry_key"],
             )
             self.rows.append(row)
             added.append(row)

@@ -86,9 +86,80 @@ def test_a_large_tool_result_is_an_excerpt_the_model_reads_back():
     read = shown[1]["content"]
     assert read.startswith("[r3:3: characters ")
     assert sizer.size(read) <= limit
-    # `read_record` is offered only once the view holds a reference.
+    # `read_record` is offered from the first request on, the same tools every time.
+    assert all(_tool_names(r) == ["big_output", "read_record"] for r in gateway.requests)
+
+
+def test_under_rendering_3_read_record_is_offered_once_the_view_holds_a_reference():
+    gateway = ReadingGateway()
+    engine = make_engine(
+        gateway,
+        tools=("big_output",),
+        budget=DEMO_BUDGET,
+        config=EngineConfig(large_records=LARGE, rendering=3),
+    )
+    outcome = engine.start(run_number=3, attempt=1, system_prompt="sys", question="go")
+    assert outcome.status == "succeeded", outcome.error
     assert "read_record" not in _tool_names(gateway.requests[0])
     assert "read_record" in _tool_names(gateway.requests[1])
+
+
+class ManyResults(ModelGateway):
+    """Calls `big_output` `calls` times (results of 400 characters: none large), then answers."""
+
+    def __init__(self, calls: int = 16):
+        self.calls = calls
+        self.steps = 0
+        self.requests = []
+
+    def complete(self, request):
+        if request.purpose == "compaction":
+            return text_response("summary")
+        self.requests.append(request)
+        self.steps += 1
+        if self.steps <= self.calls:
+            return tool_call_response(("big_output", {"chars": 400}))
+        return text_response("done")
+
+
+def _after_first_masking(rendering: int | None):
+    """Run a masking session; return its action requests, the first one after the masking and
+    the masking's log row."""
+    gateway = ManyResults()
+    recorder = Recorder()
+    engine = make_engine(
+        gateway,
+        tools=("big_output",),
+        budget=DEMO_BUDGET,
+        recorder=recorder,
+        config=EngineConfig(record_store=recorder.store(), large_records=LARGE),
+        rendering=rendering,
+    )
+    outcome = engine.start(run_number=1, attempt=1, system_prompt="sys", question="go")
+    assert outcome.status == "succeeded", outcome.error
+    masked = [
+        r for r in gateway.requests if any("hidden to save room" in str(m) for m in r.messages)
+    ]
+    assert masked, "the session was meant to mask older results"
+    log = outcome.frame["state"]["compaction_log"]
+    row = next(row for row in log if row.get("stage") == "masking")
+    return gateway.requests, masked[0], row
+
+
+def test_the_first_request_after_a_masking_offers_read_record_and_was_measured_with_it():
+    requests, first, row = _after_first_masking(None)
+    # The stubs say `read_record(ref=…) shows it again`: the request that shows them offers it.
+    assert "read_record" in _tool_names(first)
+    # The masking's success check measured the view with the schema the request carries.
+    measured = ContextPolicy().measure(first.messages, first.tools, JsonBytesEstimator())
+    assert row["after"] == measured
+    # The tools never change within the run (the provider's prompt cache keeps its prefix).
+    assert all(r.tools == requests[0].tools for r in requests)
+
+
+def test_under_rendering_3_the_request_after_a_masking_keeps_its_old_tools():
+    _, first, _ = _after_first_masking(3)
+    assert "read_record" not in _tool_names(first)
 
 
 def test_reading_a_record_in_slices_returns_all_of_it():

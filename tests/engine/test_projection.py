@@ -321,3 +321,50 @@ def test_run_states_text_names_each_run_and_bounds_a_long_stretch():
     states = [(n, "failed", "context_budget_exceeded", f"s:{n * 3}") for n in range(7, 27)]
     text = run_states_text([*states, (27, "succeeded", "", None)])
     assert text == "runs 7–26 failed: context_budget_exceeded (s:21 … s:78); run 27 succeeded"
+
+
+def _adopted_legacy_run() -> list[JournalRecord]:
+    """A run from before the journal as adoption stored it: its feedback as supplements."""
+
+    def adopted(seq, index, kind, message):
+        return JournalRecord(seq, 1, "main", kind, message, f"legacy:{index}")
+
+    return [
+        JournalRecord(1, 1, "main", "user_input", {"role": "user", "content": "NONCE-Q"}),
+        adopted(2, 1, "assistant", {"role": "assistant", "content": "partial"}),
+        adopted(3, 2, "supplement", {"role": "user", "content": "[feedback] tool echo failed"}),
+        adopted(4, 3, "supplement", {"role": "user", "content": "[feedback] run stopped: crash"}),
+        JournalRecord(5, 1, "main", "status", {"status": "failed", "error": "crash"}),
+        # A supplement the user wrote, beginning the same way, stays the user's.
+        JournalRecord(
+            6, 2, "main", "supplement", {"role": "user", "content": "[feedback] mine"}, "s:1"
+        ),
+    ]
+
+
+def test_adopted_legacy_feedback_is_shown_as_feedback_from_rendering_4():
+    history = project_history(_adopted_legacy_run())
+    assert history.messages[1:] == [
+        {"role": "assistant", "content": "partial"},
+        {"role": "user", "content": "[feedback] tool echo failed"},
+        # The stop note is the run's state, never the user's latest words.
+        {"role": "system", "content": "[run note] run 1 failed: crash (s:4)"},
+        {"role": "user", "content": "[feedback] mine"},
+    ]
+    assert [origin.get("as") for origin in history.origins if origin] == [
+        "user",
+        "assistant_ids",
+        "feedback",
+        "user",
+    ]
+
+
+def test_under_rendering_3_adopted_legacy_feedback_projects_as_before():
+    history = project_history(_adopted_legacy_run(), rendering=3)
+    assert history.messages[1:] == [
+        {"role": "assistant", "content": "partial"},
+        {"role": "user", "content": "[feedback] tool echo failed"},
+        {"role": "user", "content": "[feedback] run stopped: crash"},
+        {"role": "system", "content": "[run note] run 1 failed: crash"},
+        {"role": "user", "content": "[feedback] mine"},
+    ]

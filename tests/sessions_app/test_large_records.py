@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from context_app.engine_adapter import version_binding
+from context_app.engine_adapter import run_measures, snapshot_question_room, version_binding
 from context_app.models import AgentVersion
 from sessions_app.demo import ensure_demo
 from sessions_app.models import ModelCall, Run, SessionMessage
@@ -118,3 +118,17 @@ def test_the_context_api_lists_masked_ranges(alice, gateway, make_demo_session):
             assert item["masked_ranges"] and item["calls"] == 0
         seqs = [s for a, b in item["masked_ranges"] for s in range(a, b + 1)]
         assert all(journal[seq] == "tool_result" for seq in seqs)
+
+
+def test_the_room_for_a_question_counts_the_tools_the_first_request_carries(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    snapshot = session.agent_version.snapshot
+    ask(session, alice, "NONCE-FIRST")
+    first = gateway.action_requests()[0]
+    assert [t["function"]["name"] for t in first.tools][-1] == "read_record"
+    room = snapshot_question_room(snapshot)
+    policy, _, estimator = run_measures(snapshot)
+    system = [{"role": "system", "content": snapshot["system_prompt"]}]
+    assert room.pinned == policy.measure(system, first.tools, estimator)

@@ -119,3 +119,36 @@ def test_resuming_a_legacy_run_adopts_older_runs_first_and_keeps_its_failure(
         ("status:1", {"status": "failed", "error": "crashed"}),
         ("status:2", {"status": "succeeded", "error": None}),
     ]
+
+
+def test_legacy_feedback_and_run_notes_are_adopted_as_feedback(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    legacy = make_run(session, status="failed", question="NONCE-LEGACY question")
+    frame = {
+        **LEGACY_FRAME,
+        "messages": [
+            *LEGACY_FRAME["messages"],
+            {"role": "user", "content": "[feedback] tool echo (c1) failed: NONCE-FEEDBACK"},
+            {"role": "user", "content": "NONCE-SUPPLEMENT from the user"},
+            {"role": "user", "content": "[feedback] run stopped: upstream: NONCE-STOP"},
+        ],
+    }
+    Run.objects.filter(pk=legacy.pk).update(checkpoint=frame, error="upstream: NONCE-STOP")
+    adopt_legacy_runs(session=session)
+    rows = SessionMessage.objects.filter(run=legacy).order_by("seq")
+    assert [row.kind for row in rows] == [
+        "user_input",
+        "assistant",
+        "feedback",
+        "supplement",
+        "feedback",
+        "status",
+    ]
+    # The next question reads the stop as the run's state, not as the user's latest words.
+    gateway.requests.clear()
+    ask(session, alice, "NONCE-NEXT")
+    seen = gateway.action_requests()[0].messages
+    users = [m["content"] for m in seen if m["role"] == "user"]
+    assert not any("NONCE-STOP" in text for text in users)
+    assert "[feedback] tool echo (c1) failed: NONCE-FEEDBACK" in users
+    assert "[run note] run 1 failed: upstream (s:" in json.dumps(seen)

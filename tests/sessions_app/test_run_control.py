@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agentloom.config import lease_problem
 from agentloom.engine import CANCELLED_RESULT
-from sessions_app.models import ModelCall, Run, SessionMessage
+from sessions_app.models import ModelCall, Run, SessionMessage, SessionView
 from sessions_app.services.execution import run_execute
 from sessions_app.services.runs import renew_lease, run_ask, run_cancel, run_claim
 from tests.factories import ask
@@ -131,6 +131,33 @@ def test_the_plan_is_shown_beside_the_chat_and_in_the_context_api(
     client.force_login(alice)
     page = client.get(reverse("console-chat", args=[session.pk])).content.decode()
     assert "1. [pending] find NONCE-PLAN" in page
+
+
+def test_the_next_questions_start_with_the_plan_even_past_a_reusable_view(
+    alice, gateway, make_demo_session, client
+):
+    from rest_framework.test import APIClient
+
+    session = make_demo_session(tools=["update_plan", "big_output"], context_window=8_192)
+    question = '/tool update_plan {"steps": [{"step": "find NONCE-PLAN", "status": "pending"}]}'
+    ask(session, alice, question)
+    plan_seq = SessionMessage.objects.filter(session=session, kind="tool_result").get().seq
+    runs = [ask(session, alice, '/tool big_output {"chars": 1200}') for _ in range(4)]
+    runs.append(ask(session, alice, "what is next?"))
+    # The last question inherits a reusable view that stands for the plan's records.
+    block = runs[-1].checkpoint["context"]["inherited"]["history"]
+    assert block["view"] is not None
+    assert SessionView.objects.get(session=session, revision=block["view"]).watermark > plan_seq
+
+    api = APIClient()
+    api.force_authenticate(alice)
+    for run in runs:
+        assert api.get(f"/api/v1/runs/{run.pk}/context").json()["plan"] == (
+            "1. [pending] find NONCE-PLAN"
+        ), f"run {run.number}"
+    client.force_login(alice)
+    page = client.get(reverse("console-chat", args=[session.pk])).content.decode()
+    assert "1. [pending] find NONCE-PLAN" in page and "No plan yet" not in page
 
 
 def test_start_up_refuses_a_lease_that_cannot_outlive_the_heartbeat():

@@ -7,6 +7,8 @@ must keep rebuilding, resuming and replaying them exactly.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 from pathlib import Path
 from typing import Any
@@ -72,3 +74,63 @@ def load_session(name: str, *, user, base_url: str = LOCAL_ENDPOINT) -> Session:
 
 def _session_of(model, session: Session) -> dict[str, Any]:
     return {"session": session} if model is SessionMessage else {}
+
+
+def _plain(value: Any) -> Any:
+    # Times keep their microseconds (records name them, to the microsecond, in checkpoints).
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def dump_session(session: Session, *, made_by: str, rendering: int) -> dict[str, Any]:
+    """Return `session` as a fixture document, as `load_session` reads it back.
+
+    Every row as the database holds it (encrypted fields decrypted), runs and rows named by run
+    number, plus `expanded`: each run's checkpoint as the code of `made_by` rebuilds it.
+    """
+    from sessions_app.selectors.checkpoints import full_checkpoint
+
+    runs = list(Run.objects.filter(session=session).order_by("number"))
+    number = {run.pk: run.number for run in runs}
+
+    def row(obj, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+        data = {}
+        for field in obj._meta.concrete_fields:
+            if field.primary_key or field.name in (
+                "session",
+                "space",
+                "agent",
+                "agent_version",
+                "created_by",
+                *skip,
+            ):
+                continue
+            value = getattr(obj, field.attname)
+            data[field.name] = number.get(value) if field.name == "run" else value
+        return json.loads(json.dumps(data, default=_plain, sort_keys=True))
+
+    snapshot = session.agent_version.snapshot
+    return {
+        "made_by": made_by,
+        "rendering": rendering,
+        "session": {key: row(session)[key] for key in ("created_at", "next_seq")},
+        "snapshot": snapshot,
+        "runs": [row(run) for run in runs],
+        "messages": [
+            row(m) for m in SessionMessage.objects.filter(session=session).order_by("seq")
+        ],
+        "model_calls": [
+            row(c) for c in ModelCall.objects.filter(run__session=session).order_by("id")
+        ],
+        "supplements": [
+            row(s) for s in RunSupplement.objects.filter(run__session=session).order_by("id")
+        ],
+        "views": [
+            row(view, skip=("derived_from", "revoked_by"))
+            for view in SessionView.objects.filter(session=session).order_by("revision")
+        ],
+        "expanded": {str(run.number): full_checkpoint(run) for run in runs},
+    }

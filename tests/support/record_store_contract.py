@@ -103,7 +103,9 @@ def write(journal: Journal, session: Journaled, run: int, rows: list[tuple[str, 
     expected = list(range(len(session.rows) + 1, len(session.rows) + len(rows) + 1))
     assert seqs == expected  # a session numbers its rows from 1, in journal order
     for seq, (instance, record) in zip(seqs, rows, strict=True):
-        session.rows.append(JournalRecord(seq, run, instance, record.kind, record.message))
+        session.rows.append(
+            JournalRecord(seq, run, instance, record.kind, record.message, record.entry_key)
+        )
         session.records.setdefault((run, instance), []).append(record)
 
 
