@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentloom.engine._compaction import PLAN_HEADER
 from agentloom.engine._errors import GatewayError
 from agentloom.engine._gate import PayloadRules, reasoning_required
 from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text
@@ -318,8 +319,10 @@ def _directives(question: str) -> list[tuple[str, str]]:
 
 def _from_progress(summary: str, asked: list[str]) -> ModelResponse:
     """Answer from a handoff summary: the latest results of the tools the question asked for,
-    as an answer from tool results reads; else the summary's most recent facts."""
-    lines = [line.strip() for line in summary.splitlines()[1:] if line.strip()]
+    as an answer from tool results reads; else the summary's most recent facts. The plan a
+    summary carries after its body is the plan, not progress."""
+    body = summary.split(f"\n\n{PLAN_HEADER}\n", 1)[0]
+    lines = [line.strip() for line in body.splitlines()[1:] if line.strip()]
     names: dict[str, str] = {}
     results: dict[str, str] = {}
     for line, following in zip(lines, [*lines[1:], ""], strict=True):
@@ -373,7 +376,10 @@ class LocalDemoGateway(ModelGateway):
     def _summary(self, request: ModelRequest) -> ModelResponse:
         text = "\n".join(message_text(m) for m in request.messages if m.get("role") == "user")
         seen: set[str] = set()
-        blocks = [kept for record in _records(text) if (kept := _kept(record, seen))]
+        # Each fact once, in the most recent record that holds it: the older records are the
+        # first to go when room runs out, and must not take a repeated result with them.
+        blocks = [kept for record in reversed(_records(text)) if (kept := _kept(record, seen))]
+        blocks.reverse()
         # Within the output limit, counted as characters (never fewer than tokens): the most
         # recent records are kept, each whole, so nothing is cut inside a line.
         room = max(request.max_output_tokens - len(DEMO_LABEL) - 32, 0)

@@ -230,3 +230,46 @@ def test_the_demo_model_answers_from_compacted_results_of_the_calls_it_was_asked
         "[local demo model] Based on the tool results (from the compacted progress on this "
         "question):\n- delegate_researcher: - echo: hi"
     )
+
+
+def test_the_demo_summary_keeps_a_repeated_result_in_its_latest_record():
+    # The same result twice, the older copy far back: when room runs out the older record
+    # goes, and the latest keeps its result.
+    older = '[assistant]\n[tool call r1-1-1] echo({"text": "hi"})\n[tool result r1-1-1]\n- echo: hi'
+    filler = [f"[system]\n[run note] run {n} succeeded with NONCE-{n:03}" for n in range(2, 40)]
+    latest = (
+        '[assistant]\n[tool call r40-1-1] echo({"text": "hi"})\n[tool result r40-1-1]\n- echo: hi'
+    )
+    content = (
+        "Summary so far:\n(none yet)\n\nNext material, in order:\n"
+        f"{_material(older, *filler, latest)}"
+    )
+    reply = LocalDemoGateway().complete(
+        ModelRequest(
+            purpose="compaction",
+            messages=[{"role": "user", "content": content}],
+            max_output_tokens=400,
+        )
+    )
+    text = reply.message["content"]
+    assert "r1-1-1" not in text, "the oldest record went for room"
+    assert text.endswith(
+        '[tool call r40-1-1] echo({"text": "hi"})\n[tool result r40-1-1]\n- echo: hi'
+    )
+
+
+def test_the_demo_model_does_not_cite_the_plan_a_summary_carries_as_a_result():
+    summary = (
+        "[handoff summary] Earlier context was compacted.\n"
+        "[local demo model] handoff summary (extractive)\n"
+        '[tool call r11-1-1] delegate_researcher({"task": "look"})\n'
+        "[tool result r11-1-1]\n\n"
+        "[current plan, kept as written]\n1. [in_progress] look it up"
+    )
+    reply = demo(
+        "action",
+        {"role": "user", "content": '/tool delegate_researcher {"task": "look"}'},
+        {"role": "user", "content": summary},
+    )
+    assert "current plan" not in reply.message["content"]
+    assert "look it up" not in reply.message["content"]

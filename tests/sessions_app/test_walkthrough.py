@@ -140,10 +140,17 @@ def test_summarised_ranges_include_what_an_inherited_summary_stood_for(alice, ga
 def test_a_delegation_compacted_after_its_result_answers_with_the_sub_agents_finding(
     alice, gateway
 ):
-    # README's lines, no supplement sent: the delegation's own run is compacted right after
-    # the sub-agent reports, so its answer comes from the handoff summary.
+    # README's lines, no supplement sent, then the delegation line again after one more large
+    # result until a delegation's own run is compacted right after the sub-agent reports (where
+    # that happens depends on the window's arithmetic), so that its answer comes from the
+    # handoff summary.
     session = demo_session(alice)
-    for line, during in walkthrough_steps():
+    steps = walkthrough_steps()
+    delegation = steps[-1][0]
+    assert "delegate_researcher" in delegation
+    for chars in range(40, 1000, 60):
+        steps += [(f'/tool echo {{"text": "{"x" * chars}"}}', ""), (delegation, "")]
+    for line, during in steps:
         run = run_ask(user=alice, session=session, question=line)
         if during == "cancel":
             gateway.during_call.append(
@@ -151,8 +158,10 @@ def test_a_delegation_compacted_after_its_result_answers_with_the_sub_agents_fin
             )
         run_execute(run_id=run.pk)
         run.refresh_from_db()
-    assert "delegate_researcher" in line and run.status == "succeeded"
-    purposes = [r.purpose for r in gateway.requests[-4:]]
+        purposes = [r.purpose for r in gateway.requests[-4:]]
+        if line == delegation and purposes == ["action", "action", "compaction", "action"]:
+            break
+    assert line == delegation and run.status == "succeeded"
     assert purposes == ["action", "action", "compaction", "action"], purposes
     assert run.answer == (
         "[local demo model] Based on the tool results (from the compacted progress on this "
