@@ -387,11 +387,6 @@ def test_a_question_asked_the_moment_a_run_ends_is_followed_to_its_end(
     assert unexpected(browser_errors) == []
 
 
-# Known intermittent fault, not yet explained: on a file SQLite database one of this test's five
-# runs sometimes never finishes in the harness's worker thread (run_execute does not return within
-# the 30 s wait), since the live console pages and the threaded worker were merged. One rerun;
-# a failure that repeats still fails the suite.
-@pytest.mark.flaky(reruns=1)
 def test_the_context_page_shows_the_meter_and_compaction_history(
     chat, console_worker, screenshot, browser_errors
 ):
