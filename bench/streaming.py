@@ -103,7 +103,7 @@ def _latencies(double, calls: int) -> list[float]:
             )
         )
         gateway.complete(QUESTION, stream=stream)
-        publisher.end_call()
+        publisher.end_call("main", "action", failed=False)
         reader.join()
         found.append((seen[0] - double.first_bytes[0]) * 1000)
     Run.objects.filter(pk=run.pk).delete()

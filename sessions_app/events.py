@@ -1,9 +1,12 @@
 """`GET /api/v1/runs/{id}/events`: a run's progress as server-sent events.
 
-Three events, each with an `id` a client sends back as `Last-Event-ID` to resume:
+Four events, each with an `id` a client sends back as `Last-Event-ID` to resume:
 
 - `delta` — `{"instance", "content", "reasoning", "tool_calls"}`: a streamed model call's output
   as it is generated (redacted in the worker; see `sessions_app.services.live`);
+- `call_end` — `{"instance", "purpose", "failed"}`: a model call ended, streamed or not; the
+  deltas since the last one were its output, and an `action` call that did not fail is
+  journaled as the instance's next `assistant` record;
 - `record` — `{"seq", "kind", "instance"}`: a journal record landed (the console then shows the
   server-rendered record in place of the deltas);
 - `status` — `{"status", "error"}`: sent first, then whenever the run's status changes; the
@@ -89,7 +92,7 @@ class RunFeed:
         deltas, cursor = read_deltas(self.run_id, self.cursor)
         for ident, data in deltas:
             self.cursor = ident  # each event's id names itself, for `Last-Event-ID`
-            frames.append(self._frame("delta", data))
+            frames.append(self._frame("call_end" if data.pop("end", False) else "delta", data))
         self.cursor = cursor
         finished = False
         if self.polls % RECORD_POLLS == 0:

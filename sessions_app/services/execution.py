@@ -245,7 +245,7 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
     deltas = DeltaPublisher(run_id)
 
     def on_model_call(call: Any) -> None:
-        deltas.end_call()
+        deltas.end_call(call.instance, call.purpose, failed=call.response is None)
         _record_model_call(run_id, owner, call, price(call))
 
     held = database_slots.wrap

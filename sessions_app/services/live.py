@@ -14,8 +14,9 @@ interface, chosen by `LIVE_CHANNEL_URL`:
   stream (unlike pub/sub) keeps entries, so a reconnecting reader resumes from its cursor.
 
 A call's end is marked in the channel, so a reader that connects mid-run starts at the call in
-flight instead of replaying answers already journaled. Cursors are strings: a row id, or a Redis
-stream id.
+flight instead of replaying answers already journaled; the mark goes to readers too (its instance,
+purpose and whether it failed), so the console knows which deltas a journaled answer replaces.
+Cursors are strings: a row id, or a Redis stream id.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ __all__ = ["FLUSH_SECONDS", "DeltaPublisher", "channel", "read_deltas"]
 
 FLUSH_SECONDS = 0.05
 _STREAM_ENTRIES = 5_000
-_END = {"end": True}
 
 
 class DatabaseChannel:
@@ -102,7 +102,7 @@ def _oldest() -> datetime.datetime:
 
 
 class DeltaPublisher:
-    """The worker's side: `publish(instance, delta)` from the engine, `end_call()` per call."""
+    """The worker's side: `publish(instance, delta)` from the engine, `end_call(...)` per call."""
 
     def __init__(self, run_id: int, clock=time.monotonic):
         self.run_id = run_id
@@ -134,15 +134,17 @@ class DeltaPublisher:
             channel().append(self.run_id, items)
         self.flushed_at = self.clock()
 
-    def end_call(self) -> None:
+    def end_call(self, instance: str, purpose: str, failed: bool) -> None:
         """Send what is held, mark the call's end, and let expired deltas go."""
-        self.pending.append(dict(_END))
+        end = {"end": True, "instance": instance, "purpose": purpose, "failed": failed}
+        self.pending.append(end)
         self.flush()
         channel().expire()
 
 
 def read_deltas(run_id: int, cursor: str | None) -> tuple[list[tuple[str, dict]], str | None]:
-    """Return the deltas after `cursor` (end marks left out) and the cursor to read on from.
+    """Return the deltas and call ends (`"end": true`) after `cursor`, and the cursor to read on
+    from.
 
     Without a cursor, reading starts after the last call that ended: a reader joining mid-run
     sees the call in flight, not the answers the journal already holds.
@@ -151,7 +153,8 @@ def read_deltas(run_id: int, cursor: str | None) -> tuple[list[tuple[str, dict]]
     if cursor is None:
         ends = [index for index, (_, data) in enumerate(items) if data.get("end")]
         if ends:
-            items = items[ends[-1] :]
+            cursor = items[ends[-1]][0]
+            items = items[ends[-1] + 1 :]
     if items:
         cursor = items[-1][0]
-    return [(ident, data) for ident, data in items if not data.get("end")], cursor
+    return items, cursor

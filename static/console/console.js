@@ -130,7 +130,10 @@
     const url = (template, id) => template.replace("{id}", String(id));
     let lastSeq = cfg.lastSeq;
     let activeRun = cfg.activeRun;
+    // One poll at a time: asked for during a poll, the next one follows right after it.
     let timer = null;
+    let polling = false;
+    let pollAgain = false;
 
     function say(text, isError) {
       notice.textContent = text;
@@ -171,12 +174,14 @@
         const block = await runBlock(group.dataset.recordsFor);
         if (!block) continue;
         const records = block.querySelector(".records");
+        // Records go before the streamed previews (stream.js), which belong to later calls.
+        const preview = records.querySelector(":scope > [data-live-answer]");
         for (const node of [...group.children]) {
           // A block fetched just now already holds the records it was rendered with.
           // One record may render as two nodes (its Thinking, then its answer): match both.
           const same = `${node.localName}.${CSS.escape(node.classList[0] || "")}[data-seq="${node.dataset.seq}"]`;
           if (node.dataset.seq && records.querySelector(same)) continue;
-          records.append(node);
+          records.insertBefore(node, preview);
           added = true;
         }
       }
@@ -184,7 +189,7 @@
         const block = document.getElementById(`run-${group.dataset.marksFor}`);
         if (block) placeMarks(block.querySelector(".records"), group);
       }
-      lastSeq = Number(rendered.headers.get("X-Last-Seq")) || lastSeq;
+      lastSeq = Math.max(lastSeq, Number(rendered.headers.get("X-Last-Seq")) || 0);
       // The chat follows new records unless the reader scrolled up to read older ones.
       if (added && follow) thinking.scrollIntoView({ block: "nearest" });
     }
@@ -233,11 +238,17 @@
       thinking.hidden = !(active && state.thinking === "true");
     }
 
-    /** Fetch the run panel, swap it in, and return the run's state from it (null: not read). */
-    async function refreshPanel(runId) {
+    /** Fetch the run panel of `runId` (null: not read). */
+    async function readPanel(runId) {
       const rendered = await fragment(url(cfg.panelUrl, runId));
-      const summary = rendered && rendered.nodes.querySelector("[data-live-summary]");
-      if (!summary) return null;
+      return (rendered && rendered.nodes.querySelector("[data-live-summary]")) || null;
+    }
+
+    /**
+     * Swap a fetched run panel in and show the run's state around the page, in one step (the
+     * panel and the block's status never disagree); return the state.
+     */
+    function showPanel(summary) {
       summary.querySelectorAll("[data-meter]").forEach(placeMeter);
       // A note being typed for an approval survives the panel's refresh.
       const focused = document.activeElement && document.activeElement.dataset.approvalNote;
@@ -251,27 +262,63 @@
         if (input) input.focus();
       }
       panel.hidden = false;
-      return { ...summary.dataset };
+      const state = { ...summary.dataset };
+      showState(state);
+      // The streamed previews (stream.js) are shown once the panel says the run is running.
+      document.dispatchEvent(new CustomEvent("agentloom:state", { detail: state }));
+      return state;
+    }
+
+    /** Poll the followed run in `delay` ms, or right after the poll under way. */
+    function pollSoon(delay) {
+      if (polling) {
+        pollAgain = true;
+        return;
+      }
+      clearTimeout(timer);
+      timer = setTimeout(poll, delay);
     }
 
     async function poll() {
       timer = null;
       const runId = activeRun;
       if (!runId) return;
-      await fetchRecords(runId);
-      const state = await refreshPanel(runId);
-      if (state) showState(state);
-      if (state && state.active !== "true") {
-        // The final status and its records are saved together: one more read gets them all.
-        await fetchRecords(runId);
-        activeRun = null;
-        sayBeside(supplementNotice, "", false);
-        sayBeside(cancelNotice, "", false);
-        if (state.status === "failed") say(`Run #${state.number} failed: ${state.error}`, true);
-        else if (!notice.classList.contains("error")) say("", false);
-        return;
+      polling = true;
+      pollAgain = false;
+      let finished = false;
+      try {
+        finished = await pollRun(runId);
+      } finally {
+        polling = false;
       }
-      if (activeRun === runId) timer = setTimeout(poll, POLL_MS);
+      // A run followed meanwhile (a new question, a resume) is polled at once.
+      if (activeRun && (activeRun !== runId || pollAgain)) pollSoon(0);
+      else if (activeRun === runId && !finished) pollSoon(POLL_MS);
+    }
+
+    /**
+     * Show the run's new records and its state; return whether it has finished. Whatever was
+     * read for a run no longer followed is left out: state belongs to the run it was read for.
+     */
+    async function pollRun(runId) {
+      await fetchRecords(runId);
+      const summary = await readPanel(runId);
+      if (!summary || activeRun !== runId) return false;
+      if (summary.dataset.active === "true") {
+        showPanel(summary);
+        return false;
+      }
+      // The final status and its records are saved together: one more read gets them all, and
+      // the run is shown finished (Ask enabled) once they are on the page.
+      await fetchRecords(runId);
+      if (activeRun !== runId) return true;
+      const state = showPanel(summary);
+      activeRun = null;
+      sayBeside(supplementNotice, "", false);
+      sayBeside(cancelNotice, "", false);
+      if (state.status === "failed") say(`Run #${state.number} failed: ${state.error}`, true);
+      else if (!notice.classList.contains("error")) say("", false);
+      return true;
     }
 
     // Between runs the chat watches the session, so a run started in another tab or through
@@ -291,8 +338,8 @@
             // A run began and ended between two looks: show its records and final state.
             await runBlock(latest);
             await fetchRecords(latest);
-            const shown = await refreshPanel(latest);
-            if (shown) showState(shown);
+            const summary = await readPanel(latest);
+            if (summary && !activeRun) showPanel(summary);
           }
         }
       }
@@ -306,15 +353,18 @@
       activeHint.hidden = false;
       const block = await runBlock(runId);
       document.dispatchEvent(new CustomEvent("agentloom:follow", { detail: { runId } }));
-      if (timer) clearTimeout(timer);
-      timer = setTimeout(poll, 0);
+      pollSoon(0);
       return block;
     }
 
-    // The streamed answer (stream.js) asks for a record as soon as it lands.
+    // The streamed answer (stream.js) asks for a record as soon as it lands, and for the run's
+    // state when text streams while the panel still says `queued`.
     document.addEventListener("agentloom:records", async (event) => {
       await fetchRecords(event.detail.runId);
-      if (activeRun && !timer) timer = setTimeout(poll, 0);
+      if (activeRun) pollSoon(0);
+    });
+    document.addEventListener("agentloom:streaming", (event) => {
+      if (event.detail.runId === activeRun) pollSoon(0);
     });
 
     // The size of the question as the agent's estimator will count it, against its limit:
@@ -413,8 +463,7 @@
       sayBeside(cancelNotice, cancelled
         ? "Run cancelled."
         : "Cancel requested: the run stops at its next safe point.", false);
-      if (timer) clearTimeout(timer);
-      timer = setTimeout(poll, 0);
+      pollSoon(0);
     });
 
     panel.addEventListener("click", async (event) => {
@@ -434,8 +483,7 @@
         return;
       }
       if (shown) sayBeside(shown, button.dataset.decide === "approve" ? "Approved." : "Denied.", false);
-      if (timer) clearTimeout(timer);
-      timer = setTimeout(poll, 0);
+      pollSoon(0);
     });
 
     conversation.addEventListener("click", async (event) => {
@@ -459,7 +507,7 @@
     const message = document.querySelector(".messagelist");
     if (blocks.length && !message) blocks[blocks.length - 1].scrollIntoView({ block: "start" });
     askField.focus({ preventScroll: true });
-    if (activeRun) timer = setTimeout(poll, 0);
+    if (activeRun) pollSoon(0);
     watching = setTimeout(watch, POLL_MS);
 
     // `/` outside a text field goes to the composer.

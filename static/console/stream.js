@@ -1,26 +1,32 @@
 /*
  * AgentLoom console: the answer of a running model call as it is generated.
  *
- * It follows `GET /api/v1/runs/{id}/events` (server-sent events) for the run the chat follows
- * (the `agentloom:follow` event of console.js, or the page's active run): `delta` events grow a
- * preview at the end of the run's block — the answer as plain text, reasoning in a folded
- * "Thinking" block, tool calls as they are decided; a `record` event asks console.js for the
- * server-rendered record, which replaces the preview once it is on the page; the stream is
- * closed when a `status` event says the run has finished. Text is only ever set as text.
+ * It follows `GET /api/v1/runs/{id}/events` (server-sent events) for each run the chat follows
+ * (the `agentloom:follow` event of console.js, or the page's active run), and is the one owner
+ * of the previews: `delta` events grow the preview of the call in flight at the end of the run's
+ * block — the answer as plain text, reasoning in a folded "Thinking" block, tool calls as they
+ * are decided — and `call_end` closes it. The n-th answering call of a run becomes its n-th
+ * `assistant` record, so a preview goes exactly when that server-rendered record is in the
+ * run's block, whoever put it there; a call that journals nothing (a cancel, a failure, a
+ * compaction) loses its preview when it ends. Nothing else removes a preview: a status refresh
+ * or a second follow of the same run never erases streamed text, and each run's previews are
+ * cleared only by that run's own stream and records. A preview is shown once the run panel says
+ * the run is past `queued` (console.js refreshes it when text waits), so the page's status is
+ * never behind the stream. Text is only ever set as text.
  */
 (function () {
   "use strict";
 
   const API = "/api/v1";
+  const MAIN = "main"; // the chat shows the main instance
   const FINISHED = ["succeeded", "failed", "cancelled"];
   const config = document.getElementById("console-config");
   const conversation = document.getElementById("conversation");
   if (!config || !conversation || !window.EventSource) return;
   const cfg = JSON.parse(config.textContent);
-  let source = null;
-  let runId = null;
-  let live = null;
-  let waitingFor = null;
+  // Each followed run's feed, by run id: it outlives the next follow until its stream has ended
+  // and its last record has replaced its last preview.
+  const feeds = new Map();
 
   function element(tag, className, text) {
     const node = document.createElement(tag);
@@ -29,13 +35,29 @@
     return node;
   }
 
-  /** Return the preview of the call in flight, made at the end of the run's records. */
-  function preview() {
-    if (live && live.root.isConnected) return live;
-    const records = document.querySelector(`#run-${runId} .records`);
-    if (!records) return null;
+  function notify(name, runId) {
+    document.dispatchEvent(new CustomEvent(name, { detail: { runId } }));
+  }
+
+  /** Return the seqs of the run's answers in its block that its stream may have streamed. */
+  function answersShown(feed) {
+    const block = document.getElementById(`run-${feed.runId}`);
+    if (!block || feed.base === null) return [];
+    return [...block.querySelectorAll('.records > [data-kind="assistant"][data-seq]')]
+      .map((node) => Number(node.dataset.seq))
+      .filter((seq) => seq > feed.base);
+  }
+
+  /** True when the run panel shows this run past `queued`: its streamed text may be seen. */
+  function statusCaughtUp(feed) {
+    const summary = document.getElementById("live-summary");
+    return Boolean(summary) && summary.dataset.runId === String(feed.runId) && summary.dataset.status !== "queued";
+  }
+
+  function newView() {
     const root = element("div", "live-answer");
     root.dataset.liveAnswer = "";
+    root.hidden = true;
     const thinking = element("details", "thinking live-thinking");
     thinking.hidden = true;
     thinking.append(element("summary", "", "Thinking"), element("pre"));
@@ -45,70 +67,135 @@
     answer.append(element("div", "who", "Agent"), element("div", "text"));
     answer.hidden = true;
     root.append(thinking, tools, answer);
-    records.append(root);
-    live = { root, thinking, tools, answer, names: [] };
-    return live;
+    return { root, reasoning: thinking.querySelector("pre"), thinking, tools, answer, text: answer.querySelector(".text") };
   }
 
-  function clear() {
-    if (live) live.root.remove();
-    live = null;
-    waitingFor = null;
+  /** Add to `node` what `text` has beyond what it shows (streamed text only ever grows). */
+  function extend(node, text) {
+    const shown = node.textContent.length;
+    if (text.length > shown) node.append(text.slice(shown));
   }
 
-  function showDelta(data) {
-    if (data.instance !== "main") return; // the chat shows the main instance
-    if (waitingFor !== null) clear(); // a new call began before the last record was shown
-    const view = preview();
-    if (!view) return;
-    if (data.reasoning) {
+  /** Put the call's text in its preview, made at the end of the run's records when first needed. */
+  function render(feed, call, visible) {
+    if (!call.content && !call.reasoning && !call.tools.length) return;
+    if (!call.view) {
+      const records = document.querySelector(`#run-${feed.runId} .records`);
+      if (!records) return;
+      call.view = newView();
+      records.append(call.view.root);
+    }
+    const view = call.view;
+    if (call.reasoning) {
       view.thinking.hidden = false;
-      view.thinking.querySelector("pre").textContent += data.reasoning;
+      extend(view.reasoning, call.reasoning);
     }
-    if (data.tool_calls && data.tool_calls.length) {
-      view.names.push(...data.tool_calls);
+    if (call.tools.length) {
       view.tools.hidden = false;
-      view.tools.textContent = `Calling ${view.names.join(", ")}…`;
+      view.tools.textContent = `Calling ${call.tools.join(", ")}…`;
     }
-    if (data.content) {
+    if (call.content) {
       view.answer.hidden = false;
-      view.answer.querySelector(".text").textContent += data.content;
+      extend(view.text, call.content);
     }
-    const follow = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
-    if (follow) view.root.scrollIntoView({ block: "nearest" });
+    if (visible) view.root.hidden = false;
   }
 
-  /** Keep the preview until the record that replaces it is on the page. */
-  function recordLanded(data) {
-    if (data.instance !== "main" || data.kind !== "assistant" || !live) return;
-    waitingFor = data.seq;
-    document.dispatchEvent(new CustomEvent("agentloom:records", { detail: { runId } }));
+  function drop(call) {
+    if (call.view) call.view.root.remove();
+    call.view = null;
+    call.replaced = true;
   }
 
-  new MutationObserver(() => {
-    if (waitingFor === null || !live) return;
-    if (conversation.querySelector(`[data-seq="${waitingFor}"]`)) clear();
-  }).observe(conversation, { childList: true, subtree: true });
+  /**
+   * Match the run's answering calls, in order, with its answers (announced by the stream or in
+   * its block), and bring the previews in line: replaced once the answer is in the block, gone
+   * when the stream ended without an answer for them, otherwise grown.
+   */
+  function reconcile(feed) {
+    const shown = answersShown(feed);
+    const answers = [...new Set([...feed.announced, ...shown])].sort((a, b) => a - b);
+    const visible = statusCaughtUp(feed);
+    feed.calls.forEach((call, index) => {
+      const seq = index < answers.length ? answers[index] : null;
+      if (call.replaced) return;
+      if ((seq !== null && shown.includes(seq)) || (seq === null && feed.finished)) drop(call);
+      else render(feed, call, visible);
+    });
+    if (feed.finished && feed.calls.every((call) => call.replaced)) feeds.delete(feed.runId);
+  }
 
-  function follow(id) {
-    if (source) source.close();
-    clear();
-    runId = id;
-    source = new EventSource(`${API}/runs/${id}/events`);
-    source.addEventListener("delta", (event) => showDelta(JSON.parse(event.data)));
-    source.addEventListener("record", (event) => recordLanded(JSON.parse(event.data)));
-    source.addEventListener("status", (event) => {
-      const data = JSON.parse(event.data);
+  function openCall(feed) {
+    if (!feed.open) {
+      feed.open = { content: "", reasoning: "", tools: [], view: null, replaced: false };
+      feed.calls.push(feed.open);
+    }
+    return feed.open;
+  }
+
+  function grow(feed, data) {
+    if (data.instance !== MAIN) return;
+    const call = openCall(feed);
+    call.reasoning += data.reasoning || "";
+    call.content += data.content || "";
+    call.tools.push(...(data.tool_calls || []));
+  }
+
+  function callEnded(feed, data) {
+    if (data.instance !== MAIN) return;
+    const call = openCall(feed); // a call that streamed nothing still answers in its turn
+    feed.open = null;
+    if (data.purpose === "action" && !data.failed) return;
+    drop(call);
+    feed.calls.splice(feed.calls.indexOf(call), 1);
+  }
+
+  function follow(runId) {
+    const known = feeds.get(runId);
+    if (known && !known.finished) return; // the same run: its stream and its text go on
+    if (known) known.calls.forEach(drop);
+    const feed = { runId, base: null, calls: [], open: null, announced: new Set(), finished: false };
+    feeds.set(runId, feed);
+    const source = new EventSource(`${API}/runs/${runId}/events`);
+    function on(name, handle) {
+      source.addEventListener(name, (event) => {
+        const data = JSON.parse(event.data);
+        // Records after the first event's seq are this stream's; a record's id is its own seq.
+        if (feed.base === null) feed.base = (Number(event.lastEventId.split(":")[0]) || 0) - (name === "record" ? 1 : 0);
+        handle(data);
+      });
+    }
+    on("delta", (data) => {
+      const follows = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
+      grow(feed, data);
+      reconcile(feed);
+      const view = feed.open && feed.open.view;
+      if (!view) return;
+      if (view.root.hidden) notify("agentloom:streaming", runId); // the panel is behind
+      else if (follows) view.root.scrollIntoView({ block: "nearest" });
+    });
+    on("call_end", (data) => {
+      callEnded(feed, data);
+      reconcile(feed);
+    });
+    on("record", (data) => {
+      if (data.instance !== MAIN || data.kind !== "assistant") return;
+      feed.announced.add(data.seq);
+      reconcile(feed);
+      notify("agentloom:records", runId); // fetch the record that replaces the preview
+    });
+    on("status", (data) => {
       if (!FINISHED.includes(data.status)) return;
       source.close();
-      source = null;
-      // A call stopped by a cancel or a failure journals nothing: its preview goes.
-      if (waitingFor === null) clear();
-      else setTimeout(clear, 2000);
-      document.dispatchEvent(new CustomEvent("agentloom:records", { detail: { runId } }));
+      feed.finished = true;
+      reconcile(feed);
+      notify("agentloom:records", runId);
     });
   }
 
+  // Records put in a run's block, and a refreshed run panel, may each settle a preview.
+  new MutationObserver(() => feeds.forEach(reconcile)).observe(conversation, { childList: true, subtree: true });
+  document.addEventListener("agentloom:state", () => feeds.forEach(reconcile));
   document.addEventListener("agentloom:follow", (event) => follow(event.detail.runId));
   if (cfg.activeRun) follow(cfg.activeRun);
 })();

@@ -47,7 +47,7 @@ def publish(run, *pieces, end=False):
         publisher.publish("main", {"content": piece, "reasoning": "", "tool_calls": []})
         publisher.flush()  # one delta each
     if end:
-        publisher.end_call()
+        publisher.end_call("main", "action", failed=False)
 
 
 @pytest.fixture
@@ -78,6 +78,29 @@ def test_deltas_are_streamed_with_instance_content_and_reasoning(api, done):
         {"instance": "main", "content": "NONCE-A", "reasoning": "", "tool_calls": []},
         {"instance": "main", "content": "NONCE-B", "reasoning": "", "tool_calls": []},
     ]
+
+
+def test_a_call_end_follows_its_deltas_with_its_instance_purpose_and_outcome(api, done):
+    publish(done, "NONCE-A", end=True)
+    publisher = DeltaPublisher(done.pk)
+    publisher.end_call("1.1", "compaction", failed=True)
+    found = events(api.get(url(done), HTTP_LAST_EVENT_ID="0:0"))  # from the run's start
+    live = [(event, data) for _, event, data in found if event in ("delta", "call_end")]
+    assert live[-3:] == [
+        ("delta", {"instance": "main", "content": "NONCE-A", "reasoning": "", "tool_calls": []}),
+        ("call_end", {"instance": "main", "purpose": "action", "failed": False}),
+        ("call_end", {"instance": "1.1", "purpose": "compaction", "failed": True}),
+    ]
+
+
+def test_a_real_run_ends_each_of_its_calls_on_the_stream(api, done):
+    found = events(api.get(url(done), HTTP_LAST_EVENT_ID="0:0"))
+    ends = [data for _, event, data in found if event == "call_end"]
+    answers = [
+        data for _, event, data in found if event == "record" and data["kind"] == "assistant"
+    ]
+    assert ends and len(ends) == len(answers)
+    assert all(end == {"instance": "main", "purpose": "action", "failed": False} for end in ends)
 
 
 def test_a_reader_joining_mid_run_starts_at_the_call_in_flight(api, done):

@@ -13,6 +13,7 @@ import time
 import pytest
 from django.db import connections
 from django.utils import timezone
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from context_app.services import agent_create, agent_publish
@@ -195,3 +196,107 @@ def test_a_cancel_mid_stream_ends_the_run_within_a_second(
     login(other)
     assert page.request.get(events_url).status == 404
     assert [e for e in browser_errors if "404" not in e] == []
+
+
+# A snapshot of the latest run at every change of the page: its visible answers, the streamed
+# text in view, its status in the block and in the run box. The observer starts once the page's
+# scripts have run, so it sees each change as their own observers leave it, as it is painted.
+# The runs numbered in `window.followAgain` are followed a second time once their streamed text
+# shows, as when the chat's session watch finds a run before the ask's answer does.
+SAMPLE = """
+window.liveSamples = [];
+window.followAgain = [];
+document.addEventListener("DOMContentLoaded", () => new MutationObserver(() => {
+  const blocks = document.querySelectorAll("#conversation article.run");
+  const block = blocks[blocks.length - 1];
+  const summary = document.getElementById("live-summary");
+  if (!block || !summary) return;
+  const shown = (node) => node.getClientRects().length > 0;
+  const live = [...block.querySelectorAll("[data-live-answer] .answer .text")].filter(shown);
+  window.liveSamples.push({
+    run: block.dataset.runId,
+    answers: [...block.querySelectorAll(".msg.answer")].filter(shown).length,
+    recorded: block.querySelectorAll(".msg.answer[data-seq]").length,
+    live: live.map((node) => node.textContent).join("|"),
+    badge: block.querySelector("[data-run-status]").textContent.trim(),
+    box: summary.dataset.runId === block.dataset.runId ? summary.dataset.status : null,
+  });
+  const number = Number(block.querySelector(".run-head h3").textContent.replace("Run #", ""));
+  if (live.length && window.followAgain.includes(number)) {
+    window.followAgain.splice(window.followAgain.indexOf(number), 1);
+    const detail = { runId: Number(block.dataset.runId) };
+    document.dispatchEvent(new CustomEvent("agentloom:follow", { detail }));
+  }
+}).observe(document, { childList: true, subtree: true, characterData: true, attributes: true }));
+"""
+
+
+# True once run `number` has finished on the page: succeeded, its answer record in place of the
+# streamed text, and Ask enabled for the next question.
+RUN_SETTLED = """number => {
+  const block = [...document.querySelectorAll("#conversation article.run")]
+    .find((node) => node.querySelector(".run-head h3").textContent.trim() === `Run #${number}`);
+  return Boolean(block)
+    && block.querySelector("[data-run-status]").textContent.trim() === "succeeded"
+    && Boolean(block.querySelector(".msg.answer[data-seq]"))
+    && !block.querySelector("[data-live-answer]")
+    && !document.getElementById("ask-button").disabled;
+}"""
+
+
+def stream_faults(samples: list[dict], run_id: str) -> list[str]:
+    """Return what the samples of one run show going wrong: two answers at once, streamed text
+    that shrank or vanished before its record, a status behind the stream."""
+    faults = []
+    before = ""
+    for number, sample in enumerate(s for s in samples if s["run"] == run_id):
+        where = f"sample {number} {sample}"
+        if sample["answers"] > 1:
+            faults.append(f"two answers: {where}")
+        if sample["recorded"]:
+            if sample["live"]:
+                faults.append(f"streamed text beside its record: {where}")
+            before = None  # the record replaced the streamed text
+            continue
+        if before is None or not sample["live"].startswith(before):
+            faults.append(f"streamed text vanished or lost a prefix (was {before!r}): {where}")
+            before = sample["live"] or before
+            continue
+        before = sample["live"]
+        if sample["live"] and ("queued" in (sample["badge"], sample["box"]) or not sample["box"]):
+            faults.append(f"status behind the stream: {where}")
+    return faults
+
+
+def test_thirty_questions_in_a_row_each_stream_once_then_their_record_replaces_them(
+    page, login, settings, console_worker, browser_errors
+):
+    questions = 30
+    with ProviderDouble() as double:
+        double.chunk_chars = 3
+        double.chunk_delay = 0.04
+        for number in range(1, questions + 1):
+            double.reply_chat(content=f"NONCE-{number:02} streamed answer, short.")
+        page.add_init_script(SAMPLE)
+        streamed_chat(page, login, settings, double, "openai_compatible")
+        page.evaluate("window.followAgain.push(2, 12, 22)")
+        faults = []
+        for number in range(1, questions + 1):
+            ask(page, f"question {number}")
+            try:
+                page.wait_for_function(RUN_SETTLED, arg=number, timeout=20_000)
+            except PlaywrightTimeout:
+                pytest.fail(f"run {number} never settled: succeeded, its answer in place, Ask on")
+            block = run_block(page, number)
+            expect(block.locator(".msg.answer")).to_contain_text(f"NONCE-{number:02} streamed")
+            samples = page.evaluate("window.liveSamples.splice(0)")
+            run_id = block.get_attribute("data-run-id")
+            streamed = [s for s in samples if s["run"] == run_id and s["live"]]
+            assert streamed, f"run {number}: no streamed text was ever on the page"
+            faults += [f"run {number}: {fault}" for fault in stream_faults(samples, run_id)]
+        assert page.evaluate("window.followAgain") == []  # each was followed twice
+        expect(page.locator(".msg.answer")).to_have_count(questions)
+        expect(page.locator("[data-live-status]")).to_have_text("succeeded")
+    save_measure("stream-thirty-questions", {"faults": faults})
+    assert not faults, f"{len(faults)} faults (all in artifacts): " + "\n".join(faults[:8])
+    assert browser_errors == []

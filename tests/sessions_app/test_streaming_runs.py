@@ -46,7 +46,7 @@ def finish():
 
 def shown(run):
     deltas, _ = read_deltas(run.pk, "0")
-    return "".join(data["content"] for _, data in deltas)
+    return "".join(data.get("content", "") for _, data in deltas)
 
 
 @pytest.mark.django_db
