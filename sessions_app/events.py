@@ -2,8 +2,9 @@
 
 Four events, each with an `id` a client sends back as `Last-Event-ID` to resume:
 
-- `delta` — `{"instance", "content", "reasoning", "tool_calls"}`: a streamed model call's output
-  as it is generated (redacted in the worker; see `sessions_app.services.live`);
+- `delta` — `{"instance", "content", "reasoning", "tool_calls", "purpose"}`: a streamed model
+  call's output as it is generated (redacted in the worker; see `sessions_app.services.live`);
+  `purpose` is `action` for an answer, else the call is a summary or a check of one;
 - `call_end` — `{"instance", "purpose", "failed"}`: a model call ended, streamed or not; the
   deltas since the last one were its output, and an `action` call that did not fail is
   journaled as the instance's next `assistant` record;

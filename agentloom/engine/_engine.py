@@ -201,8 +201,8 @@ class EngineHooks:
       running many engines watches all their calls from one place;
     - `on_delta(instance, delta)` receives a streamed call's output as it arrives (`delta` holds
       `content` and `reasoning` text, redacted with a hold-back so that a secret split across
-      pieces is caught, and `tool_calls`, the names of calls just decided); the journal still
-      gets the reply once, whole;
+      pieces is caught, `tool_calls`, the names of calls just decided, and the call's `purpose`:
+      a summary call's text is not an answer); the journal still gets the reply once, whole;
     - `decisions()` returns the decisions made on the run's tool calls that need approval, by
       call id (see `_approval`).
     """
@@ -610,7 +610,7 @@ class _Execution:
         if self.main is not None:
             self.main.managed.state.model_calls = self.model_calls
         started = time.perf_counter()
-        stream = self._stream(request.instance)
+        stream = self._stream(request)
         try:
             response = self._complete(request, stream)
         except GatewayError as exc:
@@ -643,12 +643,16 @@ class _Execution:
             )
         return response
 
-    def _stream(self, instance: str) -> CallStream | None:
+    def _stream(self, request: ModelRequest) -> CallStream | None:
         """Return the stream of one call when the gateway streams, its deltas redacted."""
         if not self.engine.gateway.streams:
             return None
         on_delta = self.engine.hooks.on_delta
-        relay = _DeltaRelay(instance, on_delta, self.engine.redactor) if on_delta else None
+        relay = (
+            _DeltaRelay(request.instance, request.purpose, on_delta, self.engine.redactor)
+            if on_delta
+            else None
+        )
         return CallStream(relay)
 
     def _complete(self, request: ModelRequest, stream: CallStream | None) -> ModelResponse:
@@ -758,10 +762,12 @@ class _DeltaRelay:
     def __init__(
         self,
         instance: str,
+        purpose: str,
         on_delta: Callable[[str, dict[str, Any]], None],
         redactor: Redactor,
     ):
         self.instance = instance
+        self.purpose = purpose
         self.on_delta = on_delta
         self.redactor = redactor
         self.content = StreamRedactor(redactor)
@@ -777,7 +783,12 @@ class _DeltaRelay:
 
     def _send(self, content: str, reasoning: str, names: list[str]) -> None:
         if content or reasoning or names:
-            delta = {"content": content, "reasoning": reasoning, "tool_calls": names}
+            delta = {
+                "content": content,
+                "reasoning": reasoning,
+                "tool_calls": names,
+                "purpose": self.purpose,
+            }
             self.on_delta(self.instance, delta)
 
 

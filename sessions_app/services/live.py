@@ -112,7 +112,8 @@ class DeltaPublisher:
 
     def publish(self, instance: str, delta: dict[str, Any]) -> None:
         last = self.pending[-1] if self.pending else None
-        if last is not None and last["instance"] == instance:
+        purpose = delta.get("purpose") or "action"
+        if last is not None and (last["instance"], last["purpose"]) == (instance, purpose):
             for name in ("content", "reasoning"):
                 last[name] += delta.get(name) or ""
             last["tool_calls"] += delta.get("tool_calls") or []
@@ -123,6 +124,7 @@ class DeltaPublisher:
                     "content": delta.get("content") or "",
                     "reasoning": delta.get("reasoning") or "",
                     "tool_calls": list(delta.get("tool_calls") or []),
+                    "purpose": purpose,
                 }
             )
         if self.clock() - self.flushed_at >= FLUSH_SECONDS:

@@ -5,7 +5,7 @@
  * (the `agentloom:follow` event of console.js, or the page's active run), and is the one owner
  * of the previews: `delta` events grow the preview of the call in flight at the end of the run's
  * block — the answer as plain text, reasoning in a folded "Thinking" block, tool calls as they
- * are decided — and `call_end` closes it. The n-th answering call of a run becomes its n-th
+ * are decided; a summary call only says "Compacting the context…" — and `call_end` closes it. The n-th answering call of a run becomes its n-th
  * `assistant` record, so a preview goes exactly when that server-rendered record is in the
  * run's block, whoever put it there; a call that journals nothing (a cancel, a failure, a
  * compaction) loses its preview when it ends. Nothing else removes a preview: a status refresh
@@ -78,7 +78,7 @@
 
   /** Put the call's text in its preview, made at the end of the run's records when first needed. */
   function render(feed, call, visible) {
-    if (!call.content && !call.reasoning && !call.tools.length) return;
+    if (!call.content && !call.reasoning && !call.tools.length && !call.compacting) return;
     if (!call.view) {
       const records = document.querySelector(`#run-${feed.runId} .records`);
       if (!records) return;
@@ -90,9 +90,11 @@
       view.thinking.hidden = false;
       extend(view.reasoning, call.reasoning);
     }
-    if (call.tools.length) {
+    const note = call.tools.length ? `Calling ${call.tools.join(", ")}…` : call.compacting ? "Compacting the context…" : "";
+    // Set only when it changes: each change wakes the page's observer, which renders again.
+    if (note && view.tools.textContent !== note) {
       view.tools.hidden = false;
-      view.tools.textContent = `Calling ${call.tools.join(", ")}…`;
+      view.tools.textContent = note;
     }
     if (call.content) {
       view.answer.hidden = false;
@@ -127,7 +129,7 @@
 
   function openCall(feed) {
     if (!feed.open) {
-      feed.open = { content: "", reasoning: "", tools: [], view: null, replaced: false };
+      feed.open = { content: "", reasoning: "", tools: [], compacting: false, view: null, replaced: false };
       feed.calls.push(feed.open);
     }
     return feed.open;
@@ -136,6 +138,11 @@
   function grow(feed, data) {
     if (data.instance !== MAIN) return;
     const call = openCall(feed);
+    // A summary call's text is the context being compacted, never the answer: it is not shown.
+    if (data.purpose && data.purpose !== "action") {
+      call.compacting = true;
+      return;
+    }
     call.reasoning += data.reasoning || "";
     call.content += data.content || "";
     call.tools.push(...(data.tool_calls || []));

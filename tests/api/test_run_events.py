@@ -41,6 +41,10 @@ def events(response) -> list[tuple[str, str, dict]]:
     return found
 
 
+# A delta of the main instance's answer, as the events stream sends it.
+DELTA = {"instance": "main", "content": "", "reasoning": "", "tool_calls": [], "purpose": "action"}
+
+
 def publish(run, *pieces, end=False):
     publisher = DeltaPublisher(run.pk)
     for piece in pieces:
@@ -75,8 +79,28 @@ def test_deltas_are_streamed_with_instance_content_and_reasoning(api, done):
     found = events(api.get(url(done)))
     deltas = [data for _, event, data in found if event == "delta"]
     assert deltas == [
-        {"instance": "main", "content": "NONCE-A", "reasoning": "", "tool_calls": []},
-        {"instance": "main", "content": "NONCE-B", "reasoning": "", "tool_calls": []},
+        {**DELTA, "content": "NONCE-A"},
+        {**DELTA, "content": "NONCE-B"},
+    ]
+
+
+def test_a_summary_calls_deltas_are_never_merged_with_an_answers(monkeypatch):
+    # A summary's text is not the answer: the reader tells them apart by each delta's purpose.
+    sent = []
+
+    class Channel:
+        def append(self, run_id, items):
+            sent.extend(items)
+
+    monkeypatch.setattr("sessions_app.services.live.channel", Channel)
+    publisher = DeltaPublisher(1, clock=lambda: 0.0)  # nothing is due before the flush
+    publisher.publish("main", {"content": "sum", "purpose": "compaction"})
+    publisher.publish("main", {"content": "mary", "purpose": "compaction"})
+    publisher.publish("main", {"content": "answer"})
+    publisher.flush()
+    assert [(item["purpose"], item["content"]) for item in sent] == [
+        ("compaction", "summary"),
+        ("action", "answer"),
     ]
 
 
@@ -87,7 +111,7 @@ def test_a_call_end_follows_its_deltas_with_its_instance_purpose_and_outcome(api
     found = events(api.get(url(done), HTTP_LAST_EVENT_ID="0:0"))  # from the run's start
     live = [(event, data) for _, event, data in found if event in ("delta", "call_end")]
     assert live[-3:] == [
-        ("delta", {"instance": "main", "content": "NONCE-A", "reasoning": "", "tool_calls": []}),
+        ("delta", {**DELTA, "content": "NONCE-A"}),
         ("call_end", {"instance": "main", "purpose": "action", "failed": False}),
         ("call_end", {"instance": "1.1", "purpose": "compaction", "failed": True}),
     ]

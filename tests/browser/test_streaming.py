@@ -51,7 +51,7 @@ def file_database():
         pytest.skip("needs a file database (TEST_SQLITE_NAME) or PostgreSQL: see the docstring")
 
 
-def streamed_chat(page, login, settings, double, provider):
+def streamed_chat(page, login, settings, double, provider, *, context_window=200_000):
     settings.ALLOW_PRIVATE_MODEL_HOSTS = True
     user = make_user("sam", staff=True)
     space = make_space(admin=user)
@@ -60,7 +60,7 @@ def streamed_chat(page, login, settings, double, provider):
         provider=provider,
         base_url=double.base_url,
         api_key=SECRET,
-        context_window=200_000,
+        context_window=context_window,
         max_output_tokens=8_192,
         safety_margin_tokens=200,
     )
@@ -299,4 +299,27 @@ def test_thirty_questions_in_a_row_each_stream_once_then_their_record_replaces_t
         expect(page.locator("[data-live-status]")).to_have_text("succeeded")
     save_measure("stream-thirty-questions", {"faults": faults})
     assert not faults, f"{len(faults)} faults (all in artifacts): " + "\n".join(faults[:8])
+    assert browser_errors == []
+
+
+def test_a_summary_call_streams_as_compacting_never_as_the_answer(
+    page, login, settings, console_worker, browser_errors
+):
+    # Long questions on a small window: the session compacts, and the summary call streams too
+    # (the double answers it "You asked: <the summary request>"), but only as a notice.
+    with DeepSeekDouble() as double:
+        double.chunk_chars = 12
+        double.chunk_delay = 0.02
+        page.add_init_script(WATCH)
+        _, session = streamed_chat(page, login, settings, double, "deepseek", context_window=16_000)
+        number = 0
+        while not ModelCall.objects.filter(run__session=session, purpose="compaction").exists():
+            number += 1
+            assert number <= 12, "the session compacted within twelve questions"
+            ask(page, f"NONCE-Q{number:02} " + "a long question about the harbour " * 70)
+            wait_for_run(page, number)
+        shown = page.evaluate("window.shownTexts")
+    assert any("Compacting the context…" in text for text in shown), "announced as it streamed"
+    summaries = [text for text in shown if "Summary so far" in text or "Next material" in text]
+    assert summaries == [], summaries[:3]
     assert browser_errors == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from agentloom.engine import GatewayError, ModelGateway, Redactor, StreamRedactor
+from agentloom.engine import GatewayError, ModelBudget, ModelGateway, Redactor, StreamRedactor
 from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import Recorder, kinds, make_engine
 
@@ -100,3 +100,40 @@ def test_a_cancel_mid_stream_stops_the_call_and_records_it_cancelled():
     assert deltas  # tokens were shown before the cancel
     frame = outcome.frame
     assert "assistant" not in kinds(frame)  # nothing partial is journaled
+
+
+class PurposeStreamingGateway(ModelGateway):
+    """Stream every reply's text in one piece: echo calls with long texts, then a summary on
+    request, then `done`."""
+
+    streams = True
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def complete(self, request, stream=None):
+        if request.purpose == "compaction":
+            reply = text_response("summary of the echoed texts")
+        elif self.steps:
+            self.steps -= 1
+            reply = tool_call_response(("echo", {"text": "long text " * 60}))
+        else:
+            reply = text_response("done")
+        stream.delta(reply.message.get("content") or "", "", [])
+        return reply
+
+
+def test_each_delta_says_the_purpose_of_its_call():
+    # A summary's text streams too, but it is not the answer: the reader must be able to tell.
+    deltas = []
+    outcome = start(
+        make_engine(
+            PurposeStreamingGateway(steps=8),
+            budget=ModelBudget(4_000, 500, 0),
+            on_delta=lambda i, d: deltas.append(d),
+        )
+    )
+    assert outcome.status == "succeeded"
+    by_purpose = {d["purpose"]: d["content"] for d in deltas if d["content"]}
+    assert by_purpose["compaction"] == "summary of the echoed texts"
+    assert by_purpose["action"] == "done"
