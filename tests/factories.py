@@ -77,6 +77,28 @@ def make_run(session, *, status="queued", number=None, question="What is 2+2?"):
     return Run.objects.create(session=session, number=number, status=status, question=question)
 
 
+def published_session(
+    user, space, connection, *, name: str, title: str, system_prompt="You help.", tools=("echo",)
+):
+    """Return a new session of an agent on `connection`, created and published through the
+    services as an admin does, with `tools` and the default context policy."""
+    from context_app.services import agent_create, agent_publish
+    from sessions_app.services.runs import session_create
+
+    agent = agent_create(
+        user=user,
+        space=space,
+        name=name,
+        system_prompt=system_prompt,
+        model_connection=connection.pk,
+        tools=list(tools),
+        sub_agents=[],
+        context_policy=None,
+    )
+    version = agent_publish(user=user, agent=agent)
+    return session_create(user=user, agent_version=version, title=title)
+
+
 def ask(session, user, question):
     """Ask `question` and execute the run to its end in this process; return the run."""
     from sessions_app.services.execution import run_execute

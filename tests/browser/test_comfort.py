@@ -7,8 +7,6 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from context_app.services import agent_create, agent_publish
-from sessions_app.services.runs import session_create
 from tests.browser.test_console import (
     ask,
     chat,
@@ -25,6 +23,7 @@ from tests.factories import (
     make_session,
     make_space,
     make_user,
+    published_session,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -120,18 +119,7 @@ def test_the_meter_fits_the_side_panel_at_1280_px(
         max_output_tokens=8_192,
         safety_margin_tokens=200,
     )
-    agent = agent_create(
-        user=user,
-        space=space,
-        name="Roomy",
-        system_prompt="You help.",
-        model_connection=connection.pk,
-        tools=["echo"],
-        sub_agents=[],
-        context_policy=None,
-    )
-    version = agent_publish(user=user, agent=agent)
-    session = session_create(user=user, agent_version=version, title="Roomy")
+    session = published_session(user, space, connection, name="Roomy", title="Roomy")
     provider_double.reply_chat(content="hello")
     assert ask_here(session, user, "Hello there").status == "succeeded"
     login(user)

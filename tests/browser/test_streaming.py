@@ -16,12 +16,10 @@ from django.utils import timezone
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
-from context_app.services import agent_create, agent_publish
 from sessions_app.models import ModelCall, Run
-from sessions_app.services.runs import session_create
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_console import Worker, ask, console_worker, run_block, wait_for_run
-from tests.factories import make_connection, make_space, make_user
+from tests.factories import make_connection, make_space, make_user, published_session
 from tests.support.deepseek_double import DeepSeekDouble
 from tests.support.provider_double import ProviderDouble
 
@@ -64,18 +62,9 @@ def streamed_chat(page, login, settings, double, provider, *, context_window=200
         max_output_tokens=8_192,
         safety_margin_tokens=200,
     )
-    agent = agent_create(
-        user=user,
-        space=space,
-        name="Streamer",
-        system_prompt="You stream.",
-        model_connection=connection.pk,
-        tools=["echo"],
-        sub_agents=[],
-        context_policy=None,
+    session = published_session(
+        user, space, connection, name="Streamer", title="Streamed", system_prompt="You stream."
     )
-    version = agent_publish(user=user, agent=agent)
-    session = session_create(user=user, agent_version=version, title="Streamed")
     page.add_init_script(WATCH)
     login(user)
     page.goto(f"/sessions/{session.pk}/")
