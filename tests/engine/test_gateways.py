@@ -187,6 +187,20 @@ def _material(*items: str) -> str:
     return "\n".join(f"--- next item ---\n{item}" for item in items)
 
 
+def demo_summary(*records: str, room: int = 400) -> tuple[str, str]:
+    """Return a first summary request's text over `records` and the demo model's summary of
+    it, within `room` output tokens."""
+    content = f"Summary so far:\n(none yet)\n\nNext material, in order:\n{_material(*records)}"
+    reply = LocalDemoGateway().complete(
+        ModelRequest(
+            purpose="compaction",
+            messages=[{"role": "user", "content": content}],
+            max_output_tokens=room,
+        )
+    )
+    return content, reply.message["content"]
+
+
 def test_the_demo_summary_cuts_at_record_boundaries_never_inside_a_line():
     records = [
         f"[assistant]\n[local demo model] Calling tools.\n[tool call r{n}-1-1] echo({{}})\n"
@@ -194,15 +208,7 @@ def test_the_demo_summary_cuts_at_record_boundaries_never_inside_a_line():
         f'read_record(ref="r{n}:3") shows it again]'
         for n in range(1, 30)
     ]
-    content = f"Summary so far:\n(none yet)\n\nNext material, in order:\n{_material(*records)}"
-    reply = LocalDemoGateway().complete(
-        ModelRequest(
-            purpose="compaction",
-            messages=[{"role": "user", "content": content}],
-            max_output_tokens=400,
-        )
-    )
-    text = reply.message["content"]
+    content, text = demo_summary(*records)
     assert len(text) <= 400
     given = {line.strip() for line in content.splitlines()}
     body = [line for line in text.splitlines()[1:] if line]
@@ -240,18 +246,7 @@ def test_the_demo_summary_keeps_a_repeated_result_in_its_latest_record():
     latest = (
         '[assistant]\n[tool call r40-1-1] echo({"text": "hi"})\n[tool result r40-1-1]\n- echo: hi'
     )
-    content = (
-        "Summary so far:\n(none yet)\n\nNext material, in order:\n"
-        f"{_material(older, *filler, latest)}"
-    )
-    reply = LocalDemoGateway().complete(
-        ModelRequest(
-            purpose="compaction",
-            messages=[{"role": "user", "content": content}],
-            max_output_tokens=400,
-        )
-    )
-    text = reply.message["content"]
+    _, text = demo_summary(older, *filler, latest)
     assert "r1-1-1" not in text, "the oldest record went for room"
     assert text.endswith(
         '[tool call r40-1-1] echo({"text": "hi"})\n[tool result r40-1-1]\n- echo: hi'
