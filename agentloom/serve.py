@@ -16,6 +16,11 @@ import shutil
 import sys
 from pathlib import Path
 
+# A worker that refuses to stop (one that got the stop signal while it was still starting never
+# stops; an events stream holds its worker until the run ends) is killed this long after the
+# server was told to stop, so stopping always ends.
+WORKERS_KILL_SECONDS = 10
+
 
 def granian_command(
     *, host: str, port: int, workers: int, static_root: str, static_url: str
@@ -37,6 +42,8 @@ def granian_command(
         "--static-path-mount",
         static_root,
         "--no-ws",
+        "--workers-kill-timeout",
+        str(WORKERS_KILL_SECONDS),
         "agentloom.asgi:application",
     ]
 

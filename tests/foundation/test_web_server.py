@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentloom.serve import granian_command
+from agentloom.serve import WORKERS_KILL_SECONDS, granian_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,3 +198,39 @@ def test_dev_run_serves_on_the_port_asked_for(tmp_path):
     finally:
         os.killpg(dev.pid, signal.SIGTERM)
         dev.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_a_server_stopped_while_a_worker_starts_still_stops(tmp_path):
+    """A worker that gets the stop signal before it is ready never stops by itself: Granian
+    kills it after `WORKERS_KILL_SECONDS`, so stopping the server (Ctrl-C on `./dev run`, a
+    deployment's SIGTERM) always ends."""
+    env = {
+        **os.environ,
+        "STATIC_ROOT": str(tmp_path / "static"),
+        "AGENTLOOM_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "agentloom.serve", "--port", str(_free_port()), "--workers", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen = []
+    try:
+        for line in server.stdout:
+            seen.append(line)
+            if "Spawning worker-2" in line:
+                break
+        assert any("Spawning worker-2" in line for line in seen), "".join(seen)
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=WORKERS_KILL_SECONDS + 20)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        server.stdout.close()
