@@ -52,9 +52,9 @@ from agentloom.errors import ApplicationError
 from agentloom.providers import retirement_of
 from agentloom.providers.pricing import PriceInForce, price_in_force
 from context_app.models import AgentVersion
-from context_app.server_tools import Held, server_tools_of
+from context_app.services.server_tools import Held, server_tools_of
 from models_app.models import ModelConnection
-from models_app.services import redaction_secrets
+from models_app.services.connections import redaction_secrets
 
 
 class ConnectionMismatch(ApplicationError):

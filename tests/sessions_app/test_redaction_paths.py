@@ -10,7 +10,7 @@ from django.apps import apps
 from django.utils import timezone
 
 from models_app.models import ModelConnection
-from models_app.services import (
+from models_app.services.connections import (
     PREVIOUS_KEY_DAYS,
     PREVIOUS_KEYS_KEPT,
     connection_update,
