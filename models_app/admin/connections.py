@@ -18,9 +18,12 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agentloom.errors import ApplicationError
-from agentloom.providers import punycode_url, retirement_of
-from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
-from agentloom.providers.pricing import price_in_force
+from agentloom.providers import (
+    MANIFEST_MAX_AGE_DAYS,
+    price_in_force,
+    punycode_url,
+    retirement_of,
+)
 from agentloom.spaces.admin_scoping import ServiceForm, ServiceWritesAdmin
 from agentloom.spaces.selectors import administered_spaces
 from models_app import checks
