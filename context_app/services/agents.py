@@ -224,7 +224,8 @@ def agent_question_room(agent: Agent) -> dict[str, int] | None:
 
 
 def version_snapshot(agent: Agent) -> dict[str, Any]:
-    """Return the frozen snapshot of `agent` as it is now (DESIGN.md §4)."""
+    """Return the frozen snapshot of `agent` as it is now: what a published version runs with,
+    whatever the agent, its connection or its tool servers become later."""
     connection = agent.model_connection
     return {
         "format": SNAPSHOT_FORMAT,
