@@ -53,7 +53,7 @@ from agentloom.providers import PriceInForce, price_in_force, retirement_of
 from context_app.models import AgentVersion
 from context_app.services.server_tools import Held, server_tools_of
 from models_app.models import ModelConnection
-from models_app.services.connections import redaction_secrets
+from models_app.services.redaction import redaction_secrets
 
 
 class ConnectionMismatch(ApplicationError):

@@ -7,8 +7,9 @@ writing, so the admin's forms show the API's messages. Reads live in `models_app
 
 - `connections`: model connections: the rules of each field (provider, base URL and its address
   guard, key, model, window and its source, output limit and the thinking floor, prices,
-  estimator), `connection_validate` and the writes; replaced keys kept for redaction only
-  (`redaction_secrets`);
+  estimator), `connection_validate` and the writes;
+- `redaction`: what a connection's runs redact (`redaction_secrets`): its key, its replaced keys
+  (the last 5, each for 90 days, kept for redaction only) and its space's tool-server headers;
 - `tool_servers`: tool servers: registration, headers write-only and redacted, a URL change
   dropping the stored headers, listing a server's tools, and `server_address` for a run's calls;
 - `discovery`: the model page's calls to a provider, saving nothing: its models
