@@ -187,8 +187,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Keys are stored as digests, can expire and be revoked (agentloom/spaces/tokens.py).
-        "agentloom.spaces.tokens.ApiTokenAuthentication",
+        # Keys are stored as digests, can expire and be revoked
+        # (agentloom/spaces/services/tokens.py); a client's key is looked up by its digest.
+        "agentloom.spaces.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

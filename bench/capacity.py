@@ -181,7 +181,7 @@ def _system_prompt() -> str:
 
 
 def _world(model) -> dict:
-    from context_app.services import agent_create, agent_publish
+    from context_app.services.agents import agent_create, agent_publish
     from tests.factories import make_connection, make_space, make_user
 
     user = make_user("bench")
@@ -402,7 +402,7 @@ def _percentile(values: list[float], percent: float) -> float:
 def _web(world: dict) -> None:
     from django.core.management import call_command
 
-    from agentloom.spaces.tokens import token_create
+    from agentloom.spaces.services.tokens import token_create
     from sessions_app.models import Session, SessionMessage
     from sessions_app.services.runs import session_create
 

@@ -205,7 +205,7 @@ class PeerGateway(ModelGateway):
 def _peer_session(window: int):
     from django.contrib.auth import get_user_model
 
-    from context_app.services import agent_create, agent_publish
+    from context_app.services.agents import agent_create, agent_publish
     from models_app.models import ModelConnection
     from sessions_app.services.runs import session_create
     from tests.factories import make_space

@@ -111,7 +111,7 @@ def _latencies(double, calls: int) -> list[float]:
 
 
 def _make_run(space, user):
-    from context_app.services import agent_create, agent_publish
+    from context_app.services.agents import agent_create, agent_publish
     from sessions_app.services.runs import run_ask, session_create
     from tests.factories import make_connection
 

@@ -1,9 +1,9 @@
 """The agent admin: a form of named fields (tools, sub-agents, context policy), and publishing.
 
-The form checks its input with the same rules as the API (`context_app.services.draft_validate`)
-and shows each refusal on the field it is about. It offers the tools of the space's tool servers
-from the start (on a new agent, those of every space the caller administers), each with the
-approval mode the API's `approval` sets.
+The form checks its input with the same rules as the API
+(`context_app.services.agents.draft_validate`) and shows each refusal on the field it is about. It
+offers the tools of the space's tool servers from the start (on a new agent, those of every space
+the caller administers), each with the approval mode the API's `approval` sets.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from agentloom.spaces.selectors import administered_spaces
 from context_app.engine_adapter import builtin_tool_descriptions
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import draft_changes, latest_versions
-from context_app.server_tools import choosable_server_tools
-from context_app.services import (
+from context_app.services.agents import (
     MAX_SUB_AGENTS,
     agent_publish,
     agent_publish_nested,
@@ -40,6 +39,7 @@ from context_app.services import (
     clean_sub_agent,
     draft_validate,
 )
+from context_app.services.server_tools import choosable_server_tools
 
 PUBLISH_BUTTON = "_publish"
 # Blank rows shown below a draft's sub-agents for adding new ones.

@@ -14,7 +14,7 @@ from context_app.serializers import (
     AgentUpdateSerializer,
     AgentVersionSerializer,
 )
-from context_app.services import agent_create, agent_publish, agent_update
+from context_app.services.agents import agent_create, agent_publish, agent_update
 
 AGENT_ID = "Agent id."
 

@@ -49,12 +49,11 @@ from agentloom.engine import (
     sent_request,
 )
 from agentloom.errors import ApplicationError
-from agentloom.providers import retirement_of
-from agentloom.providers.pricing import PriceInForce, price_in_force
+from agentloom.providers import PriceInForce, price_in_force, retirement_of
 from context_app.models import AgentVersion
-from context_app.server_tools import Held, server_tools_of
+from context_app.services.server_tools import Held, server_tools_of
 from models_app.models import ModelConnection
-from models_app.services import redaction_secrets
+from models_app.services.redaction import redaction_secrets
 
 
 class ConnectionMismatch(ApplicationError):

@@ -58,7 +58,7 @@ def latest_versions(agents) -> dict[int, AgentVersion]:
 
 
 # What publishing freezes from the draft, in the order the pages list differences. A draft's
-# fields are these and the approval modes (`context_app.services`).
+# fields are these and the approval modes (`context_app.services.agents`).
 PUBLISHED_FIELDS = (
     "name",
     "system_prompt",

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from agentloom.api import FlagField, StrictSerializer, TextField, id_field
 from agentloom.engine import DEFAULT_POLICY
 from context_app.engine_adapter import builtin_tool_names
-from context_app.services import (
+from context_app.services.agents import (
     MAX_PROMPT_CHARS,
     MAX_SUB_AGENTS,
     SUB_AGENT_NAME,

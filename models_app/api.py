@@ -9,7 +9,6 @@ from rest_framework.response import Response
 
 from agentloom.api import ApiView, DetailSerializer, api_schema, object_id
 from agentloom.spaces.selectors import require_space_admin
-from models_app.discovery import connection_test, models_discover
 from models_app.selectors import connection_get, connections_for_user, space_get
 from models_app.serializers import (
     ConnectionTestRequestSerializer,
@@ -20,7 +19,8 @@ from models_app.serializers import (
     ModelConnectionSerializer,
     ModelConnectionUpdateSerializer,
 )
-from models_app.services import connection_create, connection_delete, connection_update
+from models_app.services.connections import connection_create, connection_delete, connection_update
+from models_app.services.discovery import connection_test, models_discover
 
 CONNECTION_ID = "Model connection id."
 

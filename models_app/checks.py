@@ -6,7 +6,7 @@ import datetime
 
 from django.core import checks
 
-from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS, Manifest, load_manifest
+from agentloom.providers import MANIFEST_MAX_AGE_DAYS, Manifest, load_manifest
 
 STALE_MANIFEST = "models_app.W001"
 

@@ -50,7 +50,7 @@ class ModelConnection(models.Model):
     base_url = models.URLField(max_length=500, blank=True)
     api_key = EncryptedTextField(blank=True, default="")
     # Keys this connection used before, newest first: `[{"key", "retired_at"}]`, kept only to
-    # redact them (models_app.services: how many and how long), never sent anywhere.
+    # redact them (models_app.services.redaction: how many and how long), never sent anywhere.
     previous_api_keys = EncryptedJSONField(blank=True, default=list)
     model_id = models.CharField(max_length=200)
     context_window = models.PositiveIntegerField(default=32_768)

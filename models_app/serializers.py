@@ -1,6 +1,6 @@
 """Shapes of model connections and discovered models in the REST API.
 
-Input serializers check types and ranges; `models_app.services` owns every other rule.
+Input serializers check types and ranges; `models_app.services.connections` owns every other rule.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rest_framework import serializers
 from agentloom.api import StrictSerializer, TextField, id_field
 from agentloom.providers import punycode_url, retirement_of
 from models_app.models import ModelConnection
-from models_app.services import MAX_API_KEY_CHARS, MAX_TOKENS
+from models_app.services.connections import MAX_API_KEY_CHARS, MAX_TOKENS
 
 _NULL_IS_DEFAULT = (
     "Null (or omitted on create) means the default: the official manifest on the provider's "

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from agentloom.api import ApiView, StrictSerializer, TextField, api_schema, id_field, object_id
 from agentloom.spaces.selectors import require_space_admin
 from models_app.selectors import space_get, tool_server_get, tool_servers_for_user
-from models_app.tool_servers import (
+from models_app.services.tool_servers import (
     MAX_HEADERS,
     tool_server_create,
     tool_server_delete,

@@ -10,9 +10,9 @@ from django.db import transaction
 from agentloom.engine import BUILTIN_TOOL_NAMES
 from agentloom.spaces.models import Membership, Space
 from context_app.models import Agent
-from context_app.services import agent_create, agent_publish
+from context_app.services.agents import agent_create, agent_publish
 from models_app.models import ModelConnection
-from models_app.services import connection_create
+from models_app.services.connections import connection_create
 
 DEMO_SPACE_NAME = "Demo space"
 DEMO_CONNECTION_NAME = "Local demo model"

@@ -7,8 +7,7 @@ from django.db import models
 
 from agentloom.engine import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
 from agentloom.fields import CompressedEncryptedJSONField, EncryptedJSONField, EncryptedTextField
-from agentloom.providers.manifest import Prices
-from agentloom.providers.pricing import call_cost
+from agentloom.providers import Prices, call_cost
 from agentloom.spaces.models import Space
 from context_app.models import Agent, AgentVersion
 

@@ -82,7 +82,7 @@ def published_session(
 ):
     """Return a new session of an agent on `connection`, created and published through the
     services as an admin does, with `tools` and the default context policy."""
-    from context_app.services import agent_create, agent_publish
+    from context_app.services.agents import agent_create, agent_publish
     from sessions_app.services.runs import session_create
 
     agent = agent_create(
@@ -113,8 +113,8 @@ def ask(session, user, question):
 def approval_session(user, space, url: str, tools: list[str], approval=None):
     """Return a session of an agent using the tools of an MCP server at `url` whose default
     approval mode is `always` (`approval` overrides it per tool)."""
-    from context_app.services import agent_create, agent_publish
-    from models_app.tool_servers import tool_server_create, tool_server_refresh
+    from context_app.services.agents import agent_create, agent_publish
+    from models_app.services.tool_servers import tool_server_create, tool_server_refresh
     from sessions_app.services.runs import session_create
 
     server = tool_server_create(user=user, space=space, name="demo", url=url, approval="always")

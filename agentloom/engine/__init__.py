@@ -35,9 +35,22 @@ Where each rule of the design lives (each module's docstring states its rules):
 - large records (excerpts with a reference, read back by `read_record`): `_large`, the tool in
   `_tools`;
 - the integrity gate (every provider's payload checked before it is sent): `_gate`;
+- approval of tool calls (the run waits at the safe point after the response that called a tool
+  needing approval; `Engine.continue_run` goes on without a new attempt, each decision journaled
+  as feedback, a denied call answered `denied`): `_approval`; which tool-server tools need it
+  (the agent's mode, else the server's default, frozen at publish):
+  `context_app/services/server_tools.py`; only the session's creator decides, each call once,
+  and a wait no one decides ends `cancelled`: `sessions_app/services/approvals.py`;
+- streaming (a model call's output shown as it is generated, redacted before it leaves the
+  engine): the provider reads server-sent events into one chat-completion document and reports
+  each piece (`agentloom/providers/_stream.py`); `_engine._DeltaRelay` redacts them, holding back
+  what may begin a secret; the worker writes them to the run's live channel
+  (`sessions_app/services/live.py`); the events stream serves them with each call's end
+  (`sessions_app/events.py`); the console shows them as previews until the journaled record
+  replaces them (`static/console/stream.js`);
 - views by reference and the one definition of each view transform: `_refs`; rendering versions:
-  `_rendering`; the checkpoint frame: `_frame`; records and entry keys: `_records`; approval of
-  tool calls: `_approval`; the lease heartbeat and cancellation relay: `_watch`.
+  `_rendering`; the checkpoint frame: `_frame`; records and entry keys: `_records`; the lease
+  heartbeat and cancellation relay: `_watch`.
 """
 
 from agentloom.engine._approval import WAITING_APPROVAL, Decision

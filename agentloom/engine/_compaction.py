@@ -236,7 +236,7 @@ class _Fragments:
 
 
 class BudgetCompactionPolicy(CompactionPolicy):
-    """Summarise older history in ordered segments and keep recent complete groups (DESIGN §6)."""
+    """Summarise older history in ordered segments and keep recent complete groups."""
 
     def compact(self, request: CompactionRequest) -> CompactionOutcome:
         """Run one attempt's steps in order; the first that returns an outcome ends it."""

@@ -1100,8 +1100,8 @@ def create_engine(
     dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
     application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
 
-    As the design note documents (seed §1), `context_manager` replaces the default manager (a
-    factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
+    The engine's two replaceable parts are named here: `context_manager` replaces the default
+    manager (a factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
     algorithm; each fills that field of `config`, which may not set it to something else.
     """
     if not isinstance(policy, TriggerPolicy):

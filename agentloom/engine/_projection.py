@@ -27,9 +27,9 @@ Projection repairs protocol and never changes sources:
 The plan a new run starts with (rendering 4) is the one the last `update_plan` among the main
 records it inherits set, in session order: the result that set it is where the plan changed
 (`inherited_plan`). A failed or cancelled run's plan carries over like any other: its records
-stay in the history the next run inherits (DESIGN.md §5: failures and cancellations stay in
-history), so the model reads that `update_plan` call and its result there, and the plan it is
-given must be the one that history shows. A call answered `cancelled` (never run), `unknown` or
+stay in the history the next run inherits (a failure or a cancellation is history too), so the
+model reads that `update_plan` call and its result there, and the plan it is given must be the
+one that history shows. A call answered `cancelled` (never run), `unknown` or
 with an error set no plan and does not count. A resumed run keeps its checkpoint's plan.
 """
 

@@ -9,6 +9,9 @@ arguments, and gets dataclasses and `ProviderError`s back. Where each rule lives
 - `pricing`: the price a call is billed at (manifest on official endpoints, an operator's
   prices elsewhere) and its cost; `discovery`: model lists, defaults and `retirement_of`;
 - `chat`: the gateways, their retry policy and timeouts, DeepSeek's thinking settings.
+
+The names below are the providers' public surface: the apps import them from
+`agentloom.providers`, never from its modules (an import-linter contract holds this).
 """
 
 from agentloom.providers._addresses import (
@@ -60,7 +63,15 @@ from agentloom.providers.discovery import (
     model_defaults,
     retirement_of,
 )
-from agentloom.providers.manifest import Manifest, ManifestEntry, Retirement, load_manifest
+from agentloom.providers.manifest import (
+    MANIFEST_MAX_AGE_DAYS,
+    Manifest,
+    ManifestEntry,
+    Prices,
+    Retirement,
+    load_manifest,
+)
+from agentloom.providers.pricing import PriceInForce, call_cost, price_in_force
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -68,6 +79,7 @@ __all__ = [
     "ESTIMATOR_NAMES",
     "KINDS",
     "LOCAL_DEMO_MODEL_ID",
+    "MANIFEST_MAX_AGE_DAYS",
     "METADATA_HOSTNAMES",
     "OFFICIAL_ENDPOINTS",
     "PLATFORM_DEFAULT_WINDOW",
@@ -85,6 +97,8 @@ __all__ = [
     "OllamaChatGateway",
     "OpenAIChatGateway",
     "OpenAICompatibleChatGateway",
+    "PriceInForce",
+    "Prices",
     "ProviderClient",
     "ProviderError",
     "Resolver",
@@ -92,6 +106,7 @@ __all__ = [
     "RetryPolicy",
     "Timeouts",
     "address_refusal",
+    "call_cost",
     "discover_models",
     "endpoint_url",
     "gateway_for_provider",
@@ -102,6 +117,7 @@ __all__ = [
     "normalise_base_url",
     "numeric_host",
     "parse_chat_completion",
+    "price_in_force",
     "punycode_url",
     "resolve_checked",
     "retirement_of",

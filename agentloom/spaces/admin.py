@@ -21,7 +21,7 @@ from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from agentloom.spaces.models import ApiToken, Membership, Space
 from agentloom.spaces.selectors import require_space_admin, space_role
-from agentloom.spaces.tokens import MAX_EXPIRY_DAYS, token_create_nested, token_revoke
+from agentloom.spaces.services.tokens import MAX_EXPIRY_DAYS, token_create_nested, token_revoke
 
 
 def _administers(request, space) -> bool:

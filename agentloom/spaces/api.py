@@ -15,7 +15,7 @@ from agentloom.spaces.serializers import (
     SpaceCreateSerializer,
     SpaceSerializer,
 )
-from agentloom.spaces.services import member_add, space_create
+from agentloom.spaces.services.spaces import member_add, space_create
 
 
 def _spaces_with_role(user):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from agentloom.errors import NotFound, PermissionDenied
-from agentloom.spaces.models import Membership, Space
+from agentloom.spaces.models import ApiToken, Membership, Space
 
 
 def spaces_for_user(user) -> QuerySet[Space]:
@@ -48,3 +49,10 @@ def require_space_admin(user, space: Space | int) -> None:
     """Raise NotFound outside the space, PermissionDenied for a member who is not an admin."""
     if require_member(user, space) != Membership.Role.ADMIN:
         raise PermissionDenied("Only an admin of this space may do this.")
+
+
+def usable_tokens() -> QuerySet[ApiToken]:
+    """Return the API tokens that authenticate now: neither revoked nor expired."""
+    return ApiToken.objects.filter(revoked_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    )

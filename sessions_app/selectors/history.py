@@ -111,7 +111,9 @@ def project_after_view(
 def history_for_new_run(
     session: Session, binding: dict[str, Any], *, as_of: Run | None = None
 ) -> ProjectedHistory:
-    """Return what a new run of `session` inherits under `binding` (DESIGN.md §5).
+    """Return what a new run of `session` inherits under `binding`: the view the reusable-view
+    rule chooses (`compliant_view`), then the main-instance records after its watermark, projected;
+    with no view, every main-instance record, projected.
 
     With `as_of`, the session as it was when that run's question was asked (its inherited
     watermark): a question that waited in the queue, or was cancelled and resumed, still never

@@ -1,1 +1,25 @@
-"""Services of the sessions app: each module holds the write actions of one concern."""
+"""Writes of the sessions app, and the worker's steps: each module holds one concern.
+
+A user's action (`session_create`, `run_ask`, `run_decide`, …) is durable: one outermost
+transaction, committed when it returns, and an error inside another atomic block; an
+`<action>_nested` form is the same write as part of the caller's transaction (the admin's pages).
+A transaction that locks a session's row and one of its runs' rows locks the session first.
+Reads live in `sessions_app.selectors`.
+
+- `runs`: the run lifecycle: sessions, asking, resuming, cancelling, supplements, leases and the
+  one-active-run rule;
+- `approvals`: approval of tool calls: only the session's creator decides, each call once; the
+  run then continues; a wait no one decides ends `cancelled`;
+- `deletion`: a session's soft delete and the superuser's purge;
+- `reusable_views`: the observed-prefix rule (which compaction snapshot a run may save as a
+  reusable view), saving views and revoking them with what derives from them;
+- `journal`: an engine checkpoint turned into ordered, encrypted, idempotent journal rows, and
+  the lock order (session, then run);
+- `execution`: one run on a worker: its lease, the engine, every step journaled;
+- `renewer`: the process's lease renewer: the heartbeat and the cancel relay of all its runs;
+- `slots`: how many of a worker process's runs use the database at once;
+- `live`: a running model call's redacted output, from the worker to the run's events stream;
+- `checkpoints`: a `format: 1` checkpoint rewritten by reference;
+- `legacy`: runs from before the journal existed adopted, marked `raw_complete: false`;
+- `replay`: a run re-driven from its own recordings and compared with its journal.
+"""

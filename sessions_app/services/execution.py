@@ -27,7 +27,7 @@ from agentloom.engine import (
     reported_prompt_tokens,
 )
 from agentloom.errors import ApplicationError
-from agentloom.providers.pricing import PriceInForce
+from agentloom.providers import PriceInForce
 from context_app.engine_adapter import (
     build_engine,
     estimator_name,

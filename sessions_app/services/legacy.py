@@ -1,4 +1,4 @@
-"""Adopt runs from before the journal existed (DESIGN.md §3, seed §8).
+"""Adopt runs from before the journal existed, so that the runs after them inherit them.
 
 A legacy checkpoint is a format-1 frame without `context.records`. Its run adopts the surviving
 suffix of its own messages (from its question on); older runs without any checkpoint adopt their
@@ -144,7 +144,7 @@ def adopt_legacy_runs(*, session: Session | None = None) -> int:
 
 
 def adopt_unjournaled_runs(*, session: Session) -> int:
-    """Adopt the session's finished runs that have nothing in the journal (seed §8).
+    """Adopt the session's finished runs that have nothing in the journal.
 
     Called before a new question takes its watermark, so that question inherits them. Found in
     one query on clear columns: no checkpoint is decrypted unless a run has no journal rows.

@@ -51,7 +51,7 @@ from agentloom.engine import (
 from agentloom.errors import ApplicationError
 from agentloom.toolservers import failure_reason
 from context_app.engine_adapter import gateway_for, run_measures, version_binding
-from context_app.server_tools import server_tools_of
+from context_app.services.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore, full_checkpoint

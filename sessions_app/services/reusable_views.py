@@ -1,6 +1,6 @@
 """Reusable views: the one home of the rule that says which view a new run may reuse.
 
-The observed-prefix rule (DESIGN.md §5, seed §4): a run may save a compaction snapshot as a
+The observed-prefix rule: a run may save a compaction snapshot as a
 reusable view only if its inherited watermark plus its own main-instance records up to the
 snapshot's `covered_seq` form a contiguous prefix of the session's main-instance records, and only
 with no pending tool calls, no queued supplements and no terminal records outside the runtime

@@ -29,7 +29,8 @@
     platform_default: "32K fallback: check it",
     manual: "manual",
   };
-  // Providers that list their models only for a key (models_app/services.py _KEY_REQUIRED).
+  // Providers that list their models only for a key (KEY_REQUIRED in
+  // models_app/services/connections.py).
   const KEY_REQUIRED = ["openai", "deepseek"];
   const BASE_URL_HINTS = {
     openai: "blank: https://api.openai.com/v1",

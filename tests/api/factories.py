@@ -10,7 +10,7 @@ from tests.factories import make_connection
 
 def client_for(user=None) -> APIClient:
     """Return an API client that sends `user`'s token (anonymous when `user` is None)."""
-    from agentloom.spaces.tokens import token_create
+    from agentloom.spaces.services.tokens import token_create
 
     client = APIClient()
     if user is not None:
@@ -21,7 +21,7 @@ def client_for(user=None) -> APIClient:
 
 def make_agent(space, admin, **fields):
     """Create a draft through `agent_create` with a local demo connection."""
-    from context_app.services import agent_create
+    from context_app.services.agents import agent_create
 
     if "model_connection" not in fields:
         fields["model_connection"] = make_connection(space)
@@ -31,7 +31,7 @@ def make_agent(space, admin, **fields):
 
 
 def publish(agent, admin):
-    from context_app.services import agent_publish
+    from context_app.services.agents import agent_publish
 
     return agent_publish(user=admin, agent=agent)
 

@@ -223,7 +223,7 @@ def test_bad_page_parameters_are_400_naming_the_field(template, query, field, ap
 
 
 def test_lists_are_pages_with_limit_and_offset(api, alice):
-    from agentloom.spaces.services import space_create
+    from agentloom.spaces.services.spaces import space_create
 
     for number in range(5):
         space_create(user=alice, name=f"S{number}")
@@ -243,7 +243,7 @@ def test_lists_are_pages_with_limit_and_offset(api, alice):
 
 
 def test_the_default_page_holds_50(api, alice):
-    from agentloom.spaces.services import space_create
+    from agentloom.spaces.services.spaces import space_create
 
     for number in range(51):
         space_create(user=alice, name=f"S{number}")

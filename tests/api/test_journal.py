@@ -1,4 +1,4 @@
-"""The session journal: a cursor over seq, optionally filtered by instance (DESIGN.md §8)."""
+"""The session journal: a cursor over seq, optionally filtered by instance."""
 
 from __future__ import annotations
 

@@ -419,7 +419,7 @@ def test_open_streams_beyond_the_pool_leave_other_users_requests_answered(
     her ninth stream is refused whichever process takes it (the count is shared in Redis)."""
     import redis
 
-    from agentloom.spaces.tokens import token_create
+    from agentloom.spaces.services.tokens import token_create
 
     redis.Redis.from_url(redis_url).flushdb()  # this leg's own database: no leases left over
     _, alice_key = token_create(user=alice, name="streams")

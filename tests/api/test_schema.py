@@ -13,7 +13,7 @@ from rest_framework import serializers
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from agentloom.spaces.tokens import token_create
+from agentloom.spaces.services.tokens import token_create
 
 OPERATIONS = [
     ("GET", "/api/v1/spaces/"),
@@ -187,7 +187,7 @@ def _components(api) -> dict:
 
 
 def test_sub_agents_declare_their_largest_count(api):
-    from context_app.services import MAX_SUB_AGENTS
+    from context_app.services.agents import MAX_SUB_AGENTS
 
     schemas = _components(api)
     for name in ("AgentCreateRequest", "PatchedAgentUpdateRequest"):

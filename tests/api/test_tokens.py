@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from agentloom.errors import InvalidInput
 from agentloom.spaces.models import ApiToken
-from agentloom.spaces.tokens import key_digest, token_create, token_revoke
+from agentloom.spaces.services.tokens import key_digest, token_create, token_revoke
 
 pytestmark = pytest.mark.django_db
 

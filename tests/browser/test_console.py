@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 from agentloom.engine import LocalDemoGateway
 from agentloom.engine._tools import SleepTool
 from context_app.models import Agent
-from context_app.services import agent_create, agent_publish
+from context_app.services.agents import agent_create, agent_publish
 from sessions_app.demo import DEMO_AGENT_NAME, ensure_demo
 from sessions_app.events import RunFeed
 from sessions_app.models import SessionMessage

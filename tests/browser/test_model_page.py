@@ -7,7 +7,7 @@ from django.db import connection as db_connection
 from playwright.sync_api import expect
 
 from models_app.models import ModelConnection
-from models_app.services import connection_create
+from models_app.services.connections import connection_create
 from tests.support.provider_double import ProviderDouble
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from context_app.services import agent_create, agent_publish
+from context_app.services.agents import agent_create, agent_publish
 from sessions_app.services.runs import session_create
 from tests.factories import make_connection
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from context_app.models import Agent
 from context_app.selectors import draft_changes
-from context_app.services import agent_update
+from context_app.services.agents import agent_update
 
 pytestmark = pytest.mark.django_db
 

@@ -229,7 +229,7 @@ def test_projected_tool_results_obey_the_view_cap():
 
 
 def test_walk_a_b_c_resume_a_d(scripted):
-    """Seed §4: resuming A sees neither B nor C; D sees everything once."""
+    """A → B → C → resume A → D: resuming A sees neither B nor C; D sees everything once."""
     journal = SessionJournal()
 
     run_a = make_engine(

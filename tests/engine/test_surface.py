@@ -66,7 +66,7 @@ def test_create_engine_takes_four_positional_arguments_hooks_and_config():
     positional = [p.name for p in parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
     keyword = [p.name for p in parameters.values() if p.kind is p.KEYWORD_ONLY]
     assert positional == ["gateway", "tools", "policy", "budget"]
-    # The two the design note documents (seed §1) stay keywords of their own.
+    # The engine's two replaceable parts (context manager, compaction) stay keywords of their own.
     assert keyword == ["hooks", "config", "context_manager", "compaction_policy"]
     engine_parameters = set(inspect.signature(engine.Engine).parameters)
     assert engine_parameters == {"gateway", "tools", "policy", "budget", "hooks", "config"}

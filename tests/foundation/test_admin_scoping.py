@@ -260,7 +260,7 @@ def test_deleting_a_session_in_the_admin_is_the_soft_delete(browser, mallory, mi
 
 def test_tokens_in_the_admin_are_their_owners_and_can_be_revoked(browser, mallory, bob):
     from agentloom.spaces.models import ApiToken
-    from agentloom.spaces.tokens import token_create
+    from agentloom.spaces.services.tokens import token_create
 
     own, _ = token_create(user=mallory)
     other, _ = token_create(user=bob)
@@ -279,7 +279,7 @@ def test_tokens_in_the_admin_are_their_owners_and_can_be_revoked(browser, mallor
 
 def test_a_token_made_in_the_admin_shows_its_key_once(browser, mallory, bob):
     from agentloom.spaces.models import ApiToken
-    from agentloom.spaces.tokens import key_digest
+    from agentloom.spaces.services.tokens import key_digest
 
     # Staff make their own tokens only, whoever the form names.
     page = browser.post(

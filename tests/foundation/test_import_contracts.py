@@ -3,7 +3,7 @@
 import-linter analyses only modules it can reach as packages, so a folder without `__init__.py`
 would be skipped silently (ruff's INP rule refuses such a folder); and the contract that keeps the
 apps on the engine's public surface lists the engine's private modules by name, so a new module
-must join that list.
+must join that list. The providers' surface is held for every app above the tool-server client.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ def test_the_private_engine_modules_in_the_contract_are_the_files_on_disk():
     on_disk = {f"agentloom.engine.{path.stem}" for path in engine_dir.glob("_*.py")}
     on_disk.discard("agentloom.engine.__init__")
     assert listed - {"agentloom.engine.testing"} == on_disk
+
+
+def test_every_app_is_held_to_the_providers_public_surface():
+    contract = _contract("the apps use the providers' public surface")
+    layers = _contract("apps are held in layers")["layers"]
+    apps = layers[: layers.index("agentloom.toolservers")]
+    assert sorted(contract["source_modules"]) == sorted(apps)
+    assert contract["forbidden_modules"] == ["agentloom.providers.*"]
 
 
 def test_the_engine_may_never_import_an_mcp_client():

@@ -14,6 +14,8 @@ import importlib
 import inspect
 import pkgutil
 import re
+import tomllib
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -24,14 +26,12 @@ from models_app.models import ModelConnection, ToolServer
 from sessions_app.demo import ensure_demo
 from tests.factories import make_run, make_session, make_user
 
-# The modules that hold the services' writes (a package stands for all of its modules).
+# The packages that hold the services' writes, one per app (each stands for all of its modules);
+# the import contract "selectors import no services" forbids the same ones.
 SERVICE_MODULES = (
     "agentloom.spaces.services",
-    "agentloom.spaces.tokens",
     "context_app.services",
-    "models_app.discovery",
     "models_app.services",
-    "models_app.tool_servers",
     "sessions_app.services",
 )
 # Modules that hold reads; searched too, so that a read moved there is still found by name.
@@ -92,6 +92,7 @@ OUTBOUND = "calls the provider for the model page, writes nothing"
 WORKER = "a step of the worker's or a sweep's, not a user's request"
 NOT_ACTIONS = {
     "agent_question_room": READ,
+    "choosable_server_tools": READ,
     "clean_sub_agent": VALIDATES,
     "connection_validate": VALIDATES,
     "tool_server_validate": VALIDATES,
@@ -173,7 +174,9 @@ def world(db, monkeypatch):
     agent = space.agents.get()
     session = make_session(agent.versions.get(), alice)
     listing = SimpleNamespace(protocol_version="2025-06-18", tools=())
-    monkeypatch.setattr("models_app.tool_servers.list_tools", lambda *args, **kwargs: listing)
+    monkeypatch.setattr(
+        "models_app.services.tool_servers.list_tools", lambda *args, **kwargs: listing
+    )
     return SimpleNamespace(
         alice=alice,
         bob=make_user("bob"),
@@ -231,6 +234,15 @@ def test_every_service_function_named_after_an_entity_is_classified():
         and name.removesuffix(NESTED) not in ACTIONS
     )
     assert unlisted == [], "a new user action belongs in ACTIONS (durable), else in NOT_ACTIONS"
+
+
+def test_the_selectors_contract_forbids_the_services_this_guard_checks():
+    config = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["name"] == "selectors import no services"]
+    assert sorted(contract["forbidden_modules"]) == sorted(SERVICE_MODULES)
+    assert sorted(contract["source_modules"]) == sorted(SELECTOR_MODULES)
+    assert all(name.endswith(".services") for name in SERVICE_MODULES)
 
 
 def test_a_nested_form_belongs_to_an_action():

@@ -51,7 +51,7 @@ def test_the_server_is_pinned_and_dev_run_serves_with_it():
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_served_site_answers_pages_static_files_and_the_api(tmp_path, alice):
-    from agentloom.spaces.tokens import token_create
+    from agentloom.spaces.services.tokens import token_create
 
     database = os.environ.get("TEST_SQLITE_NAME")
     from django.db import connection

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from models_app.models import ModelConnection
-from models_app.services import connection_create
+from models_app.services.connections import connection_create
 from tests.factories import make_agent, make_space, make_user, make_version
 from tests.models_app.conftest import SECRET_KEY
 
@@ -381,7 +381,7 @@ def test_a_refused_form_without_a_typed_key_does_not_ask_for_one(browser, lab):
 
 def test_a_refusal_when_saving_is_shown_on_the_form_and_nothing_is_kept(browser, lab, monkeypatch):
     from agentloom.errors import InvalidInput
-    from models_app import admin as connection_admin
+    from models_app.admin import connections as connection_admin
 
     def refuse(**fields):
         # A rule the form's check could not see: the write refuses after the check passed.

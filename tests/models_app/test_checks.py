@@ -38,7 +38,7 @@ def test_manage_py_check_prints_it(monkeypatch, capsys):
 
 @pytest.mark.django_db
 def test_the_model_page_says_when_manifest_values_are_old(monkeypatch, alice, space):
-    from models_app.admin import WindowSourceWidget
+    from models_app.admin.connections import WindowSourceWidget
 
     widget = WindowSourceWidget(choices=[("official_manifest", "Official manifest")])
     widget.verified_on = "2026-04-26"

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from models_app.services import connection_create, connection_update
+from models_app.services.connections import connection_create, connection_update
 from tests.api.factories import client_for
 from tests.models_app.conftest import SECRET_KEY
 from tests.models_app.test_services import refused

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from models_app.models import ModelConnection
-from models_app.services import connection_create
+from models_app.services.connections import connection_create
 from tests.models_app.conftest import SECRET_KEY
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_hosts")]

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from models_app.models import ModelConnection
-from models_app.services import connection_create
+from models_app.services.connections import connection_create
 from tests.factories import make_space, make_user
 from tests.models_app.conftest import SECRET_KEY
 

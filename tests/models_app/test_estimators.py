@@ -6,8 +6,8 @@ import pytest
 
 from agentloom.errors import InvalidInput
 from agentloom.providers import model_defaults
-from context_app.services import agent_publish
-from models_app.services import connection_create, connection_update
+from context_app.services.agents import agent_publish
+from models_app.services.connections import connection_create, connection_update
 from tests.factories import make_agent
 from tests.models_app.conftest import SECRET_KEY
 

@@ -14,8 +14,8 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
 from agentloom.providers import secure_client
-from agentloom.spaces.tokens import token_create
-from models_app import discovery
+from agentloom.spaces.services.tokens import token_create
+from models_app.services import discovery
 from tests.factories import make_connection
 
 OPERATIONS = [

@@ -9,7 +9,7 @@ from django.db import connection as db_connection
 
 from agentloom.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from models_app.models import ModelConnection
-from models_app.services import connection_create, connection_delete, connection_update
+from models_app.services.connections import connection_create, connection_delete, connection_update
 from tests.factories import make_agent, make_connection, make_version
 from tests.models_app.conftest import SECRET_KEY
 

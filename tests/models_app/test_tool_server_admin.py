@@ -105,7 +105,7 @@ def test_a_duplicate_name_is_refused_on_the_form(browser, lab):
 
 def test_the_check_refuses_a_taken_name_as_the_write_would(root, lab):
     from agentloom.errors import InvalidInput
-    from models_app.tool_servers import tool_server_validate
+    from models_app.services.tool_servers import tool_server_validate
 
     taken = ToolServer.objects.create(space=lab, name="demo", url=UNREACHABLE)
     with pytest.raises(InvalidInput) as refused:
@@ -119,7 +119,7 @@ def test_the_check_refuses_a_taken_name_as_the_write_would(root, lab):
 
 
 def test_a_refusal_when_saving_is_shown_on_the_form(browser, lab, monkeypatch):
-    from models_app import tool_servers_admin
+    from models_app.admin import tool_servers as tool_servers_admin
 
     checked = tool_servers_admin.tool_server_validate
 
@@ -201,7 +201,7 @@ AGENT_ADD = "/admin/context_app/agent/add/"
 
 @pytest.fixture
 def listed_server(root, lab, mcp_url):
-    from models_app.tool_servers import tool_server_create, tool_server_refresh
+    from models_app.services.tool_servers import tool_server_create, tool_server_refresh
 
     server = tool_server_create(user=root, space=lab, name="demo", url=mcp_url, approval="always")
     return tool_server_refresh(user=root, server=server)

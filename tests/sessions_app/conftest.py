@@ -15,7 +15,7 @@ from agentloom.engine import (
     ModelResponse,
 )
 from context_app import engine_adapter
-from context_app.services import agent_create, agent_publish
+from context_app.services.agents import agent_create, agent_publish
 from sessions_app.services.runs import session_create
 from tests.factories import make_connection, make_space
 from tests.support.openai_contract import assert_valid_request

@@ -56,7 +56,7 @@ def test_a_queued_run_names_its_deployment(alice, monkeypatch, django_capture_on
     monkeypatch.setattr(
         tasks.execute_run, "delay", lambda run_id, **options: sent.append((run_id, options))
     )
-    from context_app.services import agent_publish
+    from context_app.services.agents import agent_publish
 
     space = make_space(admin=alice)
     agent = make_agent(space, alice, connection=make_connection(space))

@@ -91,7 +91,7 @@ def test_redelivered_checkpoint_saves_change_nothing(alice, gateway, make_demo_s
 def test_resume_continues_the_original_run_without_later_questions(
     alice, gateway, make_demo_session
 ):
-    """The A → B → C → resume A → D walk of the design note (seed §4), A compacting on resume."""
+    """A → B → C → resume A → D: resumed A sees neither B nor C, D sees all; A compacts too."""
     # Triggers that fire inside runs: every run compacts, A's resume included.
     session = make_demo_session(policy={"user_turns": 2, "model_steps": 1})
     a = ask(session, alice, "NONCE-A first question [boom]")

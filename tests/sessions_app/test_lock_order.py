@@ -79,7 +79,7 @@ def executed_at_once(monkeypatch):
 
 
 def _token_header(user) -> dict[str, str]:
-    from agentloom.spaces.tokens import token_create
+    from agentloom.spaces.services.tokens import token_create
 
     _, key = token_create(user=user)
     return {"HTTP_AUTHORIZATION": f"Token {key}"}

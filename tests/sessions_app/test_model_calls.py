@@ -128,7 +128,7 @@ def test_new_byte_versions_calibrate_from_the_connections_recent_calls(
 def test_versions_published_before_calibration_keep_plain_bytes(
     alice, make_demo_session, usage_gateway, monkeypatch
 ):
-    from context_app import services
+    from context_app.services import agents as services
 
     frozen = services.version_snapshot
 

@@ -13,8 +13,8 @@ from agentloom.engine import ModelGateway, ModelRequest
 from agentloom.engine.testing import text_response
 from agentloom.errors import InvalidInput
 from context_app import engine_adapter
-from context_app.services import agent_create, agent_publish, version_snapshot
-from models_app.services import connection_update
+from context_app.services.agents import agent_create, agent_publish, version_snapshot
+from models_app.services.connections import connection_update
 from sessions_app.models import ModelCall, Run
 from sessions_app.services.runs import session_create
 from tests.api.factories import client_for

@@ -10,12 +10,8 @@ from django.apps import apps
 from django.utils import timezone
 
 from models_app.models import ModelConnection
-from models_app.services import (
-    PREVIOUS_KEY_DAYS,
-    PREVIOUS_KEYS_KEPT,
-    connection_update,
-    redaction_secrets,
-)
+from models_app.services.connections import connection_update
+from models_app.services.redaction import PREVIOUS_KEY_DAYS, PREVIOUS_KEYS_KEPT, redaction_secrets
 from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
 from sessions_app.services.legacy import adopt_legacy_runs

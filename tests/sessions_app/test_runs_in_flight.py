@@ -198,7 +198,7 @@ def _send_all(redis_url: str, run_ids: list[int]) -> None:
 
 
 def _delayed_sessions(alice, model: DelayedModel, count: int):
-    from context_app.services import agent_publish
+    from context_app.services.agents import agent_publish
 
     space = make_space(admin=alice)
     connection_row = make_connection(

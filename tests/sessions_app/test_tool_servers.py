@@ -18,8 +18,12 @@ from django.db import connection
 
 from agentloom.engine import INTERRUPTED_RESULT, UNKNOWN_RESULT
 from context_app.engine_adapter import input_check, offered_tools
-from context_app.services import agent_create, agent_publish, agent_update
-from models_app.tool_servers import tool_server_create, tool_server_refresh, tool_server_update
+from context_app.services.agents import agent_create, agent_publish, agent_update
+from models_app.services.tool_servers import (
+    tool_server_create,
+    tool_server_refresh,
+    tool_server_update,
+)
 from sessions_app.models import Run, SessionMessage
 from sessions_app.selectors.checkpoints import frame_of
 from sessions_app.services.execution import run_execute

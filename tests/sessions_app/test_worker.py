@@ -104,7 +104,7 @@ def local_session(alice):
     space = make_space(admin=alice)
     connection_row = make_connection(space)
     agent = make_agent(space, alice, connection=connection_row, tools=["sleep", "echo"])
-    from context_app.services import agent_publish
+    from context_app.services.agents import agent_publish
 
     version = agent_publish(user=alice, agent=agent)
     return make_session(version, alice)
@@ -291,7 +291,7 @@ class _SlowModel:
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_a_35_second_model_answer_succeeds_under_a_10_second_lease(redis_url, alice, tmp_path):
-    from context_app.services import agent_publish
+    from context_app.services.agents import agent_publish
     from sessions_app.models import ModelCall
 
     model = _SlowModel(35)

@@ -38,7 +38,7 @@ from agentloom.engine import (
 )
 from agentloom.engine.testing import text_response
 from context_app import engine_adapter
-from context_app.services import agent_create, agent_publish
+from context_app.services.agents import agent_create, agent_publish
 from sessions_app.demo import DEMO_CONTEXT_WINDOW, DEMO_SUB_AGENTS
 from sessions_app.models import Run, SessionMessage, SessionView
 from sessions_app.selectors.checkpoints import frame_of

@@ -4,7 +4,7 @@ A `RecordStore` is where a by-reference (`format: 2`) frame finds what it refers
 records (`records`), session journal records by seq (`journal`), the inherited history block its
 checkpoint names (`history`) and, for `read_record`, one main-instance record within the
 inherited watermark (`main_record`). Two implementations pass this suite: the application's
-`JournalStore` (`sessions_app/services/checkpoints.py`, run in
+`JournalStore` (`sessions_app/selectors/checkpoints.py`, run in
 `tests/sessions_app/test_record_store.py`) and the memory journal's store of
 `agentloom.engine.testing` (`tests/engine/test_record_store.py`).
 

@@ -13,7 +13,7 @@ def hash_existing_tokens(apps, schema_editor):
     """Move every key of DRF's token table here as its digest, then empty that table.
 
     The same keys keep working (clients send them unchanged); only their SHA-256 digests stay.
-    The digest is the one of `agentloom.spaces.tokens.key_digest` as of this migration.
+    The digest is the one of `agentloom.spaces.services.tokens.key_digest` as of this migration.
     """
     connection = schema_editor.connection
     if LEGACY_TABLE not in connection.introspection.table_names():

@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from agentloom.errors import ApplicationError
-from agentloom.spaces.tokens import MAX_EXPIRY_DAYS, token_create
+from agentloom.spaces.services.tokens import MAX_EXPIRY_DAYS, token_create
 
 
 class Command(BaseCommand):

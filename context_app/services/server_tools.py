@@ -25,7 +25,7 @@ from agentloom.errors import InvalidInput
 from agentloom.toolservers import SEPARATOR, ServerAddress, ServerTool, ToolServerError
 from models_app.models import ToolServer
 from models_app.selectors import tool_servers_of_space
-from models_app.tool_servers import server_address
+from models_app.services.tool_servers import server_address
 
 # What the worker wraps a run's database reads in (`database_slots.wrap`).
 Held = Callable[[Callable[[], ServerAddress]], Callable[[], ServerAddress]]

@@ -1,7 +1,7 @@
 """API tokens: created with a key shown once, stored as a digest, expired or revoked.
 
-Clients send `Authorization: Token <key>` as before; `ApiTokenAuthentication` looks the key's
-digest up, so the database never holds a key that would let a reader of a dump call the API.
+Clients send `Authorization: Token <key>` as before; `agentloom.spaces.authentication` looks the
+key's digest up, so the database never holds a key that would let a reader of a dump call the API.
 
 Creating and revoking are durable actions, one outermost transaction each; `token_create_nested`
 is the same write as part of the caller's transaction (the admin's add page).
@@ -14,10 +14,7 @@ import secrets
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
-from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication
 
 from agentloom.errors import InvalidInput, NotFound
 from agentloom.spaces.models import ApiToken
@@ -64,20 +61,3 @@ def token_revoke(*, user, token: ApiToken) -> ApiToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
     return token
-
-
-def usable_tokens():
-    """Return the tokens that authenticate now: neither revoked nor expired."""
-    return ApiToken.objects.filter(revoked_at__isnull=True).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-    )
-
-
-class ApiTokenAuthentication(TokenAuthentication):
-    """`Authorization: Token <key>`, checked against the stored digests of usable tokens."""
-
-    def authenticate_credentials(self, key):
-        token = usable_tokens().select_related("user").filter(digest=key_digest(key)).first()
-        if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        return token.user, token

@@ -29,7 +29,7 @@ from agentloom.providers import (
 from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import administered_spaces, require_space_admin
 from models_app.selectors import connection_get
-from models_app.services import (
+from models_app.services.connections import (
     KEY_REQUIRED,
     clean_api_key,
     clean_base_url,

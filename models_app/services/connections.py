@@ -6,13 +6,8 @@ the API gives; `connection_create` and `connection_update` apply them again insi
 The writes are durable actions (`transaction.atomic(durable=True)`): one outermost transaction,
 committed when it returns, and an error inside another atomic block. Each `<action>_nested` is
 the same write as part of the caller's transaction (a savepoint there), for the admin's pages,
-which Django runs in one transaction.
-
-Replaced keys stay redacted: when an update changes a connection's key, the old key joins the
-connection's previous keys (encrypted like the key), which are used for redaction only
-(`redaction_secrets`), never sent to a provider or shown. The last `PREVIOUS_KEYS_KEPT` (5)
-keys are kept, each for `PREVIOUS_KEY_DAYS` (90) days after it was replaced, so a question or
-an answer that repeats a key a client still holds is journaled as `[redacted]`.
+which Django runs in one transaction. An update that changes a connection's key keeps the old
+key for redaction only (`models_app.services.redaction`).
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
-from django.utils import timezone
 
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.providers import (
@@ -53,7 +47,7 @@ from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.validation import clean_text
 from models_app.models import ModelConnection
-from models_app.selectors import tool_server_secrets
+from models_app.services.redaction import keys_after_change
 
 __all__ = [
     "CONNECTION_FIELDS",
@@ -61,8 +55,6 @@ __all__ = [
     "DEFAULT_SAFETY_MARGIN_TOKENS",
     "MAX_API_KEY_CHARS",
     "MAX_TOKENS",
-    "PREVIOUS_KEYS_KEPT",
-    "PREVIOUS_KEY_DAYS",
     "WINDOW_VALUES",
     "clean_api_key",
     "clean_base_url",
@@ -74,7 +66,6 @@ __all__ = [
     "connection_update",
     "connection_update_nested",
     "connection_validate",
-    "redaction_secrets",
     "same_endpoint",
 ]
 
@@ -117,10 +108,6 @@ DEFAULT_BASE_URLS = {
     "deepseek": "https://api.deepseek.com",
 }
 assert all(url in OFFICIAL_ENDPOINTS[name] for name, url in DEFAULT_BASE_URLS.items())
-
-# How many replaced keys a connection keeps for redaction, and for how long after replacement.
-PREVIOUS_KEYS_KEPT = 5
-PREVIOUS_KEY_DAYS = 90
 
 # Hosted providers answer nothing without a key; a self-hosted compatible server may not need one.
 KEY_REQUIRED = frozenset({"openai", "deepseek"})
@@ -753,39 +740,6 @@ def _resolve_source(current, fields, *, defaults, sent, kept) -> tuple[str, str,
     return source, source_url, verified_on
 
 
-# --- keys kept for redaction --------------------------------------------------------------------
-
-
-def _previous_keys(connection: ModelConnection, *, now: datetime.datetime) -> list[dict[str, str]]:
-    """Return the connection's previous keys that are still kept at `now`, newest first."""
-    cutoff = now - datetime.timedelta(days=PREVIOUS_KEY_DAYS)
-    kept = [
-        entry
-        for entry in connection.previous_api_keys or []
-        if datetime.datetime.fromisoformat(entry["retired_at"]) > cutoff
-    ]
-    return kept[:PREVIOUS_KEYS_KEPT]
-
-
-def redaction_secrets(
-    connection: ModelConnection, *, now: datetime.datetime | None = None
-) -> list[str]:
-    """Return the secrets to redact from what `connection`'s runs write: its key, its previous
-    keys, then the header values of its space's tool servers."""
-    previous = [entry["key"] for entry in _previous_keys(connection, now=now or timezone.now())]
-    keys = [key for key in (connection.api_key, *previous) if key]
-    return keys + tool_server_secrets(connection.space_id)
-
-
-def _keys_after_change(current: ModelConnection, new_key: str) -> list[dict[str, str]]:
-    """Return the previous keys once `current`'s key becomes `new_key`."""
-    now = timezone.now()
-    kept = [entry for entry in _previous_keys(current, now=now) if entry["key"] != new_key]
-    if current.api_key and current.api_key != new_key:
-        kept.insert(0, {"key": current.api_key, "retired_at": now.isoformat()})
-    return kept[:PREVIOUS_KEYS_KEPT]
-
-
 # --- writes -------------------------------------------------------------------------------------
 
 
@@ -839,7 +793,7 @@ def connection_update_nested(
     # Compare with the stored row, not with whatever the caller's instance holds in memory.
     current = ModelConnection.objects.select_for_update().get(pk=connection.pk)
     values = _resolve(space_id=current.space_id, current=current, fields=changes)
-    current.previous_api_keys = _keys_after_change(current, values["api_key"])
+    current.previous_api_keys = keys_after_change(current, values["api_key"])
     for name, value in values.items():
         setattr(current, name, value)
     _save(current)

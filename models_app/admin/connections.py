@@ -1,6 +1,6 @@
 """The model page: pick a provider, fetch its models, and see where the window numbers came from.
 
-The form validates through `models_app.services.connection_validate` and saves through
+The form validates through `models_app.services.connections.connection_validate` and saves through
 `connection_create` / `connection_update` (their nested forms, within the page's transaction), so
 the page and the API refuse the same input with the same messages.
 `static/models_app/discover.js` does the fetching without a page reload.
@@ -18,15 +18,18 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agentloom.errors import ApplicationError
-from agentloom.providers import punycode_url, retirement_of
-from agentloom.providers.manifest import MANIFEST_MAX_AGE_DAYS
-from agentloom.providers.pricing import price_in_force
+from agentloom.providers import (
+    MANIFEST_MAX_AGE_DAYS,
+    price_in_force,
+    punycode_url,
+    retirement_of,
+)
 from agentloom.spaces.admin_scoping import ServiceForm, ServiceWritesAdmin
 from agentloom.spaces.selectors import administered_spaces
 from models_app import checks
 from models_app.models import ModelConnection
 from models_app.selectors import connection_usage
-from models_app.services import (
+from models_app.services.connections import (
     CONNECTION_FIELDS,
     DEFAULT_SAFETY_MARGIN_TOKENS,
     WINDOW_VALUES,
@@ -507,7 +510,3 @@ class ModelConnectionAdmin(ServiceWritesAdmin):
                 connection_delete(user=request.user, connection=connection)
             except ApplicationError as error:
                 self.message_user(request, f"{connection}: {error.detail}", messages.ERROR)
-
-
-# The tool-server admin lives in its own module; importing it registers it.
-from models_app import tool_servers_admin  # noqa: E402, F401

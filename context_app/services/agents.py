@@ -28,7 +28,7 @@ from context_app.engine_adapter import (
 )
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import PUBLISHED_FIELDS
-from context_app.server_tools import (
+from context_app.services.server_tools import (
     clean_approval,
     clean_server_tool_names,
     frozen_server_tools,
@@ -224,14 +224,15 @@ def agent_question_room(agent: Agent) -> dict[str, int] | None:
 
 
 def version_snapshot(agent: Agent) -> dict[str, Any]:
-    """Return the frozen snapshot of `agent` as it is now (DESIGN.md §4)."""
+    """Return the frozen snapshot of `agent` as it is now: what a published version runs with,
+    whatever the agent, its connection or its tool servers become later."""
     connection = agent.model_connection
     return {
         "format": SNAPSHOT_FORMAT,
         "agent": {"id": agent.pk, "name": agent.name},
         "system_prompt": agent.system_prompt,
         "tools": list(agent.tools),
-        # Each chosen tool-server tool as listed at publish (context_app.server_tools).
+        # Each chosen tool-server tool as listed at publish (context_app.services.server_tools).
         "server_tools": frozen_server_tools(agent.space_id, list(agent.tools), agent.approval),
         "sub_agents": [dict(sub) for sub in agent.sub_agents],
         "verify_completion": agent.verify_completion,

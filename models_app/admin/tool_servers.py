@@ -1,7 +1,8 @@
 """The tool-server admin: register an MCP server, list its tools, see what agents may choose.
 
-Writes go through `models_app.tool_servers`, so the page and the API refuse the same input with
-the same messages. Headers are write-only: the page shows their names, never their values.
+Writes go through `models_app.services.tool_servers`, so the page and the API refuse the same
+input with the same messages. Headers are write-only: the page shows their names, never their
+values.
 Registering lists the server's tools at once, after the page's transaction committed; the change
 page's "List tools now" button and the list's "List tools" action ask the server again.
 """
@@ -22,7 +23,7 @@ from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_scoping import ServiceForm, ServiceWritesAdmin
 from agentloom.spaces.selectors import administered_spaces
 from models_app.models import ToolServer
-from models_app.tool_servers import (
+from models_app.services.tool_servers import (
     tool_server_create_nested,
     tool_server_delete,
     tool_server_delete_nested,
