@@ -35,6 +35,9 @@ the attempt with its outcome or hands on to the next:
 5. `check` accepts the result only if it is smaller than before and below the trigger;
    `target_reached` says whether it also reached the target.
 
+Every size of an attempt (before, pinned, masked, the summary's room, after) is measured on what
+the gateway sends for the view (`request.sent`, its payload), the size the triggers fired on.
+
 An empty summary, a failed or refused call, no reduction or a broken tool-call boundary (in the
 view `pin` reads or the one `rebuild` builds) fail the compaction and the old view stays.
 """
@@ -118,6 +121,10 @@ class CompactionRequest:
     # Returns the one-line stub for the tool result at a view index, or None when it has none;
     # None: no masking stage (versions without a large-record policy).
     mask: Callable[[int], dict[str, Any] | None] | None = None
+    # Returns the messages and tool schemas that go on the wire for a view and its tools (the
+    # gateway's payload), which every size of the attempt measures, as the triggers do; None:
+    # the view itself.
+    sent: Callable[[list[dict[str, Any]], list[dict[str, Any]]], tuple[list, list]] | None = None
 
 
 @dataclass(frozen=True)
@@ -356,9 +363,12 @@ class _Attempt:
         self.cut = False
 
     def measure(self, messages: list[dict[str, Any]]) -> int:
-        """Return the size of a view of `messages` with the request's tools."""
+        """Return the size of a view of `messages` with the request's tools, as sent."""
         request = self.request
-        return request.policy.measure(messages, request.tools, request.estimator)
+        tools = request.tools
+        if request.sent is not None:
+            messages, tools = request.sent(messages, tools)
+        return request.policy.measure(messages, tools, request.estimator)
 
     def outcome(
         self, kind: str, reason: str, *, after: int | None = None, **extra: Any

@@ -661,6 +661,20 @@ class JournalContextManager(ContextManager):
             return list(request.messages), list(request.tools)
         return sent_request(self.payload(request))
 
+    def _sent_view(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Return what goes on the wire for an action request of `messages` and `tools`."""
+        return self.sent(
+            ModelRequest(
+                purpose="action",
+                messages=messages,
+                tools=tools,
+                max_output_tokens=self.budget.max_output_tokens,
+                instance=self.frame.instance,
+            )
+        )
+
     def triggers(self, tools: list[dict[str, Any]]) -> tuple[int, tuple[str, ...]]:
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
@@ -742,6 +756,7 @@ class JournalContextManager(ContextManager):
                 estimator=getattr(self.estimator, "bound_estimator", self.estimator),
                 summarise=summarise,
                 mask=self._mask if self.large_records is not None else None,
+                sent=self._sent_view,
             )
         )
         self._commit(outcome)

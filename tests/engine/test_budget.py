@@ -9,7 +9,7 @@ from agentloom.engine import (
     ModelBudget,
     estimator_from_binding,
 )
-from agentloom.engine._budget import DEFAULT_ESTIMATOR_ID
+from agentloom.engine._budget import DEFAULT_ESTIMATOR_ID, budget_refusal
 
 
 def test_worked_example_of_the_design_note():
@@ -84,3 +84,13 @@ def test_estimator_binding_round_trips_and_unknown_modules_are_refused():
     with pytest.raises(ConfigurationError) as caught:
         estimator_from_binding({"module_id": "someone.else/2", "config": {}})
     assert caught.value.field == "estimator"
+
+
+def test_the_hard_check_sends_a_request_at_the_budget_and_refuses_one_above_it():
+    budget = ModelBudget(8_000, 1_000, 0)
+
+    assert budget_refusal("action", 7_000, budget) is None
+    assert budget_refusal("compaction", 7_001, budget) == (
+        "context_budget_exceeded: the compaction request is estimated at 7001, "
+        "above the effective input budget of 7000"
+    )

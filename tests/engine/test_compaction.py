@@ -280,3 +280,57 @@ def test_a_summary_updates_the_summary_before_it_and_is_never_nested(scripted):
     # The earlier summary was the input of the next one, as the summary so far.
     later = [r for r in gateway.requests if "Summary so far:\n(none yet)" not in str(r.messages)]
     assert later, "every compaction after the first starts from the summary before it"
+
+
+def test_a_summary_longer_than_what_it_replaces_fails_as_no_reduction(scripted):
+    # A turns trigger fires on a view far below the budget trigger: a summary that is longer
+    # than the material it replaces leaves a view that is still below the trigger, but larger.
+    context = grown_context(groups=4, chars=200, policy=ContextPolicy(user_turns=1))
+    before = snapshot(context)
+    gateway = summariser(scripted, "a long summary NONCE-S " * 150)
+
+    outcome = context.prepare("action", call_model=gateway.complete).compaction
+
+    assert outcome.triggers == ("user_turns",)
+    assert gateway.purposes() == ["compaction"]
+    assert (outcome.outcome, outcome.reason) == ("failed", "no_reduction")
+    assert outcome.before < outcome.after < ContextPolicy().trigger_at(SMALL)
+    assert outcome.target_reached is False
+    assert snapshot(context) == before
+
+
+def test_a_compaction_below_the_trigger_but_above_the_target_says_target_not_reached(scripted):
+    context = grown_context()
+    gateway = summariser(scripted, "a long summary NONCE-S " * 100)
+
+    outcome = context.prepare("action", call_model=gateway.complete).compaction
+
+    assert (outcome.outcome, outcome.reason) == ("succeeded", "compacted")
+    policy = ContextPolicy()
+    assert policy.target_at(SMALL) < outcome.after < policy.trigger_at(SMALL)
+    assert outcome.target_reached is False
+    assert context.frame.compactions[-1]["metrics"]["target_reached"] is False
+
+
+def test_a_compaction_is_judged_on_the_payload_the_gateway_sends(scripted):
+    # The gateway sends a preamble of its own before the view: the trigger fires on that
+    # payload although the view alone is below it, and the compaction must bring the payload,
+    # not just the view, below the trigger.
+    preamble = {"role": "system", "content": "p" * 1_500}
+
+    def payload(request):
+        return {"messages": [preamble, *request.messages], "tools": list(request.tools)}
+
+    context = new_context(budget=SMALL, payload=payload)
+    for n in range(5):
+        add_group(context, [f"result {n} " + "z" * 700])
+    size, fired = context.triggers([])
+    policy = ContextPolicy()
+    assert fired == ("budget",)
+    assert policy.measure(context.frame.messages, [], context.estimator) < policy.trigger_at(SMALL)
+
+    outcome = context.prepare("action", call_model=summariser(scripted).complete).compaction
+
+    assert (outcome.outcome, outcome.before) == ("succeeded", size)
+    assert outcome.after == context.triggers([])[0]
+    assert context.triggers([])[1] == ()

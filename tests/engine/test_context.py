@@ -10,6 +10,7 @@ from agentloom.engine import (
     JournalContextManager,
     ModelBudget,
     ProjectedHistory,
+    Redactor,
 )
 from tests.engine.helpers import FakeClock, add_group, new_context
 
@@ -225,3 +226,24 @@ def test_a_restored_legacy_view_with_unanswered_calls_lists_them_as_pending():
     assert [call["id"] for call in context.frame.state.pending_tool_calls] == ["x"]
     context.settle_pending()
     assert context.frame.records[0].entry_key == "tool:x"
+
+
+def test_the_models_messages_and_tool_results_are_redacted_before_they_are_recorded():
+    secret = "sk-live-NONCE-0123456789"
+    context = new_context(redactor=Redactor([secret]))
+    call = {"id": "p", "type": "function"}
+    call["function"] = {"name": "echo", "arguments": json.dumps({"text": secret})}
+    record = context.add_assistant(
+        {
+            "role": "assistant",
+            "content": f"using {secret}",
+            "reasoning_content": f"the key {secret} works",
+            "tool_calls": [call],
+        }
+    )
+    context.add_tool_result(record.message["tool_calls"][0]["id"], f"echo: {secret}")
+
+    stored = json.dumps([r.to_dict() for r in context.frame.records])
+    shown = json.dumps(context.frame.messages)
+    assert secret not in stored and secret not in shown
+    assert stored.count("[redacted]") == 4  # content, reasoning, arguments, tool result

@@ -8,6 +8,7 @@ from agentloom.engine import (
     ContextPolicy,
     ExecutionLimits,
     GatewayError,
+    JournalContextManager,
     ModelBudget,
     ProjectedHistory,
     Tool,
@@ -16,7 +17,7 @@ from agentloom.engine import (
     iter_frame_records,
 )
 from agentloom.engine._rendering import CURRENT_RENDERING
-from agentloom.engine.testing import text_response, tool_call_response
+from agentloom.engine.testing import ScriptedGateway, text_response, tool_call_response
 from tests.engine.helpers import FakeClock, Recorder, keys, kinds, make_engine
 
 UPSTREAM = GatewayError("upstream", "The provider failed to answer.")
@@ -77,6 +78,43 @@ def test_a_request_over_the_effective_budget_never_reaches_the_gateway(scripted)
     assert outcome.error.startswith("context_budget_exceeded: the action request is estimated at")
     assert kinds(outcome.frame) == ["user_input", "feedback", "status"]
     assert outcome.frame["context"]["records"][0]["message"]["content"] == "x" * 5_000
+
+
+class PreambleGateway(ScriptedGateway):
+    """A gateway that sends a preamble of its own before the view: its payload is the larger."""
+
+    def payload(self, request):
+        body = super().payload(request)
+        body["messages"] = [{"role": "system", "content": "p" * 3_000}, *body["messages"]]
+        return body
+
+
+class ViewMeasuringContext(JournalContextManager):
+    """A context manager that measures the view it keeps instead of what the gateway sends."""
+
+    def sent(self, request):
+        return list(request.messages), list(request.tools)
+
+
+@pytest.mark.parametrize("context_manager", [JournalContextManager, ViewMeasuringContext])
+def test_a_payload_over_the_budget_is_refused_before_sending_though_its_view_fits(
+    context_manager,
+):
+    # The view (system prompt and question) is far below the effective budget of 3,000; the
+    # payload, with the gateway's 3,000-character preamble, is above it. Whatever the context
+    # manager measured, the engine's own check on the payload refuses it before the call.
+    gateway = PreambleGateway([text_response("never")])
+    engine = make_engine(
+        gateway, budget=ModelBudget(4_000, 1_000, 0), context_manager=context_manager
+    )
+
+    outcome = start(engine)
+
+    assert gateway.requests == []
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("context_budget_exceeded: the action request is estimated at")
+    estimate = int(outcome.error.split("estimated at ")[1].split(",")[0])
+    assert estimate > 3_000
 
 
 def test_a_gateway_error_fails_the_run_with_its_fixed_message_and_the_run_resumes(scripted):

@@ -68,6 +68,16 @@ def test_reasoning_and_decided_tool_calls_are_relayed():
     assert [d["tool_calls"] for d in deltas if d["tool_calls"]] == [["echo"]]
 
 
+def test_a_key_split_across_two_reasoning_chunks_never_reaches_a_delta():
+    cut = 9
+    thoughts = [f"I saw {SECRET[:cut]}", f"{SECRET[cut:]} there"]
+    gateway = StreamingGateway((["done"], thoughts, text_response("done")))
+    deltas = []
+    start(make_engine(gateway, secrets=[SECRET], on_delta=lambda i, d: deltas.append(d)))
+    shown = "".join(delta["reasoning"] for delta in deltas)
+    assert shown == "I saw [redacted] there"
+
+
 def test_text_that_cannot_begin_a_secret_is_not_held_back():
     stream = StreamRedactor(Redactor([SECRET]))
     assert stream.feed("plain words ") == "plain words "

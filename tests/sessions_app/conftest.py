@@ -115,3 +115,26 @@ def make_demo_session(alice):
 def long_question(n: int) -> str:
     """Return a question of about 1,500 characters: sessions of them need summaries, not masks."""
     return f"NONCE-{n}\n" + "question text with many plain words " * 40
+
+
+@pytest.fixture
+def view_refusals(monkeypatch):
+    """Return `{run_id: [reason, …]}`: why each run's snapshots were refused as reusable views.
+
+    Every save asks the view rule again for the run's newest snapshot until it is saved; the
+    reasons are listed in order, a repeat of the previous one left out.
+    """
+    from sessions_app.services import journal
+
+    refusals: dict[int, list[str]] = {}
+    save = journal.snapshot_save
+
+    def recording(**arguments):
+        revision, reason = save(**arguments)
+        reasons = refusals.setdefault(arguments["run_id"], [])
+        if reason is not None and reasons[-1:] != [reason]:
+            reasons.append(reason)
+        return revision, reason
+
+    monkeypatch.setattr(journal, "snapshot_save", recording)
+    return refusals

@@ -22,7 +22,7 @@ from sessions_app.services.runs import (
     supplement_add,
 )
 from tests.factories import ask
-from tests.sessions_app.conftest import SECRET
+from tests.sessions_app.conftest import SECRET, long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -88,8 +88,11 @@ def test_redelivered_checkpoint_saves_change_nothing(alice, gateway, make_demo_s
     assert type(session).objects.get(pk=session.pk).next_seq == next_seq
 
 
+INTERLEAVED = "other runs' records lie inside the covered range (not an observed prefix)"
+
+
 def test_resume_continues_the_original_run_without_later_questions(
-    alice, gateway, make_demo_session
+    alice, gateway, make_demo_session, view_refusals
 ):
     """A → B → C → resume A → D: resumed A sees neither B nor C, D sees all; A compacts too."""
     # Triggers that fire inside runs: every run compacts, A's resume included.
@@ -102,6 +105,8 @@ def test_resume_continues_the_original_run_without_later_questions(
     assert (b.status, c.status) == ("succeeded", "succeeded"), (b.error, c.error)
     c_views = list(SessionView.objects.filter(run=c).order_by("revision"))
     assert c_views, "C saved a reusable view"
+    # B's snapshot was saved at once; C's first waited for the results of its tool call.
+    assert (view_refusals[b.pk], view_refusals[c.pk]) == ([], ["pending tool calls"])
 
     # Resume A: it must see neither B nor C.
     gateway.requests.clear()
@@ -123,6 +128,7 @@ def test_resume_continues_the_original_run_without_later_questions(
     # A's resumed records come after C's in the journal: no reusable view spans B and C, so
     # none of A's compactions was saved as a view.
     assert not SessionView.objects.filter(run=a).exists()
+    assert view_refusals[a.pk] == [INTERLEAVED]
     journal = _journal(session)
     a_new = [
         m
@@ -154,6 +160,80 @@ def test_resume_continues_the_original_run_without_later_questions(
     assert counters["user_turns"] == user_inputs == 4
     assistant_steps = sum(1 for m in _journal(session) if m.kind == "assistant")
     assert counters["model_steps"] == assistant_steps
+
+
+def test_a_supplement_journaled_inside_a_compacting_run_is_seen_by_the_next_question(
+    alice, gateway, make_demo_session, view_refusals
+):
+    """A fails; B runs; a supplement to A is journaled between B's records; B compacts.
+
+    B never saw the supplement, so its snapshot is not a prefix it observed: no view is saved
+    over the supplement, and the next question still sees it.
+    """
+    session = make_demo_session(policy={"model_steps": 1})
+    a = ask(session, alice, "NONCE-A first question [boom]")
+    assert a.status == "failed"
+    b = run_ask(user=alice, session=session, question='/tool echo {"text": "NONCE-B"}')
+    gateway.during_call.append(
+        lambda: supplement_add(user=alice, run=a, text="NONCE-SUPPLEMENT for A")
+    )
+    run_execute(run_id=b.pk)
+    b.refresh_from_db()
+    assert b.status == "succeeded", b.error
+    journal = _journal(session)
+    (supplement,) = [m for m in journal if m.kind == "supplement"]
+    b_seqs = [m.seq for m in journal if m.run_id == b.pk]
+    assert min(b_seqs) < supplement.seq < max(b_seqs)
+    assert b.checkpoint["context"]["compactions"], "B compacted after the supplement"
+    assert "NONCE-SUPPLEMENT" not in " ".join(_texts(r) for r in gateway.requests)
+    assert view_refusals[b.pk] == [INTERLEAVED]
+    assert not SessionView.objects.filter(run=b).exists()
+
+    gateway.requests.clear()
+    d = ask(session, alice, "NONCE-D what happened?")
+    assert d.status == "succeeded"
+    assert "NONCE-SUPPLEMENT for A" in _texts(gateway.action_requests()[0])
+
+
+def test_a_run_resumed_after_failing_saves_no_view_over_its_own_failure(
+    alice, gateway, make_demo_session, view_refusals
+):
+    session = make_demo_session(policy={"model_steps": 1})
+    a = ask(session, alice, '/tool echo {"text": "NONCE-A"} [boom]')
+    assert a.status == "failed"
+    run_resume(user=alice, run=a)
+    run_execute(run_id=a.pk)
+    a.refresh_from_db()
+    assert a.status == "succeeded", a.error
+    assert a.checkpoint["context"]["compactions"], "A compacted on resume"
+    # The failed attempt's status lies inside what the snapshot covers, and in no view.
+    assert view_refusals[a.pk] == ["terminal records inside the covered range are not in the view"]
+    assert not SessionView.objects.filter(run=a).exists()
+
+
+def test_a_snapshot_waits_for_a_supplement_that_arrived_during_its_compaction(
+    alice, gateway, make_demo_session, view_refusals
+):
+    session = make_demo_session(policy={"model_steps": 1})
+    ask(session, alice, long_question(1))  # material a summary shortens
+    run = run_ask(user=alice, session=session, question='/tool echo {"text": "NONCE-E"}')
+
+    gateway.requests.clear()
+    gateway.during_call.append(
+        lambda: supplement_add(user=alice, run=run, text="NONCE-SUPPLEMENT late")
+    )
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    # The run's first call is its compaction (the inherited step fires the trigger).
+    assert gateway.requests[0].purpose == "compaction"
+    assert run.checkpoint["context"]["compactions"], "the run compacted"
+    # Saved once its tool call had a result and the supplement was journaled, not before.
+    assert view_refusals[run.pk] == ["pending tool calls", "supplements are still queued"]
+    # The first snapshot was never saved; the next one observed the supplement, and was.
+    (view,) = SessionView.objects.filter(run=run)
+    assert view.snapshot_revision == 2
+    assert view.watermark == SessionMessage.objects.get(run=run, kind="supplement").seq
 
 
 def test_model_calls_are_recorded_with_estimates(alice, gateway, make_demo_session):
@@ -251,6 +331,8 @@ def test_views_are_refused_with_queued_supplements_or_terminal_records(alice, ma
         )[0]
 
     assert reason() is None
+    # A snapshot that covers a record not journaled yet.
+    assert reason(snapshot={"covered_seq": 2}) == "covered records are not all journaled"
     assert reason(frame={**frame, "state": {"pending_tool_calls": [{"id": "x"}]}}) == (
         "pending tool calls"
     )

@@ -1,0 +1,805 @@
+"""The mutation table of the rules: break each rule with one line and watch its tests fail.
+
+    .venv/bin/python bench/mutants.py                  # every mutant, in sequence (minutes)
+    .venv/bin/python bench/mutants.py --check          # only check that every mutant applies
+    .venv/bin/python bench/mutants.py --only hard_check_payload interleaving
+    .venv/bin/python bench/mutants.py --list           # the rules and mutants, nothing run
+
+Each mutant (`MUTANTS`, below) names a rule of the engine's rule index or of the application, the
+file that holds it, a source snippet that occurs exactly once in that file, the one-line change
+that breaks the rule, and the example tests that should fail when it is broken. The script copies
+the working tree to a scratch directory, runs the union of the listed tests once on the unchanged
+copy (they must all pass there), then applies one mutant at a time, runs its tests on SQLite and
+restores the file. It prints rule → mutant → killed by → yes/no, and the totals; it exits non-zero
+when a mutant survives, when a snippet does not occur exactly once (the source moved: re-point the
+mutant) or when a listed test does not pass on the unchanged copy.
+
+Only example tests count: a listed test that is a property test (Hypothesis's `@given`) is refused,
+since a random search that happens to find the break is not a test of the rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Per mutant: a mutant that makes a test hang is killed by the timeout.
+MUTANT_SECONDS = 300
+_IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", "__pycache__", "var", "artifacts", ".hypothesis", ".pytest_cache",
+    ".ruff_cache", "staticfiles", "htmlcov", "node_modules",
+)  # fmt: skip
+# Loaded into the scratch run with `-p`: a property test among the listed ones is a usage error.
+_PLUGIN = """
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    properties = [
+        item.nodeid
+        for item in items
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    ]
+    if properties:
+        raise pytest.UsageError("property tests do not count as killers: " + ", ".join(properties))
+"""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One rule broken by one change: `before` must occur exactly once in `path`."""
+
+    rule: str
+    name: str
+    path: str
+    before: str
+    after: str
+    tests: tuple[str, ...]
+
+
+_ENGINE = "agentloom/engine"
+_VIEWS = "sessions_app/services/reusable_views.py"
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # --- triggers (_policy) --------------------------------------------------------------------
+    Mutant(
+        "budget trigger at the exact product",
+        "trigger_strict",
+        f"{_ENGINE}/_policy.py",
+        "if size >= self.trigger_at(budget):",
+        "if size > self.trigger_at(budget):",
+        (
+            "tests/engine/test_policy.py::test_budget_trigger_fires_at_eighty_percent_of_the_effective_budget",
+        ),
+    ),
+    Mutant(
+        "triggers are an OR: turns alone fire",
+        "trigger_turns_needs_budget",
+        f"{_ENGINE}/_policy.py",
+        "if self.user_turns is not None and turns >= self.user_turns:",
+        "if self.user_turns is not None and turns >= self.user_turns and triggers:",
+        (
+            "tests/engine/test_policy.py::test_turns_or_steps_fire_only_when_enabled_and_count_from_the_baselines",
+        ),
+    ),
+    Mutant(
+        "triggers are an OR: steps alone fire",
+        "trigger_steps_needs_budget",
+        f"{_ENGINE}/_policy.py",
+        "if self.model_steps is not None and steps >= self.model_steps:",
+        "if self.model_steps is not None and steps >= self.model_steps and triggers:",
+        (
+            "tests/engine/test_policy.py::test_turns_or_steps_fire_only_when_enabled_and_count_from_the_baselines",
+        ),
+    ),
+    Mutant(
+        "legacy policy counts characters, not the estimate",
+        "legacy_counts_estimate",
+        f"{_ENGINE}/_policy.py",
+        "        return view_characters(messages)",
+        "        return estimator.estimate(messages, tools)",
+        ("tests/engine/test_policy.py::test_legacy_policy_measures_characters_of_the_view",),
+    ),
+    # --- compaction (_compaction) ----------------------------------------------------------------
+    Mutant(
+        "compaction keeps whole tool groups",
+        "groups_split",
+        f"{_ENGINE}/_compaction.py",
+        """while end < len(messages) and messages[end].get("role") == "tool":""",
+        """while False and end < len(messages) and messages[end].get("role") == "tool":""",
+        ("tests/engine/test_compaction.py::test_tool_groups_are_kept_whole_or_summarised_whole",),
+    ),
+    Mutant(
+        "success: the view must shrink",
+        "success_without_shrink",
+        f"{_ENGINE}/_compaction.py",
+        "if after >= self.before:",
+        "if False:",
+        (
+            "tests/engine/test_compaction.py::test_a_summary_longer_than_what_it_replaces_fails_as_no_reduction",
+        ),
+    ),
+    Mutant(
+        "success: target_reached reports the target",
+        "target_reached_forced",
+        f"{_ENGINE}/_compaction.py",
+        'target_reached=kind == "succeeded" and after <= self.target_at,',
+        "target_reached=True,",
+        (
+            "tests/engine/test_compaction.py::test_a_summary_longer_than_what_it_replaces_fails_as_no_reduction",
+            "tests/engine/test_compaction.py::test_a_compaction_below_the_trigger_but_above_the_target_says_target_not_reached",
+        ),
+    ),
+    Mutant(
+        "summary calls at most max_compaction_calls",
+        "summary_calls_one_more",
+        f"{_ENGINE}/_compaction.py",
+        "while not fragments.done and calls < max_calls:",
+        "while not fragments.done and calls <= max_calls:",
+        ("tests/engine/test_compaction.py::test_no_more_summary_calls_than_the_policy_allows",),
+    ),
+    Mutant(
+        "an empty summary fails the compaction",
+        "empty_summary_accepted",
+        f"{_ENGINE}/_compaction.py",
+        "if not reply.strip():",
+        "if False:",
+        (
+            "tests/engine/test_compaction.py::test_a_failed_compaction_keeps_view_sources_and_baselines",
+        ),
+    ),
+    Mutant(
+        "pinned content at the trigger skips without a call",
+        "pinned_too_large_tried",
+        f"{_ENGINE}/_compaction.py",
+        "if pinned_size >= self.trigger_at:",
+        "if False:",
+        (
+            "tests/engine/test_throttle.py::test_pinned_content_above_the_trigger_skips_without_a_model_call",
+        ),
+    ),
+    Mutant(
+        "compaction is judged on the payload the gateway sends",
+        "compaction_measures_view",
+        f"{_ENGINE}/_compaction.py",
+        "        if request.sent is not None:",
+        "        if False:",
+        (
+            "tests/engine/test_compaction.py::test_a_compaction_is_judged_on_the_payload_the_gateway_sends",
+        ),
+    ),
+    Mutant(
+        "baselines advance on a successful compaction only",
+        "baselines_stay",
+        f"{_ENGINE}/_context.py",
+        "            frame.counters.advance_baselines()",
+        "            pass",
+        (
+            "tests/engine/test_compaction.py::test_a_triggered_compaction_replaces_old_history_with_a_validated_summary",
+            "tests/engine/test_compaction.py::test_baselines_persist_and_the_next_trigger_counts_from_them",
+        ),
+    ),
+    # --- the hard check (_engine, _budget) -------------------------------------------------------
+    Mutant(
+        "hard check measures the exact payload, not the view",
+        "hard_check_measures_view",
+        f"{_ENGINE}/_engine.py",
+        "measured = self._measure(sent)",
+        "measured = self._measure(request)",
+        (
+            "tests/engine/test_engine.py::test_a_payload_over_the_budget_is_refused_before_sending_though_its_view_fits",
+        ),
+    ),
+    Mutant(
+        "hard check refuses a request over the budget",
+        "hard_check_removed",
+        f"{_ENGINE}/_engine.py",
+        """refusal = budget_refusal(request.purpose, measured["upper_bound"], self.budget)""",
+        "refusal = None",
+        (
+            "tests/engine/test_engine.py::test_a_payload_over_the_budget_is_refused_before_sending_though_its_view_fits",
+        ),
+    ),
+    Mutant(
+        "hard check: a request at the budget may be sent",
+        "hard_check_strict",
+        f"{_ENGINE}/_budget.py",
+        "if bound <= effective:",
+        "if bound < effective:",
+        (
+            "tests/engine/test_budget.py::test_the_hard_check_sends_a_request_at_the_budget_and_refuses_one_above_it",
+        ),
+    ),
+    Mutant(
+        "model-call limit per execution",
+        "model_call_limit_plus_one",
+        f"{_ENGINE}/_engine.py",
+        "if self.model_calls >= limit:",
+        "if self.model_calls > limit:",
+        (
+            "tests/engine/test_engine.py::test_the_model_call_limit_fails_the_run_and_resets_on_resume",
+        ),
+    ),
+    # --- supplements (_context) ------------------------------------------------------------------
+    Mutant(
+        "supplements wait while a tool group is open",
+        "supplement_inside_group",
+        f"{_ENGINE}/_context.py",
+        "if self.has_open_group or not state.queued_supplements:",
+        "if not state.queued_supplements:",
+        (
+            "tests/engine/test_context.py::test_feedback_and_supplements_wait_until_the_tool_group_is_complete",
+        ),
+    ),
+    Mutant(
+        "a supplement is journaled once",
+        "supplement_twice",
+        f"{_ENGINE}/_context.py",
+        "if not journaled and not queued:",
+        "if not queued:",
+        ("tests/engine/test_context.py::test_a_supplement_handed_out_twice_is_journaled_once",),
+    ),
+    Mutant(
+        "a run never ends with supplements queued",
+        "final_supplements_dropped",
+        f"{_ENGINE}/_engine.py",
+        "                self.context.queue_supplement(str(source_key), text)",
+        "                pass",
+        (
+            "tests/engine/test_engine.py::test_a_supplement_arriving_during_the_last_step_is_journaled_and_answered",
+        ),
+    ),
+    # --- projection and placeholders (_projection) -----------------------------------------------
+    Mutant(
+        "a call without a result gets status: unknown",
+        "placeholder_missing",
+        f"{_ENGINE}/_projection.py",
+        "            if original not in group.answered:",
+        "            if False:",
+        (
+            "tests/engine/test_projection.py::test_a_call_without_a_result_gets_an_unknown_result_that_forbids_assuming_success",
+        ),
+    ),
+    Mutant(
+        "a late result is kept as a note naming its call",
+        "late_result_unnamed",
+        f"{_ENGINE}/_projection.py",
+        "        if key in self.calls:",
+        "        if False:",
+        (
+            "tests/engine/test_projection.py::test_a_late_result_is_kept_as_history_material_without_breaking_protocol",
+        ),
+    ),
+    Mutant(
+        "projection per rendering: ids kept from rendering 3",
+        "rendering_ids_rewritten",
+        f"{_ENGINE}/_projection.py",
+        "        if not self.rules.keeps_call_ids:",
+        "        if True:",
+        (
+            "tests/engine/test_projection.py::test_history_keeps_the_session_unique_ids_a_run_gave_its_calls_from_rendering_3",
+        ),
+    ),
+    Mutant(
+        "projection per rendering: run states collapse from rendering 3",
+        "rendering_states_long",
+        f"{_ENGINE}/_projection.py",
+        'elif kind == "status" and self.rules.collapses_notes:',
+        'elif kind == "status" and False:',
+        (
+            "tests/engine/test_projection.py::test_run_states_in_a_row_collapse_into_one_short_note_from_rendering_3",
+        ),
+    ),
+    Mutant(
+        "resume answers a pending call unknown",
+        "resume_leaves_pending",
+        f"{_ENGINE}/_engine.py",
+        "        context.settle_pending()\n        self.take_supplements(final=False)",
+        "        self.take_supplements(final=False)",
+        (
+            "tests/engine/test_engine.py::test_resume_answers_a_pending_call_as_unknown_and_never_runs_it_again",
+        ),
+    ),
+    # --- redaction (_redaction, _context, _engine) -----------------------------------------------
+    Mutant(
+        "redaction of the model's messages",
+        "redaction_assistant_skipped",
+        f"{_ENGINE}/_context.py",
+        "            self.redactor.value(message), keep_reasoning=self.rendering.keeps_reasoning",
+        "            message, keep_reasoning=self.rendering.keeps_reasoning",
+        (
+            "tests/engine/test_context.py::test_the_models_messages_and_tool_results_are_redacted_before_they_are_recorded",
+        ),
+    ),
+    Mutant(
+        "redaction of streamed deltas split across pieces",
+        "redaction_split_secret",
+        f"{_ENGINE}/_redaction.py",
+        "for size in range(min(len(text), longest - 1), 0, -1):",
+        "for size in range(0):",
+        (
+            "tests/engine/test_streaming.py::test_a_key_split_across_two_chunks_never_reaches_a_delta",
+        ),
+    ),
+    Mutant(
+        "redaction of streamed reasoning",
+        "redaction_reasoning_deltas",
+        f"{_ENGINE}/_engine.py",
+        "self._send(self.content.feed(content), self.reasoning.feed(reasoning), names)",
+        "self._send(self.content.feed(content), reasoning, names)",
+        (
+            "tests/engine/test_streaming.py::test_a_key_split_across_two_reasoning_chunks_never_reaches_a_delta",
+        ),
+    ),
+    Mutant(
+        "redaction of tool results",
+        "redaction_tool_result",
+        f"{_ENGINE}/_context.py",
+        """"content": self.redactor.text(content)}""",
+        """"content": content}""",
+        (
+            "tests/engine/test_context.py::test_the_models_messages_and_tool_results_are_redacted_before_they_are_recorded",
+        ),
+    ),
+    # --- large records (_large, _context) --------------------------------------------------------
+    Mutant(
+        "a large tool result shows as an excerpt",
+        "large_result_whole",
+        f"{_ENGINE}/_context.py",
+        "            if chars is not None:",
+        "            if False:",
+        (
+            "tests/engine/test_large_records.py::test_reading_a_record_in_slices_returns_all_of_it",
+            "tests/engine/test_large_records.py::test_compaction_masks_older_tool_results_first_without_a_call",
+        ),
+    ),
+    Mutant(
+        "read-back slices stay within the limit",
+        "read_back_unbounded",
+        f"{_ENGINE}/_large.py",
+        "if shown <= self.limit or chars == 0:",
+        "if True:",
+        ("tests/engine/test_large_records.py::test_reading_a_record_in_slices_returns_all_of_it",),
+    ),
+    # --- the integrity gate (_gate) and the output-limit field ------------------------------------
+    Mutant(
+        "gate: no reused call id",
+        "gate_duplicate_ids",
+        f"{_ENGINE}/_gate.py",
+        "            if call_id in issued:",
+        "            if False:",
+        ("tests/engine/test_gate.py::test_a_body_that_breaks_a_rule_is_refused_by_name",),
+    ),
+    Mutant(
+        "gate: reasoning on every assistant message of a tool span",
+        "gate_reasoning_missing",
+        f"{_ENGINE}/_gate.py",
+        '    if missing:\n        return [("reasoning"',
+        '    if False:\n        return [("reasoning"',
+        (
+            "tests/providers/test_deepseek_thinking.py::test_a_payload_that_breaks_a_rule_never_reaches_the_gateway",
+        ),
+    ),
+    Mutant(
+        "gate: no run note in the user's voice",
+        "gate_note_voice",
+        f"{_ENGINE}/_gate.py",
+        'if note and message.get("role") == "user":',
+        "if False:",
+        ("tests/engine/test_gate.py::test_a_body_that_breaks_a_rule_is_refused_by_name",),
+    ),
+    Mutant(
+        "gate: the output limit in the provider's field only",
+        "gate_other_limit_field",
+        f"{_ENGINE}/_gate.py",
+        "others = [name for name in OUTPUT_LIMIT_FIELDS if name != field and name in payload]",
+        "others = []",
+        ("tests/engine/test_gate.py::test_a_body_that_breaks_a_rule_is_refused_by_name",),
+    ),
+    Mutant(
+        "OpenAI sends the limit as max_completion_tokens",
+        "openai_limit_field",
+        "agentloom/providers/chat.py",
+        """payload_rules = PayloadRules(output_limit_field="max_completion_tokens")""",
+        """payload_rules = PayloadRules(output_limit_field="max_tokens")""",
+        (
+            "tests/providers/test_chat.py::test_openai_sends_max_completion_tokens_and_no_max_tokens",
+        ),
+    ),
+    # --- legacy adoption (_frame) ----------------------------------------------------------------
+    Mutant(
+        "a legacy frame loads with raw_complete false",
+        "legacy_raw_complete",
+        f"{_ENGINE}/_frame.py",
+        """raw_complete=False if legacy else bool(context.get("raw_complete", True)),""",
+        """raw_complete=bool(context.get("raw_complete", True)),""",
+        ("tests/engine/test_frame.py::test_a_legacy_frame_without_records_loads_and_resumes",),
+    ),
+    # --- the view rule (reusable_views) ---------------------------------------------------------
+    Mutant(
+        "view rule: no pending tool calls",
+        "view_guard_pending",
+        _VIEWS,
+        """    if state.get("pending_tool_calls"):""",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_resume_continues_the_original_run_without_later_questions",
+            "tests/sessions_app/test_history.py::test_a_snapshot_waits_for_a_supplement_that_arrived_during_its_compaction",
+        ),
+    ),
+    Mutant(
+        "view rule: no queued supplements",
+        "view_guard_supplements",
+        _VIEWS,
+        "    if _supplements_queued(run_id, state):",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_a_snapshot_waits_for_a_supplement_that_arrived_during_its_compaction",
+        ),
+    ),
+    Mutant(
+        "view rule: no terminal records outside the view",
+        "view_guard_terminal",
+        _VIEWS,
+        """        return "terminal records inside the covered range are not in the view", None""",
+        "        pass",
+        (
+            "tests/sessions_app/test_history.py::test_a_run_resumed_after_failing_saves_no_view_over_its_own_failure",
+        ),
+    ),
+    Mutant(
+        "view rule: an observed prefix (no interleaving)",
+        "view_guard_interleaving",
+        _VIEWS,
+        "    if interleaved:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_a_supplement_journaled_inside_a_compacting_run_is_seen_by_the_next_question",
+            "tests/sessions_app/test_history.py::test_resume_continues_the_original_run_without_later_questions",
+        ),
+    ),
+    Mutant(
+        "view rule: every covered record journaled",
+        "view_guard_contiguous",
+        _VIEWS,
+        "    if rows.count() != covered:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_views_are_refused_with_queued_supplements_or_terminal_records",
+        ),
+    ),
+    Mutant(
+        "view choice: the binding must be equal",
+        "view_choice_any_binding",
+        "sessions_app/selectors/views.py",
+        "session=session, binding_key=binding_key(binding), revoked_at__isnull=True",
+        "session=session, revoked_at__isnull=True",
+        (
+            "tests/sessions_app/test_history.py::test_a_compacted_view_is_saved_and_reused_by_the_next_run",
+        ),
+    ),
+    Mutant(
+        "view choice: never a revoked view",
+        "view_choice_revoked",
+        "sessions_app/selectors/views.py",
+        "session=session, binding_key=binding_key(binding), revoked_at__isnull=True",
+        "session=session, binding_key=binding_key(binding)",
+        (
+            "tests/sessions_app/test_view_revocation.py::test_a_revoked_view_is_never_chosen_and_stays_on_record",
+        ),
+    ),
+    # --- discovery and connections --------------------------------------------------------------
+    Mutant(
+        "provider client follows no redirect",
+        "redirect_followed",
+        "agentloom/providers/_http.py",
+        "                if 300 <= status < 400:",
+        "                if False:",
+        ("tests/providers/test_http.py::test_redirects_are_errors_and_never_followed",),
+    ),
+    Mutant(
+        "provider client caps the body",
+        "body_uncapped",
+        "agentloom/providers/_http.py",
+        "return _read_capped(response, self.max_response_bytes, deadline, strict=True)",
+        "return _read_capped(response, 1 << 40, deadline, strict=True)",
+        ("tests/providers/test_http.py::test_a_body_over_the_declared_cap_is_refused",),
+    ),
+    Mutant(
+        "a stored key goes only to its endpoint",
+        "key_reused_elsewhere",
+        "models_app/services.py",
+        "        if not same_endpoint(current, provider, base_url):",
+        "        if False:",
+        ("tests/models_app/test_services.py::test_a_changed_endpoint_needs_the_key_again",),
+    ),
+    Mutant(
+        "window source: the manifest only on official endpoints",
+        "manifest_on_custom_endpoint",
+        "agentloom/providers/discovery.py",
+        "listed = manifest.lookup(provider, model_id) if official else None",
+        "listed = manifest.lookup(provider, model_id)",
+        ("tests/providers/test_discovery.py::test_a_custom_endpoint_never_gets_manifest_values",),
+    ),
+    Mutant(
+        "window source: the provider's figure first",
+        "provider_window_ignored",
+        "agentloom/providers/discovery.py",
+        "    if window is not None:\n        source, source_url, verified_on",
+        "    if False:\n        source, source_url, verified_on",
+        ("tests/providers/test_discovery.py::test_each_provider_lists_models_over_http",),
+    ),
+    Mutant(
+        "window source: the manifest by exact model id",
+        "manifest_by_prefix",
+        "agentloom/providers/manifest.py",
+        "        return self.entries.get((provider, model_id))",
+        "        return self.entries.get((provider, model_id)) or next((e for (p, m), e in "
+        "self.entries.items() if p == provider and model_id.startswith(m)), None)",
+        (
+            "tests/providers/test_discovery.py::test_the_official_endpoint_gets_manifest_values_for_exact_ids_only",
+        ),
+    ),
+    # --- reading sessions, access, approval -----------------------------------------------------
+    Mutant(
+        "journal paging: an empty page keeps the cursor",
+        "journal_cursor_reset",
+        "sessions_app/selectors/journal.py",
+        """"next_after": items[-1]["seq"] if items else after""",
+        """"next_after": items[-1]["seq"] if items else 0""",
+        ("tests/api/test_journal.py::test_an_empty_page_keeps_the_cursor",),
+    ),
+    Mutant(
+        "journal paging: at most `limit` records",
+        "journal_page_unbounded",
+        "sessions_app/selectors/journal.py",
+        """for row in rows.order_by("seq")[:limit]""",
+        """for row in rows.order_by("seq")""",
+        (
+            "tests/api/test_journal.py::test_defaults_are_after_0_and_limit_100",
+            "tests/api/test_journal.py::test_paging_a_thousand_records_returns_each_once_in_order",
+        ),
+    ),
+    Mutant(
+        "only the session's creator reads it",
+        "sessions_shared_in_space",
+        "sessions_app/selectors/sessions.py",
+        "live_sessions().filter(created_by=user, space__memberships__user=user)",
+        "live_sessions().filter(space__memberships__user=user)",
+        (
+            "tests/api/test_access.py::test_sessions_and_runs_belong_to_their_creator",
+            "tests/api/test_access.py::test_sessions_are_not_listed_to_others",
+        ),
+    ),
+    Mutant(
+        "approval by the session's creator only",
+        "approval_by_anyone",
+        "sessions_app/services/approvals.py",
+        "    if run.session.created_by_id != user.pk:\n        raise NotFound",
+        "    if False:\n        raise NotFound",
+        (
+            "tests/sessions_app/test_approvals.py::test_only_the_sessions_creator_decides",
+            "tests/api/test_approvals.py::test_a_member_who_is_not_the_creator_is_refused",
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    mutant: Mutant
+    killed: bool
+    killers: tuple[str, ...]
+    seconds: float
+    note: str = ""
+
+
+def applied(mutant: Mutant, source: str) -> str:
+    """Return `source` with the mutant applied; raise SnippetError unless its snippet is unique."""
+    count = source.count(mutant.before)
+    if count != 1:
+        raise SnippetError(
+            f"{mutant.name}: the snippet occurs {count} times in {mutant.path} (expected exactly "
+            f"once; re-point the mutant):\n{textwrap.indent(mutant.before, '    ')}"
+        )
+    return source.replace(mutant.before, mutant.after)
+
+
+class SnippetError(Exception):
+    """A mutant's snippet does not occur exactly once: the source moved under it."""
+
+
+def check(mutants: tuple[Mutant, ...], root: Path) -> list[str]:
+    """Return the problems of `mutants` against the tree at `root` (empty: all apply)."""
+    problems = []
+    names = [mutant.name for mutant in mutants]
+    problems += [
+        f"{name}: two mutants share this name" for name in set(names) if names.count(name) > 1
+    ]
+    for mutant in mutants:
+        path = root / mutant.path
+        if not path.is_file():
+            problems.append(f"{mutant.name}: no file {mutant.path}")
+            continue
+        try:
+            changed = applied(mutant, path.read_text())
+        except SnippetError as exc:
+            problems.append(str(exc))
+            continue
+        if changed == path.read_text():
+            problems.append(f"{mutant.name}: the change leaves {mutant.path} as it was")
+        for test in mutant.tests:
+            if not (root / test.split("::", 1)[0]).is_file():
+                problems.append(f"{mutant.name}: no test file for {test}")
+    return problems
+
+
+def scratch_copy() -> Path:
+    """Return a scratch copy of the working tree (uncommitted files included)."""
+    scratch = Path(tempfile.mkdtemp(prefix="agentloom-mutants-")) / "tree"
+    shutil.copytree(ROOT, scratch, ignore=_IGNORED, symlinks=True)
+    (scratch / "_mutants_plugin.py").write_text(_PLUGIN)
+    return scratch
+
+
+def pytest(scratch: Path, tests: tuple[str, ...]) -> tuple[int, tuple[str, ...], str]:
+    """Run `tests` in `scratch` on SQLite; return (exit code, failed node ids, output tail)."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "AGENTLOOM_TEST_LEG", "CI")
+    }
+    environment["PYTHONDONTWRITEBYTECODE"] = "1"
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_mutants_plugin",
+        "--no-header", "-rfE", f"--timeout={MUTANT_SECONDS}", *tests,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command,
+            cwd=scratch,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=MUTANT_SECONDS + 60,
+        )
+    except subprocess.TimeoutExpired:
+        return -1, ("(timeout)",), ""
+    output = done.stdout + done.stderr
+    failed = tuple(
+        dict.fromkeys(
+            match.group(1) for match in re.finditer(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+        )
+    )
+    return done.returncode, failed, "\n".join(output.splitlines()[-25:])
+
+
+def run(mutant: Mutant, scratch: Path) -> Result:
+    """Apply `mutant` in `scratch`, run its tests, restore the file; return what happened."""
+    path = scratch / mutant.path
+    original = path.read_text()
+    path.write_text(applied(mutant, original))
+    started = time.perf_counter()
+    try:
+        code, failed, tail = pytest(scratch, mutant.tests)
+    finally:
+        path.write_text(original)
+    seconds = time.perf_counter() - started
+    if code == 0:
+        return Result(mutant, False, (), seconds)
+    if code == 1 or code == -1:
+        return Result(mutant, True, failed or ("(timeout)",), seconds)
+    # Collection errors or a usage error: the mutant broke the import, not a rule's test.
+    raise SystemExit(f"{mutant.name}: pytest exited {code} under the mutant:\n{tail}")
+
+
+def baseline(mutants: tuple[Mutant, ...], scratch: Path) -> None:
+    """Exit unless every listed test passes on the unchanged copy."""
+    tests = tuple(dict.fromkeys(test for mutant in mutants for test in mutant.tests))
+    code, failed, tail = pytest(scratch, tests)
+    if code != 0:
+        raise SystemExit(
+            f"the listed tests must pass on the unchanged tree (exit {code}; failed: "
+            f"{', '.join(failed) or 'see below'}):\n{tail}"
+        )
+
+
+def table(results: list[Result]) -> str:
+    """Return the results as a Markdown table with the totals under it."""
+    lines = ["| rule | mutant | killed by | killed |", "|---|---|---|---|"]
+    for result in results:
+        killers = "<br>".join(f"`{test}`" for test in dict.fromkeys(map(short, result.killers)))
+        lines.append(
+            f"| {result.mutant.rule} | `{result.mutant.name}` | {killers or '—'} | "
+            f"{'yes' if result.killed else '**no**'} |"
+        )
+    killed = sum(result.killed for result in results)
+    seconds = sum(result.seconds for result in results)
+    lines.append("")
+    lines.append(
+        f"{killed} of {len(results)} mutants killed by example tests; "
+        f"{len(results) - killed} survived ({seconds:.0f} s of test runs)."
+    )
+    return "\n".join(lines)
+
+
+def short(test: str) -> str:
+    """Return a node id without its `tests/` prefix and its parameters, for the table."""
+    return re.sub(r"\[.*\]$", "", test.removeprefix("tests/"))
+
+
+def chosen(names: list[str] | None) -> tuple[Mutant, ...]:
+    """Return the mutants named (all when none are); exit on an unknown name."""
+    if not names:
+        return MUTANTS
+    known = {mutant.name: mutant for mutant in MUTANTS}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown mutants: {', '.join(unknown)} (see --list)")
+    return tuple(known[name] for name in names)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only check that every mutant applies")
+    parser.add_argument("--list", action="store_true", help="print the rules and mutants")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run these mutants only")
+    parser.add_argument(
+        "--tests", nargs="+", metavar="NODE", help="run these tests instead of the listed ones"
+    )
+    arguments = parser.parse_args()
+    mutants = chosen(arguments.only)
+    if arguments.tests:
+        mutants = tuple(
+            Mutant(m.rule, m.name, m.path, m.before, m.after, tuple(arguments.tests))
+            for m in mutants
+        )
+    if arguments.list:
+        for mutant in mutants:
+            print(f"{mutant.name:<36} {mutant.rule}  ({mutant.path})")
+        return
+    problems = check(mutants, ROOT)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        raise SystemExit(f"{len(problems)} mutants do not apply")
+    if arguments.check:
+        print(f"all {len(mutants)} mutants apply")
+        return
+    # Stopped by a signal, the scratch copy is still removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))
+    scratch = scratch_copy()
+    try:
+        started = time.perf_counter()
+        baseline(mutants, scratch)
+        print(f"baseline: the listed tests pass ({time.perf_counter() - started:.0f} s)")
+        results = []
+        for mutant in mutants:
+            result = run(mutant, scratch)
+            print(
+                f"{'killed  ' if result.killed else 'SURVIVED'} {mutant.name:<36} "
+                f"{result.seconds:5.1f} s  {', '.join(dict.fromkeys(map(short, result.killers)))}",
+                flush=True,
+            )
+            results.append(result)
+    finally:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+    print()
+    print(table(results))
+    if not all(result.killed for result in results):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
