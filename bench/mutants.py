@@ -520,7 +520,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "a stored key goes only to its endpoint",
         "key_reused_elsewhere",
-        "models_app/services.py",
+        "models_app/services/connections.py",
         "        if not same_endpoint(current, provider, base_url):",
         "        if False:",
         ("tests/models_app/test_services.py::test_a_changed_endpoint_needs_the_key_again",),
