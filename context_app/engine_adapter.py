@@ -343,6 +343,5 @@ def build_engine(
             record_store=record_store,
             calibration=snapshot.get("calibration"),
             large_records=snapshot.get("large_records"),
-            heartbeat_seconds=settings.RUN_HEARTBEAT_SECONDS,
         ),
     )

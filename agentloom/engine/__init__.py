@@ -162,6 +162,7 @@ from agentloom.engine._usage import (
     reported_completion_tokens,
     reported_prompt_tokens,
 )
+from agentloom.engine._watch import CallWatch, RunWatch, WatchedCall, Watcher, WatchHooks
 
 # Grouped by module, in the order of the imports above, rather than sorted as one list.
 __all__ = [  # noqa: RUF022
@@ -293,4 +294,10 @@ __all__ = [  # noqa: RUF022
     "estimate_error",
     "reported_completion_tokens",
     "reported_prompt_tokens",
+    # _watch
+    "CallWatch",
+    "RunWatch",
+    "WatchedCall",
+    "Watcher",
+    "WatchHooks",
 ]

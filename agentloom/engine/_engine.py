@@ -17,7 +17,7 @@ per-execution limit; a request over the effective budget is never sent.
 Cancellation is checked after every model response, before any tool runs: calls returned after
 a cancel request are answered with a `cancelled` result and never run. A running tool receives
 the cancellation signal (see `_watch`); a delegation's child stops at its next safe point. While a
-model call or a tool runs, a `Watch` renews the run's lease (`EngineHooks.renew_lease`), never
+model call or a tool runs, the run's watch (`EngineHooks.watch`) renews the run's lease, never
 past the call's own deadline; once the lease is lost the engine raises `LeaseLostError` right
 after the call and writes nothing more. A run's status notes ("run stopped: …") are recorded as
 feedback shown on the assistant side, never in the user's voice.
@@ -30,7 +30,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -93,7 +93,7 @@ from agentloom.engine._tools import (
     builtin_tools,
 )
 from agentloom.engine._usage import reported_prompt_tokens
-from agentloom.engine._watch import Watch
+from agentloom.engine._watch import CallWatch, WatchedCall, Watcher, WatchHooks
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
@@ -190,15 +190,12 @@ class EngineHooks:
       point, after every model response, and every `cancel_poll_seconds` while a tool runs;
     - `supplements(final)` returns the `(source_key, text)` pairs queued for the main instance
       (`final` is True when the run is about to end);
-    - `renew_lease()` is called every `heartbeat_seconds` while a model call or a tool runs (from
-      another thread) and answers whether the run's lease is still held;
-    - `watch_exit()` runs in that watching thread as it ends;
-    - `watch(deadline_seconds=, lost=, cancelled=, relay_cancel=, on_cancel=)`, when given,
-      replaces that thread: it returns the context manager that watches one call for as long as
-      it runs, renewing the lease (never past `deadline_seconds`), setting `lost` and `cancelled`
-      once the lease is lost and, when `relay_cancel` (a tool or a streamed call), setting
-      `cancelled` and calling `on_cancel` (which closes a stream) on a cancel request. A process
-      running many engines watches all their calls from one place;
+    - `watch` (a `CallWatch`, such as `Watcher(hooks).run(key)`) watches each model call and
+      tool while it runs (a `WatchedCall`): it renews the run's lease, never past the call's
+      deadline, and relays a cancel request to a tool or a streamed call (see `_watch`). A
+      process running many engines gives them one `Watcher`. Without it, `should_cancel` is
+      asked every `cancel_poll_seconds` while a tool or a streamed call runs, and no lease is
+      renewed;
     - `on_delta(instance, delta)` receives a streamed call's output as it arrives (`delta` holds
       `content` and `reasoning` text, redacted with a hold-back so that a secret split across
       pieces is caught, `tool_calls`, the names of calls just decided, and the call's `purpose`:
@@ -212,9 +209,7 @@ class EngineHooks:
     decisions: Callable[[], Mapping[str, Decision]] | None = None
     should_cancel: Callable[[], bool] | None = None
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None
-    renew_lease: Callable[[], bool] | None = None
-    watch_exit: Callable[[], None] | None = None
-    watch: Callable[..., AbstractContextManager[Any]] | None = None
+    watch: CallWatch | None = None
     on_delta: Callable[[str, dict[str, Any]], None] | None = None
 
 
@@ -242,9 +237,9 @@ class EngineConfig:
     `_rendering`); replaying an older run passes the version of its checkpoint. A resumed run
     always follows its checkpoint's binding.
 
-    `heartbeat_seconds` is how often the lease is renewed while a call runs,
-    `cancel_poll_seconds` how often cancellation is asked while a tool runs, and
-    `model_call_seconds` the deadline of a model call whose gateway names none.
+    `cancel_poll_seconds` is how often `should_cancel` is asked while a tool or a streamed call
+    runs (without a `watch` hook), and `model_call_seconds` the deadline of a model call whose
+    gateway names none.
     """
 
     estimator: TokenEstimator = field(default_factory=JsonBytesEstimator)
@@ -260,7 +255,6 @@ class EngineConfig:
     calibration: dict[str, Any] | None = None
     large_records: LargeRecords | dict[str, Any] | None = None
     rendering: int | None = None
-    heartbeat_seconds: float = 30.0
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
 
@@ -272,7 +266,7 @@ class EngineConfig:
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
         rendering_named(self.rendering)  # an unknown version fails here, not mid-run
         check_context_manager_factory(self.context_manager)
-        for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
+        for name in ("cancel_poll_seconds", "model_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigurationError(name, "must be a positive number of seconds")
@@ -369,6 +363,7 @@ class Engine:
             if isinstance(tool, Tool):
                 self.registry[tool.name] = tool
         self.tools = tools
+        self.watch = hooks.watch or _cancel_relay(hooks.should_cancel, config.cancel_poll_seconds)
         # Fail at construction, not mid-run, when a version names a tool that does not exist.
         build_toolset(self.tools, self.registry)
         for sub_agent in config.sub_agents:
@@ -474,6 +469,31 @@ class Engine:
         return policy, budget, estimator
 
 
+class _CancelRelay(WatchHooks):
+    """An engine's own watch hooks, without a `watch` hook: no lease, `should_cancel` relayed."""
+
+    def __init__(self, should_cancel: Callable[[], bool], poll_seconds: float):
+        self.should_cancel = should_cancel
+        self.cancel_poll_seconds = poll_seconds
+
+    def cancels_asked(self, runs: set[Any]) -> set[Any]:
+        return set(runs) if self.should_cancel() else set()
+
+
+class _Unwatched:
+    """The watch of an engine with nothing to watch: no lease, no cancellation to relay."""
+
+    def watching(self, call: WatchedCall) -> AbstractContextManager[Any]:
+        return nullcontext(call)
+
+
+def _cancel_relay(should_cancel: Callable[[], bool] | None, poll_seconds: float) -> CallWatch:
+    """Return the watch of an engine without a `watch` hook: cancellation relayed, if asked."""
+    if should_cancel is None:
+        return _Unwatched()
+    return Watcher(_CancelRelay(should_cancel, poll_seconds)).run(None)
+
+
 class _Execution:
     """One start or resume: the model-call count and the instances it drives."""
 
@@ -558,26 +578,14 @@ class _Execution:
         on_cancel: Callable[[], None] | None = None,
     ) -> AbstractContextManager[Any]:
         """Return the watch of one call: lease renewal, and for a tool or a stream cancellation."""
-        config, hooks = self.engine.config, self.engine.hooks
-        if hooks.watch is not None:
-            return hooks.watch(
-                deadline_seconds=deadline,
-                lost=self.lease_lost,
-                cancelled=signal if signal is not None else threading.Event(),
-                relay_cancel=signal is not None,
-                on_cancel=on_cancel,
-            )
-        return Watch(
-            on_cancel=on_cancel,
-            renew_lease=hooks.renew_lease,
-            should_cancel=hooks.should_cancel if signal is not None else None,
-            heartbeat_seconds=config.heartbeat_seconds,
-            cancel_poll_seconds=config.cancel_poll_seconds,
+        call = WatchedCall(
             deadline_seconds=deadline,
             lost=self.lease_lost,
             cancelled=signal if signal is not None else threading.Event(),
-            on_exit=hooks.watch_exit,
+            relay_cancel=signal is not None,
+            on_cancel=on_cancel,
         )
+        return self.engine.watch.watching(call)
 
     def check_lease(self) -> None:
         """Raise `LeaseLostError` when a watch found the lease lost: nothing more is written."""
