@@ -17,6 +17,7 @@ from django.conf import settings
 from agentloom.engine import (
     BUILTIN_TOOL_NAMES,
     ESTIMATORS,
+    ContextBinding,
     DelegateTool,
     Engine,
     EngineConfig,
@@ -331,17 +332,14 @@ def build_engine(
             *(name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES),
             *server_tools_of(snapshot, held=held),
         ],
-        policy,
-        budget,
+        ContextBinding(policy, budget, estimator, large_records=snapshot.get("large_records")),
         hooks=hooks,
         config=EngineConfig(
-            estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
             secrets=tuple(secrets_for(version)),
             sub_agents=tuple(snapshot.get("sub_agents", [])),
             verify_completion=bool(snapshot.get("verify_completion")),
             record_store=record_store,
             calibration=snapshot.get("calibration"),
-            large_records=snapshot.get("large_records"),
         ),
     )

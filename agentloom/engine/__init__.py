@@ -62,7 +62,9 @@ from agentloom.engine._compaction import (
     CompactionRequest,
 )
 from agentloom.engine._context import (
+    ContextBinding,
     ContextManager,
+    ContextOptions,
     JournalContextManager,
     PreparedContext,
 )
@@ -188,7 +190,9 @@ __all__ = [  # noqa: RUF022
     "CompactionPolicy",
     "CompactionRequest",
     # _context
+    "ContextBinding",
     "ContextManager",
+    "ContextOptions",
     "JournalContextManager",
     "PreparedContext",
     # _engine

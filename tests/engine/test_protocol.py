@@ -4,6 +4,7 @@ import pytest
 
 from agentloom.engine import (
     ConfigurationError,
+    ContextBinding,
     ContextPolicy,
     JournalContextManager,
     ModelBudget,
@@ -71,7 +72,7 @@ def test_the_gate_and_the_view_report_the_same_problems(case):
 
 def test_an_inherited_history_that_breaks_the_order_is_refused_with_its_first_problem():
     messages, _ = BROKEN["between"]
-    context = JournalContextManager(policy=ContextPolicy(), budget=ModelBudget(32_768, 4_096, 0))
+    context = JournalContextManager(ContextBinding(ContextPolicy(), ModelBudget(32_768, 4_096, 0)))
     with pytest.raises(ConfigurationError) as refused:
         context.create(
             instance="main",
