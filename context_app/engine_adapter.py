@@ -142,7 +142,7 @@ GatewayFactory = Callable[[AgentVersion, ModelConnection], ModelGateway]
 def _default_gateway(version: AgentVersion, connection: ModelConnection) -> ModelGateway:
     if connection.provider == ModelConnection.Provider.LOCAL:
         return LocalDemoGateway()
-    from agentloom.providers import gateway_for_provider
+    from agentloom.providers import CallOptions, ModelEndpoint, OutputLimits, gateway_for_provider
 
     options: dict[str, Any] = {}
     if connection.provider == ModelConnection.Provider.OLLAMA:
@@ -152,14 +152,12 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         thinking = version.snapshot.get("thinking") or {}
         options["thinking"] = thinking.get("thinking")
         options["reasoning_effort"] = thinking.get("reasoning_effort")
+    budget = version.snapshot["budget"]
     return gateway_for_provider(
         connection.provider,
-        connection.base_url,
-        connection.api_key,
-        version.snapshot["budget"]["model_id"],
-        max_output_tokens=version.snapshot["budget"]["max_output_tokens"],
-        max_output_cap=connection.max_output_cap,
-        allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+        ModelEndpoint(connection.base_url, connection.api_key, budget["model_id"]),
+        output=OutputLimits(budget["max_output_tokens"], connection.max_output_cap),
+        calls=CallOptions(allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS),
         **options,
     )
 
