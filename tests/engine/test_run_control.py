@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -203,6 +204,61 @@ def test_a_lease_lost_under_a_watch_hook_stops_the_run_after_the_call():
         start(engine)
 
     assert len(recorder.saves) == 1 and kinds(recorder.saves[-1]) == ["user_input"]
+
+
+class Runs(Lease):
+    """Leases of many runs; `asked` holds the runs whose cancel is requested."""
+
+    def __init__(self, asked=()):
+        super().__init__()
+        self.asked = set(asked)
+        self.renewed: set[str] = set()
+        self.questions: list[set[str]] = []
+
+    def renew(self, run) -> bool:
+        self.renewed.add(run)
+        return True
+
+    def cancels_asked(self, runs):
+        self.questions.append(set(runs))
+        return runs & self.asked
+
+
+def test_one_watcher_thread_watches_every_call_and_asks_for_all_runs_at_once():
+    hooks = Runs(asked={"b"})
+    watcher = Watcher(hooks)
+    calls = {
+        run: WatchedCall(
+            deadline_seconds=None,
+            lost=threading.Event(),
+            cancelled=threading.Event(),
+            relay_cancel=True,
+        )
+        for run in ("a", "b", "c")
+    }
+    threads = threading.active_count()
+    with contextlib.ExitStack() as stack:
+        for run, call in calls.items():
+            stack.enter_context(watcher.run(run).watching(call))
+        assert calls["b"].cancelled.wait(2), "a cancel request reaches its run's call"
+        time.sleep(0.15)
+        assert threading.active_count() == threads + 1, "one thread for every call"
+        assert watcher.in_flight() == 3
+    assert not calls["a"].cancelled.is_set() and not calls["c"].cancelled.is_set()
+    assert {"a", "b", "c"} in hooks.questions, "one question for all the runs"
+    assert hooks.renewed == {"a", "b", "c"}
+    assert wait_for(lambda: threading.active_count() == threads), "no thread once no call is left"
+    assert hooks.exits == 1
+
+
+def test_a_call_with_nothing_to_watch_starts_no_thread():
+    watcher = Watcher(WatchHooks())
+    call = WatchedCall(
+        deadline_seconds=1, lost=threading.Event(), cancelled=threading.Event(), relay_cancel=False
+    )
+    threads = threading.active_count()
+    with watcher.run("a").watching(call):
+        assert threading.active_count() == threads and watcher.in_flight() == 0
 
 
 def test_the_watch_keeps_beating_after_a_failed_write():
