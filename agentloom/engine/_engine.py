@@ -181,15 +181,14 @@ class EngineHooks:
     - `save(checkpoint)` at every safe point (see `Checkpoint`); without it nothing is kept;
     - `on_model_call(record)` after every gateway call, failed or not (see `ModelCallRecord`);
     - `should_cancel()` answers whether the run has been asked to stop: asked at every safe
-      point, after every model response, and every `cancel_poll_seconds` while a tool runs;
+      point, after every model response and, without a `watch`, every `cancel_poll_seconds`
+      while a tool or a streamed call runs;
     - `supplements(final)` returns the `(source_key, text)` pairs queued for the main instance
       (`final` is True when the run is about to end);
     - `watch` (a `CallWatch`, such as `Watcher(hooks).run(key)`) watches each model call and
       tool while it runs (a `WatchedCall`): it renews the run's lease, never past the call's
       deadline, and relays a cancel request to a tool or a streamed call (see `_watch`). A
-      process running many engines gives them one `Watcher`. Without it, `should_cancel` is
-      asked every `cancel_poll_seconds` while a tool or a streamed call runs, and no lease is
-      renewed;
+      process running many engines gives them one `Watcher`; without one no lease is renewed;
     - `on_delta(instance, delta)` receives a streamed call's output as it arrives (`delta` holds
       `content` and `reasoning` text, redacted with a hold-back so that a secret split across
       pieces is caught, `tool_calls`, the names of calls just decided, and the call's `purpose`:
