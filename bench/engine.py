@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentloom.engine import (
+    ContextBinding,
     ContextPolicy,
     InstanceFrame,
     JournalContextManager,
@@ -67,7 +68,7 @@ def bench_estimator() -> None:
 
 
 def grown_frame(groups: int, budget: ModelBudget, policy: ContextPolicy) -> dict:
-    context = JournalContextManager(policy=policy, budget=budget)
+    context = JournalContextManager(ContextBinding(policy, budget))
     context.create(instance="main", system_prompt="sys", task="the task", run_number=1, attempt=1)
     for number in range(groups):
         call = {
@@ -87,7 +88,7 @@ def prepare_seconds(frame: dict, budget: ModelBudget, policy: ContextPolicy, rep
     outcomes = []
     samples = []
     for _ in range(repeat):
-        context = JournalContextManager(policy=policy, budget=budget)
+        context = JournalContextManager(ContextBinding(policy, budget))
         context.restore(InstanceFrame.from_dict(frame))
         started = time.perf_counter()
         prepared = context.prepare(

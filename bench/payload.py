@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentloom.engine import JsonBytesEstimator, ModelRequest, check_payload, sent_request
-from agentloom.providers import DeepSeekChatGateway, OpenAIChatGateway
+from agentloom.providers import DeepSeekChatGateway, ModelEndpoint, OpenAIChatGateway
 
 
 def view(groups: int) -> list[dict]:
@@ -54,8 +54,8 @@ def main() -> None:
     for groups in (100, 1_000):
         request = ModelRequest(purpose="action", messages=view(groups))
         for gateway in (
-            DeepSeekChatGateway("http://127.0.0.1:9/v1", "k", "m"),
-            OpenAIChatGateway("http://127.0.0.1:9/v1", "k", "m"),
+            DeepSeekChatGateway(ModelEndpoint("http://127.0.0.1:9/v1", "k", "m")),
+            OpenAIChatGateway(ModelEndpoint("http://127.0.0.1:9/v1", "k", "m")),
         ):
             estimator = JsonBytesEstimator()
             estimator.estimate(request.messages, [])

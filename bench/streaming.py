@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentloom.engine import CallStream, ModelRequest, Redactor, StreamRedactor
-from agentloom.providers import OpenAICompatibleChatGateway
+from agentloom.providers import CallOptions, ModelEndpoint, OpenAICompatibleChatGateway
 from tests.support.provider_double import ProviderDouble
 
 QUESTION = ModelRequest(purpose="action", messages=[{"role": "user", "content": "hi"}])
@@ -38,7 +38,8 @@ def relay():
 
 def cpu_per_call(double, *, stream: bool, chars: int, calls: int = 20) -> float:
     gateway = OpenAICompatibleChatGateway(
-        double.base_url, "k", "m", allow_private_hosts=True, stream=stream
+        ModelEndpoint(double.base_url, "k", "m"),
+        calls=CallOptions(allow_private_hosts=True, stream=stream),
     )
     samples = []
     for _ in range(calls):
@@ -77,7 +78,9 @@ def _latencies(double, calls: int) -> list[float]:
     user = make_user("bench")
     space = make_space(admin=user)
     run = _make_run(space, user)
-    gateway = OpenAICompatibleChatGateway(double.base_url, "k", "m", allow_private_hosts=True)
+    gateway = OpenAICompatibleChatGateway(
+        ModelEndpoint(double.base_url, "k", "m"), calls=CallOptions(allow_private_hosts=True)
+    )
     double.chunk_delay = 0.02
     found = []
     for _ in range(calls):

@@ -17,6 +17,7 @@ from django.conf import settings
 from agentloom.engine import (
     BUILTIN_TOOL_NAMES,
     ESTIMATORS,
+    ContextBinding,
     DelegateTool,
     Engine,
     EngineConfig,
@@ -140,7 +141,7 @@ GatewayFactory = Callable[[AgentVersion, ModelConnection], ModelGateway]
 def _default_gateway(version: AgentVersion, connection: ModelConnection) -> ModelGateway:
     if connection.provider == ModelConnection.Provider.LOCAL:
         return LocalDemoGateway()
-    from agentloom.providers import gateway_for_provider
+    from agentloom.providers import CallOptions, ModelEndpoint, OutputLimits, gateway_for_provider
 
     options: dict[str, Any] = {}
     if connection.provider == ModelConnection.Provider.OLLAMA:
@@ -150,14 +151,12 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         thinking = version.snapshot.get("thinking") or {}
         options["thinking"] = thinking.get("thinking")
         options["reasoning_effort"] = thinking.get("reasoning_effort")
+    budget = version.snapshot["budget"]
     return gateway_for_provider(
         connection.provider,
-        connection.base_url,
-        connection.api_key,
-        version.snapshot["budget"]["model_id"],
-        max_output_tokens=version.snapshot["budget"]["max_output_tokens"],
-        max_output_cap=connection.max_output_cap,
-        allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+        ModelEndpoint(connection.base_url, connection.api_key, budget["model_id"]),
+        output=OutputLimits(budget["max_output_tokens"], connection.max_output_cap),
+        calls=CallOptions(allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS),
         **options,
     )
 
@@ -330,18 +329,14 @@ def build_engine(
             *(name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES),
             *server_tools_of(snapshot, held=held),
         ],
-        policy,
-        budget,
+        ContextBinding(policy, budget, estimator, large_records=snapshot.get("large_records")),
         hooks=hooks,
         config=EngineConfig(
-            estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
             secrets=tuple(secrets_for(version)),
             sub_agents=tuple(snapshot.get("sub_agents", [])),
             verify_completion=bool(snapshot.get("verify_completion")),
             record_store=record_store,
             calibration=snapshot.get("calibration"),
-            large_records=snapshot.get("large_records"),
-            heartbeat_seconds=settings.RUN_HEARTBEAT_SECONDS,
         ),
     )

@@ -75,7 +75,9 @@ from agentloom.engine._compaction import (
     CompactionRequest,
 )
 from agentloom.engine._context import (
+    ContextBinding,
     ContextManager,
+    ContextOptions,
     JournalContextManager,
     PreparedContext,
 )
@@ -175,6 +177,7 @@ from agentloom.engine._usage import (
     reported_completion_tokens,
     reported_prompt_tokens,
 )
+from agentloom.engine._watch import CallWatch, RunWatch, WatchedCall, Watcher, WatchHooks
 
 # Grouped by module, in the order of the imports above, rather than sorted as one list.
 __all__ = [  # noqa: RUF022
@@ -200,7 +203,9 @@ __all__ = [  # noqa: RUF022
     "CompactionPolicy",
     "CompactionRequest",
     # _context
+    "ContextBinding",
     "ContextManager",
+    "ContextOptions",
     "JournalContextManager",
     "PreparedContext",
     # _engine
@@ -306,4 +311,10 @@ __all__ = [  # noqa: RUF022
     "estimate_error",
     "reported_completion_tokens",
     "reported_prompt_tokens",
+    # _watch
+    "CallWatch",
+    "RunWatch",
+    "WatchedCall",
+    "Watcher",
+    "WatchHooks",
 ]

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import abc
 import bisect
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentloom.engine._budget import (
@@ -63,7 +63,7 @@ from agentloom.engine._gate import sent_request
 from agentloom.engine._gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine._large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
 from agentloom.engine._measure import input_size, measure_context, plan_reserve
-from agentloom.engine._policy import TRIGGER_BUDGET, TriggerPolicy
+from agentloom.engine._policy import TRIGGER_BUDGET, TriggerPolicy, load_policy
 from agentloom.engine._projection import ProjectedHistory
 from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
@@ -104,7 +104,9 @@ __all__ = [
     "THROTTLE_STEPS",
     "VERIFIER_INSTRUCTIONS",
     "CallModel",
+    "ContextBinding",
     "ContextManager",
+    "ContextOptions",
     "JournalContextManager",
     "PreparedContext",
 ]
@@ -210,36 +212,73 @@ class ContextManager(abc.ABC):
         """Return the request for `purpose`, or why it must not be sent."""
 
 
+@dataclass(frozen=True)
+class ContextBinding:
+    """What a context is measured and rendered with: what its checkpoint is bound to.
+
+    `policy` (a `TriggerPolicy`, a policy dict, or None for the legacy policy) and `budget` (a
+    `ModelBudget` or its dict) say when to compact and how much room there is; `estimator`
+    measures requests; `large_records` (a `LargeRecords` or its dict, None: off) shows records
+    too large for their share as excerpts; `rendering` (a `Rendering` or a version, None: the
+    current one) is how views are made.
+    """
+
+    policy: TriggerPolicy | Mapping[str, Any] | None
+    budget: ModelBudget | Mapping[str, Any]
+    estimator: TokenEstimator = field(default_factory=JsonBytesEstimator)
+    large_records: LargeRecords | Mapping[str, Any] | None = None
+    rendering: Rendering | int | None = None
+
+    def __post_init__(self) -> None:
+        policy, budget = self.policy, self.budget
+        if not isinstance(policy, TriggerPolicy):
+            policy = load_policy(dict(policy) if policy is not None else None)
+        if not isinstance(budget, ModelBudget):
+            budget = ModelBudget.from_dict(dict(budget))
+        rendering = self.rendering
+        if not isinstance(rendering, Rendering):
+            rendering = rendering_named(rendering)  # an unknown version fails here, not mid-run
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "budget", budget)
+        object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
+        object.__setattr__(self, "rendering", rendering)
+
+
+@dataclass(frozen=True)
+class ContextOptions:
+    """What a context manager works with besides its binding; each has a default.
+
+    `compaction_policy` compacts (default `BudgetCompactionPolicy`); `clock` stamps records;
+    `redactor` removes secrets; `record_store` is where records referred to are read back;
+    `payload` is what goes on the wire for a request (the gateway's): what is measured;
+    `tool_result_chars` is the most of one tool result a view shows.
+    """
+
+    compaction_policy: CompactionPolicy | None = None
+    clock: Clock = system_clock
+    redactor: Redactor | None = None
+    record_store: RecordStore | None = None
+    payload: Callable[[ModelRequest], dict[str, Any]] | None = None
+    tool_result_chars: int = TOOL_RESULT_VIEW_CHARS
+
+
 class JournalContextManager(ContextManager):
     """Keeps append-only records beside a view that may be replaced by a validated compaction."""
 
-    def __init__(
-        self,
-        *,
-        policy: TriggerPolicy,
-        budget: ModelBudget,
-        estimator: TokenEstimator | None = None,
-        compaction_policy: CompactionPolicy | None = None,
-        clock: Clock = system_clock,
-        redactor: Redactor | None = None,
-        tool_result_chars: int = TOOL_RESULT_VIEW_CHARS,
-        large_records: LargeRecords | None = None,
-        record_store: RecordStore | None = None,
-        rendering: Rendering | None = None,
-        payload: Callable[[ModelRequest], dict[str, Any]] | None = None,
-    ):
-        self.policy = policy
+    def __init__(self, binding: ContextBinding, options: ContextOptions | None = None):
+        options = options or ContextOptions()
+        self.policy = binding.policy
         # What goes on the wire for a request (the gateway's `payload`): what is measured.
-        self.payload = payload
-        self.rendering = rendering or rendering_named(None)
-        self.budget = budget
-        self.estimator = estimator or JsonBytesEstimator()
-        self.compaction_policy = compaction_policy or BudgetCompactionPolicy()
-        self.clock = clock
-        self.redactor = redactor or Redactor()
-        self.tool_result_chars = tool_result_chars
-        self.large_records = large_records
-        self.record_store = record_store
+        self.payload = options.payload
+        self.rendering = binding.rendering
+        self.budget = binding.budget
+        self.estimator = binding.estimator
+        self.compaction_policy = options.compaction_policy or BudgetCompactionPolicy()
+        self.clock = options.clock
+        self.redactor = options.redactor or Redactor()
+        self.tool_result_chars = options.tool_result_chars
+        self.large_records = binding.large_records
+        self.record_store = options.record_store
         self._sizer: RecordSizer | None = None
         # Stubs made by the masking stage of the compaction under way, with their origins.
         self._masks: dict[int, dict[str, Any]] = {}

@@ -17,7 +17,7 @@ per-execution limit; a request over the effective budget is never sent.
 Cancellation is checked after every model response, before any tool runs: calls returned after
 a cancel request are answered with a `cancelled` result and never run. A running tool receives
 the cancellation signal (see `_watch`); a delegation's child stops at its next safe point. While a
-model call or a tool runs, a `Watch` renews the run's lease (`EngineHooks.renew_lease`), never
+model call or a tool runs, the run's watch (`EngineHooks.watch`) renews the run's lease, never
 past the call's own deadline; once the lease is lost the engine raises `LeaseLostError` right
 after the call and writes nothing more. A run's status notes ("run stopped: …") are recorded as
 feedback shown on the assistant side, never in the user's voice.
@@ -30,7 +30,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -42,7 +42,6 @@ from agentloom.engine._approval import (
     pending_approvals,
 )
 from agentloom.engine._budget import (
-    JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
     budget_refusal,
@@ -56,7 +55,12 @@ from agentloom.engine._calibration import (
 )
 from agentloom.engine._clock import Clock, system_clock
 from agentloom.engine._compaction import CompactionPolicy
-from agentloom.engine._context import ContextManager, JournalContextManager
+from agentloom.engine._context import (
+    ContextBinding,
+    ContextManager,
+    ContextOptions,
+    JournalContextManager,
+)
 from agentloom.engine._errors import (
     ConfigurationError,
     ContextBudgetExceeded,
@@ -79,7 +83,7 @@ from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, mes
 from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._redaction import Redactor, StreamRedactor
 from agentloom.engine._refs import RecordStore
-from agentloom.engine._rendering import Rendering, rendering_named, rendering_of
+from agentloom.engine._rendering import Rendering, rendering_of
 from agentloom.engine._tools import (
     DelegateTool,
     ReadRecordTool,
@@ -93,7 +97,7 @@ from agentloom.engine._tools import (
     builtin_tools,
 )
 from agentloom.engine._usage import reported_prompt_tokens
-from agentloom.engine._watch import Watch
+from agentloom.engine._watch import CallWatch, WatchedCall, Watcher, WatchHooks
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
@@ -125,19 +129,9 @@ class ExecutionLimits:
 
 
 ContextManagerFactory = Callable[..., ContextManager]
-# The keyword arguments a context-manager factory is called with, once for each instance.
-CONTEXT_MANAGER_OPTIONS = (
-    "policy",
-    "budget",
-    "estimator",
-    "compaction_policy",
-    "clock",
-    "redactor",
-    "large_records",
-    "record_store",
-    "rendering",
-    "payload",
-)
+# The keyword arguments a context-manager factory is called with, once for each instance: a
+# `ContextBinding` and `ContextOptions`.
+CONTEXT_MANAGER_OPTIONS = ("binding", "options")
 
 _FACTORY_EXPECTED = (
     "expected a factory that returns a ContextManager, called once per instance with the keyword "
@@ -187,18 +181,14 @@ class EngineHooks:
     - `save(checkpoint)` at every safe point (see `Checkpoint`); without it nothing is kept;
     - `on_model_call(record)` after every gateway call, failed or not (see `ModelCallRecord`);
     - `should_cancel()` answers whether the run has been asked to stop: asked at every safe
-      point, after every model response, and every `cancel_poll_seconds` while a tool runs;
+      point, after every model response and, without a `watch`, every `cancel_poll_seconds`
+      while a tool or a streamed call runs;
     - `supplements(final)` returns the `(source_key, text)` pairs queued for the main instance
       (`final` is True when the run is about to end);
-    - `renew_lease()` is called every `heartbeat_seconds` while a model call or a tool runs (from
-      another thread) and answers whether the run's lease is still held;
-    - `watch_exit()` runs in that watching thread as it ends;
-    - `watch(deadline_seconds=, lost=, cancelled=, relay_cancel=, on_cancel=)`, when given,
-      replaces that thread: it returns the context manager that watches one call for as long as
-      it runs, renewing the lease (never past `deadline_seconds`), setting `lost` and `cancelled`
-      once the lease is lost and, when `relay_cancel` (a tool or a streamed call), setting
-      `cancelled` and calling `on_cancel` (which closes a stream) on a cancel request. A process
-      running many engines watches all their calls from one place;
+    - `watch` (a `CallWatch`, such as `Watcher(hooks).run(key)`) watches each model call and
+      tool while it runs (a `WatchedCall`): it renews the run's lease, never past the call's
+      deadline, and relays a cancel request to a tool or a streamed call (see `_watch`). A
+      process running many engines gives them one `Watcher`; without one no lease is renewed;
     - `on_delta(instance, delta)` receives a streamed call's output as it arrives (`delta` holds
       `content` and `reasoning` text, redacted with a hold-back so that a secret split across
       pieces is caught, `tool_calls`, the names of calls just decided, and the call's `purpose`:
@@ -212,20 +202,17 @@ class EngineHooks:
     decisions: Callable[[], Mapping[str, Decision]] | None = None
     should_cancel: Callable[[], bool] | None = None
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None
-    renew_lease: Callable[[], bool] | None = None
-    watch_exit: Callable[[], None] | None = None
-    watch: Callable[..., AbstractContextManager[Any]] | None = None
+    watch: CallWatch | None = None
     on_delta: Callable[[str, dict[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Options of an engine beyond its model, tools, policy, budget and hooks; all have defaults.
+    """Options of an engine beyond its model, tools, binding and hooks; all have defaults.
 
-    `estimator` measures requests (default `JsonBytesEstimator`); `limits` bound one execution;
-    `compaction_policy` and `context_manager` (a factory called with `policy, budget, estimator,
-    compaction_policy, clock, redactor, large_records, record_store, rendering, payload` for
-    each instance, default `JournalContextManager`) replace how context is kept; `secrets` are
+    `limits` bound one execution; `compaction_policy` and `context_manager` (a factory called
+    with `binding=` a `ContextBinding` and `options=` `ContextOptions` for each instance,
+    default `JournalContextManager`) replace how context is kept; `secrets` are
     removed from everything the engine hands out; `clock` stamps records and `sleeper` is what
     the `sleep` tool waits with; `sub_agents` (objects or dicts) are offered as delegation tools;
     `verify_completion` asks the model to verify a final answer before the run succeeds.
@@ -234,20 +221,12 @@ class EngineConfig:
     history they refer to; without it only self-contained `format: 1` frames can be resumed.
     `calibration` (`{"samples": n}`, see `_calibration`) measures triggers in the provider's
     reported tokens; a resumed run follows its checkpoint's binding instead.
-    `large_records` (`{"share": s}`, see `_large`) shows records too large for their share of the
-    budget as excerpts, offers `read_record` and masks older tool results before summarising;
-    a resumed run follows its checkpoint's binding.
 
-    `rendering` is the rendering version new runs are made with (None: the current one, see
-    `_rendering`); replaying an older run passes the version of its checkpoint. A resumed run
-    always follows its checkpoint's binding.
-
-    `heartbeat_seconds` is how often the lease is renewed while a call runs,
-    `cancel_poll_seconds` how often cancellation is asked while a tool runs, and
-    `model_call_seconds` the deadline of a model call whose gateway names none.
+    `cancel_poll_seconds` is how often `should_cancel` is asked while a tool or a streamed call
+    runs (without a `watch` hook), and `model_call_seconds` the deadline of a model call whose
+    gateway names none.
     """
 
-    estimator: TokenEstimator = field(default_factory=JsonBytesEstimator)
     limits: ExecutionLimits = field(default_factory=ExecutionLimits)
     compaction_policy: CompactionPolicy | None = None
     context_manager: ContextManagerFactory = JournalContextManager
@@ -258,9 +237,6 @@ class EngineConfig:
     verify_completion: bool = False
     record_store: RecordStore | None = None
     calibration: dict[str, Any] | None = None
-    large_records: LargeRecords | dict[str, Any] | None = None
-    rendering: int | None = None
-    heartbeat_seconds: float = 30.0
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
 
@@ -269,10 +245,8 @@ class EngineConfig:
         subs = (s if isinstance(s, SubAgent) else SubAgent.from_dict(s) for s in self.sub_agents)
         object.__setattr__(self, "sub_agents", tuple(subs))
         object.__setattr__(self, "calibration", calibration_config(self.calibration))
-        object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
-        rendering_named(self.rendering)  # an unknown version fails here, not mid-run
         check_context_manager_factory(self.context_manager)
-        for name in ("heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"):
+        for name in ("cancel_poll_seconds", "model_call_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigurationError(name, "must be a positive number of seconds")
@@ -351,17 +325,17 @@ class Engine:
         *,
         gateway: ModelGateway,
         tools: Iterable[str | Tool],
-        policy: TriggerPolicy,
-        budget: ModelBudget,
+        binding: ContextBinding,
         hooks: EngineHooks,
         config: EngineConfig,
     ):
         self.gateway = gateway
-        self.policy = policy
-        self.budget = budget
+        self.binding = binding
+        self.policy = binding.policy
+        self.budget = binding.budget
         self.hooks = hooks
         self.config = config
-        self.estimator = config.estimator
+        self.estimator = binding.estimator
         self.redactor = Redactor(config.secrets)
         self.registry = builtin_tools(clock=config.clock, sleeper=config.sleeper)
         tools = list(tools)
@@ -369,6 +343,7 @@ class Engine:
             if isinstance(tool, Tool):
                 self.registry[tool.name] = tool
         self.tools = tools
+        self.watch = hooks.watch or _cancel_relay(hooks.should_cancel, config.cancel_poll_seconds)
         # Fail at construction, not mid-run, when a version names a tool that does not exist.
         build_toolset(self.tools, self.registry)
         for sub_agent in config.sub_agents:
@@ -405,16 +380,14 @@ class Engine:
                 keep=settings["samples"],
             )
             estimator = CalibratedEstimator(estimator, start)
-        rendering = rendering_named(self.config.rendering)
+        rendering = self.binding.rendering
         if history is not None and history.from_journal and history.rendering != rendering.version:
             raise ConfigurationError(
                 "history",
                 f"was projected with rendering {history.rendering}, the run uses "
                 f"{rendering.version}",
             )
-        execution = _Execution(
-            self, self.policy, self.budget, estimator, self.config.large_records, rendering
-        )
+        execution = _Execution(self, replace(self.binding, estimator=estimator))
         context = execution.new_context()
         context.create(
             instance=MAIN_INSTANCE,
@@ -456,9 +429,14 @@ class Engine:
         )
         policy, budget, estimator = self._bound(frame.binding)
         estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
-        large_records = LargeRecords.from_config(frame.binding.get("large_records"))
-        rendering = rendering_of(frame.binding)
-        execution = _Execution(self, policy, budget, estimator, large_records, rendering)
+        bound = ContextBinding(
+            policy,
+            budget,
+            estimator,
+            large_records=frame.binding.get("large_records"),
+            rendering=rendering_of(frame.binding),
+        )
+        execution = _Execution(self, bound)
         context = execution.new_context()
         context.restore(frame)
         return execution, context
@@ -474,24 +452,42 @@ class Engine:
         return policy, budget, estimator
 
 
+class _CancelRelay(WatchHooks):
+    """An engine's own watch hooks, without a `watch` hook: no lease, `should_cancel` relayed."""
+
+    def __init__(self, should_cancel: Callable[[], bool], poll_seconds: float):
+        self.should_cancel = should_cancel
+        self.cancel_poll_seconds = poll_seconds
+
+    def cancels_asked(self, runs: set[Any]) -> set[Any]:
+        return set(runs) if self.should_cancel() else set()
+
+
+class _Unwatched:
+    """The watch of an engine with nothing to watch: no lease, no cancellation to relay."""
+
+    def watching(self, call: WatchedCall) -> AbstractContextManager[Any]:
+        return nullcontext(call)
+
+
+def _cancel_relay(should_cancel: Callable[[], bool] | None, poll_seconds: float) -> CallWatch:
+    """Return the watch of an engine without a `watch` hook: cancellation relayed, if asked."""
+    if should_cancel is None:
+        return _Unwatched()
+    return Watcher(_CancelRelay(should_cancel, poll_seconds)).run(None)
+
+
 class _Execution:
     """One start or resume: the model-call count and the instances it drives."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        policy: TriggerPolicy,
-        budget: ModelBudget,
-        estimator: TokenEstimator,
-        large_records: LargeRecords | None,
-        rendering: Rendering,
-    ):
+    def __init__(self, engine: Engine, binding: ContextBinding):
         self.engine = engine
-        self.rendering = rendering
-        self.policy = policy
-        self.budget = budget
-        self.estimator = estimator
-        self.large_records = large_records
+        self.binding = binding
+        self.rendering: Rendering = binding.rendering
+        self.policy: TriggerPolicy = binding.policy
+        self.budget: ModelBudget = binding.budget
+        self.estimator = binding.estimator
+        self.large_records: LargeRecords | None = binding.large_records
         self.model_calls = 0
         self.main: ContextManager | None = None
         # Set by a watch when the lease is lost, and once a cancel request has been seen.
@@ -503,16 +499,14 @@ class _Execution:
         config = engine.config
         # The options are CONTEXT_MANAGER_OPTIONS, which the config checked the factory takes.
         return config.context_manager(
-            policy=self.policy,
-            budget=self.budget,
-            estimator=self.estimator,
-            compaction_policy=config.compaction_policy,
-            clock=config.clock,
-            redactor=engine.redactor,
-            large_records=self.large_records,
-            record_store=engine.config.record_store,
-            rendering=self.rendering,
-            payload=engine.gateway.payload,
+            binding=self.binding,
+            options=ContextOptions(
+                compaction_policy=config.compaction_policy,
+                clock=config.clock,
+                redactor=engine.redactor,
+                record_store=config.record_store,
+                payload=engine.gateway.payload,
+            ),
         )
 
     def run(self, context: ContextManager, *, continuing: bool = False) -> RunOutcome:
@@ -558,26 +552,14 @@ class _Execution:
         on_cancel: Callable[[], None] | None = None,
     ) -> AbstractContextManager[Any]:
         """Return the watch of one call: lease renewal, and for a tool or a stream cancellation."""
-        config, hooks = self.engine.config, self.engine.hooks
-        if hooks.watch is not None:
-            return hooks.watch(
-                deadline_seconds=deadline,
-                lost=self.lease_lost,
-                cancelled=signal if signal is not None else threading.Event(),
-                relay_cancel=signal is not None,
-                on_cancel=on_cancel,
-            )
-        return Watch(
-            on_cancel=on_cancel,
-            renew_lease=hooks.renew_lease,
-            should_cancel=hooks.should_cancel if signal is not None else None,
-            heartbeat_seconds=config.heartbeat_seconds,
-            cancel_poll_seconds=config.cancel_poll_seconds,
+        call = WatchedCall(
             deadline_seconds=deadline,
             lost=self.lease_lost,
             cancelled=signal if signal is not None else threading.Event(),
-            on_exit=hooks.watch_exit,
+            relay_cancel=signal is not None,
+            on_cancel=on_cancel,
         )
+        return self.engine.watch.watching(call)
 
     def check_lease(self) -> None:
         """Raise `LeaseLostError` when a watch found the lease lost: nothing more is written."""
@@ -1083,8 +1065,7 @@ class _InstanceLoop:
 def create_engine(
     gateway: ModelGateway,
     tools: Iterable[str | Tool],
-    policy: TriggerPolicy | Mapping[str, Any] | None,
-    budget: ModelBudget | Mapping[str, Any],
+    binding: ContextBinding,
     *,
     hooks: EngineHooks | None = None,
     config: EngineConfig | None = None,
@@ -1093,26 +1074,25 @@ def create_engine(
 ) -> Engine:
     """Return an engine for one published version.
 
-    Four things define what the model is asked and how much room it has, and every engine needs
+    Three things define what the model is asked and how much room it has, and every engine needs
     them, so they are positional: the `gateway` that answers, the `tools` offered (built-in tool
-    names or `Tool` objects), the context `policy` (a `ContextPolicy`, `LegacyCharPolicy`, a
-    policy dict, or None for the legacy policy) and the model `budget` (a `ModelBudget` or its
-    dict). Everything else has a default and is named: `hooks` (`EngineHooks`) is where the
-    application plugs in, one run at a time; `config` (`EngineConfig`) holds the options.
+    names or `Tool` objects) and the `binding` new runs are measured and rendered with (a
+    `ContextBinding`: the context policy, the model budget, the estimator, large records and
+    the rendering version; a resumed run follows its checkpoint's). Everything else has a
+    default and is named: `hooks` (`EngineHooks`) is where the application plugs in, one run at
+    a time; `config` (`EngineConfig`) holds the options.
 
     The engine's two replaceable parts are named here: `context_manager` replaces the default
     manager (a factory, as `EngineConfig.context_manager`) and `compaction_policy` the compaction
     algorithm; each fills that field of `config`, which may not set it to something else.
     """
-    if not isinstance(policy, TriggerPolicy):
-        policy = load_policy(dict(policy) if policy is not None else None)
-    if not isinstance(budget, ModelBudget):
-        budget = ModelBudget.from_dict(dict(budget))
+    if not isinstance(binding, ContextBinding):
+        kind = type(binding).__name__
+        raise ConfigurationError("binding", f"expected a ContextBinding, got {kind}")
     return Engine(
         gateway=gateway,
         tools=tools,
-        policy=policy,
-        budget=budget,
+        binding=binding,
         hooks=hooks or EngineHooks(),
         config=_config_with(
             config or EngineConfig(),

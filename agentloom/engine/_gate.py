@@ -7,7 +7,8 @@ Each gateway names the rules of its API in `payload_rules`:
 
 - `tool_call_order`: a message between a tool call and its results, a call left unanswered;
 - `orphan_tool_message`: a tool message answering a call not made, or answered already;
-- `duplicate_call_id`: two tool calls with one id;
+- `duplicate_call_id`: two tool calls with one id (these three are `_protocol.order_problems`,
+  the check the view and compaction use too);
 - `reasoning`: under `never` (OpenAI, compatible servers) any `reasoning_content`; under
   `tool_spans` (DeepSeek), while thinking is on, an assistant message without it in a
   user-to-user span with tool calls ("The reasoning_content in the thinking mode must be passed
@@ -28,7 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine._errors import PayloadRuleBroken
-from agentloom.engine._protocol import REASONING_KEY, RUN_NOTE_PREFIX, message_text, tool_calls_of
+from agentloom.engine._protocol import (
+    REASONING_KEY,
+    RUN_NOTE_PREFIX,
+    message_text,
+    order_problems,
+    tool_calls_of,
+)
 
 __all__ = [
     "OUTPUT_LIMIT_FIELDS",
@@ -77,32 +84,6 @@ def reasoning_required(messages: list[dict[str, Any]]) -> list[int]:
             span.append(index)
             called = called or bool(tool_calls_of(message))
     return required
-
-
-def _order_problems(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    issued: set[Any] = set()
-    waiting: list[Any] = []
-    for index, message in enumerate(messages):
-        if message.get("role") == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id in waiting:
-                waiting.remove(call_id)
-            else:
-                problems.append(("orphan_tool_message", f"message {index} answers {call_id!r}"))
-            continue
-        if waiting:
-            problems.append(("tool_call_order", f"message {index} comes before results {waiting}"))
-            waiting = []
-        for call in tool_calls_of(message):
-            call_id = call.get("id")
-            if call_id in issued:
-                problems.append(("duplicate_call_id", f"message {index} reuses {call_id!r}"))
-            issued.add(call_id)
-            waiting.append(call_id)
-    if waiting:
-        problems.append(("tool_call_order", f"the request ends before results {waiting}"))
-    return problems
 
 
 def _reasoning_problems(payload: dict[str, Any], rules: PayloadRules) -> list[tuple[str, str]]:
@@ -163,7 +144,7 @@ def payload_problems(
     (`Rendering.notes_wait`); older views are not held to that rule.
     """
     messages = list(payload.get("messages") or [])
-    problems = _order_problems(messages)
+    problems = [(problem.rule, problem.text) for problem in order_problems(messages)]
     problems += _reasoning_problems(payload, rules)
     if notes_placed:
         problems += _note_problems(messages, purpose)

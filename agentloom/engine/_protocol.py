@@ -3,11 +3,14 @@
 The ordering rules are the ones OpenAI enforces on a chat-completions request: an assistant
 message's tool calls are answered by one tool message each, right after it and before any other
 message; a tool message answers a call that was made and not yet answered; call ids are unique.
+`order_problems` is the one check of them: the view, compaction, an inherited history and the
+integrity gate (`_gate`, which reports each under its rule's name) all ask it.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -19,9 +22,11 @@ __all__ = [
     "RUN_NOTE_PREFIX",
     "TOOL_RESULT_VIEW_CHARS",
     "UNKNOWN_RESULT",
+    "OrderProblem",
     "cap_tool_result",
     "clean_assistant_message",
     "message_text",
+    "order_problems",
     "place_run_note",
     "protocol_problems",
     "render_message",
@@ -207,28 +212,51 @@ def render_message(message: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def protocol_problems(messages: list[dict[str, Any]]) -> list[str]:
-    """Return every tool-call ordering rule that `messages` breaks (empty when valid)."""
-    problems: list[str] = []
-    issued: set[str] = set()
-    waiting: list[str] = []
+@dataclass(frozen=True)
+class OrderProblem:
+    """One tool-call ordering rule a list of messages breaks, and where.
+
+    `rule` names it as the integrity gate does: `orphan_tool_message` (a tool message answering a
+    call not made, or answered already), `tool_call_order` (a message between a call and its
+    results, or calls left unanswered at the end: `index` None) or `duplicate_call_id`.
+    """
+
+    rule: str
+    index: int | None
+    text: str
+
+
+def order_problems(messages: list[dict[str, Any]]) -> list[OrderProblem]:
+    """Return every tool-call ordering rule that `messages` breaks, in message order."""
+    problems: list[OrderProblem] = []
+    issued: set[Any] = set()
+    waiting: list[Any] = []
     for index, message in enumerate(messages):
         if message.get("role") == "tool":
             call_id = message.get("tool_call_id")
             if call_id in waiting:
                 waiting.remove(call_id)
             else:
-                problems.append(f"message {index}: tool result for {call_id!r} out of its group")
+                text = f"message {index}: tool result for {call_id!r} out of its group"
+                problems.append(OrderProblem("orphan_tool_message", index, text))
             continue
         if waiting:
-            problems.append(f"message {index}: {message.get('role')} before results {waiting}")
+            text = f"message {index}: {message.get('role')} before results {waiting}"
+            problems.append(OrderProblem("tool_call_order", index, text))
             waiting = []
         for call in tool_calls_of(message):
             call_id = call.get("id")
             if call_id in issued:
-                problems.append(f"message {index}: duplicate tool call id {call_id!r}")
+                text = f"message {index}: duplicate tool call id {call_id!r}"
+                problems.append(OrderProblem("duplicate_call_id", index, text))
             issued.add(call_id)
             waiting.append(call_id)
     if waiting:
-        problems.append(f"end: tool calls without results {waiting}")
+        text = f"end: tool calls without results {waiting}"
+        problems.append(OrderProblem("tool_call_order", None, text))
     return problems
+
+
+def protocol_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """Return the text of every tool-call ordering rule `messages` breaks (empty when valid)."""
+    return [problem.text for problem in order_problems(messages)]

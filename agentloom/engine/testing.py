@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine._budget import ModelBudget, TokenEstimator
+from agentloom.engine._context import ContextBinding
 from agentloom.engine._engine import EngineConfig, ExecutionLimits, create_engine
 from agentloom.engine._errors import EngineError
 from agentloom.engine._gateway import ModelGateway, ModelRequest, ModelResponse
@@ -380,13 +381,10 @@ def history_trial(rng: random.Random, *, door: bool = True, large: bool = True) 
     engine = create_engine(
         _TrialGateway(rng, sizes, trial, estimator),
         [tools[0]],
-        policy,
-        budget,
-        config=EngineConfig(
-            estimator=estimator,
-            limits=ExecutionLimits(max_model_calls=64),
-            large_records=policy_of_large.to_dict() if large else None,
+        ContextBinding(
+            policy, budget, estimator, large_records=policy_of_large.to_dict() if large else None
         ),
+        config=EngineConfig(limits=ExecutionLimits(max_model_calls=64)),
     )
     outcome = engine.start(
         run_number=len(rows) + 1, attempt=1, system_prompt=system, question=task, history=history

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine import (
@@ -29,11 +29,14 @@ from agentloom.providers.local_servers import chat_url, ollama_chat_payload, par
 
 __all__ = [
     "THINKING_OUTPUT_FLOOR",
+    "CallOptions",
     "DeepSeekChatGateway",
     "LMStudioChatGateway",
+    "ModelEndpoint",
     "OllamaChatGateway",
     "OpenAIChatGateway",
     "OpenAICompatibleChatGateway",
+    "OutputLimits",
     "RetryPolicy",
     "Timeouts",
     "gateway_for_provider",
@@ -96,14 +99,56 @@ class Timeouts:
         return self.read + 60.0
 
 
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where a model answers: the server's base URL, its API key (None: none) and the model's id."""
+
+    base_url: str
+    api_key: str | None = field(repr=False)
+    model_id: str
+
+
+@dataclass(frozen=True)
+class OutputLimits:
+    """How many tokens an answer may take: the version's `max_output_tokens`, and the
+    connection's `max_output_cap` (None: the provider's own limit) that bounds it."""
+
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    max_output_cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _positive_int(self.max_output_tokens):
+            raise ValueError("max_output_tokens must be a positive integer")
+        if self.max_output_cap is not None and not _positive_int(self.max_output_cap):
+            raise ValueError("max_output_cap must be a positive integer or None")
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """How a chat gateway makes its calls; each has a default.
+
+    `allow_private_hosts` lets the client reach private addresses (a local server);
+    `client_factory` replaces the secure client (tests); `retry` and `timeouts` bound each call
+    (`sleep` waits between attempts); `stream` asks for streamed completions.
+    """
+
+    allow_private_hosts: bool = False
+    client_factory: ClientFactory | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    sleep: Callable[[float], None] = time.sleep
+    stream: bool = True
+
+
 class OpenAICompatibleChatGateway(ModelGateway):
     """Call `POST {base_url}/chat/completions` of a server speaking OpenAI's chat API.
 
-    The output limit sent is the smallest of the request's, the configured `max_output_tokens`
-    and the provider's `max_output_cap`. Failed calls are retried as `retry` says (`sleep`
-    waits between them), each attempt within `timeouts`.
+    The output limit sent is the smallest of the request's and the `output` limits (the
+    configured `max_output_tokens` and the provider's `max_output_cap`). Failed calls are
+    retried as `calls.retry` says (`calls.sleep` waits between them), each attempt within
+    `calls.timeouts`.
 
-    With `stream` (the default) the completion is requested streamed, with its usage in the
+    With `calls.stream` (the default) the completion is requested streamed, with its usage in the
     stream (`stream_options.include_usage`), and what arrives is reported to the call's
     `CallStream`; the reply returned is assembled from the whole stream (`_stream`). A stream
     that fails after its first byte is not retried: the model was already working.
@@ -118,41 +163,30 @@ class OpenAICompatibleChatGateway(ModelGateway):
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str | None,
-        model_id: str,
+        endpoint: ModelEndpoint,
         *,
-        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
-        max_output_cap: int | None = None,
-        allow_private_hosts: bool = False,
-        client_factory: ClientFactory | None = None,
-        retry: RetryPolicy = RetryPolicy(),
-        timeouts: Timeouts = Timeouts(),
-        sleep: Callable[[float], None] = time.sleep,
-        stream: bool = True,
+        output: OutputLimits = OutputLimits(),
+        calls: CallOptions = CallOptions(),
     ):
+        model_id = endpoint.model_id
         if not isinstance(model_id, str) or not model_id.strip():
             raise ValueError("model_id must be a non-empty string")
-        if not _positive_int(max_output_tokens):
-            raise ValueError("max_output_tokens must be a positive integer")
-        if max_output_cap is not None and not _positive_int(max_output_cap):
-            raise ValueError("max_output_cap must be a positive integer or None")
-        self.url = endpoint_url(base_url, "/chat/completions")
+        self.url = endpoint_url(endpoint.base_url, "/chat/completions")
         self.model_id = model_id
-        self.max_output_cap = max_output_cap
-        self.max_output_tokens = min(max_output_tokens, max_output_cap or max_output_tokens)
-        self.retry = retry
-        self.timeouts = timeouts
-        self._api_key = api_key
-        self._sleep = sleep
-        self.streams = stream
+        self.max_output_cap = cap = output.max_output_cap
+        self.max_output_tokens = min(output.max_output_tokens, cap or output.max_output_tokens)
+        self.retry = retry = calls.retry
+        self.timeouts = timeouts = calls.timeouts
+        self._api_key = endpoint.api_key
+        self._sleep = calls.sleep
+        self.streams = calls.stream
         # Every attempt may take the whole response time, and the waits between them count too.
         self.deadline_seconds = timeouts.total * retry.max_attempts + retry.max_retry_after * (
             retry.max_attempts - 1
         )
-        self._client_factory = client_factory or functools.partial(
+        self._client_factory = calls.client_factory or functools.partial(
             secure_client,
-            allow_private_hosts=allow_private_hosts,
+            allow_private_hosts=calls.allow_private_hosts,
             read_timeout=timeouts.read,
             total_timeout=timeouts.total,
         )
@@ -280,15 +314,13 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str | None,
-        model_id: str,
+        endpoint: ModelEndpoint,
         *,
         thinking: str | None = None,
         reasoning_effort: str | None = None,
         **options: Any,
     ):
-        super().__init__(base_url, api_key, model_id, **options)
+        super().__init__(endpoint, **options)
         if thinking not in (None, *THINKING_MODES):
             raise ValueError(f"thinking must be one of {THINKING_MODES} or None")
         if reasoning_effort not in (None, *REASONING_EFFORTS):
@@ -325,9 +357,9 @@ class LMStudioChatGateway(OpenAICompatibleChatGateway):
 
     provider = "lmstudio"
 
-    def __init__(self, base_url: str, api_key: str | None, model_id: str, **options: Any):
-        super().__init__(base_url, api_key, model_id, **options)
-        self.url = chat_url(self.provider, base_url)
+    def __init__(self, endpoint: ModelEndpoint, **options: Any):
+        super().__init__(endpoint, **options)
+        self.url = chat_url(self.provider, endpoint.base_url)
 
 
 class OllamaChatGateway(OpenAICompatibleChatGateway):
@@ -341,22 +373,14 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
     # The native `/api/chat` body (with num_ctx) has no call ids: the gate cannot read it.
     payload_rules: PayloadRules | None = PayloadRules(output_limit_field="max_tokens")
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None,
-        model_id: str,
-        *,
-        num_ctx: int | None = None,
-        **options: Any,
-    ):
-        super().__init__(base_url, api_key, model_id, **options)
+    def __init__(self, endpoint: ModelEndpoint, *, num_ctx: int | None = None, **options: Any):
+        super().__init__(endpoint, **options)
         if num_ctx is not None and (
             isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx < 1
         ):
             raise ValueError("num_ctx must be a positive integer or None")
         self.num_ctx = num_ctx
-        self.url = chat_url(self.provider, base_url, num_ctx=num_ctx)
+        self.url = chat_url(self.provider, endpoint.base_url, num_ctx=num_ctx)
         if num_ctx is not None:
             # The native `/api/chat` streams NDJSON, not events: it is asked for whole answers.
             self.payload_rules = None
@@ -405,16 +429,11 @@ _GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {
 }
 
 
-def gateway_for_provider(
-    provider: str,
-    base_url: str,
-    api_key: str | None,
-    model_id: str,
-    **options: Any,
-) -> ModelGateway:
-    """Return the gateway for `provider`; `options` go to the gateway's constructor.
+def gateway_for_provider(provider: str, endpoint: ModelEndpoint, **options: Any) -> ModelGateway:
+    """Return the gateway for `provider` at `endpoint`; `options` go to the gateway's
+    constructor (`output`, `calls`, and a provider's own settings such as `thinking`).
 
-    `local` returns the engine's offline demo gateway and ignores the connection fields.
+    `local` returns the engine's offline demo gateway and ignores the endpoint.
     """
     if provider == "local":
         from agentloom.engine import LocalDemoGateway
@@ -423,7 +442,7 @@ def gateway_for_provider(
     gateway_class = _GATEWAYS.get(provider)
     if gateway_class is None:
         raise ValueError(f"unknown provider {provider!r}; expected one of {PROVIDERS}")
-    return gateway_class(base_url, api_key, model_id, **options)
+    return gateway_class(endpoint, **options)
 
 
 def parse_chat_completion(document: Any, *, keep_reasoning_content: bool = False) -> ModelResponse:

@@ -18,8 +18,11 @@ from django.conf import settings
 from agentloom.engine import ModelRequest
 from agentloom.errors import InvalidInput, PermissionDenied, UpstreamError
 from agentloom.providers import (
+    CallOptions,
     ClientFactory,
     DiscoveredModel,
+    ModelEndpoint,
+    OutputLimits,
     ProviderError,
     RetryPolicy,
     Timeouts,
@@ -200,17 +203,17 @@ def connection_test(
 
 def _test_gateway(provider, base_url, key, model, client_factory):
     if provider == "local":
-        return gateway_for_provider(provider, "", None, "local-demo")
+        return gateway_for_provider(provider, ModelEndpoint("", None, "local-demo"))
     return gateway_for_provider(
         provider,
-        base_url,
-        key or None,
-        model,
-        max_output_tokens=TEST_MAX_OUTPUT_TOKENS,
-        allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
-        client_factory=client_factory,
-        retry=RetryPolicy(max_attempts=1),
-        timeouts=Timeouts(read=TEST_READ_TIMEOUT_SECONDS),
+        ModelEndpoint(base_url, key or None, model),
+        output=OutputLimits(TEST_MAX_OUTPUT_TOKENS),
+        calls=CallOptions(
+            allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+            client_factory=client_factory,
+            retry=RetryPolicy(max_attempts=1),
+            timeouts=Timeouts(read=TEST_READ_TIMEOUT_SECONDS),
+        ),
     )
 
 

@@ -42,7 +42,7 @@ from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.journal import JournalWriter, LeaseLost, lock_session, status_journal
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.live import DeltaPublisher
-from sessions_app.services.renewer import renewer
+from sessions_app.services.renewer import RunLease, renewer
 from sessions_app.services.runs import run_claim, supplements_take
 from sessions_app.services.slots import database_slots
 
@@ -259,7 +259,7 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
         should_cancel=held(lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists()),
         supplements=held(supplements),
         # No thread per call: the process's renewer watches every call of every run.
-        watch=renewer.watch(run_id=run_id, owner=owner),
+        watch=renewer.run(RunLease(run_id=run_id, owner=owner)),
     )
 
 

@@ -26,6 +26,7 @@ from agentloom.engine import (
     UNKNOWN_RESULT,
     WAITING_APPROVAL,
     Checkpoint,
+    ContextBinding,
     Decision,
     Engine,
     EngineConfig,
@@ -418,8 +419,13 @@ def _replay_engine(
     return create_engine(
         gateway,
         tools,
-        policy,
-        budget,
+        ContextBinding(
+            policy,
+            budget,
+            estimator,
+            large_records=snapshot.get("large_records"),
+            rendering=rendering,
+        ),
         hooks=EngineHooks(
             save=hooks.save,
             should_cancel=hooks.should_cancel,
@@ -427,7 +433,6 @@ def _replay_engine(
             decisions=lambda: decided,
         ),
         config=EngineConfig(
-            estimator=estimator,
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
             context_manager=hooks.manager_factory,
             sub_agents=tuple(snapshot.get("sub_agents", [])),
@@ -435,8 +440,6 @@ def _replay_engine(
             # Records read back with `read_record` come from the journal, as in the run.
             record_store=JournalStore(run),
             calibration=snapshot.get("calibration"),
-            large_records=snapshot.get("large_records"),
-            rendering=rendering,
         ),
     )
 

@@ -64,9 +64,15 @@ def compacted_frame(*, budget=(4_000, 500, 100)) -> dict:
 
     Built with the engine's own context manager, so the frame has the shape runs really save.
     """
-    from agentloom.engine import ContextPolicy, JournalContextManager, ModelBudget, ModelResponse
+    from agentloom.engine import (
+        ContextBinding,
+        ContextPolicy,
+        JournalContextManager,
+        ModelBudget,
+        ModelResponse,
+    )
 
-    manager = JournalContextManager(policy=ContextPolicy(), budget=ModelBudget(*budget))
+    manager = JournalContextManager(ContextBinding(ContextPolicy(), ModelBudget(*budget)))
     manager.create(
         instance="main", system_prompt="You are helpful.", task="Question", run_number=1, attempt=1
     )

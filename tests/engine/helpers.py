@@ -10,6 +10,8 @@ from typing import Any
 
 from agentloom.engine import (
     Checkpoint,
+    ContextBinding,
+    ContextOptions,
     ContextPolicy,
     EngineConfig,
     EngineHooks,
@@ -95,6 +97,18 @@ class Recorder:
 
 
 _HOOKS = {hook.name for hook in fields(EngineHooks)}
+# The fields of a `ContextBinding` a test may name beside its policy and budget.
+_BINDING = {"estimator", "large_records", "rendering"}
+
+
+def _binding(policy, budget, options: dict[str, Any]) -> ContextBinding:
+    """Return the binding of a test's `policy` and `budget`, popping its fields from `options`."""
+    named = {name: options.pop(name) for name in list(options) if name in _BINDING}
+    return ContextBinding(
+        policy if policy is not None else ContextPolicy(),
+        budget or ModelBudget(32_768, 4_096, 1_024),
+        **named,
+    )
 
 
 def make_engine(
@@ -103,15 +117,15 @@ def make_engine(
     """Return an engine with a default policy and budget, wired to a recorder.
 
     `options` are hooks (fields of `EngineHooks`, beside the recorder's `save` and
-    `on_model_call`) or options (fields of `EngineConfig`, applied over `config`).
+    `on_model_call`), fields of the `ContextBinding` (`estimator`, `large_records`, `rendering`)
+    or options (fields of `EngineConfig`, applied over `config`).
     """
     recorder = recorder or Recorder()
     hooks = {name: options.pop(name) for name in list(options) if name in _HOOKS}
     return create_engine(
         gateway,
         list(tools),
-        policy if policy is not None else ContextPolicy(),
-        budget or ModelBudget(32_768, 4_096, 1_024),
+        _binding(policy, budget, options),
         hooks=EngineHooks(save=recorder.save, on_model_call=recorder.on_model_call, **hooks),
         config=replace(config or EngineConfig(), **options),
     )
@@ -158,15 +172,15 @@ class SessionJournal:
 
 
 def new_context(policy=None, budget=None, *, task="the task NONCE-TASK", history=None, **options):
-    """Return a main-instance context of run 1 with the system prompt `sys` and `task`."""
+    """Return a main-instance context of run 1 with the system prompt `sys` and `task`.
+
+    `options` are fields of the `ContextBinding` beside `policy` and `budget`, or of
+    `ContextOptions` (its clock is a `FakeClock` unless given).
+    """
     from agentloom.engine import JournalContextManager
 
-    context = JournalContextManager(
-        policy=policy if policy is not None else ContextPolicy(),
-        budget=budget or ModelBudget(32_768, 4_096, 1_024),
-        clock=FakeClock(),
-        **options,
-    )
+    binding = _binding(policy, budget, options)
+    context = JournalContextManager(binding, ContextOptions(**{"clock": FakeClock(), **options}))
     context.create(
         instance="main",
         system_prompt="sys",

@@ -4,6 +4,8 @@ import pytest
 
 from agentloom.engine import (
     BudgetCompactionPolicy,
+    ContextBinding,
+    ContextOptions,
     ContextPolicy,
     GatewayError,
     InstanceFrame,
@@ -216,7 +218,7 @@ def test_baselines_persist_and_the_next_trigger_counts_from_them(scripted):
     assert context.prepare("action", call_model=gateway.complete).compaction is None
 
     restored = JournalContextManager(
-        policy=policy, budget=context.budget, clock=FakeClock(), compaction_policy=None
+        ContextBinding(policy, context.budget), ContextOptions(clock=FakeClock())
     )
     restored.restore(InstanceFrame.from_dict(context.frame.to_dict()))
     assert restored.frame.counters == counters

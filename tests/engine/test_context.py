@@ -4,6 +4,8 @@ import pytest
 
 from agentloom.engine import (
     ConfigurationError,
+    ContextBinding,
+    ContextOptions,
     ContextPolicy,
     EngineError,
     InstanceFrame,
@@ -218,7 +220,8 @@ def test_a_restored_legacy_view_with_unanswered_calls_lists_them_as_pending():
         "state": {},
     }
     context = JournalContextManager(
-        policy=ContextPolicy(), budget=ModelBudget(32_768, 4_096, 1_024), clock=FakeClock()
+        ContextBinding(ContextPolicy(), ModelBudget(32_768, 4_096, 1_024)),
+        ContextOptions(clock=FakeClock()),
     )
 
     context.restore(InstanceFrame.from_dict(legacy))

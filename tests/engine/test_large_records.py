@@ -12,6 +12,8 @@ import re
 import pytest
 
 from agentloom.engine import (
+    ContextBinding,
+    ContextOptions,
     ContextPolicy,
     EngineConfig,
     InstanceFrame,
@@ -66,7 +68,8 @@ def test_a_large_tool_result_is_an_excerpt_the_model_reads_back():
         tools=("big_output",),
         budget=DEMO_BUDGET,
         recorder=recorder,
-        config=EngineConfig(record_store=recorder.store(), large_records=LARGE),
+        large_records=LARGE,
+        config=EngineConfig(record_store=recorder.store()),
     )
     outcome = engine.start(run_number=3, attempt=1, system_prompt="sys", question="go")
     assert outcome.status == "succeeded", outcome.error
@@ -96,7 +99,8 @@ def test_under_rendering_3_read_record_is_offered_once_the_view_holds_a_referenc
         gateway,
         tools=("big_output",),
         budget=DEMO_BUDGET,
-        config=EngineConfig(large_records=LARGE, rendering=3),
+        large_records=LARGE,
+        rendering=3,
     )
     outcome = engine.start(run_number=3, attempt=1, system_prompt="sys", question="go")
     assert outcome.status == "succeeded", outcome.error
@@ -132,7 +136,8 @@ def _after_first_masking(rendering: int | None):
         tools=("big_output",),
         budget=DEMO_BUDGET,
         recorder=recorder,
-        config=EngineConfig(record_store=recorder.store(), large_records=LARGE),
+        large_records=LARGE,
+        config=EngineConfig(record_store=recorder.store()),
         rendering=rendering,
     )
     outcome = engine.start(run_number=1, attempt=1, system_prompt="sys", question="go")
@@ -198,10 +203,8 @@ def test_unknown_malformed_and_other_instances_records_are_refused():
     with pytest.raises(ToolError):
         context.read_record("r1:3", 40_001)
     child = JournalContextManager(
-        policy=ContextPolicy(),
-        budget=DEMO_BUDGET,
-        clock=FakeClock(),
-        large_records=LargeRecords(),
+        ContextBinding(ContextPolicy(), DEMO_BUDGET, large_records=LargeRecords()),
+        ContextOptions(clock=FakeClock()),
     )
     child.create(instance="1.1", system_prompt="sub", task="sub task", run_number=1, attempt=1)
     add_group(child, ["z" * 40_000])
@@ -230,7 +233,8 @@ def test_a_bad_reference_is_feedback_not_a_crash():
         _BadReads(),
         tools=(),
         recorder=recorder,
-        config=EngineConfig(record_store=recorder.store(), large_records=LARGE),
+        large_records=LARGE,
+        config=EngineConfig(record_store=recorder.store()),
     )
     outcome = engine.start(run_number=1, attempt=1, system_prompt="sys", question="go")
     assert outcome.status == "succeeded"
@@ -266,13 +270,14 @@ def test_history_records_are_excerpted_and_read_from_the_journal():
     # A question this large is refused at the door today; sessions from before still hold one.
     engine.start(run_number=1, attempt=1, system_prompt="sys", question=huge)
     second = Recorder(journal=journal, run_id=2)
-    config = EngineConfig(record_store=second.store(), large_records=LARGE)
+    config = EngineConfig(record_store=second.store())
     gateway = ReadingGateway(chars=10)
     engine = make_engine(
         gateway,
         tools=("big_output",),
         budget=DEMO_BUDGET,
         recorder=second,
+        large_records=LARGE,
         config=config,
     )
     binding = {
@@ -291,10 +296,8 @@ def test_history_records_are_excerpted_and_read_from_the_journal():
     assert "NONCE-HEAD" in seen and "NONCE-TAIL" in seen and 'ref=\\"s:1\\"' in seen
     assert "read_record" in _tool_names(first_request)
     context = JournalContextManager(
-        policy=ContextPolicy(),
-        budget=DEMO_BUDGET,
-        large_records=LargeRecords(),
-        record_store=second.store(),
+        ContextBinding(ContextPolicy(), DEMO_BUDGET, large_records=LargeRecords()),
+        ContextOptions(record_store=second.store()),
     )
     context.restore(InstanceFrame.from_dict(second.stored[-1], store=second.store()))
     assert context.read_record("s:1", 11, 5).endswith("qqqqq")
@@ -376,7 +379,8 @@ def test_a_masked_run_round_trips_and_resumes_from_its_references():
         tools=("big_output",),
         budget=DEMO_BUDGET,
         recorder=recorder,
-        config=EngineConfig(record_store=recorder.store(), large_records=LARGE),
+        large_records=LARGE,
+        config=EngineConfig(record_store=recorder.store()),
     )
     outcome = engine.start(run_number=1, attempt=1, system_prompt="sys", question="go")
     assert outcome.status == "succeeded"

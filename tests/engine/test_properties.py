@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from agentloom.engine import (
+    ContextBinding,
+    ContextOptions,
     ContextPolicy,
     ExecutionLimits,
     GatewayError,
@@ -257,7 +259,7 @@ def test_random_runs_keep_protocol_budget_and_sources(
     summaries=st.lists(SUMMARY_BEHAVIOURS, max_size=8),
 )
 def test_compaction_of_random_views(budget, policy, groups, notes, summaries):
-    context = CheckedContext(policy=policy, budget=budget, clock=FakeClock())
+    context = CheckedContext(ContextBinding(policy, budget), ContextOptions(clock=FakeClock()))
     context.create(instance="main", system_prompt="sys", task="task", run_number=1, attempt=1)
     for index, results in enumerate(groups):
         add_group(context, ["r" * size for size in results])

@@ -6,8 +6,10 @@ import pytest
 
 from agentloom.engine import (
     ConfigurationError,
-    EngineConfig,
+    ContextBinding,
+    ContextPolicy,
     GatewayError,
+    ModelBudget,
     ModelResponse,
     ProjectedHistory,
     rendering_of,
@@ -68,7 +70,7 @@ def test_a_resumed_checkpoint_keeps_the_version_it_was_made_with(scripted):
 
 def test_an_unknown_version_is_refused():
     with pytest.raises(ConfigurationError, match="rendering"):
-        EngineConfig(rendering=99)
+        ContextBinding(ContextPolicy(), ModelBudget(32_768, 4_096, 0), rendering=99)
     with pytest.raises(ConfigurationError, match="rendering"):
         rendering_of({"rendering": 99})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -17,9 +18,11 @@ from agentloom.engine import (
     LeaseLostError,
     ModelBudget,
     ModelGateway,
+    WatchedCall,
+    Watcher,
+    WatchHooks,
 )
 from agentloom.engine._protocol import protocol_problems
-from agentloom.engine._watch import Watch
 from agentloom.engine.testing import text_response, tool_call_response
 from tests.engine.helpers import Recorder, kinds, make_engine
 
@@ -43,31 +46,38 @@ class SlowGateway(ModelGateway):
         return self.replies.pop(0)
 
 
-class Lease:
-    """A lease renewed by the heartbeat; `held` turns False to simulate losing it."""
+class Lease(WatchHooks):
+    """A lease renewed every 0.05 s; `held` turns False to simulate losing it."""
+
+    heartbeat_seconds = 0.05
+    cancel_poll_seconds = 0.05
 
     def __init__(self, held=True):
         self.held = held
         self.renewals: list[float] = []
         self.exits = 0
 
-    def renew(self) -> bool:
+    def renew(self, run) -> bool:
         self.renewals.append(time.monotonic())
         return self.held
 
-    def exit(self) -> None:
+    def release(self) -> None:
         self.exits += 1
 
 
-def watched(lease, **options):
-    """Return `make_engine` options: the lease hooks and short watch intervals."""
-    return {
-        "renew_lease": lease.renew,
-        "watch_exit": lease.exit,
-        "heartbeat_seconds": options.pop("heartbeat", 0.05),
-        "cancel_poll_seconds": options.pop("poll", 0.05),
-        **options,
-    }
+def watched(lease):
+    """Return `make_engine` options: the run watched by a watcher of its own over `lease`."""
+    return {"watch": Watcher(lease).run("run-1")}
+
+
+def wait_for(condition, seconds=2.0):
+    """Return whether `condition()` turns true within `seconds`."""
+    ends = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > ends:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 # --- the lease heartbeat ---------------------------------------------------------------------
@@ -84,7 +94,7 @@ def test_a_long_model_call_renews_the_lease_while_it_runs_and_not_after():
     count = len(lease.renewals)
     time.sleep(0.2)
     assert len(lease.renewals) == count, "no renewal once the call has returned"
-    assert lease.exits == 1, "the watching thread ends with the call"
+    assert wait_for(lambda: lease.exits == 1), "the watching thread ends with the call"
 
 
 def test_the_heartbeat_never_renews_past_the_calls_own_deadline():
@@ -146,13 +156,13 @@ class SharedWatch:
         self.calls: list[dict] = []
         self.lose_during = lose_during
 
-    def __call__(self, *, deadline_seconds, lost, cancelled, relay_cancel, on_cancel=None):
+    def watching(self, call: WatchedCall):
         import contextlib
 
-        self.calls.append({"deadline": deadline_seconds, "relay_cancel": relay_cancel})
+        self.calls.append({"deadline": call.deadline_seconds, "relay_cancel": call.relay_cancel})
         if self.lose_during == len(self.calls):
-            lost.set()
-            cancelled.set()
+            call.lost.set()
+            call.cancelled.set()
         return contextlib.nullcontext()
 
 
@@ -171,7 +181,9 @@ def test_a_watch_hook_replaces_the_watching_thread_for_every_call():
 
     gateway.complete = complete
 
-    outcome = start(make_engine(gateway, tools=("sleep",), watch=watch, renew_lease=Lease().renew))
+    outcome = start(
+        make_engine(gateway, tools=("sleep",), watch=watch, should_cancel=lambda: False)
+    )
 
     assert outcome.status == "succeeded"
     assert seen == [threads, threads], "no thread of its own while a call runs"
@@ -194,31 +206,83 @@ def test_a_lease_lost_under_a_watch_hook_stops_the_run_after_the_call():
     assert len(recorder.saves) == 1 and kinds(recorder.saves[-1]) == ["user_input"]
 
 
-def test_the_watch_keeps_beating_after_a_failed_write():
-    answers = iter([RuntimeError("database busy"), True, True, True, True, True, True])
+class Runs(Lease):
+    """Leases of many runs; `asked` holds the runs whose cancel is requested."""
 
-    def renew():
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    def __init__(self, asked=()):
+        super().__init__()
+        self.asked = set(asked)
+        self.renewed: set[str] = set()
+        self.questions: list[set[str]] = []
+
+    def renew(self, run) -> bool:
+        self.renewed.add(run)
+        return True
+
+    def cancels_asked(self, runs):
+        self.questions.append(set(runs))
+        return runs & self.asked
+
+
+def test_one_watcher_thread_watches_every_call_and_asks_for_all_runs_at_once():
+    hooks = Runs(asked={"b"})
+    watcher = Watcher(hooks)
+    calls = {
+        run: WatchedCall(
+            deadline_seconds=None,
+            lost=threading.Event(),
+            cancelled=threading.Event(),
+            relay_cancel=True,
+        )
+        for run in ("a", "b", "c")
+    }
+    threads = threading.active_count()
+    with contextlib.ExitStack() as stack:
+        for run, call in calls.items():
+            stack.enter_context(watcher.run(run).watching(call))
+        assert calls["b"].cancelled.wait(2), "a cancel request reaches its run's call"
+        time.sleep(0.15)
+        assert threading.active_count() == threads + 1, "one thread for every call"
+        assert watcher.in_flight() == 3
+    assert not calls["a"].cancelled.is_set() and not calls["c"].cancelled.is_set()
+    assert {"a", "b", "c"} in hooks.questions, "one question for all the runs"
+    assert hooks.renewed == {"a", "b", "c"}
+    assert wait_for(lambda: threading.active_count() == threads), "no thread once no call is left"
+    assert hooks.exits == 1
+
+
+def test_a_call_with_nothing_to_watch_starts_no_thread():
+    watcher = Watcher(WatchHooks())
+    call = WatchedCall(
+        deadline_seconds=1, lost=threading.Event(), cancelled=threading.Event(), relay_cancel=False
+    )
+    threads = threading.active_count()
+    with watcher.run("a").watching(call):
+        assert threading.active_count() == threads and watcher.in_flight() == 0
+
+
+def test_the_watch_keeps_beating_after_a_failed_write():
+    class Busy(Lease):
+        answers = iter([RuntimeError("database busy"), True, True, True, True, True, True])
+
+        def renew(self, run):
+            answer = next(self.answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
 
     lost = threading.Event()
-    with Watch(
-        renew_lease=renew,
-        should_cancel=None,
-        heartbeat_seconds=0.03,
-        cancel_poll_seconds=0.03,
-        deadline_seconds=None,
-        lost=lost,
-        cancelled=threading.Event(),
-    ) as watch:
+    watcher = Watcher(Busy())
+    call = WatchedCall(
+        deadline_seconds=None, lost=lost, cancelled=threading.Event(), relay_cancel=False
+    )
+    with watcher.run("run-1").watching(call):
         time.sleep(0.2)
     assert not lost.is_set()
-    assert watch.beats >= 2
+    assert watcher.beats >= 2
 
 
-@pytest.mark.parametrize("name", ["heartbeat_seconds", "cancel_poll_seconds", "model_call_seconds"])
+@pytest.mark.parametrize("name", ["cancel_poll_seconds", "model_call_seconds"])
 @pytest.mark.parametrize("value", [0, -1, True, "5"])
 def test_watch_intervals_must_be_positive(name, value):
     with pytest.raises(ConfigurationError) as error:

@@ -13,7 +13,9 @@ import agentloom.engine as engine
 from agentloom.engine import (
     BudgetCompactionPolicy,
     ConfigurationError,
+    ContextBinding,
     ContextManager,
+    ContextOptions,
     ContextPolicy,
     EngineConfig,
     EngineHooks,
@@ -25,11 +27,14 @@ from agentloom.engine import (
     create_engine,
 )
 from agentloom.engine._engine import CONTEXT_MANAGER_OPTIONS, DEFAULT_MAX_MODEL_CALLS
+from agentloom.engine._rendering import CURRENT_RENDERING
 from agentloom.engine.testing import ScriptedGateway, text_response
 from tests.engine.helpers import FakeClock
 
 ENGINE_DIR = Path(engine.__file__).parent
 BUDGET = ModelBudget(32_768, 4_096, 1_024)
+# The legacy policy (None) and BUDGET.
+BINDING = ContextBinding(None, BUDGET)
 
 
 def test_the_public_names_are_listed_once_and_all_resolve():
@@ -61,15 +66,24 @@ def test_the_test_doubles_are_outside_the_public_surface():
     assert "LocalDemoGateway" in engine.__all__
 
 
-def test_create_engine_takes_four_positional_arguments_hooks_and_config():
+def test_create_engine_takes_three_positional_arguments_hooks_and_config():
     parameters = inspect.signature(create_engine).parameters
     positional = [p.name for p in parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
     keyword = [p.name for p in parameters.values() if p.kind is p.KEYWORD_ONLY]
-    assert positional == ["gateway", "tools", "policy", "budget"]
+    assert positional == ["gateway", "tools", "binding"]
     # The engine's two replaceable parts (context manager, compaction) stay keywords of their own.
     assert keyword == ["hooks", "config", "context_manager", "compaction_policy"]
     engine_parameters = set(inspect.signature(engine.Engine).parameters)
-    assert engine_parameters == {"gateway", "tools", "policy", "budget", "hooks", "config"}
+    assert engine_parameters == {"gateway", "tools", "binding", "hooks", "config"}
+
+
+def test_a_binding_takes_a_policy_and_a_budget_as_objects_or_dicts():
+    binding = ContextBinding({"context_ratio": 0.7}, BUDGET.to_dict(), large_records={})
+    assert binding.policy == ContextPolicy(context_ratio=0.7) and binding.budget == BUDGET
+    assert binding.large_records is not None and binding.large_records.share > 0
+    assert type(ContextBinding(None, BUDGET).policy).__name__ == "LegacyCharPolicy"
+    with pytest.raises(ConfigurationError, match="binding"):
+        create_engine(ScriptedGateway(), ["echo"], {"policy": None, "budget": BUDGET.to_dict()})
 
 
 def _long_history(pairs: int = 8) -> ProjectedHistory:
@@ -101,8 +115,7 @@ def test_create_engine_accepts_context_manager_and_compaction_policy(scripted):
     built = create_engine(
         scripted(text_response("summary NONCE-S"), text_response("answer")),
         ["echo"],
-        ContextPolicy(),
-        ModelBudget(8_000, 1_000, 0),
+        ContextBinding(ContextPolicy(), ModelBudget(8_000, 1_000, 0)),
         context_manager=CountingContext,
         compaction_policy=refusing,
     )
@@ -134,7 +147,7 @@ def _concrete_manager_without_options() -> type[ContextManager]:
     ("factory", "says"),
     [
         (
-            lambda: JournalContextManager(policy=ContextPolicy(), budget=BUDGET),
+            lambda: JournalContextManager(ContextBinding(ContextPolicy(), BUDGET)),
             "pass its class",
         ),
         (_concrete_manager_without_options, "does not take them"),
@@ -145,7 +158,7 @@ def _concrete_manager_without_options() -> type[ContextManager]:
 )
 def test_a_context_manager_that_is_not_a_factory_is_refused_at_construction(factory, says):
     with pytest.raises(ConfigurationError) as refused:
-        create_engine(ScriptedGateway(), ["echo"], None, BUDGET, context_manager=factory())
+        create_engine(ScriptedGateway(), ["echo"], BINDING, context_manager=factory())
     assert refused.value.field == "context_manager"
     message = str(refused.value)
     assert says in message and "JournalContextManager" in message, message
@@ -161,7 +174,7 @@ def test_the_factory_options_are_what_each_instance_is_built_with(scripted):
         return JournalContextManager(**options)
 
     built = create_engine(
-        scripted(text_response("answer")), ["echo"], None, BUDGET, context_manager=factory
+        scripted(text_response("answer")), ["echo"], BINDING, context_manager=factory
     )
     built.start(run_number=1, attempt=1, system_prompt="sys", question="q")
     assert given == [set(CONTEXT_MANAGER_OPTIONS)]
@@ -184,17 +197,15 @@ def test_readme_engine_example_runs_as_written(capsys):
 def test_a_keyword_may_fill_the_config_but_never_contradict_it():
     policy = BudgetCompactionPolicy()
     config = EngineConfig(compaction_policy=policy)
-    budget = ModelBudget(32_768, 4_096, 1_024)
     same = create_engine(
-        ScriptedGateway(), ["echo"], None, budget, config=config, compaction_policy=policy
+        ScriptedGateway(), ["echo"], BINDING, config=config, compaction_policy=policy
     )
     assert same.config.compaction_policy is policy
     with pytest.raises(TypeError, match="compaction_policy"):
         create_engine(
             ScriptedGateway(),
             ["echo"],
-            None,
-            budget,
+            BINDING,
             config=config,
             compaction_policy=BudgetCompactionPolicy(),
         )
@@ -202,11 +213,17 @@ def test_a_keyword_may_fill_the_config_but_never_contradict_it():
 
 def test_hooks_and_config_default_to_an_engine_that_keeps_nothing():
     built = create_engine(
-        ScriptedGateway(), ["echo"], ContextPolicy(), ModelBudget(32_768, 4_096, 1_024)
+        ScriptedGateway(),
+        ["echo"],
+        ContextBinding(ContextPolicy(), ModelBudget(32_768, 4_096, 1_024)),
     )
     assert built.hooks == EngineHooks()
+    assert built.binding.estimator.binding() == JsonBytesEstimator().binding()
+    assert (built.binding.large_records, built.binding.rendering.version) == (
+        None,
+        CURRENT_RENDERING,
+    )
     config = built.config
-    assert config.estimator.binding() == JsonBytesEstimator().binding()
     assert config.limits.max_model_calls == DEFAULT_MAX_MODEL_CALLS
     assert config.context_manager is JournalContextManager
     assert (config.record_store, config.sub_agents, config.secrets) == (None, (), ())
@@ -227,7 +244,8 @@ def test_the_config_accepts_sub_agents_as_dicts_and_secrets_as_any_iterable():
 
 def test_a_context_manager_says_whether_it_holds_a_frame():
     context = JournalContextManager(
-        policy=ContextPolicy(), budget=ModelBudget(32_768, 4_096, 1_024), clock=FakeClock()
+        ContextBinding(ContextPolicy(), ModelBudget(32_768, 4_096, 1_024)),
+        ContextOptions(clock=FakeClock()),
     )
     assert not context.opened
     context.create(instance="main", system_prompt="s", task="t", run_number=1, attempt=1)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from agentloom.engine import ContextPolicy, InstanceFrame, JournalContextManager
+from agentloom.engine import (
+    ContextBinding,
+    ContextOptions,
+    ContextPolicy,
+    InstanceFrame,
+    JournalContextManager,
+)
 from agentloom.engine._context import THROTTLE_GROWTH_SHARE, THROTTLE_STEPS
 from agentloom.engine.testing import text_response
 from tests.engine.helpers import FakeClock, add_group
@@ -10,7 +16,9 @@ from tests.engine.test_compaction import SMALL, grown_context, summariser
 
 
 def test_pinned_content_above_the_trigger_skips_without_a_model_call(scripted):
-    context = JournalContextManager(policy=ContextPolicy(), budget=SMALL, clock=FakeClock())
+    context = JournalContextManager(
+        ContextBinding(ContextPolicy(), SMALL), ContextOptions(clock=FakeClock())
+    )
     context.create(
         instance="main",
         system_prompt="s" * 6_000,  # alone above the 5,600 trigger
@@ -41,7 +49,9 @@ def test_a_failed_compaction_is_not_retried_until_the_view_grows_or_steps_pass(s
     assert log[-1]["repeats"] == 3
 
     # The throttle is in the checkpoint: a resumed context keeps it.
-    restored = JournalContextManager(policy=ContextPolicy(), budget=SMALL, clock=FakeClock())
+    restored = JournalContextManager(
+        ContextBinding(ContextPolicy(), SMALL), ContextOptions(clock=FakeClock())
+    )
     restored.restore(InstanceFrame.from_dict(context.frame.to_dict()))
     assert restored.compact_if_triggered([], empty.complete).reason == "throttled"
 

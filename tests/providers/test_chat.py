@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 import socket
+from dataclasses import replace
 
 import pytest
 
 from agentloom.engine import ModelGateway, ModelRequest
 from agentloom.providers import (
+    CallOptions,
     DeepSeekChatGateway,
+    ModelEndpoint,
     OpenAIChatGateway,
     OpenAICompatibleChatGateway,
+    OutputLimits,
     ProviderError,
     RetryPolicy,
     Timeouts,
@@ -45,13 +49,15 @@ class Sleeps(list):
         self.append(seconds)
 
 
-def gateway(double, cls=OpenAIChatGateway, **options):
-    options.setdefault("sleep", Sleeps())
-    return cls(double.base_url, KEY, "gpt-4.1", allow_private_hosts=True, **options)
+def gateway(double, cls=OpenAIChatGateway, *, output=None, calls=None):
+    """Return a `cls` gateway at the double, reaching its private address, never sleeping."""
+    calls = replace(calls or CallOptions(sleep=Sleeps()), allow_private_hosts=True)
+    endpoint = ModelEndpoint(double.base_url, KEY, "gpt-4.1")
+    return cls(endpoint, output=output or OutputLimits(), calls=calls)
 
 
 def test_openai_sends_max_completion_tokens_and_no_max_tokens(provider_double):
-    reply = gateway(provider_double, max_output_tokens=2_000).complete(ask())
+    reply = gateway(provider_double, output=OutputLimits(2_000)).complete(ask())
     assert reply.message == {"role": "assistant", "content": "ok"}
     [body] = provider_double.chat_bodies()
     assert body["max_completion_tokens"] == 2_000
@@ -64,7 +70,7 @@ def test_openai_sends_max_completion_tokens_and_no_max_tokens(provider_double):
 
 @pytest.mark.parametrize("cls", [DeepSeekChatGateway, OpenAICompatibleChatGateway])
 def test_deepseek_and_compatible_send_max_tokens_clamped_to_the_cap(provider_double, cls):
-    chat = gateway(provider_double, cls, max_output_tokens=16_000, max_output_cap=8_192)
+    chat = gateway(provider_double, cls, output=OutputLimits(16_000, 8_192))
     chat.complete(ask(max_output_tokens=16_000))
     [body] = provider_double.chat_bodies()
     assert body["max_tokens"] == 8_192
@@ -72,7 +78,7 @@ def test_deepseek_and_compatible_send_max_tokens_clamped_to_the_cap(provider_dou
 
 
 def test_a_smaller_request_limit_wins(provider_double):
-    chat = gateway(provider_double, max_output_tokens=4_096, max_output_cap=32_768)
+    chat = gateway(provider_double, output=OutputLimits(4_096, 32_768))
     chat.complete(ask(max_output_tokens=512))
     assert provider_double.chat_bodies()[-1]["max_completion_tokens"] == 512
     assert chat.max_output_tokens == 4_096
@@ -80,7 +86,8 @@ def test_a_smaller_request_limit_wins(provider_double):
 
 def test_the_configured_limit_never_exceeds_the_cap():
     chat = OpenAIChatGateway(
-        "https://api.openai.com/v1", KEY, "gpt-4o", max_output_tokens=50_000, max_output_cap=16_384
+        ModelEndpoint("https://api.openai.com/v1", KEY, "gpt-4o"),
+        output=OutputLimits(50_000, 16_384),
     )
     assert chat.max_output_tokens == 16_384
     assert chat.payload(ask(max_output_tokens=100_000))["max_completion_tokens"] == 16_384
@@ -157,7 +164,7 @@ def test_retries_with_backoff_on_429_and_503_then_succeeds(provider_double):
     provider_double.reply(status=503, json={"error": {"message": "overloaded"}})
     provider_double.reply_chat(content="finally")
     sleeps = Sleeps()
-    chat = gateway(provider_double, sleep=sleeps, retry=RetryPolicy(backoff=0.5))
+    chat = gateway(provider_double, calls=CallOptions(sleep=sleeps, retry=RetryPolicy(backoff=0.5)))
     assert chat.complete(ask()).message["content"] == "finally"
     assert provider_double.hits("/v1/chat/completions") == 3
     assert sleeps == [0.5, 1.0]
@@ -167,12 +174,14 @@ def test_retry_after_is_honoured_up_to_a_limit(provider_double):
     provider_double.reply(status=429, json={}, headers={"Retry-After": "2"})
     provider_double.reply_chat()
     sleeps = Sleeps()
-    gateway(provider_double, sleep=sleeps, retry=RetryPolicy(backoff=0.5)).complete(ask())
+    gateway(
+        provider_double, calls=CallOptions(sleep=sleeps, retry=RetryPolicy(backoff=0.5))
+    ).complete(ask())
     assert sleeps == [2.0]
 
     provider_double.reply(status=429, json={}, headers={"Retry-After": "3600"})
     with pytest.raises(ProviderError) as caught:
-        gateway(provider_double, sleep=sleeps).complete(ask())
+        gateway(provider_double, calls=CallOptions(sleep=sleeps)).complete(ask())
     assert caught.value.kind == "rate_limit"
     assert sleeps == [2.0]
 
@@ -182,9 +191,8 @@ def test_retries_are_bounded(provider_double):
         provider_double.reply(status=500, json={"error": {"message": "boom"}})
     sleeps = Sleeps()
     with pytest.raises(ProviderError) as caught:
-        gateway(
-            provider_double, sleep=sleeps, retry=RetryPolicy(max_attempts=3, backoff=1.0)
-        ).complete(ask())
+        calls = CallOptions(sleep=sleeps, retry=RetryPolicy(max_attempts=3, backoff=1.0))
+        gateway(provider_double, calls=calls).complete(ask())
     assert (caught.value.kind, caught.value.status) == ("upstream", 500)
     assert provider_double.hits("/v1/chat/completions") == 3
     assert sleeps == [1.0, 2.0]
@@ -196,7 +204,8 @@ def test_network_failures_are_retried():
         port = placeholder.getsockname()[1]
     sleeps = Sleeps()
     chat = OpenAICompatibleChatGateway(
-        f"http://127.0.0.1:{port}/v1", KEY, "m", allow_private_hosts=True, sleep=sleeps
+        ModelEndpoint(f"http://127.0.0.1:{port}/v1", KEY, "m"),
+        calls=CallOptions(allow_private_hosts=True, sleep=sleeps),
     )
     with pytest.raises(ProviderError) as caught:
         chat.complete(ask())
@@ -246,7 +255,7 @@ def test_rejections_are_not_retried_and_keep_their_kind(provider_double, status,
     provider_double.reply(status=status, json=body)
     sleeps = Sleeps()
     with pytest.raises(ProviderError) as caught:
-        gateway(provider_double, sleep=sleeps).complete(ask())
+        gateway(provider_double, calls=CallOptions(sleep=sleeps)).complete(ask())
     assert (caught.value.kind, caught.value.status) == (kind, status)
     assert provider_double.hits("/v1/chat/completions") == 1
     assert sleeps == []
@@ -303,7 +312,10 @@ def test_known_provider_errors_name_what_to_do(provider_double, status, body, he
     for _ in range(3):
         provider_double.reply(status=status, json=body, headers=headers)
     with pytest.raises(ProviderError) as caught:
-        gateway(provider_double, retry=RetryPolicy(max_retry_after=5.0)).complete(ask())
+        gateway(
+            provider_double,
+            calls=CallOptions(sleep=Sleeps(), retry=RetryPolicy(max_retry_after=5.0)),
+        ).complete(ask())
     assert caught.value.kind == kind
     assert says in caught.value.message
     assert KEY not in str(caught.value)
@@ -381,11 +393,8 @@ def test_gateway_for_provider_picks_the_class():
     for provider, cls in expected.items():
         chat = gateway_for_provider(
             provider,
-            "https://example.com/v1",
-            KEY,
-            "m",
-            max_output_tokens=1_000,
-            max_output_cap=800,
+            ModelEndpoint("https://example.com/v1", KEY, "m"),
+            output=OutputLimits(1_000, 800),
         )
         assert type(chat) is cls and isinstance(chat, ModelGateway)
         assert chat.provider == provider and chat.model_id == "m"
@@ -393,32 +402,33 @@ def test_gateway_for_provider_picks_the_class():
         assert chat.url == "https://example.com/v1/chat/completions"
         assert KEY not in repr(chat)
     with pytest.raises(ValueError):
-        gateway_for_provider("anthropic", "https://example.com", KEY, "m")
+        gateway_for_provider("anthropic", ModelEndpoint("https://example.com", KEY, "m"))
 
 
 def test_gateway_for_local_is_the_engines_demo_gateway():
     from agentloom.engine import LocalDemoGateway
 
-    chat = gateway_for_provider("local", "", None, "local-demo")
+    chat = gateway_for_provider("local", ModelEndpoint("", None, "local-demo"))
     assert isinstance(chat, LocalDemoGateway)
 
 
 def test_constructor_validates_limits():
     with pytest.raises(ValueError):
-        OpenAIChatGateway("https://api.openai.com/v1", KEY, "gpt-4o", max_output_tokens=0)
+        OutputLimits(max_output_tokens=0)
     with pytest.raises(ValueError):
-        OpenAIChatGateway("https://api.openai.com/v1", KEY, "gpt-4o", max_output_cap=-5)
+        OutputLimits(max_output_cap=-5)
     with pytest.raises(ValueError):
-        OpenAIChatGateway("https://api.openai.com/v1", KEY, "")
+        OpenAIChatGateway(ModelEndpoint("https://api.openai.com/v1", KEY, ""))
     with pytest.raises(ProviderError):
-        OpenAIChatGateway("ftp://api.openai.com/v1", KEY, "gpt-4o")
+        OpenAIChatGateway(ModelEndpoint("ftp://api.openai.com/v1", KEY, "gpt-4o"))
+    assert KEY not in repr(ModelEndpoint("https://api.openai.com/v1", KEY, "gpt-4o"))
 
 
 def test_a_read_timeout_is_not_retried(provider_double):
     provider_double.reply_chat(content="late")
     provider_double.reply(json={}, delay=3)
     sleeps = Sleeps()
-    chat = gateway(provider_double, sleep=sleeps, timeouts=Timeouts(read=0.2))
+    chat = gateway(provider_double, calls=CallOptions(sleep=sleeps, timeouts=Timeouts(read=0.2)))
     assert chat.complete(ask()).message["content"] == "late"
     with pytest.raises(ProviderError) as caught:
         chat.complete(ask())

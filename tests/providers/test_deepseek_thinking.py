@@ -15,7 +15,12 @@ import pytest
 from agentloom.engine import EngineConfig, ModelRequest, check_payload
 from agentloom.engine._errors import PayloadRuleBroken
 from agentloom.engine.testing import MemoryJournal
-from agentloom.providers import DeepSeekChatGateway, OpenAIChatGateway
+from agentloom.providers import (
+    CallOptions,
+    DeepSeekChatGateway,
+    ModelEndpoint,
+    OpenAIChatGateway,
+)
 from tests.engine.helpers import Recorder, make_engine
 from tests.support.deepseek_double import DeepSeekDouble
 
@@ -124,7 +129,8 @@ def test_a_span_without_tool_calls_needs_no_reasoning(deepseek):
 
 
 def _gateway(double, cls=DeepSeekChatGateway):
-    return cls(double.base_url, "sk-test", "deepseek-v4-flash", allow_private_hosts=True)
+    endpoint = ModelEndpoint(double.base_url, "sk-test", "deepseek-v4-flash")
+    return cls(endpoint, calls=CallOptions(allow_private_hosts=True))
 
 
 def _run(journal, number, gateway, question, **options):

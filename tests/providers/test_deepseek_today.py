@@ -13,6 +13,7 @@ import pytest
 from agentloom.engine import ModelRequest, cached_prompt_tokens
 from agentloom.providers import (
     DeepSeekChatGateway,
+    ModelEndpoint,
     OpenAICompatibleChatGateway,
     discover_models,
     load_manifest,
@@ -33,7 +34,7 @@ def ask():
 
 
 def deepseek(**options):
-    return DeepSeekChatGateway(OFFICIAL, KEY, "deepseek-flash", **options)
+    return DeepSeekChatGateway(ModelEndpoint(OFFICIAL, KEY, "deepseek-flash"), **options)
 
 
 # --- 1. thinking settings ---------------------------------------------------------------------

@@ -20,6 +20,7 @@ from agentloom.engine._errors import PayloadRuleBroken
 from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
 from agentloom.providers import (
     DeepSeekChatGateway,
+    ModelEndpoint,
     OpenAIChatGateway,
     OpenAICompatibleChatGateway,
 )
@@ -39,7 +40,7 @@ class Offline:
     """A provider's real gateway whose `complete` answers by a plan instead of over HTTP."""
 
     def __init__(self, provider: str, plan: list[str]):
-        self.gateway = PROVIDERS[provider]("http://127.0.0.1:9/v1", "k", "m")
+        self.gateway = PROVIDERS[provider](ModelEndpoint("http://127.0.0.1:9/v1", "k", "m"))
         self.provider = provider
         self.plan = plan
         self.bodies: list[dict] = []
@@ -148,7 +149,7 @@ def _valid_body(provider: str) -> dict:
         {"role": "assistant", "content": "a", "reasoning_content": "thought"},
         {"role": "user", "content": "next"},
     ]
-    gateway = PROVIDERS[provider]("http://127.0.0.1:9/v1", "k", "m")
+    gateway = PROVIDERS[provider](ModelEndpoint("http://127.0.0.1:9/v1", "k", "m"))
     return gateway.payload(ModelRequest(purpose="action", messages=messages)), gateway
 
 

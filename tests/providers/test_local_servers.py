@@ -10,7 +10,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agentloom.engine import ModelRequest
-from agentloom.providers import ProviderError, discover_models, gateway_for_provider, secure_client
+from agentloom.providers import (
+    CallOptions,
+    ModelEndpoint,
+    ProviderError,
+    discover_models,
+    gateway_for_provider,
+    secure_client,
+)
 from agentloom.providers.local_servers import NOT_LOADED_WARNING, OLLAMA_DEFAULT_WARNING
 
 OLLAMA_TAGS = {
@@ -221,7 +228,10 @@ def test_a_malformed_list_is_a_protocol_error(server, provider):
 def _gateway(provider, double, **options):
     factory = functools.partial(secure_client, allow_private_hosts=True)
     return gateway_for_provider(
-        provider, double.url, None, "qwen3:8b", client_factory=factory, **options
+        provider,
+        ModelEndpoint(double.url, None, "qwen3:8b"),
+        calls=CallOptions(client_factory=factory),
+        **options,
     )
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from agentloom.engine import CallStream, ModelRequest
-from agentloom.providers import ProviderError, RetryPolicy
+from agentloom.providers import CallOptions, ModelEndpoint, ProviderError, RetryPolicy
 from agentloom.providers.chat import DeepSeekChatGateway, OpenAIChatGateway
 from tests.support.deepseek_double import DeepSeekDouble
 from tests.support.provider_double import chat_completion
@@ -20,9 +20,10 @@ TOOL = {
 }
 
 
-def gateway(double, cls=OpenAIChatGateway, **options):
-    options.setdefault("allow_private_hosts", True)
-    return cls(double.base_url, "sk-test", "m", sleep=lambda _: None, **options)
+def gateway(double, cls=OpenAIChatGateway, **calls):
+    """Return a `cls` gateway at the double; `calls` are fields of its `CallOptions`."""
+    options = CallOptions(**{"allow_private_hosts": True, "sleep": lambda _: None, **calls})
+    return cls(ModelEndpoint(double.base_url, "sk-test", "m"), calls=options)
 
 
 class Collect:

@@ -15,9 +15,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
 from agentloom.config import database_from_url, database_slots
+from agentloom.engine import WatchedCall, Watcher
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors.checkpoints import full_checkpoint
-from sessions_app.services.renewer import LeaseRenewer
+from sessions_app.services.renewer import RunLease, lease_renewer
 from sessions_app.services.runs import run_ask, run_claim, run_resume, sweep_expired_leases
 from sessions_app.services.slots import DatabaseSlots
 from tests.factories import make_agent, make_connection, make_run, make_session, make_space
@@ -38,13 +39,13 @@ def _claimed_runs(owner_user, count: int) -> list[Run]:
     return runs
 
 
-def _watch(renewer: LeaseRenewer, run: Run, *, deadline=None, relay_cancel=False):
+def _watch(renewer: Watcher, run: Run, *, deadline=None, relay_cancel=False):
     lost, cancelled = threading.Event(), threading.Event()
-    factory = renewer.watch(run_id=run.pk, owner=run.lease_owner)
-    manager = factory(
+    watch = renewer.run(RunLease(run_id=run.pk, owner=run.lease_owner))
+    call = WatchedCall(
         deadline_seconds=deadline, lost=lost, cancelled=cancelled, relay_cancel=relay_cancel
     )
-    return manager, lost, cancelled
+    return watch.watching(call), lost, cancelled
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def fast_heartbeat(settings):
 def test_one_renewer_thread_renews_every_call_in_flight(alice, fast_heartbeat):
     runs = _claimed_runs(alice, 30)
     before = {run.pk: run.lease_expires_at for run in runs}
-    renewer = LeaseRenewer()
+    renewer = lease_renewer()
     threads = threading.active_count()
     with contextlib.ExitStack() as stack:
         signals = [stack.enter_context(_watch(renewer, run)[0]) for run in runs]
@@ -78,7 +79,7 @@ def test_one_renewer_thread_renews_every_call_in_flight(alice, fast_heartbeat):
 @pytest.mark.django_db(transaction=True)
 def test_a_lost_lease_signals_its_own_call_only(alice, fast_heartbeat):
     kept, taken = _claimed_runs(alice, 2)
-    renewer = LeaseRenewer()
+    renewer = lease_renewer()
     watch_kept, lost_kept, _ = _watch(renewer, kept)
     watch_taken, lost_taken, cancelled_taken = _watch(renewer, taken)
     Run.objects.filter(pk=taken.pk).update(lease_owner="another-worker")
@@ -93,7 +94,7 @@ def test_a_lost_lease_signals_its_own_call_only(alice, fast_heartbeat):
 @pytest.mark.django_db(transaction=True)
 def test_no_renewal_past_the_calls_deadline(alice, fast_heartbeat):
     (run,) = _claimed_runs(alice, 1)
-    renewer = LeaseRenewer()
+    renewer = lease_renewer()
     watch, lost, _ = _watch(renewer, run, deadline=0.3)
     with watch:
         time.sleep(0.6)
@@ -106,7 +107,7 @@ def test_no_renewal_past_the_calls_deadline(alice, fast_heartbeat):
 @pytest.mark.django_db(transaction=True)
 def test_a_cancel_request_reaches_that_runs_tool_only(alice, fast_heartbeat):
     asked, other = _claimed_runs(alice, 2)
-    renewer = LeaseRenewer(cancel_poll_seconds=0.1)
+    renewer = lease_renewer(cancel_poll_seconds=0.1)
     watch_asked, _, cancel_asked = _watch(renewer, asked, relay_cancel=True)
     watch_other, _, cancel_other = _watch(renewer, other, relay_cancel=True)
     with watch_asked, watch_other:

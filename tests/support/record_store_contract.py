@@ -35,6 +35,7 @@ import pytest
 
 from agentloom.engine import (
     Checkpoint,
+    ContextBinding,
     ContextPolicy,
     EngineConfig,
     EngineHooks,
@@ -300,8 +301,7 @@ def _engine(gateway: ScriptedGateway, hook: _Saving, *, window: int):
     return create_engine(
         gateway,
         ["echo"],
-        ContextPolicy(),
-        ModelBudget(window, 500, 0),
+        ContextBinding(ContextPolicy(), ModelBudget(window, 500, 0)),
         hooks=EngineHooks(save=hook.save),
         config=EngineConfig(record_store=hook.journal.store(hook.run)),
     )
