@@ -375,9 +375,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # --- the integrity gate (_gate) and the output-limit field ------------------------------------
     Mutant(
-        "gate: no reused call id",
+        "tool-call ordering (gate and view): no reused call id",
         "gate_duplicate_ids",
-        f"{_ENGINE}/_gate.py",
+        f"{_ENGINE}/_protocol.py",
         "            if call_id in issued:",
         "            if False:",
         ("tests/engine/test_gate.py::test_a_body_that_breaks_a_rule_is_refused_by_name",),
