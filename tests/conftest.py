@@ -83,6 +83,41 @@ def pytest_runtest_setup(item):
         _unavailable(f"browser test: {CHROMIUM} is not installed (apt-get install -y chromium)")
 
 
+# --- the PostgreSQL leg -----------------------------------------------------------------------
+
+# pytest-django's fixtures that open the test database; `item.fixturenames` holds every fixture a
+# test uses, directly or through other fixtures (`alice` → `db`).
+DATABASE_FIXTURES = frozenset(
+    {
+        "db",
+        "transactional_db",
+        "django_db_reset_sequences",
+        "django_db_serialized_rollback",
+        "live_server",
+    }
+)
+
+
+def runs_in_the_postgresql_leg(item: pytest.Item) -> bool:
+    """Return whether `item` can behave differently on PostgreSQL than on SQLite.
+
+    A test that opens no database (the engine, the providers, parsers, its own SQLite file) runs
+    the same Python in both legs, so the SQLite leg alone runs it.
+    """
+    if DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    return any(item.get_closest_marker(name) for name in ("django_db", "postgres", "postgres_leg"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("AGENTLOOM_TEST_LEG") != "postgres":
+        return
+    dropped = [item for item in items if not runs_in_the_postgresql_leg(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if runs_in_the_postgresql_leg(item)]
+
+
 @pytest.fixture
 def redis_url() -> str:
     """Return the URL of a Redis server that answers, or skip (fail in CI)."""

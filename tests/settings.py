@@ -23,3 +23,8 @@ os.environ.setdefault("RATE_LIMIT_SUPPLEMENTS_PER_SESSION", "off")
 os.environ.setdefault("EVENT_STREAMS_PER_USER", "1000")
 
 from agentloom.settings import *  # noqa: E402, F403
+
+# Most tests make users with passwords (the named users, logins). The default hasher costs about
+# half a second a password by design, which made user setup most of many tests' time; no test is
+# about the hasher's cost. Processes the tests start with these settings hash the same way.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

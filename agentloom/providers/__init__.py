@@ -4,6 +4,7 @@ Plain Python: the Django side passes settings such as `ALLOW_PRIVATE_MODEL_HOSTS
 arguments, and gets dataclasses and `ProviderError`s back. Where each rule lives:
 
 - `_errors`: the fixed message of each error kind; `_http`: which provider answer is which kind;
+- `_core_request`: the checked request both guarded transports (httpx, httpx2) hand their pool;
 - `manifest`: exact model IDs, their windows, prices and retirements; `_schedule`: prices by
   the time of day (dated peak-hour rules, holiday calendars);
 - `pricing`: the price a call is billed at (manifest on official endpoints, an operator's
@@ -22,6 +23,7 @@ from agentloom.providers._addresses import (
     resolve_checked,
     system_resolver,
 )
+from agentloom.providers._core_request import guarded_core_request
 from agentloom.providers._errors import KINDS, RETRYABLE_KINDS, ProviderError
 from agentloom.providers._http import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -116,6 +118,7 @@ __all__ = [
     "discover_models",
     "endpoint_url",
     "gateway_for_provider",
+    "guarded_core_request",
     "is_chat_model_id",
     "is_official_endpoint",
     "load_manifest",

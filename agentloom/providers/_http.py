@@ -26,6 +26,7 @@ import httpcore
 import httpx
 
 from agentloom.providers._addresses import Resolver, resolve_checked, system_resolver
+from agentloom.providers._core_request import guarded_core_request
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._stream import sse_data
 from agentloom.providers._urls import checked_url
@@ -190,19 +191,7 @@ class GuardedTransport(httpx.BaseTransport):
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        checked_url(request.url)
-        core_request = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
+        core_request = guarded_core_request(request, httpcore)
         with _transport_errors():
             response = self._pool.handle_request(core_request)
         return httpx.Response(
@@ -452,6 +441,9 @@ def secure_client(
     http = httpx.Client(
         transport=transport
         or GuardedTransport(allow_private_hosts=allow_private_hosts, resolver=resolver),
+        # Given a transport, httpx reads no proxy variables whatever this says; off, nothing a
+        # later httpx reads from the environment (proxies, certificates, netrc credentials, as
+        # earlier versions did) can send a provider call or its key anywhere else.
         trust_env=False,
         follow_redirects=False,
         timeout=httpx.Timeout(

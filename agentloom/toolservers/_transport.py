@@ -17,9 +17,8 @@ import anyio
 import httpcore2
 import httpx2
 
-from agentloom.providers import ProviderError
+from agentloom.providers import ProviderError, guarded_core_request
 from agentloom.providers._addresses import Resolver, resolve_checked, system_resolver
-from agentloom.providers._urls import checked_url
 from agentloom.toolservers._errors import ToolServerError
 
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "GuardedAsyncTransport", "guarded_http_client"]
@@ -147,21 +146,9 @@ class GuardedAsyncTransport(httpx2.AsyncBaseTransport):
 
     async def _exchange(self, request: httpx2.Request) -> httpx2.Response:
         try:
-            checked_url(str(request.url))
+            core_request = guarded_core_request(request, httpcore2)
         except ProviderError as error:
             raise _tool_server_error(error) from None
-        core_request = httpcore2.Request(
-            method=request.method,
-            url=httpcore2.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
         with _transport_errors():
             response = await self._pool.handle_async_request(core_request)
         if 300 <= response.status < 400:

@@ -54,9 +54,3 @@ def api(alice):
 @pytest.fixture
 def anon(db):
     return client_for(None)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """Users are made with passwords; the real hasher would dominate these tests' runtime."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

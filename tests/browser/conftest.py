@@ -51,10 +51,9 @@ _REPORTS = pytest.StashKey[dict]()
 
 @pytest.fixture(autouse=True)
 def browser_settings(settings):
-    """Settings a browser on plain http://localhost needs, and cheap password hashing."""
+    """Settings a browser on plain http://localhost needs."""
     settings.SESSION_COOKIE_SECURE = False
     settings.CSRF_COOKIE_SECURE = False
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

@@ -11,12 +11,6 @@ from tests.api.factories import client_for
 SECRET_KEY = "sk-test-9f8e7d6c5b4a39281706"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    """Hash the named users' passwords cheaply: the default hasher costs ~0.5 s per user."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def private_hosts(settings):
     """Allow model endpoints on loopback, where the provider double listens."""

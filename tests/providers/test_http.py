@@ -6,11 +6,14 @@ import logging
 import pickle
 import socket
 
+import httpcore
+import httpcore2
 import httpx
+import httpx2
 import pytest
 
 from agentloom.engine import GatewayError
-from agentloom.providers import KINDS, ProviderError, secure_client
+from agentloom.providers import KINDS, ProviderError, guarded_core_request, secure_client
 from tests.support.provider_double import ProviderDouble
 
 KEY = "sk-live-7Hq2SECRETKEYxZ93"
@@ -47,6 +50,35 @@ def test_environment_proxies_are_ignored(provider_double, monkeypatch):
         assert fetch_models(provider_double)["object"] == "list"
         assert proxy.connections == 1
     assert provider_double.hits("/v1/models") == 1
+
+
+def test_the_client_reads_nothing_from_the_environment():
+    # Given the guarded transport, httpx reads no proxy variables even when it trusts the
+    # environment (the test above passes either way); this pins the setting itself.
+    with local_client() as client:
+        assert client._http.trust_env is False
+
+
+@pytest.mark.parametrize(("http", "core"), [(httpx, httpcore), (httpx2, httpcore2)])
+def test_both_transports_hand_their_pool_the_request_in_its_raw_parts(http, core):
+    request = http.Request("POST", "http://[::1]:8080/v1/a%20b?q=1", content=b"{}")
+    sent = guarded_core_request(request, core)
+    assert isinstance(sent, core.Request)
+    assert (sent.method, sent.url.scheme, sent.url.host, sent.url.port, sent.url.target) == (
+        b"POST",
+        b"http",
+        b"::1",
+        8080,
+        b"/v1/a%20b?q=1",
+    )
+    assert (b"Content-Length", b"2") in sent.headers
+
+
+@pytest.mark.parametrize(("http", "core"), [(httpx, httpcore), (httpx2, httpcore2)])
+def test_both_transports_refuse_a_url_with_credentials_before_the_pool(http, core):
+    with pytest.raises(ProviderError) as caught:
+        guarded_core_request(http.Request("GET", "http://user:pw@127.0.0.1/v1/models"), core)
+    assert caught.value.kind == "address_refused"
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])

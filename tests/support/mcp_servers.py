@@ -184,7 +184,16 @@ def free_port() -> int:
 def serve(app) -> Iterator[str]:
     """Serve `app` on 127.0.0.1 in a thread; yield `http://127.0.0.1:<port>`."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
+    # A call still running at the test's end (a killed worker's, a cancelled one's slow tool) is
+    # cut a second after the stop instead of holding the test's end until it finishes.
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
