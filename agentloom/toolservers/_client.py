@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from agentloom.providers._addresses import Resolver
+from agentloom.providers import Resolver
 from agentloom.toolservers._errors import ToolServerError
 from agentloom.toolservers._transport import (
     DEFAULT_MAX_RESPONSE_BYTES,

@@ -1,7 +1,7 @@
 """The HTTP client every tool-server call goes through.
 
 The MCP SDK talks HTTP through an `httpx2.AsyncClient` it is given; this module builds that
-client the way the provider client is built (`agentloom.providers._http`): no proxy or
+client the way the provider client is built (`agentloom.providers.secure_client`): no proxy or
 certificate settings read from the environment, a connection only to an address the providers'
 address guard (`resolve_checked`) checked, every 3xx refused (the SDK follows same-origin
 redirects by itself unless the client allows none), and each response body capped.
@@ -17,8 +17,13 @@ import anyio
 import httpcore2
 import httpx2
 
-from agentloom.providers import ProviderError, guarded_core_request
-from agentloom.providers._addresses import Resolver, resolve_checked, system_resolver
+from agentloom.providers import (
+    ProviderError,
+    Resolver,
+    guarded_core_request,
+    resolve_checked,
+    system_resolver,
+)
 from agentloom.toolservers._errors import ToolServerError
 
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "GuardedAsyncTransport", "guarded_http_client"]

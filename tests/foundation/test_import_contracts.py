@@ -35,11 +35,11 @@ def test_the_private_engine_modules_in_the_contract_are_the_files_on_disk():
     assert listed - {"agentloom.engine.testing"} == on_disk
 
 
-def test_every_app_is_held_to_the_providers_public_surface():
+def test_everything_above_the_providers_is_held_to_their_public_surface():
     contract = _contract("the apps use the providers' public surface")
     layers = _contract("apps are held in layers")["layers"]
-    apps = layers[: layers.index("agentloom.toolservers")]
-    assert sorted(contract["source_modules"]) == sorted(apps)
+    above = layers[: layers.index("agentloom.providers")]  # the apps and the tool-server client
+    assert sorted(contract["source_modules"]) == sorted(above)
     assert contract["forbidden_modules"] == ["agentloom.providers.*"]
 
 
