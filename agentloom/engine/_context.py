@@ -717,15 +717,7 @@ class JournalContextManager(ContextManager):
     def triggers(self, tools: list[dict[str, Any]]) -> tuple[int, tuple[str, ...]]:
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
-        messages, tools = self.sent(
-            ModelRequest(
-                purpose="action",
-                messages=frame.messages,
-                tools=tools,
-                max_output_tokens=self.budget.max_output_tokens,
-                instance=frame.instance,
-            )
-        )
+        messages, tools = self._sent_view(frame.messages, tools)
         size = measure_context(
             policy=self.policy,
             budget=self.budget,
