@@ -112,10 +112,12 @@ def runs_in_the_postgresql_leg(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("AGENTLOOM_TEST_LEG") != "postgres":
         return
-    dropped = [item for item in items if not runs_in_the_postgresql_leg(item)]
+    kept, dropped = [], []
+    for item in items:
+        (kept if runs_in_the_postgresql_leg(item) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if runs_in_the_postgresql_leg(item)]
+        items[:] = kept
 
 
 @pytest.fixture
