@@ -232,6 +232,25 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_engine.py::test_the_model_call_limit_fails_the_run_and_resets_on_resume",
         ),
     ),
+    # --- watching calls in flight (_watch) ------------------------------------------------------
+    Mutant(
+        "heartbeat: no renewal past the call's own deadline",
+        "renew_past_deadline",
+        f"{_ENGINE}/_watch.py",
+        "        if flight.renew_until is not None and now >= flight.renew_until:",
+        "        if False:",
+        (
+            "tests/engine/test_run_control.py::test_the_heartbeat_never_renews_past_the_calls_own_deadline",
+        ),
+    ),
+    Mutant(
+        "a lost lease closes a streamed call at once",
+        "lost_lease_keeps_stream",
+        f"{_ENGINE}/_watch.py",
+        "            flight.call.lost.set()\n            flight.cancel()",
+        "            flight.call.lost.set()\n            flight.call.cancelled.set()",
+        ("tests/engine/test_run_control.py::test_a_lost_lease_closes_a_streamed_call_at_once",),
+    ),
     # --- supplements (_context) ------------------------------------------------------------------
     Mutant(
         "supplements wait while a tool group is open",

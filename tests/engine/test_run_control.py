@@ -135,6 +135,22 @@ def test_a_lost_lease_stops_the_run_after_the_call_without_writing():
     assert kinds(recorder.saves[-1]) == ["user_input"]
 
 
+def test_a_lost_lease_closes_a_streamed_call_at_once():
+    closed = threading.Event()
+    call = WatchedCall(
+        deadline_seconds=None,
+        lost=threading.Event(),
+        cancelled=threading.Event(),
+        relay_cancel=True,
+        on_cancel=closed.set,
+    )
+
+    with Watcher(Lease(held=False)).run("run-1").watching(call):
+        # A streamed call waits on its stream: only closing it ends the wait.
+        assert closed.wait(2), "the stream is closed as soon as the lease is lost"
+    assert call.lost.is_set() and call.cancelled.is_set()
+
+
 def test_a_lost_lease_stops_a_running_tool_at_once():
     lease = Lease(held=False)
     gateway = SlowGateway(0, tool_call_response(("sleep", {"seconds": 20})))
