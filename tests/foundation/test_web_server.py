@@ -195,6 +195,10 @@ def test_dev_run_serves_on_the_port_asked_for(tmp_path):
                 time.sleep(0.5)
         assert login.status_code == 200
         assert f"Open http://127.0.0.1:{port}/ and log in." in path.read_text()
+        # The worker's beat schedule lives in the run's own var folder, beside its secrets.
+        while not list((tmp_path / "var").glob("celerybeat-schedule*")):
+            assert time.monotonic() < deadline, path.read_text()
+            time.sleep(0.5)
     finally:
         os.killpg(dev.pid, signal.SIGTERM)
         dev.wait(timeout=60)
