@@ -408,9 +408,8 @@ class LlamaServerDouble(ProviderDouble):
         completion = self._completion(document, message, finish, seen)
         if streamed:
             events = stream_chunks(completion, chunk_chars=self.chunk_chars)
-            if not (
-                self.stream_usage and (document.get("stream_options") or {}).get("include_usage")
-            ):
+            include_usage = (document.get("stream_options") or {}).get("include_usage")
+            if not (self.stream_usage and include_usage):
                 events = [event for event in events if event.get("choices")]
             return ScriptedReply(200, None, events=events)
         return ScriptedReply(200, completion)
