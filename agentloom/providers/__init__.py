@@ -40,6 +40,7 @@ from agentloom.providers._urls import (
     punycode_url,
 )
 from agentloom.providers.chat import (
+    REASONING_OPTIONS,
     THINKING_OUTPUT_FLOOR,
     CallOptions,
     DeepSeekChatGateway,
@@ -89,6 +90,7 @@ __all__ = [
     "OFFICIAL_ENDPOINTS",
     "PLATFORM_DEFAULT_WINDOW",
     "PROVIDERS",
+    "REASONING_OPTIONS",
     "RETRYABLE_KINDS",
     "THINKING_OUTPUT_FLOOR",
     "WINDOW_SOURCES",
