@@ -288,6 +288,15 @@ class ModelCall(models.Model):
     def __str__(self) -> str:
         return f"{self.purpose} call of run #{self.run.number}"
 
+    # How a call answered without usage is shown (never as zero tokens).
+    NO_USAGE = "no usage reported"
+
+    @property
+    def usage_unreported(self) -> bool:
+        """Return whether the call was answered without usage (a stream that carried none): its
+        tokens and cost are unknown, never zero."""
+        return self.usage is None and not self.error and self.response is not None
+
     @property
     def prices(self) -> Prices | None:
         """Return the prices copied at call time, or None when they were unknown."""
