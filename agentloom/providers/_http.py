@@ -316,7 +316,9 @@ class ProviderClient:
         """
         deadline = time.monotonic() + self.total_timeout
         try:
-            with self._http.stream(method, target, headers=headers, content=content) as response:
+            with self._http.stream(
+                method, target, headers=headers, content=content, timeout=self._timeout()
+            ) as response:
                 status = response.status_code
                 if 300 <= status < 400:
                     raise ProviderError("redirect", status=status)
@@ -341,6 +343,22 @@ class ProviderClient:
             raise ProviderError("protocol") from None
         except (httpx.HTTPError, OSError):
             raise ProviderError("network") from None
+
+
+    def _timeout(self) -> httpx.Timeout:
+        """Return the client's timeouts, none longer than the total time of one request."""
+        timeout = self._http.timeout
+        total = self.total_timeout
+
+        def bounded(value: float | None) -> float:
+            return total if value is None else min(value, total)
+
+        return httpx.Timeout(
+            connect=bounded(timeout.connect),
+            read=bounded(timeout.read),
+            write=bounded(timeout.write),
+            pool=bounded(timeout.pool),
+        )
 
 
 @functools.cache
