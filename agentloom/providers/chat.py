@@ -22,7 +22,8 @@ from agentloom.engine import (
 )
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
-from agentloom.providers._stream import StreamAssembly
+from agentloom.providers._refusals import EMPTY_STREAM_EVIDENCE
+from agentloom.providers._stream import StreamAssembly, is_empty_end, stream_error
 from agentloom.providers._urls import PROVIDERS, endpoint_url
 from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFactory
 from agentloom.providers.local_servers import chat_url, ollama_chat_payload, parse_ollama_chat
@@ -217,6 +218,7 @@ class OpenAICompatibleChatGateway(ModelGateway):
     def complete(self, request: ModelRequest, stream: CallStream | None = None) -> ModelResponse:
         """Return the model's reply to `request`, or raise `ProviderError`."""
         payload = self.payload(request)
+        empty_ends = 0
         with self._client_factory() as client:
             for attempt in range(1, self.retry.max_attempts + 1):
                 try:
@@ -224,6 +226,12 @@ class OpenAICompatibleChatGateway(ModelGateway):
                 except ProviderError as exc:
                     if stream is not None and stream.cancelled.is_set():
                         raise ProviderError("cancelled") from None
+                    if is_empty_end(exc):
+                        empty_ends += 1
+                        if empty_ends > 1:
+                            # Some servers answer a request over their window with an empty
+                            # stream (llama-cpp-python, measured): twice is taken for that.
+                            raise _empty_stream_refusal() from None
                     delay = self.retry.delay(exc, attempt)
                     if delay is None:
                         raise
@@ -241,9 +249,12 @@ class OpenAICompatibleChatGateway(ModelGateway):
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _exchange(self, client: Any, payload: dict[str, Any], stream: CallStream | None) -> Any:
-        """Send one attempt; return the answer document, assembled from the stream if streamed."""
+        """Send one attempt; return the answer document, assembled from the stream if streamed.
+
+        A 2xx JSON answer that is an error object is classified like an error answer.
+        """
         if not self.streams:
-            return client.post_json(self.url, payload, api_key=self._api_key)
+            return _not_an_error(client.post_json(self.url, payload, api_key=self._api_key))
         assembly = StreamAssembly(stream.delta if stream is not None else None)
 
         def on_data(data: bytes) -> None:
@@ -257,10 +268,11 @@ class OpenAICompatibleChatGateway(ModelGateway):
             api_key=self._api_key,
             on_data=on_data,
             on_open=stream.on_abort if stream is not None else None,
+            shown=lambda: assembly.shown,
         )
         if stream is not None and stream.cancelled.is_set():
             raise ProviderError("cancelled")
-        return assembly.document() if document is None else document
+        return assembly.document() if document is None else _not_an_error(document)
 
     def parse(self, document: Any) -> ModelResponse:
         """Return the reply in the provider's answer `document`, its reasoning kept."""
@@ -311,6 +323,19 @@ class OpenAICompatibleChatGateway(ModelGateway):
         if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
             limit = min(limit, requested)
         return limit
+
+
+def _not_an_error(document: Any) -> Any:
+    """Return `document`, or raise the error it is when it is an error object and no answer."""
+    if not isinstance(document, dict) or document.get("choices"):
+        return document
+    if "error" in document or document.get("object") == "error":
+        raise stream_error(document.get("error", document), shown=False)
+    return document
+
+
+def _empty_stream_refusal() -> ProviderError:
+    return ProviderError("context_length", evidence=EMPTY_STREAM_EVIDENCE)
 
 
 class OpenAIChatGateway(OpenAICompatibleChatGateway):

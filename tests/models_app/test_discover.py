@@ -55,9 +55,11 @@ def test_lists_models_with_their_window_and_source(api, listed, caplog):
     assert models["plain-model"]["window_source"] == "platform_default"
     assert models["plain-model"]["context_window"] == 32_768
     assert models["text-embedding-3-small"]["chat"] is False
-    # Then the tokenizer routes are asked (`test_the_listing_suggests_the_server_tokenizer`).
-    (request,) = [r for r in listed.requests if r.path == "/v1/models"]
+    # The list, then the server's own window routes at its origin (absent here: 404, silent),
+    # then its tokenizer routes (`test_the_listing_suggests_the_server_tokenizer`).
+    request, *probes = listed.requests
     assert (request.method, request.path) == ("GET", "/v1/models")
+    assert [probe.path for probe in probes][:2] == ["/props", "/api/v0/models"]
     assert request.headers["authorization"] == f"Bearer {SECRET_KEY}"
     assert SECRET_KEY not in response.content.decode() and SECRET_KEY not in caplog.text
     assert not ModelConnection.objects.exists()
