@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentloom.engine._budget import LearnedLimit
 from agentloom.engine._compaction import PLAN_HEADER
 from agentloom.engine._errors import GatewayError
 from agentloom.engine._gate import PayloadRules, reasoning_required, thinking_on
@@ -212,6 +213,15 @@ class ModelGateway(abc.ABC):
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Return the model's reply to `request`."""
+
+    def adapt(self, error: GatewayError) -> LearnedLimit | None:
+        """Change this gateway's own payload rules in answer to a refusal; say what it learned.
+
+        The engine asks once per call that failed with `error`; when a limit comes back it
+        rebuilds the payload, checks it again (the gate and the hard check) and sends it once
+        more. None (the default): nothing learned, the error stands.
+        """
+        return None
 
 
 # Each message's copy without reasoning, by the identity of the message (which it holds, so the
