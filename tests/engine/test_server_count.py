@@ -1,0 +1,307 @@
+"""The `server` estimator: counts from the server's own tokenizer, and what happens without it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentloom.engine import (
+    ContextPolicy,
+    EngineConfig,
+    GatewayError,
+    ModelBudget,
+    ModelGateway,
+    ServerEstimator,
+    TokenCounter,
+    estimator_from_binding,
+    estimator_named,
+)
+from agentloom.engine._server_count import (
+    COUNTER_PAUSE_SECONDS,
+    FALLBACK_BYTES,
+    FALLBACK_LAST_EXACT,
+    SERVER_MARGINS,
+    rendered_text,
+)
+from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
+from tests.engine.helpers import Recorder, make_engine
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "echo",
+        "description": "Return the text.",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+    },
+}
+M = SERVER_MARGINS
+
+
+class WordCounter:
+    """A tokenizer server double: a text's count is its words; it can be made to fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.failing = False
+
+    def count(self, texts):
+        self.calls.append(list(texts))
+        if self.failing:
+            raise ConnectionError("the tokenizer did not answer")
+        return [len(text.split()) for text in texts]
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def tool_words(tool) -> int:
+    return max(words(json.dumps(tool, separators=(",", ":"))), words(json.dumps(tool)))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def conversation() -> list[dict]:
+    return [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Say hello to the world"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "echo", "arguments": '{"text": "hello world"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "hello world"},
+    ]
+
+
+def test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_margins():
+    counter = WordCounter()
+    estimator = ServerEstimator(counter=counter)
+    messages = conversation()
+
+    counts = estimator.counts(messages, [TOOL])
+
+    texts = [rendered_text(message) for message in messages]
+    assert texts[2] == 'assistant\necho\n{"text": "hello world"}'
+    assert texts[3] == "tool\nc1\nhello world"
+    # One batch: every message's text and both JSON forms of the tool.
+    assert counter.calls == [[*texts, json.dumps(TOOL, separators=(",", ":")), json.dumps(TOOL)]]
+    expected = (
+        sum(words(text) for text in texts)
+        + tool_words(TOOL)
+        + M["per_request"]
+        + M["per_message"] * 4
+        + M["per_call"] * 1
+        + M["tools_preamble"]
+        + M["per_tool"]
+    )
+    assert counts == {"server": expected, "fallback": None, "upper_bound": expected}
+    assert estimator.estimate(messages, [TOOL]) == estimator.upper_bound(messages, [TOOL])
+    assert isinstance(counter, TokenCounter)
+
+
+def test_counts_are_cached_per_content_and_only_new_texts_are_sent_in_one_batch():
+    counter = WordCounter()
+    estimator = ServerEstimator(counter=counter)
+    messages = conversation()
+    first = estimator.upper_bound(messages, [TOOL])
+
+    # The same content in new objects is not counted again.
+    assert estimator.upper_bound(json.loads(json.dumps(messages)), [dict(TOOL)]) == first
+    grown = [*messages, {"role": "assistant", "content": "Done with it"}]
+    estimator.upper_bound(grown, [TOOL])
+
+    assert len(counter.calls) == 2
+    assert counter.calls[1] == ["assistant\nDone with it"]
+    # Another run on the same server shares the counts; its record starts empty.
+    run = estimator.for_run()
+    assert run.recorded() == {}
+    run.upper_bound(grown, [TOOL])
+    assert len(counter.calls) == 2
+    assert len(run.recorded()) == 6
+
+
+def test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_bytes_since():
+    counter, clock = WordCounter(), Clock()
+    estimator = ServerEstimator(counter=counter, clock=clock)
+    messages = conversation()
+    exact = estimator.counts(messages, [TOOL])["server"]
+    counter.failing = True
+    appended = {"role": "user", "content": "Now say it in French, please"}
+
+    counts = estimator.counts([*messages, appended], [TOOL])
+
+    text = rendered_text(appended)
+    assert counts == {
+        "server": None,
+        "fallback": FALLBACK_LAST_EXACT,
+        "upper_bound": exact + len(text.encode()) + M["per_message"],
+    }
+    # A request with nothing counted is all bytes, with the same margins; the failed counter is
+    # left alone for a while rather than asked at every measure.
+    other = ServerEstimator(counter=counter, clock=clock)
+    alone = other.counts([appended], [])
+    assert alone == {
+        "server": None,
+        "fallback": FALLBACK_BYTES,
+        "upper_bound": len(text.encode()) + M["per_message"] + M["per_request"],
+    }
+    asked = len(counter.calls)
+    estimator.counts([*messages, appended], [TOOL])
+    assert len(counter.calls) == asked
+    clock.now += COUNTER_PAUSE_SECONDS
+    counter.failing = False
+    assert estimator.counts([*messages, appended], [TOOL])["fallback"] is None
+
+
+@pytest.mark.parametrize("answer", [[1], ["3"] * 4, None, [True] * 4, [-1] * 4])
+def test_a_counter_that_answers_nonsense_is_a_failure_not_a_count(answer):
+    class Broken:
+        def count(self, texts):
+            return answer
+
+    counts = ServerEstimator(counter=Broken()).counts(conversation(), [])
+
+    assert counts["fallback"] == FALLBACK_BYTES
+
+
+def test_the_binding_freezes_the_margins_and_the_counter_is_attached_at_run_time():
+    counter = WordCounter()
+    binding = json.loads(json.dumps(estimator_named("server").binding()))
+    assert binding == {"module_id": ServerEstimator.module_id, "config": dict(M)}
+
+    estimator = estimator_from_binding(binding, counter)
+
+    assert isinstance(estimator, ServerEstimator)
+    assert estimator.counter is counter
+    assert estimator_from_binding({"module_id": ServerEstimator.module_id}).counter is None
+
+
+class StreamDouble(ModelGateway):
+    """A server that streams: no usage on any reply; tool calls for `steps`, then an answer."""
+
+    provider, model_id = "double", "server"
+
+    def __init__(self, steps: list[str]):
+        self.steps = list(steps)
+        self.requests = []
+
+    def complete(self, request):
+        self.requests.append(request)
+        if request.purpose == "compaction":
+            return text_response("summary of the earlier work")
+        if self.steps:
+            step = self.steps.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return tool_call_response(("echo", {"text": step}))
+        return text_response("done")
+
+
+def _run(counter, *, steps, budget=None, recorder=None, question="Say it", gateway=None, **options):
+    recorder = recorder or Recorder(MemoryJournal())
+    engine = make_engine(
+        gateway or StreamDouble(steps),
+        budget=budget or ModelBudget(32_768, 1_000, 0),
+        recorder=recorder,
+        estimator=ServerEstimator(counter=counter),
+        **options,
+    )
+    outcome = engine.start(
+        run_number=1, attempt=1, system_prompt="You are terse.", question=question
+    )
+    return engine, outcome, recorder
+
+
+def test_each_call_records_the_counts_its_hard_check_used_and_the_checkpoint_keeps_them():
+    counter = WordCounter()
+    _, outcome, recorder = _run(counter, steps=["one two three"])
+
+    assert outcome.status == "succeeded"
+    assert [call.counts["fallback"] for call in recorder.calls] == [None, None]
+    for call in recorder.calls:
+        assert call.counts["upper_bound"] == call.counts["server"] > 0
+        assert call.usage is None  # the stream reported none: recorded as none, not zeros
+    saved = recorder.saves[-1]["state"]["token_counts"]
+    assert saved and all(isinstance(count, int) for count in saved.values())
+    # The second request counted only what the first did not hold.
+    assert len(counter.calls) == 2
+
+
+def test_a_resume_without_the_tokenizer_measures_with_the_counts_its_checkpoint_kept():
+    counter = WordCounter()
+    double = StreamDouble(["one two three"])
+    double.steps.append(GatewayError("upstream", "The provider failed."))
+    _, failed, recorder = _run(counter, steps=[], gateway=double)
+    assert failed.status == "failed"
+    refused = recorder.calls[-1].counts
+    assert refused["fallback"] is None
+
+    again = Recorder(recorder.journal)
+    resumed = make_engine(
+        StreamDouble([]),
+        budget=ModelBudget(32_768, 1_000, 0),
+        recorder=again,
+        estimator=ServerEstimator(),  # no tokenizer at all
+        record_store=recorder.store(),
+    ).resume(recorder.saves[-1], attempt=2)
+
+    assert resumed.status == "succeeded"
+    assert again.calls[0].counts == refused
+
+
+def test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes():
+    counter = WordCounter()
+    counter.failing = True
+    # Few words, many bytes: the server's count fits the budget, the bytes do not.
+    question = "x" * 9_000
+    budget = ModelBudget(10_000, 1_000, 0)
+    _, outcome, recorder = _run(counter, steps=[], budget=budget, question=question)
+
+    assert outcome.status == "failed"
+    assert "context_budget_exceeded" in outcome.error
+    assert "resume the run once the tokenizer answers" in outcome.error
+    assert recorder.calls == []  # nothing reached the server
+
+    counter.failing = False
+    again = Recorder(recorder.journal)
+    resumed = make_engine(
+        StreamDouble([]),
+        budget=budget,
+        recorder=again,
+        estimator=ServerEstimator(counter=counter),
+        record_store=recorder.store(),
+    ).resume(recorder.saves[-1], attempt=2)
+
+    assert resumed.status == "succeeded"
+    assert again.calls[0].counts["fallback"] is None
+    assert again.calls[0].counts["upper_bound"] <= budget.effective_input_budget
+
+
+def test_a_call_without_usage_calibrates_from_the_servers_exact_count():
+    counter = WordCounter()
+    _, outcome, recorder = _run(
+        counter,
+        steps=["one two three", "four five"],
+        config=EngineConfig(calibration={"samples": 5}),
+        policy=ContextPolicy(),
+    )
+
+    assert outcome.status == "succeeded"
+    calibration = recorder.saves[-1]["state"]["calibration"]
+    assert len(calibration["samples"]) == 3
+    assert calibration["base"]["tokens"] == recorder.calls[-1].counts["server"]
+    assert all(call.usage is None for call in recorder.calls)

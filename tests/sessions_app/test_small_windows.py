@@ -1,0 +1,91 @@
+"""Small windows publish: the room for a question is counted in the unit the hard check of the
+version's runs uses; with the server's own tokenizer the Demo agent's tools fit 4,096 tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentloom.errors import InvalidInput
+from context_app.services.agents import agent_create, agent_publish
+from models_app.models import ModelConnection
+from sessions_app.demo import DEMO_SUB_AGENTS, DEMO_SYSTEM_PROMPT, DEMO_TOOLS
+from tests.factories import make_connection
+from tests.support.llama_double import LlamaServerDouble
+
+pytestmark = pytest.mark.django_db
+
+
+def bpe_count(text: str) -> int:
+    """A byte-pair tokenizer's count (o200k's), as a real server's tokenizer merges JSON."""
+    from bpe_openai import _bindings
+
+    return _bindings.tokenizer_for_encoding("o200k_base").count(text)
+
+
+@pytest.fixture
+def llama(settings, monkeypatch):
+    """llama-cpp-python's server at 4,096 tokens, counting with a byte-pair tokenizer: the
+    double's own tokenizer makes a token of every punctuation mark, several times what a
+    byte-pair tokenizer such as SmolLM2's makes of JSON schemas."""
+    from tests.support import llama_double
+
+    monkeypatch.setattr(llama_double, "count_tokens", bpe_count)
+    settings.ALLOW_PRIVATE_MODEL_HOSTS = True
+    with LlamaServerDouble("llama-cpp-python", n_ctx=4_096) as double:
+        yield double
+
+
+def small_connection(space, base_url, *, estimator, window=4_096):
+    return make_connection(
+        space,
+        provider="openai_compatible",
+        base_url=base_url,
+        model_id="smollm2",
+        context_window=window,
+        max_output_tokens=512,
+        safety_margin_tokens=256,
+        window_source="manual",
+        estimator=estimator,
+        estimator_source="manual",
+    )
+
+
+def demo_agent(user, connection):
+    return agent_create(
+        user=user,
+        space=connection.space,
+        name=f"Demo {connection.pk}",
+        system_prompt=DEMO_SYSTEM_PROMPT,
+        model_connection=connection.pk,
+        tools=list(DEMO_TOOLS),
+        sub_agents=DEMO_SUB_AGENTS,
+    )
+
+
+def test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server(alice, space, llama):
+    connection = small_connection(space, llama.base_url, estimator="server")
+    version = agent_publish(user=alice, agent=demo_agent(alice, connection))
+    assert version.snapshot["server_tokenizer"]["route"]
+    assert version.snapshot["budget"]["context_window"] == 4_096
+    # Counted by the server: its tokenizer was asked at publish.
+    assert llama.tokenize_calls > 0
+
+
+def test_the_demo_tools_are_refused_at_4096_in_bytes_naming_the_unit(alice, space, llama):
+    connection = small_connection(space, llama.base_url, estimator="bytes")
+    with pytest.raises(InvalidInput) as raised:
+        agent_publish(user=alice, agent=demo_agent(alice, connection))
+    assert raised.value.field == "question_room"
+    assert "Counted in UTF-8 bytes" in str(raised.value.detail)
+    assert "below the floor of 512" in str(raised.value.detail)
+    assert llama.tokenize_calls == 0
+
+
+def test_a_server_estimator_on_a_server_that_does_not_tokenize_is_refused(alice, space, llama):
+    llama.tokenizers = set()
+    connection = small_connection(space, llama.base_url, estimator="server")
+    with pytest.raises(InvalidInput) as raised:
+        agent_publish(user=alice, agent=demo_agent(alice, connection))
+    assert raised.value.field == "model_connection"
+    assert "does not tokenize" in str(raised.value.detail)
+    assert ModelConnection.objects.get(pk=connection.pk).agent_versions.count() == 0
