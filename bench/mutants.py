@@ -448,6 +448,14 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_REASONING}test_every_kind_keeps_the_reasoning_a_reply_carries",),
     ),
     Mutant(
+        "Ollama's native answer keeps its thinking as reasoning_content",
+        "ollama_thinking_dropped",
+        "agentloom/providers/chat.py",
+        """            reply.message["reasoning_content"] = thinking""",
+        "            pass",
+        (f"{_REASONING}test_ollamas_native_answer_keeps_its_thinking_and_never_sends_it_back",),
+    ),
+    Mutant(
         "any gateway declaring tool_spans passes reasoning back through the base",
         "tool_spans_stripped",
         f"{_ENGINE}/_gateway.py",
