@@ -360,6 +360,8 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
         reasoning: str | None = None,
         **options: Any,
     ):
+        if reasoning not in (None, *REASONING_OPTIONS):
+            raise ValueError(f"reasoning must be one of {REASONING_OPTIONS} or None")
         if reasoning == "learned":
             reasoning = "tool_spans"
         if thinking == "disabled":

@@ -181,9 +181,13 @@ def test_every_chat_gateway_takes_the_reasoning_option(provider_double, provider
         assert gateway.reasoning == default.get(provider, gateway.reasoning)
 
 
-def test_an_unknown_reasoning_option_is_refused(provider_double):
+@pytest.mark.parametrize(
+    ("provider", "options"),
+    [("openai_compatible", {}), ("deepseek", {}), ("deepseek", {"thinking": "disabled"})],
+)
+def test_an_unknown_reasoning_option_is_refused(provider_double, provider, options):
     with pytest.raises(ValueError, match="reasoning"):
-        chat(provider_double, reasoning="always")
+        chat(provider_double, provider, reasoning="always", **options)
 
 
 def test_deepseek_with_never_sends_tool_spans_with_thinking_disabled():
