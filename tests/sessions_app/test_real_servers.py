@@ -11,6 +11,7 @@ tokenizer and template, so a test can say that none was over the window.
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 
 from context_app.services.agents import agent_create, agent_publish, agent_question_room
 from models_app.models import ModelConnection
@@ -47,8 +48,10 @@ def space(alice):
     return make_space(admin=alice)
 
 
-def discovered(user, space, double, **extra) -> ModelConnection:
-    """Save the connection the model page fills in from discovery (the chat model picked)."""
+def discovered(user, space, double, *, estimator: bool = False, **extra) -> ModelConnection:
+    """Save the connection the model page fills in from discovery (the chat model picked);
+    with `estimator`, also the estimator discovery proposes (the server's tokenizer when the
+    server tokenizes)."""
     [model] = [
         m
         for m in models_discover(user=user, provider="openai_compatible", base_url=double.base_url)
@@ -65,6 +68,8 @@ def discovered(user, space, double, **extra) -> ModelConnection:
         fields["source_url"] = model.source_url
     if model.verified_on:
         fields["verified_on"] = model.verified_on
+    if estimator:
+        fields["estimator"] = model.estimator
     return connection_create(
         user=user,
         space=space,
@@ -139,6 +144,13 @@ def long_session(user, session, connection, questions: int):
     return runs, seen
 
 
+def compactions(user, run: Run) -> list[dict]:
+    """Return the compactions of `run` as its context page lists them."""
+    api = APIClient()
+    api.force_authenticate(user)
+    return api.get(f"/api/v1/runs/{run.pk}/context").json()["compactions"]
+
+
 def failures(runs: list[Run]) -> list[tuple[int, str, str]]:
     return [(n, r.question[:40], r.error) for n, r in enumerate(runs) if r.status != "succeeded"]
 
@@ -176,13 +188,19 @@ def test_a_discovered_connection_learns_the_window_from_an_overflow_and_every_qu
     # The server refused once (a streamed refusal is an empty body: retried once, so at most
     # two requests), then the run compacted and its retried call was answered.
     assert 1 <= len(refused) <= 2, [c for c in server.counted if c.outcome == "refused"]
-    after = [c for c in server.counted[refused[-1] + 1 :]]
-    assert after[0].purpose == "compaction" and after[0].outcome == "ok"
+    after = server.counted[refused[-1] + 1 :]
     retried = next(c for c in after if c.purpose != "compaction")
     assert retried.outcome == "ok"
     assert retried.prompt_tokens < server.counted[refused[-1]].prompt_tokens
-    # Every request after the learning fit the window.
-    assert all(c.requested <= WINDOW for c in after), [c for c in after if c.requested > WINDOW]
+    [refusing] = {call.run for call in ModelCall.objects.filter(error__startswith="context_length")}
+    calls = list(refusing.model_calls.all())
+    failed = next(n for n, call in enumerate(calls) if call.error)
+    assert calls[-1].purpose == "action" and not calls[-1].error and failed < len(calls) - 1
+    assert calls[-1].request_estimate < calls[failed].request_estimate
+    assert any(item["outcome"] == "succeeded" for item in compactions(alice, refusing))
+    # Every prompt after the learning fit the window (the server cuts a larger output limit to
+    # what is left, so only the prompt is refused).
+    assert all(c.prompt_tokens < WINDOW for c in after), [c for c in after if c.outcome != "ok"]
     # The window is recorded once on the connection, with the server's evidence.
     values = {value for value in seen if value[0] is not None}
     assert len(values) == 1, values
@@ -209,7 +227,8 @@ def test_a_typed_in_window_with_the_server_tokenizer_is_never_refused(alice, ser
 def test_a_stream_without_usage_is_recorded_as_such_and_measured_by_the_tokenizer(
     alice, server, space
 ):
-    connection = discovered(alice, space, server)
+    connection = discovered(alice, space, server, estimator=True)
+    assert connection.estimator == "server"
     session = published(alice, space, connection)
     runs = [ask(session, alice, question(number)) for number in range(6)]
     assert not failures(runs), failures(runs)
@@ -299,15 +318,23 @@ def test_a_deepseek_model_behind_a_proxy_answers_every_question_after_its_first_
         runs = [ask(session, alice, line) for line in lines]
 
         assert not failures(runs), failures(runs)
-        # At most one refusal taught the rule; every later request passed the reasoning back.
+        # A refusal is answered once, within its run, by passing the reasoning back.
         refused = [r for r in proxy.requests if r.violations]
-        assert len(refused) <= 1, [r.violations for r in refused]
+        assert len(refused) <= len(runs), [r.violations for r in refused]
         last = proxy.chat_bodies()[-1]
         spans = [m for m in last["messages"] if m.get("tool_calls")]
         assert spans and all(m.get("reasoning_content") for m in spans)
         # Every reasoning a reply carried is journaled.
         answers = SessionMessage.objects.filter(run__session=session, kind="assistant")
         assert answers and all(row.message.get("reasoning_content") for row in answers)
+        # The rule is recorded on the connection, and a version published now starts from it.
+        connection.refresh_from_db()
+        assert connection.learned_reasoning == "tool_spans"
+        before = len(refused)
+        again = published(alice, space, connection)
+        runs = [ask(again, alice, line) for line in lines[:3]]
+        assert not failures(runs), failures(runs)
+        assert len([r for r in proxy.requests if r.violations]) == before
 
 
 # --- (e) the Demo agent's tools publish at 4,096 --------------------------------------------------
@@ -327,9 +354,10 @@ def test_the_demo_agents_tools_publish_at_4096_on_a_tokenizer_backed_connection(
         sub_agents=[dict(sub) for sub in DEMO_SUB_AGENTS],
         context_policy=None,
     )
-    room = agent_question_room(agent)
-    assert room is not None and room["room"] >= room["floor"], room
     version = agent_publish(user=alice, agent=agent)
     session = session_create(user=alice, agent_version=version)
     assert ask(session, alice, '/tool echo {"text": "hi"}').status == "succeeded"
     assert not server.over_window()
+    # The page shows the same room, counted in the same unit.
+    room = agent_question_room(agent)
+    assert room is not None and room["room"] >= room["floor"], room
