@@ -14,12 +14,12 @@ a small model's rambling answers do not make the run last hours: the server refu
 prompt alone, so whether a request fits is unchanged.
 
 For each mode, in a scratch SQLite database: a space, a connection to the server (`discovered`:
-the values the model page fills in from discovery; `typed`: the window typed in, 4,096, output
-512, margin 256, measured with the server's tokenizer when the application offers that
-estimator, else in bytes), an agent with the built-in echo, calculator and big_output tools,
-published, and one session of `--questions` questions (tool requests, and large texts pasted
-into the question: a 135M model rarely calls a tool by itself, so large material also comes in
-through the questions), then three plain questions. Per mode it prints:
+the values discovery reports, the estimator it proposes included; `typed`: the window typed
+in, 4,096, output 512, margin 256, measured with the server's tokenizer when the application
+offers that estimator, else in bytes), an agent with the built-in echo, calculator and
+big_output tools, published, and one session of `--questions` questions (tool requests, and
+large texts pasted into the question: a 135M model rarely calls a tool by itself, so large
+material also comes in through the questions), then three plain questions. Per mode it prints:
 
 - runs succeeded, of all asked (and the plain ones at the end);
 - requests refused for length: the pass-through's count (a 400 `context_length_exceeded`, or a
@@ -29,7 +29,9 @@ through the questions), then three plain questions. Per mode it prints:
 - the estimate's error against the server's own count: every answered request is sent again,
   not streamed, with `max_tokens: 1`, and its `usage.prompt_tokens` (the server's count, chat
   template included) is compared with the hard check's figure for the same messages and tools
-  (median and worst, in per cent; positive: the estimate was higher);
+  (median and worst, in per cent; positive: the estimate was higher), apart for requests
+  without tools and with them (`chatml-function-calling` renders no tools unless `tool_choice`
+  is sent, so the server's count of a request with tools leaves them out);
 - the room for a question at publish, in the estimator's unit (or why publishing failed).
 
 The server's process is the script's own child and is stopped at the end.
@@ -249,9 +251,9 @@ def setup(path: str) -> None:
 
 
 def estimator_names() -> tuple[str, ...]:
-    from models_app.services.connections import ESTIMATOR_NAMES
+    from models_app.models import ModelConnection
 
-    return tuple(ESTIMATOR_NAMES)
+    return tuple(ModelConnection.Estimator.values)
 
 
 def make_connection(user, space, mode: str, base_url: str):
@@ -268,6 +270,9 @@ def make_connection(user, space, mode: str, base_url: str):
             "max_output_tokens": model.max_output_tokens,
             "window_source": model.window_source,
         }
+        if getattr(model, "estimator", "bytes") != "bytes":
+            # What discovery proposes for a server that tokenizes: its own tokenizer.
+            fields["estimator"] = model.estimator
     else:
         fields = dict(TYPED)
         if "server" in estimator_names():
@@ -332,22 +337,17 @@ def ask(session, user, text: str):
 # --- measuring ---------------------------------------------------------------------------------
 
 
-def hard_check_estimator(version, base_url: str):
-    """Return the estimator the version's hard check uses, its server counter attached."""
-    from context_app.engine_adapter import run_measures
+def hard_check_estimator(version):
+    """Return the estimator the version's hard check uses, with the server counter its runs use
+    (the application's own `server_counter`, where it has one)."""
+    from context_app import engine_adapter
 
-    _, _, estimator = run_measures(version.snapshot)
-    attach = getattr(estimator, "attach", None)
-    if attach is None:
-        return estimator
-    from agentloom import providers
-
-    calls = providers.CallOptions(allow_private_hosts=True)
-    endpoint = providers.ModelEndpoint(base_url, None, version.snapshot["budget"]["model_id"])
-    route = providers.probe_tokenizer(endpoint, calls=calls)
-    if route is not None:
-        attach(providers.ServerTokenizer(endpoint, route, calls=calls))
-    return estimator
+    connection = version.model_connection
+    make_counter = getattr(engine_adapter, "server_counter", None)
+    counter = make_counter(version.snapshot, connection) if make_counter else None
+    if counter is None:
+        return engine_adapter.run_measures(version.snapshot)[2]
+    return engine_adapter.run_measures(version.snapshot, counter=counter)[2]
 
 
 def server_count(port: int, body: dict[str, Any]) -> int | None:
@@ -367,8 +367,12 @@ def server_count(port: int, body: dict[str, Any]) -> int | None:
     return (json.loads(answer).get("usage") or {}).get("prompt_tokens")
 
 
-def estimate_errors(exchanges: list[Exchange], estimator, port: int) -> list[float]:
-    errors = []
+def estimate_errors(
+    exchanges: list[Exchange], estimator, port: int
+) -> tuple[list[float], list[float]]:
+    """Return the estimate's errors in per cent on requests without tools and with tools."""
+    plain: list[float] = []
+    tooled: list[float] = []
     for exchange in exchanges:
         if not exchange.chat or exchange.status != 200 or exchange.refused_for_length:
             continue
@@ -376,9 +380,10 @@ def estimate_errors(exchanges: list[Exchange], estimator, port: int) -> list[flo
         counted = server_count(port, body)
         if not counted:
             continue
-        estimate = estimator.upper_bound(body.get("messages") or [], body.get("tools") or [])
-        errors.append(100.0 * (estimate - counted) / counted)
-    return errors
+        tools = body.get("tools") or []
+        estimate = estimator.upper_bound(body.get("messages") or [], tools)
+        (tooled if tools else plain).append(100.0 * (estimate - counted) / counted)
+    return plain, tooled
 
 
 def tool_calls_made(session) -> int:
@@ -406,11 +411,13 @@ class Report:
     learned: str = "-"
     tool_calls: int = 0
     errors: list[float] = field(default_factory=list)
+    tool_errors: list[float] = field(default_factory=list)
     room: str = ""
     failures: dict[str, int] = field(default_factory=dict)
 
 
 def run_mode(mode: str, user, port: int, recorder: Recorder, base_url: str, args) -> Report:
+    from agentloom.errors import InvalidInput
     from tests.factories import make_space
 
     space = make_space(name=f"bench-{mode}", admin=user)
@@ -425,8 +432,16 @@ def run_mode(mode: str, user, port: int, recorder: Recorder, base_url: str, args
     questions = [question(n) for n in range(args.questions)] + PLAIN
     for number, text in enumerate(questions):
         started = time.monotonic()
-        run = ask(session, user, text)
         report.asked += 1
+        try:
+            run = ask(session, user, text)
+        except InvalidInput:
+            # Refused at the door, before any run: no request was sent.
+            report.failures["refused at the door"] = (
+                report.failures.get("refused at the door", 0) + 1
+            )
+            print(f"  [{mode}] {number + 1}/{len(questions)} refused at the door", flush=True)
+            continue
         if run.status == "succeeded":
             report.succeeded += 1
             report.plain_ok += number >= args.questions
@@ -442,9 +457,16 @@ def run_mode(mode: str, user, port: int, recorder: Recorder, base_url: str, args
     exchanges = list(recorder.exchanges)
     report.refused = sum(exchange.refused_for_length for exchange in exchanges)
     report.refused_log = log_refusals(args.log, log_start)
-    estimator = hard_check_estimator(session.agent_version, base_url)
-    report.errors = estimate_errors(exchanges, estimator, port)
+    estimator = hard_check_estimator(session.agent_version)
+    report.errors, report.tool_errors = estimate_errors(exchanges, estimator, port)
     return report
+
+
+def _errors(errors: list[float]) -> str:
+    if not errors:
+        return "n/a"
+    median, worst = statistics.median(errors), max(errors, key=abs)
+    return f"{median:+.1f}/{worst:+.0f}% ({len(errors)})"
 
 
 def _room_text(room: dict[str, int] | None, refused: str | None) -> str:
@@ -463,19 +485,20 @@ def print_table(reports: list[Report], elapsed: float, cap: int) -> None:
     )
     header = (
         f"{'mode':<11} {'estimator':<9} {'runs ok':>9} {'plain ok':>8} {'refused':>8} "
-        f"{'(log)':>5} {'learned':>8} {'tool calls':>10} {'error med':>9} {'worst':>7}  room"
+        f"{'(log)':>5} {'learned':>8} {'tool calls':>10} {'error, no tools':>17} "
+        f"{'error, tools':>17}  room"
     )
     print(header)
     print("-" * len(header))
     for report in reports:
-        median = f"{statistics.median(report.errors):+.1f}%" if report.errors else "n/a"
-        worst = f"{max(report.errors, key=abs):+.1f}%" if report.errors else "n/a"
         print(
             f"{report.mode:<11} {report.estimator:<9} "
             f"{report.succeeded:>4}/{report.asked:<4} {report.plain_ok:>5}/{len(PLAIN):<2} "
             f"{report.refused:>8} {report.refused_log:>5} {report.learned:>8} "
-            f"{report.tool_calls:>10} {median:>9} {worst:>7}  {report.room}"
+            f"{report.tool_calls:>10} {_errors(report.errors):>17} "
+            f"{_errors(report.tool_errors):>17}  {report.room}"
         )
+    print("errors: median / worst, in per cent of the server's count (n requests)")
     for report in reports:
         if report.failures:
             print(f"{report.mode}: failed runs by reason {report.failures}")
