@@ -309,7 +309,18 @@ def publish(user, space, connection):
         version = agent_publish(user=user, agent=agent)
     except InvalidInput as error:
         return None, room, str(error)
-    return session_create(user=user, agent_version=version), room, None
+    return session_create(user=user, agent_version=version), published_room(version), None
+
+
+def published_room(version) -> dict[str, int]:
+    """Return the room for a question of a published version, in its hard check's unit."""
+    from context_app import engine_adapter
+
+    make_counter = getattr(engine_adapter, "server_counter", None)
+    counter = make_counter(version.snapshot, version.model_connection) if make_counter else None
+    if counter is None:
+        return engine_adapter.snapshot_question_room(version.snapshot).to_dict()
+    return engine_adapter.snapshot_question_room(version.snapshot, counter=counter).to_dict()
 
 
 def question(number: int) -> str:
