@@ -613,6 +613,130 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/api/test_approvals.py::test_a_member_who_is_not_the_creator_is_refused",
         ),
     ),
+    # --- what a connection learns from its server (application) -------------------------------
+    Mutant(
+        "a learned window never raises the connection's window",
+        "learned_window_raises",
+        "models_app/services/connections.py",
+        "        if value >= connection.context_window:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_learned_window_never_raises_the_window",
+            "tests/models_app/test_learned_limits.py::test_a_learned_window_is_recorded_once_with_its_evidence_and_an_audit_row",
+        ),
+    ),
+    Mutant(
+        "a learned reasoning rule is recorded once",
+        "learned_reasoning_twice",
+        "models_app/services/connections.py",
+        "        if connection.learned_reasoning == value:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_learned_reasoning_rule_is_recorded_once",
+        ),
+    ),
+    Mutant(
+        "a person's window edit overrides the learned window",
+        "learned_window_survives_edit",
+        "models_app/services/connections.py",
+        "current is not None and same_window and not any(name in fields for name in WINDOW_VALUES)",
+        "current is not None and same_window",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_person_overrides_a_learned_window_by_editing_the_window",
+        ),
+    ),
+    Mutant(
+        "runs use the smaller of the frozen and the learned window, never a larger one",
+        "learned_window_above_frozen",
+        "context_app/engine_adapter.py",
+        'if window is not None and window < frozen["context_window"]:',
+        "if window is not None:",
+        (
+            "tests/sessions_app/test_learned_runs.py::test_a_learned_window_never_raises_a_frozen_budget",
+        ),
+    ),
+    Mutant(
+        "the reasoning rule is frozen at publish",
+        "reasoning_not_frozen",
+        "context_app/services/agents.py",
+        '"reasoning": reasoning_rule(connection),',
+        '"reasoning": None,',
+        (
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "every gateway gets the version's reasoning rule",
+        "reasoning_not_passed",
+        "context_app/engine_adapter.py",
+        'options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}',
+        "options: dict[str, Any] = {}",
+        (
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "runs of a server version count with the server's tokenizer",
+        "server_counter_detached",
+        "context_app/engine_adapter.py",
+        "run_measures(snapshot, counter=server_counter(snapshot, connection))",
+        "run_measures(snapshot, counter=None)",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
+        ),
+    ),
+    Mutant(
+        "each model call keeps the counts its hard check used",
+        "counts_not_recorded",
+        "sessions_app/services/execution.py",
+        'counts=getattr(call, "counts", None),',
+        "counts=None,",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
+        ),
+    ),
+    Mutant(
+        "the room for a question is counted in the hard check's unit",
+        "room_in_bytes",
+        "context_app/services/agents.py",
+        "        counter = server_counter(snapshot, connection)\n",
+        "        counter = None\n",
+        (
+            "tests/sessions_app/test_small_windows.py::"
+            "test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server",
+        ),
+    ),
+    Mutant(
+        "a call without usage says so, never zero",
+        "no_usage_hidden",
+        "sessions_app/console/presenters.py",
+        '"usage": call.NO_USAGE if unreported else usage_text(call.usage),',
+        '"usage": usage_text(call.usage),',
+        (
+            "tests/sessions_app/test_usage_unreported.py::"
+            "test_a_call_without_usage_is_shown_as_no_usage_reported",
+        ),
+    ),
+    Mutant(
+        "a replay learns the window its run learned, from the same refusal",
+        "replay_forgets_window",
+        "sessions_app/services/replay.py",
+        "                error.window, error.evidence = windows.popleft()",
+        "                windows.popleft()",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
+        ),
+    ),
+    Mutant(
+        "a replay starts from the budget its run started with",
+        "replay_starts_learned",
+        "context_app/engine_adapter.py",
+        "version.snapshot, start, learned=start is None",
+        "version.snapshot, start, learned=True",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
+        ),
+    ),
 )
 
 
