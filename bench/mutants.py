@@ -636,6 +636,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "nothing learned is recorded on a connection that now serves another model",
+        "learned_on_another_model",
+        "models_app/services/connections.py",
+        "(serves and (connection.provider, connection.model_id) != serves)",
+        "(False)",
+        (
+            "tests/sessions_app/test_learned_runs.py::"
+            "test_nothing_is_recorded_on_a_connection_that_now_serves_another_model",
+        ),
+    ),
+    Mutant(
         "a person's window edit overrides the learned window",
         "learned_window_survives_edit",
         "models_app/services/connections.py",
