@@ -316,6 +316,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "server count: a replay measures with the counts its run recorded",
+        "replay_counts_forgotten",
+        f"{_ENGINE}/_engine.py",
+        "estimator.remember(token_counts)",
+        "estimator.remember(None)",
+        (
+            "tests/engine/test_server_count.py::test_a_replay_measures_with_the_counts_its_run_recorded_without_the_server",
+        ),
+    ),
+    Mutant(
         "calibration: a call without usage learns from the server's exact count",
         "calibration_needs_usage",
         f"{_ENGINE}/_engine.py",

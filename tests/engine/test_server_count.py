@@ -305,3 +305,26 @@ def test_a_call_without_usage_calibrates_from_the_servers_exact_count():
     assert len(calibration["samples"]) == 3
     assert calibration["base"]["tokens"] == recorder.calls[-1].counts["server"]
     assert all(call.usage is None for call in recorder.calls)
+
+
+def test_a_replay_measures_with_the_counts_its_run_recorded_without_the_server():
+    counter = WordCounter()
+    _, outcome, recorder = _run(counter, steps=["one two three"])
+    recorded = recorder.saves[-1]["state"]["token_counts"]
+
+    again = Recorder(MemoryJournal())
+    replayed = make_engine(
+        StreamDouble(["one two three"]),
+        budget=ModelBudget(32_768, 1_000, 0),
+        recorder=again,
+        estimator=ServerEstimator(),  # no tokenizer
+    ).start(
+        run_number=1,
+        attempt=1,
+        system_prompt="You are terse.",
+        question="Say it",
+        token_counts=recorded,
+    )
+
+    assert replayed.status == outcome.status == "succeeded"
+    assert [call.counts for call in again.calls] == [call.counts for call in recorder.calls]
