@@ -288,7 +288,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "server count: each call records the counts its check used",
         "call_counts_unrecorded",
         f"{_ENGINE}/_engine.py",
-        'counts=measured["counts"],',
+        "counts=self._recorded_counts(measured),",
         "counts=None,",
         (
             "tests/engine/test_server_count.py::test_each_call_records_the_counts_its_hard_check_used_and_the_checkpoint_keeps_them",
@@ -316,6 +316,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "server count: a bound over the budget fires the budget trigger",
+        "server_bound_no_trigger",
+        f"{_ENGINE}/_context.py",
+        "or server_estimator_of(self.estimator) is not None",
+        "or False",
+        (
+            "tests/engine/test_server_count.py::test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not",
+        ),
+    ),
+    Mutant(
         "server count: a replay measures with the counts its run recorded",
         "replay_counts_forgotten",
         f"{_ENGINE}/_engine.py",
@@ -329,7 +339,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "calibration: a call without usage learns from the server's exact count",
         "calibration_needs_usage",
         f"{_ENGINE}/_engine.py",
-        'reported = (measured.get("counts") or {}).get("server")',
+        'reported = counts["estimate"]',
         "reported = None",
         (
             "tests/engine/test_server_count.py::test_a_call_without_usage_calibrates_from_the_servers_exact_count",

@@ -834,6 +834,14 @@ class _Execution:
             counts = {**counts, "upper_bound": measured["upper_bound"]}
         return {**measured, "counts": counts}
 
+    @staticmethod
+    def _recorded_counts(measured: dict[str, Any]) -> dict[str, Any] | None:
+        """Return what a call's record says the hard check used (`ModelCallRecord.counts`)."""
+        counts = measured["counts"]
+        if counts is None:
+            return None
+        return {key: counts[key] for key in ("server", "fallback", "upper_bound")}
+
     def _learn(
         self, request: ModelRequest, response: ModelResponse, measured: dict[str, Any]
     ) -> None:
@@ -846,8 +854,9 @@ class _Execution:
         if not isinstance(estimator, CalibratedEstimator) or request.purpose != "action":
             return
         reported = reported_prompt_tokens(response.usage)
-        if reported is None:
-            reported = (measured.get("counts") or {}).get("server")
+        counts = measured.get("counts") or {}
+        if reported is None and counts.get("server") is not None:
+            reported = counts["estimate"]
         if reported:
             estimator.observe(request.messages, request.tools, reported)
             if self.main is not None:
@@ -880,7 +889,7 @@ class _Execution:
                 estimator=self.estimator.module_id,
                 calibration=measured["calibration"],
                 cancelled=cancelled,
-                counts=measured["counts"],
+                counts=self._recorded_counts(measured),
                 refusal=redactor.value(refusal) if refusal else None,
             )
         )
