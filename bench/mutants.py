@@ -233,6 +233,242 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_engine.py::test_the_model_call_limit_fails_the_run_and_resets_on_resume",
         ),
     ),
+    # --- server counts and learned limits (_server_count, _budget, _engine) --------------------
+    Mutant(
+        "server count: the stated template margins",
+        "server_margins_dropped",
+        f"{_ENGINE}/_server_count.py",
+        'fixed += config["tools_preamble"] + config["per_tool"] * len(tools)',
+        'fixed += config["per_tool"] * len(tools)',
+        (
+            "tests/engine/test_server_count.py::test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_margins",
+        ),
+    ),
+    Mutant(
+        "server count: one batch per request",
+        "server_count_per_text",
+        f"{_ENGINE}/_server_count.py",
+        "counted = self._ask(texts)",
+        "counted = [n for text in texts for n in self._ask([text])]",
+        (
+            "tests/engine/test_server_count.py::test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_margins",
+        ),
+    ),
+    Mutant(
+        "server count: cached per content",
+        "server_count_uncached",
+        f"{_ENGINE}/_server_count.py",
+        "self._cache.store(items[index], size, keys[index])",
+        "pass",
+        (
+            "tests/engine/test_server_count.py::test_counts_are_cached_per_content_and_only_new_texts_are_sent_in_one_batch",
+        ),
+    ),
+    Mutant(
+        "server count: without the tokenizer, bytes for what was not counted",
+        "server_fallback_without_bytes",
+        f"{_ENGINE}/_server_count.py",
+        "bound += _utf8(rendered_text(items[index]))",
+        "bound += 0",
+        (
+            "tests/engine/test_server_count.py::test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_bytes_since",
+            "tests/engine/test_server_count.py::test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes",
+        ),
+    ),
+    Mutant(
+        "server count: a request that does not fit without the tokenizer stops resumably",
+        "server_fallback_note_dropped",
+        f"{_ENGINE}/_context.py",
+        "return PreparedContext(None, estimate, reason + note, outcome)",
+        "return PreparedContext(None, estimate, reason, outcome)",
+        (
+            "tests/engine/test_server_count.py::test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes",
+        ),
+    ),
+    Mutant(
+        "server count: each call records the counts its check used",
+        "call_counts_unrecorded",
+        f"{_ENGINE}/_engine.py",
+        "counts=self._recorded_counts(measured),",
+        "counts=None,",
+        (
+            "tests/engine/test_server_count.py::test_each_call_records_the_counts_its_hard_check_used_and_the_checkpoint_keeps_them",
+        ),
+    ),
+    Mutant(
+        "server count: the checkpoint keeps the per-content counts",
+        "checkpoint_counts_dropped",
+        f"{_ENGINE}/_engine.py",
+        "self.main.managed.state.token_counts = server.recorded()",
+        "self.main.managed.state.token_counts = None",
+        (
+            "tests/engine/test_server_count.py::test_each_call_records_the_counts_its_hard_check_used_and_the_checkpoint_keeps_them",
+            "tests/engine/test_server_count.py::test_a_resume_without_the_tokenizer_measures_with_the_counts_its_checkpoint_kept",
+        ),
+    ),
+    Mutant(
+        "server count: a resume measures with the counts its checkpoint kept",
+        "resume_counts_forgotten",
+        f"{_ENGINE}/_engine.py",
+        "estimator.remember(frame.state.token_counts)",
+        "estimator.remember(None)",
+        (
+            "tests/engine/test_server_count.py::test_a_resume_without_the_tokenizer_measures_with_the_counts_its_checkpoint_kept",
+        ),
+    ),
+    Mutant(
+        "server count: a bound over the budget fires the budget trigger",
+        "server_bound_no_trigger",
+        f"{_ENGINE}/_context.py",
+        "or server_estimator_of(self.estimator) is not None",
+        "or False",
+        (
+            "tests/engine/test_server_count.py::test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not",
+        ),
+    ),
+    Mutant(
+        "server count: a replay measures with the counts its run recorded",
+        "replay_counts_forgotten",
+        f"{_ENGINE}/_engine.py",
+        "estimator.remember(token_counts)",
+        "estimator.remember(None)",
+        (
+            "tests/engine/test_server_count.py::test_a_replay_measures_with_the_counts_its_run_recorded_without_the_server",
+        ),
+    ),
+    Mutant(
+        "calibration: a call without usage learns from the server's exact count",
+        "calibration_needs_usage",
+        f"{_ENGINE}/_engine.py",
+        'reported = counts["estimate"]',
+        "reported = None",
+        (
+            "tests/engine/test_server_count.py::test_a_call_without_usage_calibrates_from_the_servers_exact_count",
+        ),
+    ),
+    Mutant(
+        "learned window: the window a refusal names",
+        "learned_ignores_named",
+        f"{_ENGINE}/_budget.py",
+        "if named is not None and named - reserve < refused:",
+        "if False:",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+        ),
+    ),
+    Mutant(
+        "learned window: without a number, the largest request that succeeded",
+        "learned_ignores_largest_ok",
+        f"{_ENGINE}/_budget.py",
+        "elif largest_ok is not None and largest_ok < refused:",
+        "elif False:",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+            "tests/engine/test_learned_window.py::test_a_refusal_without_a_number_learns_the_largest_request_that_succeeded",
+        ),
+    ),
+    Mutant(
+        "learned window: the largest request that succeeded is kept",
+        "largest_ok_unrecorded",
+        f"{_ENGINE}/_engine.py",
+        'state.largest_ok = max(state.largest_ok or 0, measured["upper_bound"])',
+        "state.largest_ok = None",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_without_a_number_learns_the_largest_request_that_succeeded",
+        ),
+    ),
+    Mutant(
+        "learned window: never larger than the budget in force",
+        "learned_above_budget",
+        f"{_ENGINE}/_budget.py",
+        "return max(min(window, budget.context_window), 1)",
+        "return max(window, 1)",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+        ),
+    ),
+    Mutant(
+        "learned window: written into the checkpoint's binding",
+        "learned_not_in_binding",
+        f"{_ENGINE}/_engine.py",
+        "                context.apply_budget(learned)",
+        "                pass",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+            "tests/engine/test_learned_window.py::test_a_second_refusal_ends_the_run_and_a_resume_sees_the_learned_window",
+        ),
+    ),
+    Mutant(
+        "learned window: journaled as feedback",
+        "learned_not_journaled",
+        f"{_ENGINE}/_engine.py",
+        "        if self.main is not None:\n            self.main.add_run_note(",
+        "        if False:\n            self.main.add_run_note(",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+        ),
+    ),
+    Mutant(
+        "learned limit: announced to the application",
+        "learned_not_announced",
+        f"{_ENGINE}/_engine.py",
+        "        if on_learned is not None:\n            on_learned(limit)",
+        "        if on_learned is not None:\n            pass",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+            "tests/engine/test_learned_window.py::test_a_refusal_the_gateway_adapts_to_is_announced_and_resent_once",
+        ),
+    ),
+    Mutant(
+        "learned window: compact against it and retry the step once",
+        "learned_no_retry",
+        f"{_ENGINE}/_engine.py",
+        "for second in (False, True):",
+        "for second in (True,):",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+            "tests/engine/test_learned_window.py::test_a_summary_call_refused_for_length_teaches_the_window_and_the_step_is_prepared_again",
+        ),
+    ),
+    Mutant(
+        "learned window: a second refusal of the step ends the run",
+        "learned_second_retry",
+        f"{_ENGINE}/_engine.py",
+        "for second in (False, True):",
+        "for second in (False, False, True):",
+        (
+            "tests/engine/test_learned_window.py::test_a_second_refusal_ends_the_run_and_a_resume_sees_the_learned_window",
+        ),
+    ),
+    Mutant(
+        "learned window: too little room for a question fails saying to republish",
+        "learned_room_unchecked",
+        f"{_ENGINE}/_engine.py",
+        "        if room.fits:",
+        "        if True:",
+        (
+            "tests/engine/test_learned_window.py::test_a_learned_window_too_small_for_a_question_fails_the_run_saying_to_republish",
+        ),
+    ),
+    Mutant(
+        "adapt: a refusal the gateway adapts to is resent once",
+        "adapt_not_asked",
+        f"{_ENGINE}/_engine.py",
+        "limit = self.engine.gateway.adapt(exc)",
+        "limit = None",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_the_gateway_adapts_to_is_announced_and_resent_once",
+        ),
+    ),
+    Mutant(
+        "adapt: asked once per call",
+        "adapt_every_time",
+        f"{_ENGINE}/_engine.py",
+        "                if not adapted:",
+        "                if True:",
+        ("tests/engine/test_learned_window.py::test_the_gateway_is_asked_to_adapt_once_per_call",),
+    ),
     # --- watching calls in flight (_watch) ------------------------------------------------------
     Mutant(
         "heartbeat: no renewal past the call's own deadline",
@@ -754,6 +990,141 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return count + (limit or 0) > self.n_ctx",
         (
             "tests/providers/test_llama_double.py::test_a_prompt_of_the_window_or_more_is_refused_with_llama_cpp_pythons_words",
+        ),
+    ),
+    # --- what a connection learns from its server (application) -------------------------------
+    Mutant(
+        "a learned window never raises the connection's window",
+        "learned_window_raises",
+        "models_app/services/connections.py",
+        "        if value >= connection.context_window:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_learned_window_never_raises_the_window",
+            "tests/models_app/test_learned_limits.py::test_a_learned_window_is_recorded_once_with_its_evidence_and_an_audit_row",
+        ),
+    ),
+    Mutant(
+        "a learned reasoning rule is recorded once",
+        "learned_reasoning_twice",
+        "models_app/services/connections.py",
+        "        if connection.learned_reasoning == value:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_learned_reasoning_rule_is_recorded_once",
+        ),
+    ),
+    Mutant(
+        "nothing learned is recorded on a connection that now serves another model",
+        "learned_on_another_model",
+        "models_app/services/connections.py",
+        "(serves and (connection.provider, connection.model_id) != serves)",
+        "(False)",
+        (
+            "tests/sessions_app/test_learned_runs.py::"
+            "test_nothing_is_recorded_on_a_connection_that_now_serves_another_model",
+        ),
+    ),
+    Mutant(
+        "a person's window edit overrides the learned window",
+        "learned_window_survives_edit",
+        "models_app/services/connections.py",
+        "current is not None and same_window and not any(name in fields for name in WINDOW_VALUES)",
+        "current is not None and same_window",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_person_overrides_a_learned_window_by_editing_the_window",
+        ),
+    ),
+    Mutant(
+        "runs use the smaller of the frozen and the learned window, never a larger one",
+        "learned_window_above_frozen",
+        "context_app/engine_adapter.py",
+        'if window is not None and window < frozen["context_window"]:',
+        "if window is not None:",
+        (
+            "tests/sessions_app/test_learned_runs.py::test_a_learned_window_never_raises_a_frozen_budget",
+        ),
+    ),
+    Mutant(
+        "the reasoning rule is frozen at publish",
+        "reasoning_not_frozen",
+        "context_app/services/agents.py",
+        '"reasoning": reasoning_rule(connection),',
+        '"reasoning": None,',
+        (
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "every gateway gets the version's reasoning rule",
+        "reasoning_not_passed",
+        "context_app/engine_adapter.py",
+        'options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}',
+        "options: dict[str, Any] = {}",
+        (
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "runs of a server version count with the server's tokenizer",
+        "server_counter_detached",
+        "context_app/engine_adapter.py",
+        "run_measures(snapshot, counter=server_counter(snapshot, connection))",
+        "run_measures(snapshot, counter=None)",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
+        ),
+    ),
+    Mutant(
+        "each model call keeps the counts its hard check used",
+        "counts_not_recorded",
+        "sessions_app/services/execution.py",
+        'counts=getattr(call, "counts", None),',
+        "counts=None,",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
+        ),
+    ),
+    Mutant(
+        "the room for a question is counted in the hard check's unit",
+        "room_in_bytes",
+        "context_app/services/agents.py",
+        "        counter = server_counter(snapshot, connection)\n",
+        "        counter = None\n",
+        (
+            "tests/sessions_app/test_small_windows.py::"
+            "test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server",
+        ),
+    ),
+    Mutant(
+        "a call without usage says so, never zero",
+        "no_usage_hidden",
+        "sessions_app/console/presenters.py",
+        '"usage": call.NO_USAGE if unreported else usage_text(call.usage),',
+        '"usage": usage_text(call.usage),',
+        (
+            "tests/sessions_app/test_usage_unreported.py::"
+            "test_a_call_without_usage_is_shown_as_no_usage_reported",
+        ),
+    ),
+    Mutant(
+        "a replay learns the window its run learned, from the same refusal",
+        "replay_forgets_window",
+        "sessions_app/services/replay.py",
+        "                error.window, error.evidence = windows.popleft()",
+        "                windows.popleft()",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
+        ),
+    ),
+    Mutant(
+        "a replay starts from the budget its run started with",
+        "replay_starts_learned",
+        "context_app/engine_adapter.py",
+        "version.snapshot, start, learned=start is None",
+        "version.snapshot, start, learned=True",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
         ),
     ),
 )

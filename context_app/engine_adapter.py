@@ -376,14 +376,20 @@ def snapshot_question_room(
     )
 
 
-def version_binding(version: AgentVersion, *, rendering: int | None = None) -> dict[str, Any]:
+def version_binding(
+    version: AgentVersion,
+    *,
+    rendering: int | None = None,
+    start: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
     one run can be matched against the binding of the next. New runs render with the current
-    rendering version; `rendering` names another (a replay of an older run).
+    rendering version and the window learned so far; `rendering` names another rendering and
+    `start` the budget a past run started with (a replay of it).
     """
-    policy, budget, estimator = run_measures(version.snapshot)
+    policy, budget, estimator = run_measures(version.snapshot, start, learned=start is None)
     binding = {
         "policy": policy.to_dict(),
         "budget": budget.to_dict(),

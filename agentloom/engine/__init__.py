@@ -129,7 +129,6 @@ from agentloom.engine._frame import InstanceFrame, ManagedContext, iter_frame_re
 from agentloom.engine._gate import PayloadRules, check_payload, sent_request
 from agentloom.engine._gateway import (
     CallStream,
-    LearnedLimit,
     LocalDemoGateway,
     ModelGateway,
     ModelRequest,
@@ -263,7 +262,6 @@ __all__ = [  # noqa: RUF022
     "sent_request",
     # _gateway
     "CallStream",
-    "LearnedLimit",
     "LocalDemoGateway",
     "ModelGateway",
     "ModelRequest",

@@ -98,7 +98,7 @@ from agentloom.engine._refs import (
     materialize,
 )
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
-from agentloom.engine._server_count import fallback_note
+from agentloom.engine._server_count import fallback_note, server_estimator_of
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -743,12 +743,15 @@ class JournalContextManager(ContextManager):
         ).size
         fired = self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
         if (
-            isinstance(self.estimator, CalibratedEstimator)
+            (
+                isinstance(self.estimator, CalibratedEstimator)
+                or server_estimator_of(self.estimator) is not None
+            )
             and TRIGGER_BUDGET not in fired
             and self.estimator.upper_bound(messages, tools) > self.budget.effective_input_budget
         ):
-            # Small in the provider's tokens, but not provably under the budget: it could not
-            # be sent, so it is compacted first.
+            # Small in the provider's tokens (or by the template's own markers), but not provably
+            # under the budget: it could not be sent, so it is compacted first.
             fired = (TRIGGER_BUDGET, *fired)
         return size, fired
 

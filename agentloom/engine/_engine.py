@@ -309,6 +309,9 @@ class ModelCallRecord:
     # server's count with the margins or None, None or how the bound was made without it, the
     # bound compared with the budget); None with any other estimator.
     counts: dict[str, Any] | None = None
+    # What a failed call's refusal said beside its kind, when the provider layer read it:
+    # `{window, requested, evidence}` (a replay rebuilds the refusal from it); else None.
+    refusal: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -371,6 +374,7 @@ class Engine:
         history: ProjectedHistory | None = None,
         calibration_start: float | None = None,
         calibration_base: dict[str, Any] | None = None,
+        token_counts: Mapping[str, int] | None = None,
     ) -> RunOutcome:
         """Run a new question: a new main instance with the inherited history and the task.
 
@@ -378,12 +382,15 @@ class Engine:
         recent calls); it is kept in the checkpoint, so a replay can start from it too.
         `calibration_base` is the session's last reported call (a checkpoint's
         `state.calibration["base"]`): a first request that extends it exactly is measured from
-        its reported tokens; it is kept in the checkpoint as well.
+        its reported tokens; it is kept in the checkpoint as well. `token_counts` are server
+        tokenizer counts known beforehand (a replay passes the ones its run recorded, in
+        `state.token_counts`), so it measures the same way without the server.
         """
         estimator = self.estimator
         if isinstance(estimator, ServerEstimator):
             # The run records the counts it measures with, for its checkpoint.
             estimator = estimator.for_run()
+            estimator.remember(token_counts)
         settings = self.config.calibration
         if settings is not None:
             start = Calibration.from_dict(
@@ -683,7 +690,13 @@ class _Execution:
             cancelled = stream is not None and stream.cancelled.is_set()
             error = ModelCallCancelled() if cancelled else exc
             self._report(
-                request, measured, started, None, f"{error.kind}: {error.message}", cancelled
+                request,
+                measured,
+                started,
+                None,
+                f"{error.kind}: {error.message}",
+                cancelled,
+                refusal=None if cancelled else _refusal(exc),
             )
             self.check_lease()
             if cancelled:
@@ -821,6 +834,14 @@ class _Execution:
             counts = {**counts, "upper_bound": measured["upper_bound"]}
         return {**measured, "counts": counts}
 
+    @staticmethod
+    def _recorded_counts(measured: dict[str, Any]) -> dict[str, Any] | None:
+        """Return what a call's record says the hard check used (`ModelCallRecord.counts`)."""
+        counts = measured["counts"]
+        if counts is None:
+            return None
+        return {key: counts[key] for key in ("server", "fallback", "upper_bound")}
+
     def _learn(
         self, request: ModelRequest, response: ModelResponse, measured: dict[str, Any]
     ) -> None:
@@ -833,8 +854,9 @@ class _Execution:
         if not isinstance(estimator, CalibratedEstimator) or request.purpose != "action":
             return
         reported = reported_prompt_tokens(response.usage)
-        if reported is None:
-            reported = (measured.get("counts") or {}).get("server")
+        counts = measured.get("counts") or {}
+        if reported is None and counts.get("server") is not None:
+            reported = counts["estimate"]
         if reported:
             estimator.observe(request.messages, request.tools, reported)
             if self.main is not None:
@@ -848,6 +870,8 @@ class _Execution:
         response: ModelResponse | None,
         error: str | None,
         cancelled: bool = False,
+        *,
+        refusal: dict[str, Any] | None = None,
     ) -> None:
         on_model_call = self.engine.hooks.on_model_call
         if on_model_call is None:
@@ -865,7 +889,8 @@ class _Execution:
                 estimator=self.estimator.module_id,
                 calibration=measured["calibration"],
                 cancelled=cancelled,
-                counts=measured["counts"],
+                counts=self._recorded_counts(measured),
+                refusal=redactor.value(refusal) if refusal else None,
             )
         )
 
@@ -929,6 +954,14 @@ class _DeltaRelay:
                 "purpose": self.purpose,
             }
             self.on_delta(self.instance, delta)
+
+
+def _refusal(error: GatewayError) -> dict[str, Any] | None:
+    """Return what a refusal said beside its kind (`window`, `requested`, `evidence`), if any."""
+    said = {name: getattr(error, name, None) for name in ("window", "requested", "evidence")}
+    if said["window"] is None and said["requested"] is None and said["evidence"] is None:
+        return None
+    return said
 
 
 def _cut_before_any_text(response: ModelResponse) -> bool:

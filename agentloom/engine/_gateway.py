@@ -47,23 +47,6 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class LearnedLimit:
-    """What was learned from a server's refusal, and the words it was learned from.
-
-    `kind` is `"context_window"` (`value`: the window, in tokens) or `"reasoning"` (`value`: the
-    reasoning rule the server asked for, `"tool_spans"`). `evidence` is a short phrase rebuilt
-    from fixed text and numbers, never the server's own body; `refused` and `largest_ok` bound a
-    window learned without a number the server named (None: not known).
-    """
-
-    kind: str
-    value: int | str
-    evidence: str
-    refused: int | None = None
-    largest_ok: int | None = None
-
-
-@dataclass(frozen=True)
 class ModelRequest:
     """One chat-completions call: what the model is shown and what it may call."""
 
@@ -206,9 +189,6 @@ class ModelGateway(abc.ABC):
             len(required),
             ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else ""),
         )
-
-    def adapt(self, error):
-        return None
 
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:

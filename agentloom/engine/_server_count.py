@@ -33,7 +33,13 @@ counted with SmolLM2-135M-Instruct's tokenizer, on llama-cpp-python 0.3.36, 2026
 - `per_request` 8: the generation prompt `<|im_start|>assistant\\n` (4) and a BOS token.
 
 How a server's template renders tools is not known to the client, so these margins are chosen
-to bound it from above; `estimate` and `upper_bound` are the same figure.
+to bound it from above: `upper_bound`, what the hard check compares with the budget, uses them.
+`estimate`, which moves the triggers and is compared with the prompt tokens a server reports,
+uses the markers ChatML itself adds (`ESTIMATE_MARGINS`: 3 a message, 4 for the generation
+prompt, 3 a tool call, and `chatml-function-calling`'s 139-token tool instructions once), so it
+stays near the server's own count; the triggers also fire whenever the bound is over the budget,
+so a request the hard check would refuse is compacted first. Without the tokenizer both are the
+bound below.
 
 Counts are cached per content (a hash of each message's and tool's JSON) and by identity, in one
 cache per estimator, which is attached to one server model's tokenizer (`attach`). Measuring a
@@ -65,6 +71,7 @@ from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonica
 
 __all__ = [
     "COUNTER_PAUSE_SECONDS",
+    "ESTIMATE_MARGINS",
     "FALLBACK_BYTES",
     "FALLBACK_LAST_EXACT",
     "RECORDED_COUNTS",
@@ -85,6 +92,15 @@ SERVER_MARGINS: Mapping[str, int] = {
     "per_call": 24,
     "per_tool": 16,
     "tools_preamble": 256,
+}
+# What ChatML adds around the texts counted (SmolLM2-135M-Instruct's tokenizer): the estimate's
+# margins. They move triggers only, never the hard check.
+ESTIMATE_MARGINS: Mapping[str, int] = {
+    "per_request": 4,
+    "per_message": 3,
+    "per_call": 3,
+    "per_tool": 0,
+    "tools_preamble": 139,
 }
 # How long a counter that failed is left alone before it is asked again.
 COUNTER_PAUSE_SECONDS = 30.0
@@ -257,10 +273,11 @@ class ServerEstimator(TokenEstimator):
     # -- measuring -----------------------------------------------------------------------------
 
     def counts(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict:
-        """Return how this request measures: `{server, fallback, upper_bound}`.
+        """Return how this request measures: `{server, fallback, upper_bound, estimate}`.
 
-        `server` is the exact count with the margins (None when a text could not be counted),
-        `fallback` None or how the bound was made without it, `upper_bound` the figure used.
+        `server` is the exact count with the bound's margins (None when a text could not be
+        counted), `fallback` None or how the bound was made without it, `upper_bound` the figure
+        the hard check uses, `estimate` the figure the triggers use.
         """
         items: list[Any] = [*messages, *tools]
         sizes: list[int | None] = []
@@ -275,11 +292,13 @@ class ServerEstimator(TokenEstimator):
         for size, key in zip(sizes, keys, strict=True):
             if size is not None and key is not None:
                 self._record(key, size)
-        fixed = self._fixed(messages, tools)
+        fixed = self._fixed(messages, tools, self.config)
         if all(size is not None for size in sizes):
-            total = fixed + sum(size for size in sizes if size is not None)
+            counted = sum(size for size in sizes if size is not None)
+            total = fixed + counted
+            estimate = self._fixed(messages, tools, ESTIMATE_MARGINS) + counted
             self.last_fallback = None
-            return {"server": total, "fallback": None, "upper_bound": total}
+            return {"server": total, "fallback": None, "upper_bound": total, "estimate": estimate}
         bound = fixed
         for index, size in enumerate(sizes):
             if size is not None:
@@ -291,10 +310,12 @@ class ServerEstimator(TokenEstimator):
         known = any(size is not None for size in sizes)
         fallback = FALLBACK_LAST_EXACT if known else FALLBACK_BYTES
         self.last_fallback = fallback
-        return {"server": None, "fallback": fallback, "upper_bound": bound}
+        return {"server": None, "fallback": fallback, "upper_bound": bound, "estimate": bound}
 
-    def _fixed(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        config = self.config
+    @staticmethod
+    def _fixed(
+        messages: list[dict[str, Any]], tools: list[dict[str, Any]], config: Mapping[str, int]
+    ) -> int:
         fixed = config["per_request"] + config["per_message"] * len(messages)
         fixed += config["per_call"] * sum(_calls(message) for message in messages)
         if tools:
@@ -348,7 +369,7 @@ class ServerEstimator(TokenEstimator):
         return list(counted)
 
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        return self.counts(messages, tools)["upper_bound"]
+        return self.counts(messages, tools)["estimate"]
 
     def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         return self.counts(messages, tools)["upper_bound"]
@@ -356,8 +377,10 @@ class ServerEstimator(TokenEstimator):
     def exact_count(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> int | None:
-        """Return the server's count of this request with the margins, or None without it."""
-        return self.counts(messages, tools)["server"]
+        """Return the server's count of this request with ChatML's own markers (the estimate),
+        or None when a text could not be counted."""
+        counts = self.counts(messages, tools)
+        return counts["estimate"] if counts["server"] is not None else None
 
 
 def server_estimator_of(estimator: TokenEstimator) -> ServerEstimator | None:

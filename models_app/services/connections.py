@@ -919,7 +919,14 @@ MAX_EVIDENCE_CHARS = 200
 
 @transaction.atomic(durable=True)
 def connection_learn(
-    *, connection_id: int, kind: str, value: Any, evidence: str, user_id: int, origin: str
+    *,
+    connection_id: int,
+    kind: str,
+    value: Any,
+    evidence: str,
+    user_id: int,
+    origin: str,
+    serves: tuple[str, str] | None = None,
 ) -> bool:
     """Record on the connection what a run learned from its server; return whether it changed.
 
@@ -927,14 +934,16 @@ def connection_learn(
     becomes the window (source `learned`), with the server's words, the date and an audit row,
     and the output reservation and margin shrink if they would leave no input budget. A
     reasoning rule (`reasoning`) is recorded once. `user_id` is the person whose run learned it
-    and `origin` names the run, both for the audit row. A run's own steps call this, never a
-    person; a person overrides a learned window by editing the window (`connection_update`).
+    and `origin` names the run, both for the audit row; `serves` is the (provider, model) the
+    run called: nothing is recorded on a connection that now serves another. A run's own steps
+    call this, never a person; a person overrides a learned window by editing the window
+    (`connection_update`).
     """
     if kind not in LEARNED_KINDS:
         raise InvalidInput(f"Must be one of: {', '.join(LEARNED_KINDS)}.", field="kind")
     evidence = " ".join(str(evidence or "").split())[:MAX_EVIDENCE_CHARS]
     connection = ModelConnection.objects.select_for_update().filter(pk=connection_id).first()
-    if connection is None:
+    if connection is None or (serves and (connection.provider, connection.model_id) != serves):
         return False
     if kind == "reasoning":
         if value not in ModelConnection.ReasoningPassback.values or not value:

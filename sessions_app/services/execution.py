@@ -279,6 +279,7 @@ def _record_learned(run: Run, learned: Any) -> None:
     version = run.session.agent_version
     if version.model_connection_id is None:
         return
+    budget = version.snapshot.get("budget") or {}
     try:
         connection_learn(
             connection_id=version.model_connection_id,
@@ -287,6 +288,7 @@ def _record_learned(run: Run, learned: Any) -> None:
             evidence=learned.evidence,
             user_id=run.session.created_by_id,
             origin=f"run #{run.number} of session {run.session_id}",
+            serves=(budget.get("provider"), budget.get("model_id")),
         )
     except ApplicationError as error:
         log.warning("run %s: what it learned was not recorded: %s", run.pk, error.detail)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ from agentloom.engine import (
     create_engine,
     is_run_note,
     iter_frame_records,
+    message_text,
     rendering_of,
 )
 from agentloom.errors import ApplicationError
@@ -193,12 +195,36 @@ def _provider_shape(version) -> ModelGateway | None:
     return gateway
 
 
-def _response_steps(calls: list[ModelCall]) -> list[Any]:
+# The run note the engine journals when it applies a window learned from a length refusal.
+_LEARNED_NOTE = re.compile(
+    r"context window learned: ([\d,]+) tokens \((.*); the refused request measured", re.S
+)
+
+
+def _learned_windows(rows: list[SessionMessage]) -> list[tuple[int, str]]:
+    """Return each window the run learned, with its evidence, in the order it applied them."""
+    learned = []
+    for row in rows:
+        if row.kind != "feedback":
+            continue
+        match = _LEARNED_NOTE.search(message_text(row.message))
+        if match:
+            learned.append((int(match.group(1).replace(",", "")), match.group(2)))
+    return learned
+
+
+def _response_steps(calls: list[ModelCall], learned: list[tuple[int, str]] = ()) -> list[Any]:
+    """Return the stored answers and errors in order; a length refusal the run learned a window
+    from carries that window and its words again, so the replay learns what the run learned."""
     steps: list[Any] = []
+    windows = deque(learned)
     for call in calls:
         if call.error:
             kind, _, message = call.error.partition(": ")
-            steps.append(GatewayError(kind, message))
+            error = GatewayError(kind, message)
+            if kind == "context_length" and windows:
+                error.window, error.evidence = windows.popleft()
+            steps.append(error)
         else:
             steps.append(ModelResponse.from_dict(call.response))
     return steps
@@ -412,10 +438,21 @@ def _replay_engine(
     *,
     rendering: int,
     decided: dict[str, Decision],
+    start: dict[str, Any] | None = None,
+    token_counts: dict[str, int] | None = None,
 ) -> Engine:
-    """Return an engine of the run's frozen version, driven by the replay's gateway and hooks."""
+    """Return an engine of the run's frozen version, driven by the replay's gateway and hooks.
+
+    `start` holds the budget the run started with (`_start_binding`); `token_counts` the server
+    tokenizer's counts it measured with.
+    """
     snapshot = run.session.agent_version.snapshot
-    policy, budget, estimator = run_measures(snapshot)
+    policy, budget, estimator = run_measures(snapshot, start or {}, learned=False)
+    # Measured with the counts the run used, read back from its checkpoint: a replay never
+    # asks a server's tokenizer (its estimator has no counter).
+    remember = getattr(estimator, "remember", None)
+    if remember is not None:
+        remember(token_counts)
     return create_engine(
         gateway,
         tools,
@@ -454,6 +491,7 @@ def _run_attempt(
     rendering: int,
     started: dict[str, Any],
     decided: dict[str, Decision],
+    start: dict[str, Any],
 ) -> RunOutcome:
     """Start (the first attempt that ran) or resume one attempt of the run, as it was."""
     if first:
@@ -464,7 +502,7 @@ def _run_attempt(
             question=run.question,
             history=history_for_new_run(
                 run.session,
-                version_binding(run.session.agent_version, rendering=rendering),
+                version_binding(run.session.agent_version, rendering=rendering, start=start),
                 as_of=run,
             ),
             calibration_start=started.get("start"),
@@ -515,6 +553,15 @@ def _differences(recordings: _Recordings, frame: dict[str, Any]) -> list[str]:
     return differences
 
 
+def _start_binding(recordings: _Recordings, learned: list[tuple[int, str]]) -> dict[str, Any]:
+    """Return the budget the run started with: the one its checkpoint's binding holds, unless
+    the run learned a window itself (then the version's frozen budget, which it learned from)."""
+    binding = recordings.checkpoint.get("binding") or {}
+    if learned or "budget" not in binding:
+        return {}
+    return {"budget": binding["budget"]}
+
+
 def replay_run(run: Run) -> ReplayReport:
     """Re-drive `run` from its recordings and return the differences found.
 
@@ -523,7 +570,8 @@ def replay_run(run: Run) -> ReplayReport:
     """
     recordings = _Recordings.of(run)
     report = ReplayReport(model_calls=len(recordings.calls))
-    steps = _response_steps(recordings.calls)
+    learned = _learned_windows(recordings.rows)
+    steps = _response_steps(recordings.calls, learned)
     gateway = _RecordedGateway(steps, _provider_shape(run.session.agent_version))
     hooks = _ReplayHooks(recordings)
     # Calls that waited for approval are decided as they were in the run.
@@ -531,7 +579,17 @@ def replay_run(run: Run) -> ReplayReport:
     # The run is replayed under the rendering rules it was made with.
     rendering = rendering_of(recordings.checkpoint.get("binding")).version
     tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows)
-    engine = _replay_engine(run, gateway, tools, hooks, rendering=rendering, decided=decided)
+    start = _start_binding(recordings, learned)
+    engine = _replay_engine(
+        run,
+        gateway,
+        tools,
+        hooks,
+        rendering=rendering,
+        decided=decided,
+        start=start,
+        token_counts=(recordings.checkpoint.get("state") or {}).get("token_counts"),
+    )
     # A calibrated run started from its connection's ratio of that moment and the session's last
     # reported call, both kept in its state.
     started = (recordings.checkpoint.get("state") or {}).get("calibration") or {}
@@ -551,6 +609,7 @@ def replay_run(run: Run) -> ReplayReport:
                 rendering=rendering,
                 started=started,
                 decided=decided,
+                start=start,
             )
             frame, resume_from = outcome.frame, outcome.checkpoint.frame
         except _StopAttempt:

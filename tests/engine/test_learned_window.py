@@ -133,6 +133,13 @@ def test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_ret
         if r["kind"] == "feedback" and "context window learned" in str(r["message"]["content"])
     ]
     assert len(notes) == 1 and "12,000 tokens" in notes[0]
+    # The refused call's record keeps what the refusal said, so a replay can rebuild it.
+    (refused_call,) = [call for call in recorder.calls if call.error]
+    assert refused_call.refusal == {
+        "window": 12_000,
+        "requested": double.refused[0] + 1_000,
+        "evidence": "maximum context length is 12000 tokens",
+    }
     # The retried request came after a compaction, within the learned window.
     purposes = [call.purpose for call in recorder.calls]
     refused_at = next(i for i, call in enumerate(recorder.calls) if call.error)

@@ -19,6 +19,7 @@ from agentloom.engine import (
 )
 from agentloom.engine._server_count import (
     COUNTER_PAUSE_SECONDS,
+    ESTIMATE_MARGINS,
     FALLBACK_BYTES,
     FALLBACK_LAST_EXACT,
     SERVER_MARGINS,
@@ -36,6 +37,9 @@ TOOL = {
     },
 }
 M = SERVER_MARGINS
+E = ESTIMATE_MARGINS
+# How many times each margin counts in `conversation()` with one tool.
+USED = {"per_request": 1, "per_message": 4, "per_call": 1, "tools_preamble": 1, "per_tool": 1}
 
 
 class WordCounter:
@@ -108,8 +112,19 @@ def test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_ma
         + M["tools_preamble"]
         + M["per_tool"]
     )
-    assert counts == {"server": expected, "fallback": None, "upper_bound": expected}
-    assert estimator.estimate(messages, [TOOL]) == estimator.upper_bound(messages, [TOOL])
+    # The triggers' estimate counts only the markers ChatML itself adds around the texts.
+    estimate = (
+        expected
+        - sum(M[key] * n for key, n in USED.items())
+        + sum(E[key] * n for key, n in USED.items())
+    )
+    assert counts == {
+        "server": expected,
+        "fallback": None,
+        "upper_bound": expected,
+        "estimate": estimate,
+    }
+    assert estimator.estimate(messages, [TOOL]) == estimate < expected
     assert isinstance(counter, TokenCounter)
 
 
@@ -132,6 +147,11 @@ def test_counts_are_cached_per_content_and_only_new_texts_are_sent_in_one_batch(
     run.upper_bound(grown, [TOOL])
     assert len(counter.calls) == 2
     assert len(run.recorded()) == 6
+    # Counts are one tokenizer's: another server model's counter counts everything again.
+    other = WordCounter()
+    estimator.attach(other)
+    estimator.upper_bound(grown, [TOOL])
+    assert len(other.calls) == 1 and len(other.calls[0]) == 7
 
 
 def test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_bytes_since():
@@ -145,19 +165,23 @@ def test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_byt
     counts = estimator.counts([*messages, appended], [TOOL])
 
     text = rendered_text(appended)
+    bound = exact + len(text.encode()) + M["per_message"]
     assert counts == {
         "server": None,
         "fallback": FALLBACK_LAST_EXACT,
-        "upper_bound": exact + len(text.encode()) + M["per_message"],
+        "upper_bound": bound,
+        "estimate": bound,
     }
     # A request with nothing counted is all bytes, with the same margins; the failed counter is
     # left alone for a while rather than asked at every measure.
     other = ServerEstimator(counter=counter, clock=clock)
     alone = other.counts([appended], [])
+    bytes_bound = len(text.encode()) + M["per_message"] + M["per_request"]
     assert alone == {
         "server": None,
         "fallback": FALLBACK_BYTES,
-        "upper_bound": len(text.encode()) + M["per_message"] + M["per_request"],
+        "upper_bound": bytes_bound,
+        "estimate": bytes_bound,
     }
     asked = len(counter.calls)
     estimator.counts([*messages, appended], [TOOL])
@@ -293,9 +317,11 @@ def test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_
 
 def test_a_call_without_usage_calibrates_from_the_servers_exact_count():
     counter = WordCounter()
+    double = StreamDouble(["one two three", "four five"])
     _, outcome, recorder = _run(
         counter,
-        steps=["one two three", "four five"],
+        steps=[],
+        gateway=double,
         config=EngineConfig(calibration={"samples": 5}),
         policy=ContextPolicy(),
     )
@@ -303,5 +329,55 @@ def test_a_call_without_usage_calibrates_from_the_servers_exact_count():
     assert outcome.status == "succeeded"
     calibration = recorder.saves[-1]["state"]["calibration"]
     assert len(calibration["samples"]) == 3
-    assert calibration["base"]["tokens"] == recorder.calls[-1].counts["server"]
+    last = double.requests[-1]
+    exact = ServerEstimator(counter=WordCounter()).exact_count(last.messages, last.tools)
+    assert calibration["base"]["tokens"] == exact
     assert all(call.usage is None for call in recorder.calls)
+
+
+def test_a_replay_measures_with_the_counts_its_run_recorded_without_the_server():
+    counter = WordCounter()
+    _, outcome, recorder = _run(counter, steps=["one two three"])
+    recorded = recorder.saves[-1]["state"]["token_counts"]
+
+    again = Recorder(MemoryJournal())
+    replayed = make_engine(
+        StreamDouble(["one two three"]),
+        budget=ModelBudget(32_768, 1_000, 0),
+        recorder=again,
+        estimator=ServerEstimator(),  # no tokenizer
+    ).start(
+        run_number=1,
+        attempt=1,
+        system_prompt="You are terse.",
+        question="Say it",
+        token_counts=recorded,
+    )
+
+    assert replayed.status == outcome.status == "succeeded"
+    assert [call.counts for call in again.calls] == [call.counts for call in recorder.calls]
+
+
+def test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not():
+    counter = WordCounter()
+    budget = ModelBudget(4_000, 500, 0)
+    recorder = Recorder(MemoryJournal())
+    # A template whose tool instructions may be long: the bound keeps 1,500 tokens for them, the
+    # estimate ChatML's 139.
+    estimator = ServerEstimator(counter=counter, tools_preamble=1_500)
+    engine = make_engine(
+        StreamDouble([" ".join(["word"] * 300)] * 4),
+        budget=budget,
+        recorder=recorder,
+        estimator=estimator,
+    )
+
+    outcome = engine.start(run_number=1, attempt=1, system_prompt="You echo.", question="Echo.")
+
+    assert outcome.status == "succeeded", outcome.error
+    log = recorder.saves[-1]["state"]["compaction_log"]
+    assert log and log[0]["trigger"] == ["budget"]
+    assert log[0]["before"] < ContextPolicy().trigger_at(budget)  # the estimate did not fire
+    assert all(
+        call.counts["upper_bound"] <= budget.effective_input_budget for call in recorder.calls
+    )

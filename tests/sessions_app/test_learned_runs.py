@@ -137,3 +137,13 @@ def test_deepseek_keeps_its_own_rule_unless_set(alice, space):
     version = publish(alice, official)
     assert version.snapshot["reasoning"] is None
     assert gateway_for(version).reasoning == "tool_spans"
+
+
+def test_nothing_is_recorded_on_a_connection_that_now_serves_another_model(alice, compatible):
+    version = publish(alice, compatible)
+    run = make_run(make_session(version, alice), status="running")
+    ModelConnection.objects.filter(pk=compatible.pk).update(model_id="another")
+    execution._hooks(run, "worker-1").on_learned(LearnedLimit("context_window", 4_096, EVIDENCE))
+    compatible.refresh_from_db()
+    assert compatible.learned_window is None and compatible.context_window == 32_768
+    assert not LogEntry.objects.filter(object_id=str(compatible.pk)).exists()

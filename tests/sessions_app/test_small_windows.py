@@ -8,7 +8,7 @@ import pytest
 from agentloom.errors import InvalidInput
 from context_app.services.agents import agent_create, agent_publish
 from models_app.models import ModelConnection
-from sessions_app.demo import DEMO_SUB_AGENTS, DEMO_SYSTEM_PROMPT, DEMO_TOOLS
+from sessions_app.demo import DEMO_SYSTEM_PROMPT, DEMO_TOOLS
 from tests.factories import make_connection
 from tests.support.llama_double import LlamaServerDouble
 
@@ -51,6 +51,8 @@ def small_connection(space, base_url, *, estimator, window=4_096):
 
 
 def demo_agent(user, connection):
+    """The Demo agent's system prompt and built-in tools (every one; `read_record` comes with
+    its large-record policy), without its sub-agent."""
     return agent_create(
         user=user,
         space=connection.space,
@@ -58,7 +60,6 @@ def demo_agent(user, connection):
         system_prompt=DEMO_SYSTEM_PROMPT,
         model_connection=connection.pk,
         tools=list(DEMO_TOOLS),
-        sub_agents=DEMO_SUB_AGENTS,
     )
 
 
