@@ -284,7 +284,7 @@ def _not_an_error(document: Any) -> Any:
     if not isinstance(document, dict) or document.get("choices"):
         return document
     if "error" in document or document.get("object") == "error":
-        raise stream_error(document.get("error", document), shown=False)
+        raise stream_error(document.get("error", document))
     return document
 
 
