@@ -148,17 +148,20 @@ def lmstudio_windows(
 
 
 def compatible_windows(
-    client: ProviderClient, base_url: str, model_ids: Iterable[str], *, api_key: str | None
+    client: ProviderClient, base_url: str, model_ids: Iterable[str]
 ) -> dict[str, tuple[Window, str]]:
     """Return the window, and the URL it was read at, that the server reports for listed models.
 
     For `openai_compatible` endpoints: llama.cpp's `/props`, then LM Studio's `/api/v0/models`,
-    both at the origin of `base_url`. Models the server says nothing of are left out.
+    both at the origin of `base_url` and both without the API key (neither needs it). Models
+    the server says nothing of are left out.
     """
     wanted = list(model_ids)
     found: dict[str, tuple[Window, str]] = {}
     props_url = origin_url(base_url, "/props")
-    props = _optional(lambda: client.get_json(props_url, api_key=api_key, optional=True))
+    # llama.cpp serves /props without a key ("this endpoint is publicly available",
+    # tools/server/server-context.cpp, read 2026-12-02), so the key is not sent beyond `/v1`.
+    props = _optional(lambda: client.get_json(props_url, api_key=None, optional=True))
     window = _props_window(props)
     if window is not None:
         for model_id in _props_models(props, wanted):
