@@ -177,7 +177,7 @@ def discover_models(
             if model_id is not None and model_id not in entries:
                 entries[model_id] = entry if isinstance(entry, dict) else {}
         served = (
-            compatible_windows(client, base_url, entries)
+            compatible_windows(client, base_url, entries, api_key=api_key)
             if provider == "openai_compatible" and entries
             else {}
         )

@@ -8,8 +8,10 @@ Three servers tokenize over HTTP, each at its own root (never under `/v1`):
 - llama-cpp-python's server: `POST /extras/tokenize/count {"input": text, "model"?}` answers
   `{"count": n}` (measured here on 0.3.36). Route `llama-cpp-python:/extras/tokenize/count`.
 - vLLM: `POST /tokenize {"model", "prompt", "add_special_tokens"}` answers `{"count",
-  "max_model_len", "tokens"}` (vLLM's OpenAI-compatible server documentation, "Tokenizer API",
-  read 2026-12-02). Route `vllm:/tokenize`.
+  "max_model_len", "tokens"}`; `add_special_tokens` is true by default, so false is sent
+  (`TokenizeCompletionRequest` and `TokenizeResponse` in vLLM's OpenAI protocol module, read
+  2026-12-02; its newer builds refuse to tokenize a text longer than `max_model_len`, which is
+  then a `context_length` error like any). Route `vllm:/tokenize`.
 
 Each counts one raw text per request (none of them takes a batch) with no chat template: what
 the template adds around messages and tool schemas is for the caller to account for. One
