@@ -152,7 +152,10 @@ class OpenAICompatibleChatGateway(ModelGateway):
     With `calls.stream` (the default) the completion is requested streamed, with its usage in the
     stream (`stream_options.include_usage`), and what arrives is reported to the call's
     `CallStream`; the reply returned is assembled from the whole stream (`_stream`). A stream
-    that fails after its first byte is not retried: the model was already working.
+    that fails after part of the answer was shown is not retried: the model was already working
+    and its words were seen. One that ends before its first content is retried like a
+    connection that never opened, and a second such end is a `context_length` refusal without
+    a window (some servers answer a request over their window so).
     """
 
     provider = "openai_compatible"
