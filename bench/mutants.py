@@ -694,8 +694,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "server tokenizer: one count call is bounded in time",
         "tokenizer_unbounded",
         "agentloom/providers/server_tokens.py",
-        "                        client.total_timeout = min(client.total_timeout, left)",
-        "                        pass",
+        "            client.total_timeout = min(client.total_timeout, left)",
+        "            pass",
         ("tests/providers/test_server_tokens.py::test_one_count_call_is_bounded_in_time",),
     ),
     Mutant(
@@ -706,6 +706,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pending = [text for text in texts if text not in counts]",
         (
             "tests/providers/test_server_tokens.py::test_each_server_counts_in_its_own_shape_at_the_origin",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: a whole request counts its tool schemas",
+        "tokenizer_request_without_tools",
+        "agentloom/providers/server_tokens.py",
+        '            body["tools"] = list(tools)',
+        "            pass",
+        (
+            "tests/providers/test_server_tokens.py::test_a_whole_request_is_counted_as_the_server_renders_it",
         ),
     ),
     Mutant(

@@ -16,7 +16,7 @@ from agentloom.providers import (
     probe_tokenizer,
 )
 from agentloom.providers.server_tokens import MAX_COUNT_CHARS
-from tests.support.provider_double import words
+from tests.support.provider_double import rendered, words
 
 CALLS = CallOptions(allow_private_hosts=True)
 TEXTS = ["one two three", "", "four five", "one two three"]
@@ -134,3 +134,40 @@ def test_the_key_never_shows_in_the_repr(provider_double):
     tokenizer = ServerTokenizer(endpoint(provider_double, key="sk-secret-1"), "vllm:/tokenize")
     assert "sk-secret-1" not in repr(tokenizer)
     assert tokenizer.url == provider_double.origin + "/tokenize"
+
+
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is two plus two?"},
+]
+TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
+
+
+@pytest.mark.parametrize("server", ["llama.cpp", "vllm"])
+def test_a_whole_request_is_counted_as_the_server_renders_it(provider_double, server):
+    provider_double.tokenizer = server
+    route = "llama.cpp:/tokenize" if server == "llama.cpp" else "vllm:/tokenize"
+    tokenizer = ServerTokenizer(endpoint(provider_double), route, calls=CALLS)
+    # The template and the tool schemas are in the count, not only the message texts.
+    assert tokenizer.count_request(CHAT, TOOLS) == words(rendered(CHAT, TOOLS))
+    assert tokenizer.count_request(CHAT) == words(rendered(CHAT))
+    assert words(rendered(CHAT, TOOLS)) > sum(tokenizer.count([m["content"] for m in CHAT]))
+    if server == "llama.cpp":
+        template = [r.json for r in provider_double.requests if r.path == "/apply-template"]
+        assert template[0] == {"messages": CHAT, "tools": TOOLS}
+        counted = next(r.json for r in provider_double.requests if r.path == "/tokenize")
+        # Special tokens counted as the chat route tokenizes its prompt.
+        assert counted["add_special"] is True and counted["parse_special"] is True
+    else:
+        asked = next(r.json for r in provider_double.requests if r.path == "/tokenize")
+        assert asked["messages"] == CHAT and asked["tools"] == TOOLS
+        assert asked["model"] == "/models/smol.gguf"
+
+
+def test_llama_cpp_python_cannot_count_a_whole_request(provider_double):
+    provider_double.tokenizer = "llama-cpp-python"
+    tokenizer = ServerTokenizer(
+        endpoint(provider_double), "llama-cpp-python:/extras/tokenize/count", calls=CALLS
+    )
+    assert tokenizer.count_request(CHAT, TOOLS) is None
+    assert provider_double.requests == []
