@@ -792,8 +792,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "window source: the provider's figure first",
         "provider_window_ignored",
         "agentloom/providers/discovery.py",
-        "    if window is not None:\n        source, source_url, verified_on",
-        "    if False:\n        source, source_url, verified_on",
+        "    elif window is not None:\n        source, source_url, verified_on",
+        "    elif False:\n        source, source_url, verified_on",
         ("tests/providers/test_discovery.py::test_each_provider_lists_models_over_http",),
     ),
     Mutant(
@@ -806,6 +806,181 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/providers/test_discovery.py::test_the_official_endpoint_gets_manifest_values_for_exact_ids_only",
         ),
+    ),
+    # --- what self-hosted servers say: length refusals, broken streams, tokenizers, props ------
+    Mutant(
+        "length refusal: llama.cpp's n_ctx field is the window",
+        "refusal_n_ctx_ignored",
+        "agentloom/providers/_refusals.py",
+        '        window = _size(error.get("n_ctx"))',
+        "        window = None",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_is_a_length_refusal_with_its_numbers",
+        ),
+    ),
+    Mutant(
+        "length refusal: recognised in a 5xx answer too",
+        "refusal_5xx_upstream",
+        "agentloom/providers/_http.py",
+        "    if status not in (404, 408, 429):",
+        "    if status is None or status < 500:",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_is_a_length_refusal_with_its_numbers",
+        ),
+    ),
+    Mutant(
+        "length refusal: a 429 stays a rate limit",
+        "refusal_rate_limit_as_window",
+        "agentloom/providers/_http.py",
+        "    if status not in (404, 408, 429):",
+        "    if status not in (404, 408):",
+        (
+            "tests/providers/test_length_refusals.py::test_a_rate_limit_that_names_tokens_is_still_a_rate_limit",
+        ),
+    ),
+    Mutant(
+        "length refusal: evidence is rebuilt, never the server's text",
+        "refusal_evidence_raw",
+        "agentloom/providers/_refusals.py",
+        "        evidence=evidence_for(window, requested),",
+        "        evidence=text,",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_is_a_length_refusal_with_its_numbers",
+        ),
+    ),
+    Mutant(
+        "length refusal: its numbers survive pickling",
+        "refusal_numbers_unpickled",
+        "agentloom/providers/_errors.py",
+        "        window=window,\n        requested=requested,\n        evidence=evidence,\n    )",
+        "        evidence=evidence,\n    )",
+        ("tests/providers/test_length_refusals.py::test_the_numbers_survive_pickling",),
+    ),
+    Mutant(
+        "stream: an empty end is retried like a connection error",
+        "empty_end_not_retried",
+        "agentloom/providers/_stream.py",
+        '                raise ProviderError("upstream", EMPTY_END, retryable=True)',
+        '                raise ProviderError("upstream", EMPTY_END, retryable=False)',
+        (
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_is_retried_once_and_a_good_answer_then_kept",
+        ),
+    ),
+    Mutant(
+        "stream: a second empty end is a length refusal",
+        "empty_end_twice_retried",
+        "agentloom/providers/chat.py",
+        "                        if empty_ends > 1:",
+        "                        if empty_ends > 2:",
+        (
+            "tests/providers/test_stream_ends.py::test_two_empty_streams_are_a_length_refusal_without_a_window",
+        ),
+    ),
+    Mutant(
+        "stream: a break after content is not retried",
+        "cut_short_retried",
+        "agentloom/providers/_stream.py",
+        '            raise ProviderError("protocol", _CUT_SHORT, retryable=False)',
+        '            raise ProviderError("protocol", _CUT_SHORT, retryable=True)',
+        (
+            "tests/providers/test_stream_ends.py::test_a_stream_that_breaks_after_content_is_a_clear_error_not_retried",
+        ),
+    ),
+    Mutant(
+        "stream: an error event after content is not retried",
+        "stream_error_retried_after_content",
+        "agentloom/providers/_http.py",
+        "            if reader is not None and reader.shown() and failure.retryable:",
+        "            if False:",
+        (
+            "tests/providers/test_stream_ends.py::test_a_server_error_event_after_content_is_not_retried",
+        ),
+    ),
+    Mutant(
+        "stream: llama.cpp's error: line is an error",
+        "error_line_ignored",
+        "agentloom/providers/_stream.py",
+        '            elif line.startswith(b"error:"):',
+        '            elif line.startswith(b"never:"):',
+        (
+            "tests/providers/test_stream_ends.py::test_an_old_llama_cpp_error_line_is_read_as_the_error_it_is",
+        ),
+    ),
+    Mutant(
+        "stream: no usage is None, never zeros",
+        "stream_usage_zeros",
+        "agentloom/providers/_stream.py",
+        '            "usage": self.usage,',
+        '            "usage": self.usage or {"prompt_tokens": 0, "completion_tokens": 0},',
+        (
+            "tests/providers/test_stream_ends.py::test_a_stream_without_usage_gives_no_usage_never_zeros",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: at the connection's origin only",
+        "tokenizer_under_base_path",
+        "agentloom/providers/server_tokens.py",
+        "        self.url = origin_url(endpoint.base_url, path)",
+        '        self.url = endpoint.base_url.rstrip("/") + path',
+        (
+            "tests/providers/test_server_tokens.py::test_each_server_counts_in_its_own_shape_at_the_origin",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: one count call is bounded in time",
+        "tokenizer_unbounded",
+        "agentloom/providers/server_tokens.py",
+        "            client.total_timeout = min(client.total_timeout, left)",
+        "            pass",
+        ("tests/providers/test_server_tokens.py::test_one_count_call_is_bounded_in_time",),
+    ),
+    Mutant(
+        "server tokenizer: each distinct text counted once",
+        "tokenizer_counts_duplicates",
+        "agentloom/providers/server_tokens.py",
+        "        pending = [text for text in dict.fromkeys(texts) if text not in counts]",
+        "        pending = [text for text in texts if text not in counts]",
+        (
+            "tests/providers/test_server_tokens.py::test_each_server_counts_in_its_own_shape_at_the_origin",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: a whole request counts its tool schemas",
+        "tokenizer_request_without_tools",
+        "agentloom/providers/server_tokens.py",
+        '            body["tools"] = list(tools)',
+        "            pass",
+        (
+            "tests/providers/test_server_tokens.py::test_a_whole_request_is_counted_as_the_server_renders_it",
+        ),
+    ),
+    Mutant(
+        "window source: /props is read as server_props",
+        "props_source_lost",
+        "agentloom/providers/local_servers.py",
+        '            found[model_id] = ((window, "server_props", None), props_url)',
+        '            found[model_id] = ((window, "provider", None), props_url)',
+        (
+            "tests/providers/test_discovery.py::test_llama_cpp_props_give_the_window_of_its_one_model",
+        ),
+    ),
+    Mutant(
+        "window source: /props of an unnamed model among several is not guessed",
+        "props_window_guessed",
+        "agentloom/providers/local_servers.py",
+        "    return model_ids if len(model_ids) == 1 else []",
+        "    return model_ids",
+        (
+            "tests/providers/test_discovery.py::test_props_of_an_unnamed_model_among_several_are_not_guessed",
+        ),
+    ),
+    Mutant(
+        "window source: a missing server route changes nothing",
+        "props_route_error_fatal",
+        "agentloom/providers/local_servers.py",
+        "    except ProviderError as error:\n        # A route this server does not have",
+        "    except KeyError as error:\n        # A route this server does not have",
+        ("tests/providers/test_discovery.py::test_missing_server_routes_are_silent",),
     ),
     # --- reading sessions, access, approval -----------------------------------------------------
     Mutant(

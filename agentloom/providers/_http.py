@@ -344,7 +344,6 @@ class ProviderClient:
         except (httpx.HTTPError, OSError):
             raise ProviderError("network") from None
 
-
     def _timeout(self) -> httpx.Timeout:
         """Return the client's timeouts, none longer than the total time of one request."""
         timeout = self._http.timeout

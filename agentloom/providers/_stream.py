@@ -104,7 +104,7 @@ class StreamAssembly:
             raise ProviderError("protocol", "The provider's stream could not be understood.")
         if "error" in chunk or chunk.get("object") == "error":
             # vLLM's error objects stand alone with `"object": "error"`; others nest them.
-            raise stream_error(chunk.get("error", chunk), shown=self.shown)
+            raise stream_error(chunk.get("error", chunk))
         self.chunks += 1
         if isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
@@ -186,12 +186,13 @@ class StreamAssembly:
         }
 
 
-def stream_error(error: Any, *, shown: bool = True) -> ProviderError:
+def stream_error(error: Any) -> ProviderError:
     """Return the error for an `error` event in a stream, chosen from what it says, not its text.
 
     Too long is `context_length` with the numbers it names; a rate limit (code or type, or the
     status-like numeric `code` 429 that llama.cpp puts there) is `rate_limit`; anything else is
-    the provider failing to answer. Only an error before anything was `shown` may be retried.
+    the provider failing to answer. The last two may be retried, but only while nothing of the
+    answer was shown: the client reading the stream decides that (`ProviderClient.post_stream`).
     """
     from agentloom.providers._http import classify_error, error_code
 
@@ -206,5 +207,5 @@ def stream_error(error: Any, *, shown: bool = True) -> ProviderError:
     number = fields.get("code")
     if found.kind == "upstream" and number == 429 and not isinstance(number, bool):
         found = ProviderError("rate_limit")
-    found.retryable = found.kind in ("rate_limit", "upstream") and not shown
+    found.retryable = found.kind in ("rate_limit", "upstream")
     return found

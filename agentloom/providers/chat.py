@@ -160,7 +160,10 @@ class OpenAICompatibleChatGateway(ModelGateway):
     With `calls.stream` (the default) the completion is requested streamed, with its usage in the
     stream (`stream_options.include_usage`), and what arrives is reported to the call's
     `CallStream`; the reply returned is assembled from the whole stream (`_stream`). A stream
-    that fails after its first byte is not retried: the model was already working.
+    that fails after part of the answer was shown is not retried: the model was already working
+    and its words were seen. One that ends before its first content is retried like a
+    connection that never opened, and a second such end is a `context_length` refusal without
+    a window (some servers answer a request over their window so).
 
     Every `reasoning_content` a reply carries is kept in the message it returns. Whether it is
     passed back is `reasoning` (`REASONING_OPTIONS`; None: the provider's `default_reasoning`):
@@ -330,7 +333,7 @@ def _not_an_error(document: Any) -> Any:
     if not isinstance(document, dict) or document.get("choices"):
         return document
     if "error" in document or document.get("object") == "error":
-        raise stream_error(document.get("error", document), shown=False)
+        raise stream_error(document.get("error", document))
     return document
 
 

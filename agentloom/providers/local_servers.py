@@ -152,12 +152,16 @@ def compatible_windows(
 ) -> dict[str, tuple[Window, str]]:
     """Return the window, and the URL it was read at, that the server reports for listed models.
 
-    For `openai_compatible` endpoints: llama.cpp's `/props`, then LM Studio's `/api/v0/models`,
-    both at the origin of `base_url`. Models the server says nothing of are left out.
+    For `openai_compatible` endpoints: llama.cpp's `/props` (with the connection's key), then
+    LM Studio's `/api/v0/models` (without, as for the `lmstudio` kind), both at the origin of
+    `base_url`. Models the server says nothing of are left out.
     """
     wanted = list(model_ids)
     found: dict[str, tuple[Window, str]] = {}
     props_url = origin_url(base_url, "/props")
+    # A llama.cpp server started with --api-key asks for it on /props too: only /health,
+    # /v1/health, /models, /v1/models and /api/tags are public (tools/server/server-http.cpp,
+    # `public_endpoints`, read 2026-12-02). The key is the one of this origin's server.
     props = _optional(lambda: client.get_json(props_url, api_key=api_key, optional=True))
     window = _props_window(props)
     if window is not None:

@@ -8,13 +8,21 @@ Three servers tokenize over HTTP, each at its own root (never under `/v1`):
 - llama-cpp-python's server: `POST /extras/tokenize/count {"input": text, "model"?}` answers
   `{"count": n}` (measured here on 0.3.36). Route `llama-cpp-python:/extras/tokenize/count`.
 - vLLM: `POST /tokenize {"model", "prompt", "add_special_tokens"}` answers `{"count",
-  "max_model_len", "tokens"}` (vLLM's OpenAI-compatible server documentation, "Tokenizer API",
-  read 2026-12-02). Route `vllm:/tokenize`.
+  "max_model_len", "tokens"}`; `add_special_tokens` is true by default, so false is sent
+  (`TokenizeCompletionRequest` and `TokenizeResponse` in vLLM's OpenAI protocol module, read
+  2026-12-02; its newer builds refuse to tokenize a text longer than `max_model_len`, which is
+  then a `context_length` error like any). Route `vllm:/tokenize`.
 
-Each counts one raw text per request (none of them takes a batch) with no chat template: what
-the template adds around messages and tool schemas is for the caller to account for. One
-`count()` reuses one client for all its requests, counts each distinct text once, and stops
-with a `ProviderError` once its time is spent. Every call goes through the guarded client, to
+`count()` counts raw texts, one per request (none of them takes a batch), with no chat
+template: what the template adds around messages and tool schemas is for the caller to account
+for. `count_request()` counts a whole chat request as the server renders it, template and tool
+schemas included, where the server can say: llama.cpp renders it with `POST /apply-template`
+(the body of a chat completion; the same parsing, "without inference part", answering
+`{"prompt"}`, tools/server/server-context.cpp, read 2026-12-02) and tokenizes that prompt with
+special tokens as its chat route does; vLLM takes the messages and tools on `POST /tokenize`
+(`TokenizeChatRequest`); llama-cpp-python has no such route. One call reuses one client for
+all its requests, counts each distinct text once, and stops with a `ProviderError` once its
+time is spent. Every call goes through the guarded client, to
 the origin of the connection's base URL only (scheme, host and port; its path, such as `/v1`,
 dropped). Any failure is a `ProviderError`.
 """
@@ -22,6 +30,7 @@ dropped). Any failure is a `ProviderError`.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -112,32 +121,73 @@ class ServerTokenizer:
         if pending:
             with self._client_factory() as client:
                 for text in pending:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise ProviderError(
-                            "timeout",
-                            "The server's tokenizer did not count in time.",
-                            retryable=False,
-                        )
-                    if hasattr(client, "total_timeout"):
-                        client.total_timeout = min(client.total_timeout, left)
-                    counts[text] = self._count_one(client, text)
+                    counts[text] = self._count_one(client, text, deadline)
         return [counts[text] for text in texts]
 
-    def _count_one(self, client: Any, text: str) -> int:
-        answer = client.post_json(self.url, self._body(text), api_key=self._api_key)
-        if not isinstance(answer, dict):
-            raise ProviderError("protocol", _UNREADABLE)
-        if self.server == "llama.cpp":
-            tokens = answer.get("tokens")
-            # vLLM answers on the same path with a `count`: that is not this server.
-            if not isinstance(tokens, list) or "count" in answer:
+    def count_request(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+    ) -> int | None:
+        """Return the tokens of the prompt the server builds from `messages` and `tools`.
+
+        The chat template and the tool schemas are counted as the server renders them. None
+        when this server cannot render a request without answering it (llama-cpp-python).
+        """
+        if self.server == "llama-cpp-python":
+            return None
+        body: dict[str, Any] = {"messages": list(messages)}
+        if tools:
+            body["tools"] = list(tools)
+        try:
+            size = len(json.dumps(body, ensure_ascii=False))
+        except (TypeError, ValueError):
+            raise ProviderError(
+                "bad_request", "The request could not be encoded as JSON."
+            ) from None
+        if size > MAX_COUNT_CHARS:
+            raise ProviderError("bad_request", "The text to count is larger than the size limit.")
+        deadline = time.monotonic() + self.time_limit
+        with self._client_factory() as client:
+            if self.server == "vllm":
+                body = {"model": self.model_id, **body, "add_generation_prompt": True}
+                return self._read_count(self._post(client, self.url, body, deadline))
+            rendered = self._post(client, origin_url(self.url, "/apply-template"), body, deadline)
+            prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+            if not isinstance(prompt, str):
                 raise ProviderError("protocol", _UNREADABLE)
-            return len(tokens)
-        count = answer.get("count")
+            special = {"content": prompt, "add_special": True, "parse_special": True}
+            return self._read_tokens(self._post(client, self.url, special, deadline))
+
+    def _post(self, client: Any, url: str, body: dict[str, Any], deadline: float) -> Any:
+        """POST within the time left before `deadline`: each request is given only that."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ProviderError(
+                "timeout", "The server's tokenizer did not count in time.", retryable=False
+            )
+        if hasattr(client, "total_timeout"):
+            client.total_timeout = min(client.total_timeout, left)
+        return client.post_json(url, body, api_key=self._api_key)
+
+    @staticmethod
+    def _read_tokens(answer: Any) -> int:
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        # vLLM answers on the same path with a `count`: that is not this server.
+        if not isinstance(tokens, list) or "count" in answer:
+            raise ProviderError("protocol", _UNREADABLE)
+        return len(tokens)
+
+    @staticmethod
+    def _read_count(answer: Any) -> int:
+        count = answer.get("count") if isinstance(answer, dict) else None
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ProviderError("protocol", _UNREADABLE)
         return count
+
+    def _count_one(self, client: Any, text: str, deadline: float) -> int:
+        answer = self._post(client, self.url, self._body(text), deadline)
+        if self.server == "llama.cpp":
+            return self._read_tokens(answer)
+        return self._read_count(answer)
 
     def _body(self, text: str) -> dict[str, Any]:
         if self.server == "llama.cpp":

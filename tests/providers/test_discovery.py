@@ -440,6 +440,7 @@ def test_llama_cpp_props_give_the_window_of_its_one_model(provider_double, caplo
     assert model.source_url == provider_double.origin + "/props"
     assert model.verified_on == "2026-10-07"
     assert model.max_output_tokens == 2048
+    # llama.cpp started with --api-key asks for it on /props as on the chat route.
     props = [request for request in provider_double.requests if request.path == "/props"]
     assert props and props[0].headers["authorization"] == f"Bearer {KEY}"
     # Found at /props: LM Studio's route is not asked.

@@ -16,7 +16,7 @@ from agentloom.providers import (
     probe_tokenizer,
 )
 from agentloom.providers.server_tokens import MAX_COUNT_CHARS
-from tests.support.provider_double import words
+from tests.support.provider_double import rendered, words
 
 CALLS = CallOptions(allow_private_hosts=True)
 TEXTS = ["one two three", "", "four five", "one two three"]
@@ -101,18 +101,19 @@ def test_private_addresses_need_the_setting(provider_double):
 
 
 def test_one_count_call_is_bounded_in_time(provider_double):
+    # Each answer takes 0.7 s: the second request is given only the 0.3 s left, not its own 1 s.
     provider_double.tokenizer = "llama.cpp"
-    for _ in range(5):
-        provider_double.reply(path="/tokenize", json={"tokens": [1]}, delay=0.4)
+    for _ in range(3):
+        provider_double.reply(path="/tokenize", json={"tokens": [1]}, delay=0.7)
     tokenizer = ServerTokenizer(
         endpoint(provider_double), "llama.cpp:/tokenize", calls=CALLS, time_limit=1.0
     )
     started = time.monotonic()
     with pytest.raises(ProviderError) as caught:
-        tokenizer.count([f"text {n}" for n in range(5)])
+        tokenizer.count(["text one", "text two", "text three"])
     assert caught.value.kind == "timeout"
-    assert time.monotonic() - started < 1.5
-    assert provider_double.hits("/tokenize") < 5
+    assert time.monotonic() - started < 1.3
+    assert provider_double.hits("/tokenize") == 2
 
 
 def test_too_much_text_is_refused_before_any_request(provider_double):
@@ -133,3 +134,40 @@ def test_the_key_never_shows_in_the_repr(provider_double):
     tokenizer = ServerTokenizer(endpoint(provider_double, key="sk-secret-1"), "vllm:/tokenize")
     assert "sk-secret-1" not in repr(tokenizer)
     assert tokenizer.url == provider_double.origin + "/tokenize"
+
+
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is two plus two?"},
+]
+TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
+
+
+@pytest.mark.parametrize("server", ["llama.cpp", "vllm"])
+def test_a_whole_request_is_counted_as_the_server_renders_it(provider_double, server):
+    provider_double.tokenizer = server
+    route = "llama.cpp:/tokenize" if server == "llama.cpp" else "vllm:/tokenize"
+    tokenizer = ServerTokenizer(endpoint(provider_double), route, calls=CALLS)
+    # The template and the tool schemas are in the count, not only the message texts.
+    assert tokenizer.count_request(CHAT, TOOLS) == words(rendered(CHAT, TOOLS))
+    assert tokenizer.count_request(CHAT) == words(rendered(CHAT))
+    assert words(rendered(CHAT, TOOLS)) > sum(tokenizer.count([m["content"] for m in CHAT]))
+    if server == "llama.cpp":
+        template = [r.json for r in provider_double.requests if r.path == "/apply-template"]
+        assert template[0] == {"messages": CHAT, "tools": TOOLS}
+        counted = next(r.json for r in provider_double.requests if r.path == "/tokenize")
+        # Special tokens counted as the chat route tokenizes its prompt.
+        assert counted["add_special"] is True and counted["parse_special"] is True
+    else:
+        asked = next(r.json for r in provider_double.requests if r.path == "/tokenize")
+        assert asked["messages"] == CHAT and asked["tools"] == TOOLS
+        assert asked["model"] == "/models/smol.gguf"
+
+
+def test_llama_cpp_python_cannot_count_a_whole_request(provider_double):
+    provider_double.tokenizer = "llama-cpp-python"
+    tokenizer = ServerTokenizer(
+        endpoint(provider_double), "llama-cpp-python:/extras/tokenize/count", calls=CALLS
+    )
+    assert tokenizer.count_request(CHAT, TOOLS) is None
+    assert provider_double.requests == []

@@ -21,7 +21,8 @@ first byte went out (`time.time()`, comparable with a browser's `Date.now()`), a
 Two routes of self-hosted servers, off by default (404 like any unknown path): `props` set to
 a document answers `GET /props` as llama.cpp's server does, and `tokenizer` set to
 `"llama.cpp"`, `"vllm"` or `"llama-cpp-python"` answers that server's tokenize route
-(`/tokenize` or `/extras/tokenize/count`) in its shape, counting `words(text)` tokens.
+(`/tokenize` or `/extras/tokenize/count`, and llama.cpp's `/apply-template`) in its shape,
+counting `words(text)` tokens and rendering chats with `rendered(messages, tools)`.
 """
 
 from __future__ import annotations
@@ -114,6 +115,16 @@ def chat_completion(
 def words(text: str) -> int:
     """The double's tokenizer: one token per whitespace-separated word."""
     return len(text.split())
+
+
+def rendered(messages: list[Any], tools: list[Any] | None = None) -> str:
+    """The double's chat template: markers around each message, the tool schemas, a prompt."""
+    parts = []
+    for message in messages:
+        parts += ["<start>", str(message.get("role")), str(message.get("content") or ""), "<end>"]
+    if tools:
+        parts += ["<tools>", json.dumps(tools)]
+    return " ".join([*parts, "<start>", "assistant"])
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -346,6 +357,12 @@ class ProviderDouble:
             # llama.cpp answers a body without `content` with an empty list.
             text = body.get("content")
             return ScriptedReply(200, {"tokens": list(range(words(text or "")))})
+        if self.tokenizer == "llama.cpp" and path == "/apply-template":
+            prompt = rendered(body.get("messages") or [], body.get("tools"))
+            return ScriptedReply(200, {"prompt": prompt})
+        if self.tokenizer == "vllm" and path == "/tokenize" and "messages" in body:
+            count = words(rendered(body["messages"], body.get("tools")))
+            return ScriptedReply(200, {"count": count, "max_model_len": 4096, "tokens": []})
         if self.tokenizer == "vllm" and path == "/tokenize":
             if not isinstance(body.get("prompt"), str):
                 return ScriptedReply(400, {"error": {"message": "prompt required", "code": 400}})
