@@ -70,6 +70,7 @@ class Mutant:
 
 _ENGINE = "agentloom/engine"
 _VIEWS = "sessions_app/services/reusable_views.py"
+_REASONING = "tests/providers/test_reasoning_passback.py::"
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -672,6 +673,113 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/providers/test_chat.py::test_openai_sends_max_completion_tokens_and_no_max_tokens",
         ),
+    ),
+    # --- reasoning on any endpoint (_gateway, chat) ---------------------------------------------
+    Mutant(
+        "every reply's reasoning_content is kept, on every provider kind",
+        "reasoning_dropped_on_parse",
+        "agentloom/providers/chat.py",
+        "    if isinstance(reasoning, str):",
+        "    if False:",
+        (f"{_REASONING}test_every_kind_keeps_the_reasoning_a_reply_carries",),
+    ),
+    Mutant(
+        "Ollama's native answer keeps its thinking as reasoning_content",
+        "ollama_thinking_dropped",
+        "agentloom/providers/chat.py",
+        """            reply.message["reasoning_content"] = thinking""",
+        "            pass",
+        (f"{_REASONING}test_ollamas_native_answer_keeps_its_thinking_and_never_sends_it_back",),
+    ),
+    Mutant(
+        "any gateway declaring tool_spans passes reasoning back through the base",
+        "tool_spans_stripped",
+        f"{_ENGINE}/_gateway.py",
+        """        if complete:\n            return {**body, "messages": messages}""",
+        """        if False:\n            return {**body, "messages": messages}""",
+        (
+            "tests/engine/test_gateways.py::test_any_gateway_declaring_tool_spans_passes_reasoning_back_and_passes_its_own_gate",
+            f"{_REASONING}test_tool_spans_is_never_refused",
+        ),
+    ),
+    Mutant(
+        "no reasoning to pass back: the request goes with thinking disabled",
+        "fallback_keeps_thinking",
+        f"{_ENGINE}/_gateway.py",
+        """without_reasoning(request), "thinking": {"type": "disabled"}}""",
+        """without_reasoning(request)}""",
+        (
+            "tests/engine/test_gateways.py::test_the_fallback_disables_thinking_and_logs_one_line_without_content",
+            "tests/providers/test_deepseek_thinking.py::test_records_without_reasoning_are_sent_with_thinking_disabled",
+        ),
+    ),
+    Mutant(
+        "the fallback logs one warning line",
+        "fallback_silent",
+        f"{_ENGINE}/_gateway.py",
+        "        self._warn_missing_reasoning(request)\n",
+        "",
+        (
+            "tests/engine/test_gateways.py::test_the_fallback_disables_thinking_and_logs_one_line_without_content",
+        ),
+    ),
+    Mutant(
+        "the fallback's warning is one line, not one per measure",
+        "fallback_logs_each_build",
+        f"{_ENGINE}/_gateway.py",
+        "        if missing in warned:\n            return",
+        "        if False:\n            return",
+        (
+            "tests/engine/test_gateways.py::test_the_fallback_disables_thinking_and_logs_one_line_without_content",
+        ),
+    ),
+    Mutant(
+        "learned starts at never",
+        "learned_starts_passing_back",
+        "agentloom/providers/chat.py",
+        'rule = "tool_spans" if self.reasoning == "tool_spans" else "never"',
+        'rule = "never" if self.reasoning == "never" else "tool_spans"',
+        (f"{_REASONING}test_learned_answers_the_refusal_once_by_passing_reasoning_back",),
+    ),
+    Mutant(
+        "learned: a reasoning_missing refusal switches the rule to tool_spans",
+        "adapt_changes_nothing",
+        "agentloom/providers/chat.py",
+        """        self.payload_rules = replace(rules, reasoning="tool_spans")\n""",
+        "",
+        (f"{_REASONING}test_learned_answers_the_refusal_once_by_passing_reasoning_back",),
+    ),
+    Mutant(
+        "learned: answered once (a second refusal learns nothing)",
+        "adapt_every_time",
+        "agentloom/providers/chat.py",
+        """            or rules.reasoning != "never"\n""",
+        "",
+        (f"{_REASONING}test_learned_answers_the_refusal_once_by_passing_reasoning_back",),
+    ),
+    Mutant(
+        "learned: only a reasoning_missing refusal is learned from",
+        "adapt_any_error",
+        "agentloom/providers/chat.py",
+        """            or getattr(error, "kind", None) != "reasoning_missing"\n""",
+        "",
+        (f"{_REASONING}test_learned_ignores_every_other_refusal",),
+    ),
+    Mutant(
+        "with_thinking returns a new body",
+        "with_thinking_mutates",
+        "agentloom/providers/chat.py",
+        "        body = dict(body)\n",
+        "",
+        (f"{_REASONING}test_with_thinking_returns_a_new_body",),
+    ),
+    Mutant(
+        "DeepSeek under never sends tool-call spans with thinking disabled",
+        "deepseek_never_keeps_thinking",
+        "agentloom/providers/chat.py",
+        """            body["thinking"] = {"type": "disabled"}""",
+        "            pass",
+        (f"{_REASONING}test_deepseek_with_never_sends_tool_spans_with_thinking_disabled",),
     ),
     # --- legacy adoption (_frame) ----------------------------------------------------------------
     Mutant(

@@ -388,6 +388,8 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
         reasoning: str | None = None,
         **options: Any,
     ):
+        if reasoning not in (None, *REASONING_OPTIONS):
+            raise ValueError(f"reasoning must be one of {REASONING_OPTIONS} or None")
         if reasoning == "learned":
             reasoning = "tool_spans"
         if thinking == "disabled":
@@ -473,9 +475,16 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
         )
 
     def parse(self, document: Any) -> ModelResponse:
+        """Return the reply; the native answer's reasoning (`message.thinking`, Ollama's
+        thinking guide, docs.ollama.com/capabilities/thinking, read 2026-12-02) is kept as
+        `reasoning_content`, which the native body never sends back."""
         if self.num_ctx is None:
             return super().parse(document)
-        return parse_ollama_chat(document)
+        reply = parse_ollama_chat(document)
+        thinking = document["message"].get("thinking")
+        if isinstance(thinking, str) and thinking:
+            reply.message["reasoning_content"] = thinking
+        return reply
 
 
 # The least output limit of a connection to a model that thinks by default: the limit counts the

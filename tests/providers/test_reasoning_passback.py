@@ -79,6 +79,21 @@ def test_every_kind_keeps_the_reasoning_a_reply_carries(provider_double, provide
     assert message["tool_calls"][0]["id"] == "call_0"
 
 
+def test_ollamas_native_answer_keeps_its_thinking_and_never_sends_it_back(provider_double):
+    answer = {
+        "model": "qwen3",
+        "message": {"role": "assistant", "content": "4", "thinking": THOUGHT},
+        "done": True,
+        "done_reason": "stop",
+    }
+    provider_double.reply(path="/api/chat", json=answer)
+    gateway = chat(provider_double, "ollama", num_ctx=8_192)
+    message = gateway.complete(ask([QUESTION])).message
+    assert message["reasoning_content"] == THOUGHT
+    later = gateway.payload(ask([QUESTION, message, {"role": "user", "content": "And?"}]))
+    assert not any("reasoning_content" in m or "thinking" in m for m in later["messages"])
+
+
 # --- 2. learned, tool_spans, never against a DeepSeek model behind a generic endpoint ---------
 
 
@@ -166,9 +181,13 @@ def test_every_chat_gateway_takes_the_reasoning_option(provider_double, provider
         assert gateway.reasoning == default.get(provider, gateway.reasoning)
 
 
-def test_an_unknown_reasoning_option_is_refused(provider_double):
+@pytest.mark.parametrize(
+    ("provider", "options"),
+    [("openai_compatible", {}), ("deepseek", {}), ("deepseek", {"thinking": "disabled"})],
+)
+def test_an_unknown_reasoning_option_is_refused(provider_double, provider, options):
     with pytest.raises(ValueError, match="reasoning"):
-        chat(provider_double, reasoning="always")
+        chat(provider_double, provider, reasoning="always", **options)
 
 
 def test_deepseek_with_never_sends_tool_spans_with_thinking_disabled():
