@@ -33,13 +33,18 @@ What it copies, and from where:
 - Ollama: a prompt longer than the window is cut silently to its last `num_ctx` tokens and the
   answer reports the tokens it evaluated (`prompt_eval_count`, `usage.prompt_tokens` on `/v1`).
 - A DeepSeek-style model behind a generic endpoint (`deepseek_reasoning`): every reply carries
-  `reasoning_content`, and a request whose tool-call span lacks it is refused with DeepSeek's
-  400 (see `tests.support.deepseek_double`).
+  `reasoning_content`, and a request whose tool-call span lacks it is refused with the 400
+  DeepSeek's API answers ("The `reasoning_content` in the thinking mode must be passed back to
+  the API.", quoted in mnfst/modelparams.dev#29 and earendil-works/pi#3636, read 2026-12-02;
+  the span rule is `tests.support.deepseek_double`'s).
 
 Its own tokenizer and chat template make its counts exact and deterministic: a token is one of
-the special tokens `<|im_start|>` and `<|im_end|>`, a run of at most 4 ASCII letters, of at
-most 3 digits, or any other character that is not white space (`count_tokens`). Each is at
-least one byte of the request's JSON, so the byte estimator stays an upper bound. A chat
+the special tokens `<|im_start|>` and `<|im_end|>`, a run of at most 10 ASCII letters, of at
+most 3 digits, or of at most 4 other characters that are not white space (`count_tokens`):
+about 4.7 characters a token on English prose and 4.9 on the calculator tool's JSON schema, 68
+tokens where SmolLM2-135M-Instruct's own tokenizer makes 61 (as counted on llama-cpp-python
+0.3.36, 2026-12-02). Each token is at least one byte of the request's JSON, so the byte
+estimator stays an upper bound. A chat
 request is rendered ChatML-style (`render_prompt`): a tools preamble with each schema when tools
 are rendered, then `<|im_start|>{role}\\n{content}<|im_end|>\\n` per message (tool calls as
 `<tool_call>{json}</tool_call>` lines), then `<|im_start|>assistant\\n`; its prompt tokens are
@@ -62,7 +67,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.deepseek_double import missing_reasoning
+from tests.support.deepseek_double import REASONING_REFUSAL, missing_reasoning
 from tests.support.openai_contract import ordering_violations, schema_violations
 from tests.support.provider_double import (
     CHAT_PATH,
@@ -93,7 +98,7 @@ OVERFLOWS = (
 MODEL_PATH = "/models/SmolLM2-135M-Instruct-Q8_0.gguf"
 N_CTX_TRAIN = 8192
 
-TOKEN = re.compile(r"<\|im_start\|>|<\|im_end\|>|[A-Za-z]{1,4}|[0-9]{1,3}|[^\sA-Za-z0-9]")
+TOKEN = re.compile(r"<\|im_start\|>|<\|im_end\|>|[A-Za-z]{1,10}|[0-9]{1,3}|[^\sA-Za-z0-9]{1,4}")
 TOOLS_PREAMBLE = (
     "You may call these functions. To call one, answer with a line "
     "<tool_call>{json}</tool_call> naming it and its arguments.\n"
@@ -270,11 +275,8 @@ class LlamaServerDouble(ProviderDouble):
             {k: v for k, v in m.items() if k != "reasoning_content"} for m in messages
         ]
         problems = schema_violations(plain) + ordering_violations(plain["messages"])
-        if self.deepseek_reasoning:
-            problems += [
-                f"Missing `reasoning_content` field in the assistant message at message index {i}"
-                for i in missing_reasoning(messages)
-            ]
+        if self.deepseek_reasoning and missing_reasoning(messages):
+            problems.append(REASONING_REFUSAL)
         return problems
 
     # --- routes --------------------------------------------------------------------------------
@@ -408,9 +410,8 @@ class LlamaServerDouble(ProviderDouble):
         completion = self._completion(document, message, finish, seen)
         if streamed:
             events = stream_chunks(completion, chunk_chars=self.chunk_chars)
-            if not (
-                self.stream_usage and (document.get("stream_options") or {}).get("include_usage")
-            ):
+            include_usage = (document.get("stream_options") or {}).get("include_usage")
+            if not (self.stream_usage and include_usage):
                 events = [event for event in events if event.get("choices")]
             return ScriptedReply(200, None, events=events)
         return ScriptedReply(200, completion)
