@@ -1248,11 +1248,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "a replay learns the window its run learned, from the same refusal",
+        "a replay learns the window its run learned, from the same recorded refusal",
         "replay_forgets_window",
         "sessions_app/services/replay.py",
-        "                error.window, error.evidence = windows.popleft()",
-        "                windows.popleft()",
+        "                    setattr(error, name, value)",
+        "                    pass",
         (
             "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
         ),
