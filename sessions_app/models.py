@@ -270,6 +270,9 @@ class ModelCall(models.Model):
     # What the hard check counted the request with (the server's exact count, its fallback and
     # the upper bound), so a replay never asks the server again; null for other estimators.
     counts = models.JSONField(null=True, blank=True)
+    # What a failed call's refusal said beside its kind (`{window, requested, evidence}`, fixed
+    # text and numbers), so a replay rebuilds the same refusal; null otherwise.
+    refusal = models.JSONField(null=True, blank=True)
     response = CompressedEncryptedJSONField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
     latency_ms = models.FloatField(default=0)

@@ -9,6 +9,11 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="modelcall",
+            name="refusal",
+            field=models.JSONField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="modelcall",
             name="counts",
             field=models.JSONField(blank=True, null=True),
         ),

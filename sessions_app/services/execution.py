@@ -104,6 +104,7 @@ def _create_model_call(
         estimate_error=estimate_error(estimate, reported),
         calibration=call.calibration,
         counts=getattr(call, "counts", None),
+        refusal=getattr(call, "refusal", None),
         response=call.response,
         usage=call.usage,
         latency_ms=max(0.0, float(call.latency_ms or 0)),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +47,6 @@ from agentloom.engine import (
     create_engine,
     is_run_note,
     iter_frame_records,
-    message_text,
     rendering_of,
 )
 from agentloom.errors import ApplicationError
@@ -195,35 +193,18 @@ def _provider_shape(version) -> ModelGateway | None:
     return gateway
 
 
-# The run note the engine journals when it applies a window learned from a length refusal.
-_LEARNED_NOTE = re.compile(
-    r"context window learned: ([\d,]+) tokens \((.*); the refused request measured", re.S
-)
-
-
-def _learned_windows(rows: list[SessionMessage]) -> list[tuple[int, str]]:
-    """Return each window the run learned, with its evidence, in the order it applied them."""
-    learned = []
-    for row in rows:
-        if row.kind != "feedback":
-            continue
-        match = _LEARNED_NOTE.search(message_text(row.message))
-        if match:
-            learned.append((int(match.group(1).replace(",", "")), match.group(2)))
-    return learned
-
-
-def _response_steps(calls: list[ModelCall], learned: list[tuple[int, str]] = ()) -> list[Any]:
-    """Return the stored answers and errors in order; a length refusal the run learned a window
-    from carries that window and its words again, so the replay learns what the run learned."""
+def _response_steps(calls: list[ModelCall]) -> list[Any]:
+    """Return the stored answers and errors in order; a refusal carries again what it said
+    (`ModelCall.refusal`: the window it named, the size it refused, its words), so the replay
+    learns what the run learned."""
     steps: list[Any] = []
-    windows = deque(learned)
     for call in calls:
         if call.error:
             kind, _, message = call.error.partition(": ")
             error = GatewayError(kind, message)
-            if kind == "context_length" and windows:
-                error.window, error.evidence = windows.popleft()
+            for name, value in (call.refusal or {}).items():
+                if name in ("window", "requested", "evidence"):
+                    setattr(error, name, value)
             steps.append(error)
         else:
             steps.append(ModelResponse.from_dict(call.response))
@@ -439,20 +420,15 @@ def _replay_engine(
     rendering: int,
     decided: dict[str, Decision],
     start: dict[str, Any] | None = None,
-    token_counts: dict[str, int] | None = None,
 ) -> Engine:
     """Return an engine of the run's frozen version, driven by the replay's gateway and hooks.
 
-    `start` holds the budget the run started with (`_start_binding`); `token_counts` the server
-    tokenizer's counts it measured with.
+    `start` holds the budget the run started with (`_start_binding`).
     """
     snapshot = run.session.agent_version.snapshot
+    # No counter: a replay never asks a server's tokenizer; it measures with the counts its run
+    # recorded (`_run_attempt`).
     policy, budget, estimator = run_measures(snapshot, start or {}, learned=False)
-    # Measured with the counts the run used, read back from its checkpoint: a replay never
-    # asks a server's tokenizer (its estimator has no counter).
-    remember = getattr(estimator, "remember", None)
-    if remember is not None:
-        remember(token_counts)
     return create_engine(
         gateway,
         tools,
@@ -492,6 +468,7 @@ def _run_attempt(
     started: dict[str, Any],
     decided: dict[str, Decision],
     start: dict[str, Any],
+    token_counts: dict[str, int] | None,
 ) -> RunOutcome:
     """Start (the first attempt that ran) or resume one attempt of the run, as it was."""
     if first:
@@ -507,6 +484,7 @@ def _run_attempt(
             ),
             calibration_start=started.get("start"),
             calibration_base=started.get("start_base"),
+            token_counts=token_counts,
         )
     else:
         # Resumed from the frame by reference, as the run was: its inherited history keeps
@@ -553,11 +531,13 @@ def _differences(recordings: _Recordings, frame: dict[str, Any]) -> list[str]:
     return differences
 
 
-def _start_binding(recordings: _Recordings, learned: list[tuple[int, str]]) -> dict[str, Any]:
+def _start_binding(recordings: _Recordings) -> dict[str, Any]:
     """Return the budget the run started with: the one its checkpoint's binding holds, unless
-    the run learned a window itself (then the version's frozen budget, which it learned from)."""
+    the run was refused for length itself (it then learned a window from the version's frozen
+    budget)."""
     binding = recordings.checkpoint.get("binding") or {}
-    if learned or "budget" not in binding:
+    refused = any(call.error.startswith("context_length") for call in recordings.calls)
+    if refused or "budget" not in binding:
         return {}
     return {"budget": binding["budget"]}
 
@@ -570,8 +550,7 @@ def replay_run(run: Run) -> ReplayReport:
     """
     recordings = _Recordings.of(run)
     report = ReplayReport(model_calls=len(recordings.calls))
-    learned = _learned_windows(recordings.rows)
-    steps = _response_steps(recordings.calls, learned)
+    steps = _response_steps(recordings.calls)
     gateway = _RecordedGateway(steps, _provider_shape(run.session.agent_version))
     hooks = _ReplayHooks(recordings)
     # Calls that waited for approval are decided as they were in the run.
@@ -579,7 +558,7 @@ def replay_run(run: Run) -> ReplayReport:
     # The run is replayed under the rendering rules it was made with.
     rendering = rendering_of(recordings.checkpoint.get("binding")).version
     tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows)
-    start = _start_binding(recordings, learned)
+    start = _start_binding(recordings)
     engine = _replay_engine(
         run,
         gateway,
@@ -588,7 +567,6 @@ def replay_run(run: Run) -> ReplayReport:
         rendering=rendering,
         decided=decided,
         start=start,
-        token_counts=(recordings.checkpoint.get("state") or {}).get("token_counts"),
     )
     # A calibrated run started from its connection's ratio of that moment and the session's last
     # reported call, both kept in its state.
@@ -610,6 +588,7 @@ def replay_run(run: Run) -> ReplayReport:
                 started=started,
                 decided=decided,
                 start=start,
+                token_counts=(recordings.checkpoint.get("state") or {}).get("token_counts"),
             )
             frame, resume_from = outcome.frame, outcome.checkpoint.frame
         except _StopAttempt:

@@ -61,7 +61,7 @@ def test_a_server_counted_run_records_its_counts_and_replays_without_the_server(
     assert calls and all(call.estimator == "server" for call in calls)
     for call in calls:
         assert call.counts["fallback"] is None and call.counts["server"] > 0
-        assert call.request_estimate == call.counts["upper_bound"]
+        assert call.request_estimate <= call.counts["upper_bound"]  # the check keeps margins
     asked = llama.tokenize_calls
     assert asked > 0
     assert replay_run(first).ok and replay_run(second).ok
@@ -73,7 +73,7 @@ def test_an_overflow_is_learned_recorded_and_the_next_question_answers(alice, sp
     session, connection = session_on(alice, space, llama)
     runs = [
         ask(session, alice, f'/tool big_output {{"chars": 2500}} NONCE-{index}')
-        for index in range(10)
+        for index in range(14)
     ]
     runs += [ask(session, alice, f"plain question {index}") for index in range(3)]
     assert [run.status for run in runs[-3:]] == ["succeeded"] * 3, runs[-1].error

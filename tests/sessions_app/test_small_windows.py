@@ -8,28 +8,16 @@ import pytest
 from agentloom.errors import InvalidInput
 from context_app.services.agents import agent_create, agent_publish
 from models_app.models import ModelConnection
-from sessions_app.demo import DEMO_SYSTEM_PROMPT, DEMO_TOOLS
+from sessions_app.demo import DEMO_SUB_AGENTS, DEMO_SYSTEM_PROMPT, DEMO_TOOLS
 from tests.factories import make_connection
 from tests.support.llama_double import LlamaServerDouble
 
 pytestmark = pytest.mark.django_db
 
 
-def bpe_count(text: str) -> int:
-    """A byte-pair tokenizer's count (o200k's), as a real server's tokenizer merges JSON."""
-    from bpe_openai import _bindings
-
-    return _bindings.tokenizer_for_encoding("o200k_base").count(text)
-
-
 @pytest.fixture
-def llama(settings, monkeypatch):
-    """llama-cpp-python's server at 4,096 tokens, counting with a byte-pair tokenizer: the
-    double's own tokenizer makes a token of every punctuation mark, several times what a
-    byte-pair tokenizer such as SmolLM2's makes of JSON schemas."""
-    from tests.support import llama_double
-
-    monkeypatch.setattr(llama_double, "count_tokens", bpe_count)
+def llama(settings):
+    """llama-cpp-python's server at 4,096 tokens, counting with its own tokenizer."""
     settings.ALLOW_PRIVATE_MODEL_HOSTS = True
     with LlamaServerDouble("llama-cpp-python", n_ctx=4_096) as double:
         yield double
@@ -51,8 +39,8 @@ def small_connection(space, base_url, *, estimator, window=4_096):
 
 
 def demo_agent(user, connection):
-    """The Demo agent's system prompt and built-in tools (every one; `read_record` comes with
-    its large-record policy), without its sub-agent."""
+    """The Demo agent as `sessions_app.demo` makes it: its system prompt, every built-in tool
+    (`read_record` comes with its large-record policy) and its sub-agent."""
     return agent_create(
         user=user,
         space=connection.space,
@@ -60,6 +48,7 @@ def demo_agent(user, connection):
         system_prompt=DEMO_SYSTEM_PROMPT,
         model_connection=connection.pk,
         tools=list(DEMO_TOOLS),
+        sub_agents=DEMO_SUB_AGENTS,
     )
 
 
