@@ -271,6 +271,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "bound += 0",
         (
             "tests/engine/test_server_count.py::test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_bytes_since",
+            "tests/engine/test_server_count.py::test_a_run_whose_tokenizer_stops_answering_goes_on_from_its_last_exact_counts",
             "tests/engine/test_server_count.py::test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes",
         ),
     ),

@@ -400,3 +400,26 @@ def test_message_texts_are_counted_as_an_autoescaping_template_renders_them():
         ["user\ndon&#39;t &#34;quote&#34; &lt;b&gt; &amp; x"],
         ['user\ndon\'t "quote" <b> & x'],
     ]
+
+
+def test_a_run_whose_tokenizer_stops_answering_goes_on_from_its_last_exact_counts():
+    class Failing(WordCounter):
+        def count(self, texts):
+            self.failing = bool(self.calls)  # answers the first request only
+            return super().count(texts)
+
+    counter = Failing()
+    double = StreamDouble(["one two three"])
+    _, outcome, recorder = _run(counter, steps=[], gateway=double)
+
+    assert outcome.status == "succeeded", outcome.error
+    first, second = (call.counts for call in recorder.calls)
+    assert first["fallback"] is None
+    assert second["fallback"] == FALLBACK_LAST_EXACT and second["server"] is None
+    # The first request's exact count, plus the bytes and margins of what came after it.
+    appended = double.requests[1].messages[len(double.requests[0].messages) :]
+    assert [message["role"] for message in appended] == ["assistant", "tool"]
+    since = sum(len(autoescaped(rendered_text(message)).encode()) for message in appended)
+    assert (
+        second["upper_bound"] == first["upper_bound"] + since + 2 * M["per_message"] + M["per_call"]
+    )
