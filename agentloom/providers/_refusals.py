@@ -31,7 +31,7 @@ _CONTEXT_CODES = frozenset(
         "string_above_max_length",
         # llama.cpp server: `ERROR_TYPE_EXCEED_CONTEXT_SIZE` is sent as type
         # "exceed_context_size_error" (tools/server/server-common.cpp, format_error_response,
-        # read 2026-12-02; added in ggml-org/llama.cpp pull 15780).
+        # read 2026-12-02; added by github.com/ggml-org/llama.cpp/pull/15780).
         "exceed_context_size_error",
     }
 )

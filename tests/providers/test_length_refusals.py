@@ -175,8 +175,8 @@ WORDINGS = [
         4096,
         4390,
     ),
-    # llama.cpp as ggml-org/llama.cpp pull 15780 (2025-09-03) shows it: a 500, numbers in fields
-    # only.
+    # llama.cpp as github.com/ggml-org/llama.cpp/pull/15780 (2025-09-03) shows it: a 500,
+    # the numbers in fields only.
     (
         "llama.cpp-2025-09",
         500,
@@ -203,7 +203,8 @@ WORDINGS = [
         512,
         600,
     ),
-    # llama.cpp, the cache full in the middle of an answer (ggml-org/llama.cpp issue 19774).
+    # llama.cpp, the cache full in the middle of an answer (an answer quoted at
+    # github.com/ggml-org/llama.cpp/issues/19774, 2026-02-21).
     (
         "llama.cpp-cache-full",
         500,
