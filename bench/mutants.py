@@ -268,10 +268,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "server count: without the tokenizer, bytes for what was not counted",
         "server_fallback_without_bytes",
         f"{_ENGINE}/_server_count.py",
-        "bound += _utf8(rendered_text(items[index]))",
+        "bound += _utf8(self._text(items[index]))",
         "bound += 0",
         (
             "tests/engine/test_server_count.py::test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_bytes_since",
+            "tests/engine/test_server_count.py::test_a_run_whose_tokenizer_stops_answering_goes_on_from_its_last_exact_counts",
             "tests/engine/test_server_count.py::test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes",
         ),
     ),
@@ -314,6 +315,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "estimator.remember(None)",
         (
             "tests/engine/test_server_count.py::test_a_resume_without_the_tokenizer_measures_with_the_counts_its_checkpoint_kept",
+        ),
+    ),
+    Mutant(
+        "server count: messages counted as an autoescaping template renders them",
+        "server_count_unescaped",
+        f"{_ENGINE}/_server_count.py",
+        'return autoescaped(text) if self.config["escape_html"] else text',
+        "return text",
+        (
+            "tests/engine/test_server_count.py::test_message_texts_are_counted_as_an_autoescaping_template_renders_them",
         ),
     ),
     Mutant(

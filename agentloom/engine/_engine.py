@@ -14,6 +14,13 @@ ends with a supplement still queued. Every gateway call — action, compaction o
 verification, failed or not — is reported through `on_model_call` and counts against the
 per-execution limit; a request over the effective budget is never sent.
 
+A refusal is not always the end of a step. One the gateway adapts to (`ModelGateway.adapt`) is
+sent once more, rebuilt and checked again. One for length (`context_length`) teaches the run a
+smaller window (`_budget.learned_window`): written into every context's binding and the
+checkpoint, journaled as a run note, announced through `on_learned`; the step is then prepared
+again against it (compacting) and sent once more. A second refusal of the step ends the run, and
+a window that leaves less room for a question than the publish floor ends it saying to republish.
+
 Cancellation is checked after every model response, before any tool runs: calls returned after
 a cancel request are answered with a `cancelled` result and never run. A running tool receives
 the cancellation signal (see `_watch`); a delegation's child stops at its next safe point. While a

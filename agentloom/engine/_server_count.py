@@ -15,12 +15,13 @@ part), each tool call's name and arguments, its `tool_call_id` and any other fie
 per line. The margins, in tokens (`config`, frozen in the binding; the figures in brackets were
 counted with SmolLM2-135M-Instruct's tokenizer, on llama-cpp-python 0.3.36, 2026-12-02):
 
-- `per_message` 8: ChatML wraps a message as `<|im_start|>role\\n…<|im_end|>\\n`, 3 tokens besides
+- `per_message` 6: ChatML wraps a message as `<|im_start|>role\\n…<|im_end|>\\n`, 3 tokens besides
   the role and text counted (`<|im_start|>user\\nhello there<|im_end|>\\n` is 7, `user\\nhello
-  there` 4); Llama 3's header markers and end of turn are 3 as well; the rest covers a prefix a
-  template puts on a message (llama-cpp-python's `chatml-function-calling` writes `message:\\n`
-  before an assistant's text when tools are sent, 3) or a wrapper around a tool result (the
-  Hermes and Qwen 2.5 templates' `<tool_response>` lines, 4);
+  there` 4); Llama 3's header markers and end of turn and Gemma's turn markers are 3 as well;
+  the other 3 cover a prefix a template puts on a message (llama-cpp-python's
+  `chatml-function-calling` writes `message:\\n` before an assistant's text when tools are sent,
+  3); the Hermes and Qwen 2.5 templates' `<tool_response>` lines around a tool result are
+  covered by its `tool_call_id`, counted but not rendered;
 - `per_call` 24: `chatml-function-calling` writes a call as `functions.NAME:\\nARGUMENTS` (3 more
   than the name and arguments counted); the Qwen 2.5 template writes `<tool_call>\\n{"name": …,
   "arguments": …}\\n</tool_call>` (20 more: 31 against 11 for a calculator call);
@@ -31,6 +32,19 @@ counted with SmolLM2-135M-Instruct's tokenizer, on llama-cpp-python 0.3.36, 2026
 - `tools_preamble` 256: the instructions a template adds once when tools are sent
   (`chatml-function-calling`'s are 139 tokens; Hermes and Qwen 2.5 write a shorter block);
 - `per_request` 8: the generation prompt `<|im_start|>assistant\\n` (4) and a BOS token.
+
+`escape_html` (on by default): `chatml-function-calling` renders with Jinja's HTML autoescape on
+(llama-cpp-python 0.3.36, `llama_chat_format.py`, `select_autoescape(["html", "xml"])`), so a
+message's `'`, `"`, `&`, `<` and `>` reach the model as entities (`don't` as `don&#39;t`, each
+quote of a call's JSON arguments as `&#34;`), several tokens each. A message's text is therefore
+counted HTML-escaped, which is never fewer tokens than the raw text; a connection whose server
+renders without escaping (llama.cpp's and vLLM's templates) may turn it off for an exact count.
+
+Checked against the prompt `chatml-function-calling` renders, tokenized by SmolLM2-135M-Instruct's
+own tokenizer (2026-12-02): each system, user and assistant message (tool calls included) is
+estimated to the token; tool results are not rendered by that template at all (it has no branch
+for them), so a 49-message session with 12 tool calls, 1,197 tokens (1,503 with three tools
+rendered), is estimated 7.3% above (8.3%) and bounded 41% above (46%).
 
 How a server's template renders tools is not known to the client, so these margins are chosen
 to bound it from above: `upper_bound`, what the hard check compares with the budget, uses them.
@@ -79,6 +93,7 @@ __all__ = [
     "SERVER_MARGINS",
     "ServerEstimator",
     "TokenCounter",
+    "autoescaped",
     "fallback_note",
     "rendered_text",
     "server_estimator_of",
@@ -88,7 +103,7 @@ SERVER_ESTIMATOR_ID = "agentloom.engine.estimators.ServerEstimator/1"
 # The template margins, in tokens (see the module docstring for each figure).
 SERVER_MARGINS: Mapping[str, int] = {
     "per_request": 8,
-    "per_message": 8,
+    "per_message": 6,
     "per_call": 24,
     "per_tool": 16,
     "tools_preamble": 256,
@@ -164,6 +179,15 @@ def rendered_text(message: Any) -> str:
     return "\n".join(line for line in lines if line)
 
 
+# What Jinja's autoescape (MarkupSafe's `escape`) writes for each character it escapes.
+_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "'": "&#39;", '"': "&#34;"})
+
+
+def autoescaped(text: str) -> str:
+    """Return `text` as a template with HTML autoescape on renders it."""
+    return text.translate(_ENTITIES)
+
+
 def _tool_texts(tool: Any) -> tuple[str, str]:
     """Return a tool schema's compact JSON and its JSON as a template's `tojson` spaces it."""
     return canonical_json(tool), json.dumps(tool, ensure_ascii=False)
@@ -186,7 +210,7 @@ class ServerEstimator(TokenEstimator):
     """
 
     module_id = SERVER_ESTIMATOR_ID
-    config_keys = tuple(SERVER_MARGINS)
+    config_keys = (*SERVER_MARGINS, "escape_html")
 
     def __init__(
         self,
@@ -196,6 +220,7 @@ class ServerEstimator(TokenEstimator):
         per_call: int = SERVER_MARGINS["per_call"],
         per_tool: int = SERVER_MARGINS["per_tool"],
         tools_preamble: int = SERVER_MARGINS["tools_preamble"],
+        escape_html: bool = True,
         counter: TokenCounter | None = None,
         cache_size: int = DEFAULT_CACHE_ITEMS,
         clock: Callable[[], float] = time.monotonic,
@@ -210,7 +235,9 @@ class ServerEstimator(TokenEstimator):
         for name, value in config.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigurationError(f"estimator.{name}", "must be a whole number >= 0")
-        self.config: dict[str, Any] = config
+        if not isinstance(escape_html, bool):
+            raise ConfigurationError("estimator.escape_html", "must be true or false")
+        self.config: dict[str, Any] = {**config, "escape_html": escape_html}
         self._cache = SizeCache(max_items=cache_size)
         self._clock = clock
         self._lock = threading.Lock()
@@ -304,7 +331,7 @@ class ServerEstimator(TokenEstimator):
             if size is not None:
                 bound += size
             elif index < len(messages):
-                bound += _utf8(rendered_text(items[index]))
+                bound += _utf8(self._text(items[index]))
             else:
                 bound += _utf8(_tool_texts(items[index])[1])
         known = any(size is not None for size in sizes)
@@ -339,7 +366,7 @@ class ServerEstimator(TokenEstimator):
         for index in missing:
             start = len(texts)
             if index < message_count:
-                texts.append(rendered_text(items[index]))
+                texts.append(self._text(items[index]))
             else:
                 texts.extend(_tool_texts(items[index]))
             spans.append((start, len(texts)))
@@ -355,6 +382,11 @@ class ServerEstimator(TokenEstimator):
             size = max(counted[start:end])
             sizes[index] = size
             self._cache.store(items[index], size, keys[index])
+
+    def _text(self, message: Any) -> str:
+        """Return the text of `message` that is counted (HTML-escaped under `escape_html`)."""
+        text = rendered_text(message)
+        return autoescaped(text) if self.config["escape_html"] else text
 
     def _ask(self, texts: list[str]) -> list[int]:
         counter = self.counter

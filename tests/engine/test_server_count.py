@@ -23,6 +23,7 @@ from agentloom.engine._server_count import (
     FALLBACK_BYTES,
     FALLBACK_LAST_EXACT,
     SERVER_MARGINS,
+    autoescaped,
     rendered_text,
 )
 from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
@@ -102,9 +103,11 @@ def test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_ma
     assert texts[2] == 'assistant\necho\n{"text": "hello world"}'
     assert texts[3] == "tool\nc1\nhello world"
     # One batch: every message's text and both JSON forms of the tool.
-    assert counter.calls == [[*texts, json.dumps(TOOL, separators=(",", ":")), json.dumps(TOOL)]]
+    escaped = [autoescaped(text) for text in texts]
+    assert escaped[2] == "assistant\necho\n{&#34;text&#34;: &#34;hello world&#34;}"
+    assert counter.calls == [[*escaped, json.dumps(TOOL, separators=(",", ":")), json.dumps(TOOL)]]
     expected = (
-        sum(words(text) for text in texts)
+        sum(words(text) for text in escaped)
         + tool_words(TOOL)
         + M["per_request"]
         + M["per_message"] * 4
@@ -205,7 +208,10 @@ def test_a_counter_that_answers_nonsense_is_a_failure_not_a_count(answer):
 def test_the_binding_freezes_the_margins_and_the_counter_is_attached_at_run_time():
     counter = WordCounter()
     binding = json.loads(json.dumps(estimator_named("server").binding()))
-    assert binding == {"module_id": ServerEstimator.module_id, "config": dict(M)}
+    assert binding == {
+        "module_id": ServerEstimator.module_id,
+        "config": {**M, "escape_html": True},
+    }
 
     estimator = estimator_from_binding(binding, counter)
 
@@ -380,4 +386,40 @@ def test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estima
     assert log[0]["before"] < ContextPolicy().trigger_at(budget)  # the estimate did not fire
     assert all(
         call.counts["upper_bound"] <= budget.effective_input_budget for call in recorder.calls
+    )
+
+
+def test_message_texts_are_counted_as_an_autoescaping_template_renders_them():
+    counter = WordCounter()
+    message = {"role": "user", "content": 'don\'t "quote" <b> & x'}
+
+    ServerEstimator(counter=counter).counts([message], [])
+    ServerEstimator(counter=counter, escape_html=False).counts([message], [])
+
+    assert counter.calls == [
+        ["user\ndon&#39;t &#34;quote&#34; &lt;b&gt; &amp; x"],
+        ['user\ndon\'t "quote" <b> & x'],
+    ]
+
+
+def test_a_run_whose_tokenizer_stops_answering_goes_on_from_its_last_exact_counts():
+    class Failing(WordCounter):
+        def count(self, texts):
+            self.failing = bool(self.calls)  # answers the first request only
+            return super().count(texts)
+
+    counter = Failing()
+    double = StreamDouble(["one two three"])
+    _, outcome, recorder = _run(counter, steps=[], gateway=double)
+
+    assert outcome.status == "succeeded", outcome.error
+    first, second = (call.counts for call in recorder.calls)
+    assert first["fallback"] is None
+    assert second["fallback"] == FALLBACK_LAST_EXACT and second["server"] is None
+    # The first request's exact count, plus the bytes and margins of what came after it.
+    appended = double.requests[1].messages[len(double.requests[0].messages) :]
+    assert [message["role"] for message in appended] == ["assistant", "tool"]
+    since = sum(len(autoescaped(rendered_text(message)).encode()) for message in appended)
+    assert (
+        second["upper_bound"] == first["upper_bound"] + since + 2 * M["per_message"] + M["per_call"]
     )
