@@ -23,7 +23,8 @@ material also comes in through the questions), then three plain questions. Per m
 
 - runs succeeded, of all asked (and the plain ones at the end);
 - requests refused for length: the pass-through's count (a 400 `context_length_exceeded`, or a
-  200 event stream that ends with an empty body) and the server log's ("exceed context window");
+  200 event stream that ends with an empty body) and the server log's (its `ValueError:
+  Requested tokens` lines);
 - the window the connection learned, if any;
 - the tool calls the model actually made;
 - the estimate's error against the server's own count: every answered request is sent again,
@@ -69,7 +70,7 @@ PASTE = (
     "Server log, node {n}: request accepted, cache warmed, 12 workers idle, queue depth 3, "
     "latency 41 ms, disk 63% full, backup finished at 02:00, certificate valid for 81 days. "
 )
-REFUSAL_LOG = "exceed context window"
+REFUSAL_LOG = "ValueError: Requested tokens"
 
 
 # --- the server -----------------------------------------------------------------------------------
