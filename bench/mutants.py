@@ -1248,6 +1248,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "the door and the pages measure with the counts the server made at publish",
+        "publish_counts_forgotten",
+        "context_app/engine_adapter.py",
+        'remember((snapshot.get("server_tokenizer") or {}).get("counts"))',
+        "remember(None)",
+        (
+            "tests/sessions_app/test_small_windows.py::"
+            "test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server",
+        ),
+    ),
+    Mutant(
         "a call without usage says so, never zero",
         "no_usage_hidden",
         "sessions_app/console/presenters.py",

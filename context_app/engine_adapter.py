@@ -267,6 +267,11 @@ def run_measures(
     estimator = estimator_from_binding(
         binding.get("estimator") or snapshot.get("estimator"), counter=counter
     )
+    remember = getattr(estimator, "remember", None)
+    if remember is not None:
+        # What the server counted at publish (the system prompt and the tools): measured so
+        # without asking it, at the door and on the pages.
+        remember((snapshot.get("server_tokenizer") or {}).get("counts"))
     return policy, budget, estimator
 
 
@@ -361,12 +366,13 @@ def snapshot_question_room(
     """Return the room a version of `snapshot` leaves for a question, with its figures.
 
     It is counted in the unit the hard check of its runs uses (`measure_unit`): with a `server`
-    estimator, `counter` is the server's tokenizer (at publish); without one the bound the
-    estimator falls back to.
+    estimator, `counter` is the server's tokenizer (at publish), and what it counted is kept in
+    `snapshot["server_tokenizer"]["counts"]` so that later measures need no server; without a
+    counter, those counts, and for anything not counted the bound the estimator falls back to.
     """
     policy, budget, estimator = run_measures(snapshot, counter=counter)
     large_records = LargeRecords.from_config(snapshot.get("large_records"))
-    return question_room(
+    room = question_room(
         policy=policy,
         budget=budget,
         estimator=estimator,
@@ -374,6 +380,10 @@ def snapshot_question_room(
         tools=offered_tools(snapshot),
         large_record_limit=large_records.limit(budget) if large_records is not None else 0,
     )
+    recorded = getattr(estimator, "recorded", None)
+    if counter is not None and recorded is not None:
+        snapshot.setdefault("server_tokenizer", {})["counts"] = recorded()
+    return room
 
 
 def version_binding(

@@ -224,6 +224,13 @@ def agent_question_room(agent: Agent) -> dict[str, int] | None:
         snapshot = version_snapshot(agent)
     except InvalidInput:
         return None  # a chosen tool-server tool is no longer listed: publishing says so
+    # Measured with the server's counts the latest version kept (no call to the server here):
+    # what changed since is bounded in bytes until the next publish counts it.
+    latest = agent.versions.order_by("-number").first()
+    if latest is not None and latest.model_connection_id == agent.model_connection_id:
+        kept = latest.snapshot.get("server_tokenizer")
+        if kept:
+            snapshot["server_tokenizer"] = kept
     return snapshot_question_room(snapshot).to_dict()
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from agentloom.errors import InvalidInput
-from context_app.services.agents import agent_create, agent_publish
+from context_app.engine_adapter import input_check
+from context_app.services.agents import agent_create, agent_publish, agent_question_room
 from models_app.models import ModelConnection
 from sessions_app.demo import DEMO_SUB_AGENTS, DEMO_SYSTEM_PROMPT, DEMO_TOOLS
-from tests.factories import make_connection
+from sessions_app.services.runs import session_create
+from tests.factories import ask, make_connection
 from tests.support.llama_double import LlamaServerDouble
 
 pytestmark = pytest.mark.django_db
@@ -57,8 +59,17 @@ def test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server(alice, spa
     version = agent_publish(user=alice, agent=demo_agent(alice, connection))
     assert version.snapshot["server_tokenizer"]["route"]
     assert version.snapshot["budget"]["context_window"] == 4_096
-    # Counted by the server: its tokenizer was asked at publish.
+    # Counted by the server: its tokenizer was asked at publish, and its counts are kept.
     assert llama.tokenize_calls > 0
+    assert version.snapshot["server_tokenizer"]["counts"]
+    asked = llama.tokenize_calls
+    # The door and the agent's page measure with them, without asking the server again.
+    session = session_create(user=alice, agent_version=version)
+    assert input_check(version, "What is the time?").limit >= 512
+    assert agent_question_room(version.agent)["room"] >= 512
+    assert llama.tokenize_calls == asked
+    assert ask(session, alice, '/tool echo {"text": "hi"}').status == "succeeded"
+    assert not llama.over_window()
 
 
 def test_the_demo_tools_are_refused_at_4096_in_bytes_naming_the_unit(alice, space, llama):
