@@ -70,6 +70,7 @@ class Mutant:
 
 _ENGINE = "agentloom/engine"
 _VIEWS = "sessions_app/services/reusable_views.py"
+_REASONING = "tests/providers/test_reasoning_passback.py::"
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -231,6 +232,253 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/engine/test_engine.py::test_the_model_call_limit_fails_the_run_and_resets_on_resume",
         ),
+    ),
+    # --- server counts and learned limits (_server_count, _budget, _engine) --------------------
+    Mutant(
+        "server count: the stated template margins",
+        "server_margins_dropped",
+        f"{_ENGINE}/_server_count.py",
+        'fixed += config["tools_preamble"] + config["per_tool"] * len(tools)',
+        'fixed += config["per_tool"] * len(tools)',
+        (
+            "tests/engine/test_server_count.py::test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_margins",
+        ),
+    ),
+    Mutant(
+        "server count: one batch per request",
+        "server_count_per_text",
+        f"{_ENGINE}/_server_count.py",
+        "counted = self._ask(texts)",
+        "counted = [n for text in texts for n in self._ask([text])]",
+        (
+            "tests/engine/test_server_count.py::test_a_request_is_the_servers_count_of_each_rendered_text_plus_the_stated_margins",
+        ),
+    ),
+    Mutant(
+        "server count: cached per content",
+        "server_count_uncached",
+        f"{_ENGINE}/_server_count.py",
+        "self._cache.store(items[index], size, keys[index])",
+        "pass",
+        (
+            "tests/engine/test_server_count.py::test_counts_are_cached_per_content_and_only_new_texts_are_sent_in_one_batch",
+        ),
+    ),
+    Mutant(
+        "server count: without the tokenizer, bytes for what was not counted",
+        "server_fallback_without_bytes",
+        f"{_ENGINE}/_server_count.py",
+        "bound += _utf8(self._text(items[index]))",
+        "bound += 0",
+        (
+            "tests/engine/test_server_count.py::test_when_the_tokenizer_fails_the_bound_is_the_last_exact_count_plus_the_bytes_since",
+            "tests/engine/test_server_count.py::test_a_run_whose_tokenizer_stops_answering_goes_on_from_its_last_exact_counts",
+            "tests/engine/test_server_count.py::test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes",
+        ),
+    ),
+    Mutant(
+        "server count: a request that does not fit without the tokenizer stops resumably",
+        "server_fallback_note_dropped",
+        f"{_ENGINE}/_context.py",
+        "return PreparedContext(None, estimate, reason + note, outcome)",
+        "return PreparedContext(None, estimate, reason, outcome)",
+        (
+            "tests/engine/test_server_count.py::test_without_the_tokenizer_a_request_that_does_not_fit_in_bytes_is_not_sent_and_resumes",
+        ),
+    ),
+    Mutant(
+        "server count: each call records the counts its check used",
+        "call_counts_unrecorded",
+        f"{_ENGINE}/_engine.py",
+        "counts=self._recorded_counts(measured),",
+        "counts=None,",
+        (
+            "tests/engine/test_server_count.py::test_each_call_records_the_counts_its_hard_check_used_and_the_checkpoint_keeps_them",
+        ),
+    ),
+    Mutant(
+        "server count: the checkpoint keeps the per-content counts",
+        "checkpoint_counts_dropped",
+        f"{_ENGINE}/_engine.py",
+        "self.main.managed.state.token_counts = server.recorded()",
+        "self.main.managed.state.token_counts = None",
+        (
+            "tests/engine/test_server_count.py::test_each_call_records_the_counts_its_hard_check_used_and_the_checkpoint_keeps_them",
+            "tests/engine/test_server_count.py::test_a_resume_without_the_tokenizer_measures_with_the_counts_its_checkpoint_kept",
+        ),
+    ),
+    Mutant(
+        "server count: a resume measures with the counts its checkpoint kept",
+        "resume_counts_forgotten",
+        f"{_ENGINE}/_engine.py",
+        "estimator.remember(frame.state.token_counts)",
+        "estimator.remember(None)",
+        (
+            "tests/engine/test_server_count.py::test_a_resume_without_the_tokenizer_measures_with_the_counts_its_checkpoint_kept",
+        ),
+    ),
+    Mutant(
+        "server count: messages counted as an autoescaping template renders them",
+        "server_count_unescaped",
+        f"{_ENGINE}/_server_count.py",
+        'return autoescaped(text) if self.config["escape_html"] else text',
+        "return text",
+        (
+            "tests/engine/test_server_count.py::test_message_texts_are_counted_as_an_autoescaping_template_renders_them",
+        ),
+    ),
+    Mutant(
+        "server count: a bound over the budget fires the budget trigger",
+        "server_bound_no_trigger",
+        f"{_ENGINE}/_context.py",
+        "or server_estimator_of(self.estimator) is not None",
+        "or False",
+        (
+            "tests/engine/test_server_count.py::test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not",
+        ),
+    ),
+    Mutant(
+        "server count: a replay measures with the counts its run recorded",
+        "replay_counts_forgotten",
+        f"{_ENGINE}/_engine.py",
+        "estimator.remember(token_counts)",
+        "estimator.remember(None)",
+        (
+            "tests/engine/test_server_count.py::test_a_replay_measures_with_the_counts_its_run_recorded_without_the_server",
+        ),
+    ),
+    Mutant(
+        "calibration: a call without usage learns from the server's exact count",
+        "calibration_needs_usage",
+        f"{_ENGINE}/_engine.py",
+        'reported = counts["estimate"]',
+        "reported = None",
+        (
+            "tests/engine/test_server_count.py::test_a_call_without_usage_calibrates_from_the_servers_exact_count",
+        ),
+    ),
+    Mutant(
+        "learned window: the window a refusal names",
+        "learned_ignores_named",
+        f"{_ENGINE}/_budget.py",
+        "if named is not None and named - reserve < refused:",
+        "if False:",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+        ),
+    ),
+    Mutant(
+        "learned window: without a number, the largest request that succeeded",
+        "learned_ignores_largest_ok",
+        f"{_ENGINE}/_budget.py",
+        "elif largest_ok is not None and largest_ok < refused:",
+        "elif False:",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+            "tests/engine/test_learned_window.py::test_a_refusal_without_a_number_learns_the_largest_request_that_succeeded",
+        ),
+    ),
+    Mutant(
+        "learned window: the largest request that succeeded is kept",
+        "largest_ok_unrecorded",
+        f"{_ENGINE}/_engine.py",
+        'state.largest_ok = max(state.largest_ok or 0, measured["upper_bound"])',
+        "state.largest_ok = None",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_without_a_number_learns_the_largest_request_that_succeeded",
+        ),
+    ),
+    Mutant(
+        "learned window: never larger than the budget in force",
+        "learned_above_budget",
+        f"{_ENGINE}/_budget.py",
+        "return max(min(window, budget.context_window), 1)",
+        "return max(window, 1)",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+        ),
+    ),
+    Mutant(
+        "learned window: written into the checkpoint's binding",
+        "learned_not_in_binding",
+        f"{_ENGINE}/_engine.py",
+        "                context.apply_budget(learned)",
+        "                pass",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+            "tests/engine/test_learned_window.py::test_a_second_refusal_ends_the_run_and_a_resume_sees_the_learned_window",
+        ),
+    ),
+    Mutant(
+        "learned window: journaled as feedback",
+        "learned_not_journaled",
+        f"{_ENGINE}/_engine.py",
+        "        if self.main is not None:\n            self.main.add_run_note(",
+        "        if False:\n            self.main.add_run_note(",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+        ),
+    ),
+    Mutant(
+        "learned limit: announced to the application",
+        "learned_not_announced",
+        f"{_ENGINE}/_engine.py",
+        "        if on_learned is not None:\n            on_learned(limit)",
+        "        if on_learned is not None:\n            pass",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+            "tests/engine/test_learned_window.py::test_a_refusal_the_gateway_adapts_to_is_announced_and_resent_once",
+        ),
+    ),
+    Mutant(
+        "learned window: compact against it and retry the step once",
+        "learned_no_retry",
+        f"{_ENGINE}/_engine.py",
+        "for second in (False, True):",
+        "for second in (True,):",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once",
+            "tests/engine/test_learned_window.py::test_a_summary_call_refused_for_length_teaches_the_window_and_the_step_is_prepared_again",
+        ),
+    ),
+    Mutant(
+        "learned window: a second refusal of the step ends the run",
+        "learned_second_retry",
+        f"{_ENGINE}/_engine.py",
+        "for second in (False, True):",
+        "for second in (False, False, True):",
+        (
+            "tests/engine/test_learned_window.py::test_a_second_refusal_ends_the_run_and_a_resume_sees_the_learned_window",
+        ),
+    ),
+    Mutant(
+        "learned window: too little room for a question fails saying to republish",
+        "learned_room_unchecked",
+        f"{_ENGINE}/_engine.py",
+        "        if room.fits:",
+        "        if True:",
+        (
+            "tests/engine/test_learned_window.py::test_a_learned_window_too_small_for_a_question_fails_the_run_saying_to_republish",
+        ),
+    ),
+    Mutant(
+        "adapt: a refusal the gateway adapts to is resent once",
+        "adapt_not_asked",
+        f"{_ENGINE}/_engine.py",
+        "limit = self.engine.gateway.adapt(exc)",
+        "limit = None",
+        (
+            "tests/engine/test_learned_window.py::test_a_refusal_the_gateway_adapts_to_is_announced_and_resent_once",
+        ),
+    ),
+    Mutant(
+        "adapt: asked once per call",
+        "adapt_every_time",
+        f"{_ENGINE}/_engine.py",
+        "                if not adapted:",
+        "                if True:",
+        ("tests/engine/test_learned_window.py::test_the_gateway_is_asked_to_adapt_once_per_call",),
     ),
     # --- watching calls in flight (_watch) ------------------------------------------------------
     Mutant(
@@ -437,6 +685,113 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/providers/test_chat.py::test_openai_sends_max_completion_tokens_and_no_max_tokens",
         ),
     ),
+    # --- reasoning on any endpoint (_gateway, chat) ---------------------------------------------
+    Mutant(
+        "every reply's reasoning_content is kept, on every provider kind",
+        "reasoning_dropped_on_parse",
+        "agentloom/providers/chat.py",
+        "    if isinstance(reasoning, str):",
+        "    if False:",
+        (f"{_REASONING}test_every_kind_keeps_the_reasoning_a_reply_carries",),
+    ),
+    Mutant(
+        "Ollama's native answer keeps its thinking as reasoning_content",
+        "ollama_thinking_dropped",
+        "agentloom/providers/chat.py",
+        """            reply.message["reasoning_content"] = thinking""",
+        "            pass",
+        (f"{_REASONING}test_ollamas_native_answer_keeps_its_thinking_and_never_sends_it_back",),
+    ),
+    Mutant(
+        "any gateway declaring tool_spans passes reasoning back through the base",
+        "tool_spans_stripped",
+        f"{_ENGINE}/_gateway.py",
+        """        if complete:\n            return {**body, "messages": messages}""",
+        """        if False:\n            return {**body, "messages": messages}""",
+        (
+            "tests/engine/test_gateways.py::test_any_gateway_declaring_tool_spans_passes_reasoning_back_and_passes_its_own_gate",
+            f"{_REASONING}test_tool_spans_is_never_refused",
+        ),
+    ),
+    Mutant(
+        "no reasoning to pass back: the request goes with thinking disabled",
+        "fallback_keeps_thinking",
+        f"{_ENGINE}/_gateway.py",
+        """without_reasoning(request), "thinking": {"type": "disabled"}}""",
+        """without_reasoning(request)}""",
+        (
+            "tests/engine/test_gateways.py::test_the_fallback_disables_thinking_and_logs_one_line_without_content",
+            "tests/providers/test_deepseek_thinking.py::test_records_without_reasoning_are_sent_with_thinking_disabled",
+        ),
+    ),
+    Mutant(
+        "the fallback logs one warning line",
+        "fallback_silent",
+        f"{_ENGINE}/_gateway.py",
+        "        self._warn_missing_reasoning(request)\n",
+        "",
+        (
+            "tests/engine/test_gateways.py::test_the_fallback_disables_thinking_and_logs_one_line_without_content",
+        ),
+    ),
+    Mutant(
+        "the fallback's warning is one line, not one per measure",
+        "fallback_logs_each_build",
+        f"{_ENGINE}/_gateway.py",
+        "        if missing in warned:\n            return",
+        "        if False:\n            return",
+        (
+            "tests/engine/test_gateways.py::test_the_fallback_disables_thinking_and_logs_one_line_without_content",
+        ),
+    ),
+    Mutant(
+        "learned starts at never",
+        "learned_starts_passing_back",
+        "agentloom/providers/chat.py",
+        'rule = "tool_spans" if self.reasoning == "tool_spans" else "never"',
+        'rule = "never" if self.reasoning == "never" else "tool_spans"',
+        (f"{_REASONING}test_learned_answers_the_refusal_once_by_passing_reasoning_back",),
+    ),
+    Mutant(
+        "learned: a reasoning_missing refusal switches the rule to tool_spans",
+        "adapt_changes_nothing",
+        "agentloom/providers/chat.py",
+        """        self.payload_rules = replace(rules, reasoning="tool_spans")\n""",
+        "",
+        (f"{_REASONING}test_learned_answers_the_refusal_once_by_passing_reasoning_back",),
+    ),
+    Mutant(
+        "learned: answered once (a second refusal learns nothing)",
+        "learned_reasoning_answered_twice",
+        "agentloom/providers/chat.py",
+        """            or rules.reasoning != "never"\n""",
+        "",
+        (f"{_REASONING}test_learned_answers_the_refusal_once_by_passing_reasoning_back",),
+    ),
+    Mutant(
+        "learned: only a reasoning_missing refusal is learned from",
+        "adapt_any_error",
+        "agentloom/providers/chat.py",
+        """            or getattr(error, "kind", None) != "reasoning_missing"\n""",
+        "",
+        (f"{_REASONING}test_learned_ignores_every_other_refusal",),
+    ),
+    Mutant(
+        "with_thinking returns a new body",
+        "with_thinking_mutates",
+        "agentloom/providers/chat.py",
+        "        body = dict(body)\n",
+        "",
+        (f"{_REASONING}test_with_thinking_returns_a_new_body",),
+    ),
+    Mutant(
+        "DeepSeek under never sends tool-call spans with thinking disabled",
+        "deepseek_never_keeps_thinking",
+        "agentloom/providers/chat.py",
+        """            body["thinking"] = {"type": "disabled"}""",
+        "            pass",
+        (f"{_REASONING}test_deepseek_with_never_sends_tool_spans_with_thinking_disabled",),
+    ),
     # --- legacy adoption (_frame) ----------------------------------------------------------------
     Mutant(
         "a legacy frame loads with raw_complete false",
@@ -556,8 +911,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "window source: the provider's figure first",
         "provider_window_ignored",
         "agentloom/providers/discovery.py",
-        "    if window is not None:\n        source, source_url, verified_on",
-        "    if False:\n        source, source_url, verified_on",
+        "    elif window is not None:\n        source, source_url, verified_on",
+        "    elif False:\n        source, source_url, verified_on",
         ("tests/providers/test_discovery.py::test_each_provider_lists_models_over_http",),
     ),
     Mutant(
@@ -570,6 +925,181 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/providers/test_discovery.py::test_the_official_endpoint_gets_manifest_values_for_exact_ids_only",
         ),
+    ),
+    # --- what self-hosted servers say: length refusals, broken streams, tokenizers, props ------
+    Mutant(
+        "length refusal: llama.cpp's n_ctx field is the window",
+        "refusal_n_ctx_ignored",
+        "agentloom/providers/_refusals.py",
+        '        window = _size(error.get("n_ctx"))',
+        "        window = None",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_is_a_length_refusal_with_its_numbers",
+        ),
+    ),
+    Mutant(
+        "length refusal: recognised in a 5xx answer too",
+        "refusal_5xx_upstream",
+        "agentloom/providers/_http.py",
+        "    if status not in (404, 408, 429):",
+        "    if status is None or status < 500:",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_is_a_length_refusal_with_its_numbers",
+        ),
+    ),
+    Mutant(
+        "length refusal: a 429 stays a rate limit",
+        "refusal_rate_limit_as_window",
+        "agentloom/providers/_http.py",
+        "    if status not in (404, 408, 429):",
+        "    if status not in (404, 408):",
+        (
+            "tests/providers/test_length_refusals.py::test_a_rate_limit_that_names_tokens_is_still_a_rate_limit",
+        ),
+    ),
+    Mutant(
+        "length refusal: evidence is rebuilt, never the server's text",
+        "refusal_evidence_raw",
+        "agentloom/providers/_refusals.py",
+        "        evidence=evidence_for(window, requested),",
+        "        evidence=text,",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_is_a_length_refusal_with_its_numbers",
+        ),
+    ),
+    Mutant(
+        "length refusal: its numbers survive pickling",
+        "refusal_numbers_unpickled",
+        "agentloom/providers/_errors.py",
+        "        window=window,\n        requested=requested,\n        evidence=evidence,\n    )",
+        "        evidence=evidence,\n    )",
+        ("tests/providers/test_length_refusals.py::test_the_numbers_survive_pickling",),
+    ),
+    Mutant(
+        "stream: an empty end is retried like a connection error",
+        "empty_end_not_retried",
+        "agentloom/providers/_stream.py",
+        '                raise ProviderError("upstream", EMPTY_END, retryable=True)',
+        '                raise ProviderError("upstream", EMPTY_END, retryable=False)',
+        (
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_is_retried_once_and_a_good_answer_then_kept",
+        ),
+    ),
+    Mutant(
+        "stream: a second empty end is a length refusal",
+        "empty_end_twice_retried",
+        "agentloom/providers/chat.py",
+        "                        if empty_ends > 1:",
+        "                        if empty_ends > 2:",
+        (
+            "tests/providers/test_stream_ends.py::test_two_empty_streams_are_a_length_refusal_without_a_window",
+        ),
+    ),
+    Mutant(
+        "stream: a break after content is not retried",
+        "cut_short_retried",
+        "agentloom/providers/_stream.py",
+        '            raise ProviderError("protocol", _CUT_SHORT, retryable=False)',
+        '            raise ProviderError("protocol", _CUT_SHORT, retryable=True)',
+        (
+            "tests/providers/test_stream_ends.py::test_a_stream_that_breaks_after_content_is_a_clear_error_not_retried",
+        ),
+    ),
+    Mutant(
+        "stream: an error event after content is not retried",
+        "stream_error_retried_after_content",
+        "agentloom/providers/_http.py",
+        "            if reader is not None and reader.shown() and failure.retryable:",
+        "            if False:",
+        (
+            "tests/providers/test_stream_ends.py::test_a_server_error_event_after_content_is_not_retried",
+        ),
+    ),
+    Mutant(
+        "stream: llama.cpp's error: line is an error",
+        "error_line_ignored",
+        "agentloom/providers/_stream.py",
+        '            elif line.startswith(b"error:"):',
+        '            elif line.startswith(b"never:"):',
+        (
+            "tests/providers/test_stream_ends.py::test_an_old_llama_cpp_error_line_is_read_as_the_error_it_is",
+        ),
+    ),
+    Mutant(
+        "stream: no usage is None, never zeros",
+        "stream_usage_zeros",
+        "agentloom/providers/_stream.py",
+        '            "usage": self.usage,',
+        '            "usage": self.usage or {"prompt_tokens": 0, "completion_tokens": 0},',
+        (
+            "tests/providers/test_stream_ends.py::test_a_stream_without_usage_gives_no_usage_never_zeros",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: at the connection's origin only",
+        "tokenizer_under_base_path",
+        "agentloom/providers/server_tokens.py",
+        "        self.url = origin_url(endpoint.base_url, path)",
+        '        self.url = endpoint.base_url.rstrip("/") + path',
+        (
+            "tests/providers/test_server_tokens.py::test_each_server_counts_in_its_own_shape_at_the_origin",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: one count call is bounded in time",
+        "tokenizer_unbounded",
+        "agentloom/providers/server_tokens.py",
+        "            client.total_timeout = min(client.total_timeout, left)",
+        "            pass",
+        ("tests/providers/test_server_tokens.py::test_one_count_call_is_bounded_in_time",),
+    ),
+    Mutant(
+        "server tokenizer: each distinct text counted once",
+        "tokenizer_counts_duplicates",
+        "agentloom/providers/server_tokens.py",
+        "        pending = [text for text in dict.fromkeys(texts) if text not in counts]",
+        "        pending = [text for text in texts if text not in counts]",
+        (
+            "tests/providers/test_server_tokens.py::test_each_server_counts_in_its_own_shape_at_the_origin",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: a whole request counts its tool schemas",
+        "tokenizer_request_without_tools",
+        "agentloom/providers/server_tokens.py",
+        '            body["tools"] = list(tools)',
+        "            pass",
+        (
+            "tests/providers/test_server_tokens.py::test_a_whole_request_is_counted_as_the_server_renders_it",
+        ),
+    ),
+    Mutant(
+        "window source: /props is read as server_props",
+        "props_source_lost",
+        "agentloom/providers/local_servers.py",
+        '            found[model_id] = ((window, "server_props", None), props_url)',
+        '            found[model_id] = ((window, "provider", None), props_url)',
+        (
+            "tests/providers/test_discovery.py::test_llama_cpp_props_give_the_window_of_its_one_model",
+        ),
+    ),
+    Mutant(
+        "window source: /props of an unnamed model among several is not guessed",
+        "props_window_guessed",
+        "agentloom/providers/local_servers.py",
+        "    return model_ids if len(model_ids) == 1 else []",
+        "    return model_ids",
+        (
+            "tests/providers/test_discovery.py::test_props_of_an_unnamed_model_among_several_are_not_guessed",
+        ),
+    ),
+    Mutant(
+        "window source: a missing server route changes nothing",
+        "props_route_error_fatal",
+        "agentloom/providers/local_servers.py",
+        "    except ProviderError as error:\n        # A route this server does not have",
+        "    except KeyError as error:\n        # A route this server does not have",
+        ("tests/providers/test_discovery.py::test_missing_server_routes_are_silent",),
     ),
     # --- reading sessions, access, approval -----------------------------------------------------
     Mutant(
@@ -611,6 +1141,187 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_approvals.py::test_only_the_sessions_creator_decides",
             "tests/api/test_approvals.py::test_a_member_who_is_not_the_creator_is_refused",
+        ),
+    ),
+    # --- what a connection learns from its server (application) -------------------------------
+    Mutant(
+        "a learned window never raises the connection's window",
+        "learned_window_raises",
+        "models_app/services/connections.py",
+        "        if value >= connection.context_window:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_learned_window_never_raises_the_window",
+            "tests/models_app/test_learned_limits.py::test_a_learned_window_is_recorded_once_with_its_evidence_and_an_audit_row",
+        ),
+    ),
+    Mutant(
+        "a learned reasoning rule is recorded once",
+        "learned_reasoning_twice",
+        "models_app/services/connections.py",
+        "        if connection.learned_reasoning == value:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_learned_reasoning_rule_is_recorded_once",
+        ),
+    ),
+    Mutant(
+        "nothing learned is recorded on a connection that now serves another model",
+        "learned_on_another_model",
+        "models_app/services/connections.py",
+        "(serves and (connection.provider, connection.model_id) != serves)",
+        "(False)",
+        (
+            "tests/sessions_app/test_learned_runs.py::"
+            "test_nothing_is_recorded_on_a_connection_that_now_serves_another_model",
+        ),
+    ),
+    Mutant(
+        "a person's window edit overrides the learned window",
+        "learned_window_survives_edit",
+        "models_app/services/connections.py",
+        "current is not None and same_window and not any(name in fields for name in WINDOW_VALUES)",
+        "current is not None and same_window",
+        (
+            "tests/models_app/test_learned_limits.py::test_a_person_overrides_a_learned_window_by_editing_the_window",
+        ),
+    ),
+    Mutant(
+        "runs use the smaller of the frozen and the learned window, never a larger one",
+        "learned_window_above_frozen",
+        "context_app/engine_adapter.py",
+        'if window is not None and window < frozen["context_window"]:',
+        "if window is not None:",
+        (
+            "tests/sessions_app/test_learned_runs.py::test_a_learned_window_never_raises_a_frozen_budget",
+        ),
+    ),
+    Mutant(
+        "the reasoning rule is frozen at publish",
+        "reasoning_not_frozen",
+        "context_app/services/agents.py",
+        '"reasoning": reasoning_rule(connection),',
+        '"reasoning": None,',
+        (
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "every gateway gets the version's reasoning rule",
+        "reasoning_not_passed",
+        "context_app/engine_adapter.py",
+        'options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}',
+        "options: dict[str, Any] = {}",
+        (
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "runs of a server version count with the server's tokenizer",
+        "server_counter_detached",
+        "context_app/engine_adapter.py",
+        "run_measures(snapshot, counter=server_counter(snapshot, connection))",
+        "run_measures(snapshot, counter=None)",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
+        ),
+    ),
+    Mutant(
+        "each model call keeps the counts its hard check used",
+        "counts_not_recorded",
+        "sessions_app/services/execution.py",
+        'counts=getattr(call, "counts", None),',
+        "counts=None,",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
+        ),
+    ),
+    Mutant(
+        "the room for a question is counted in the hard check's unit",
+        "room_in_bytes",
+        "context_app/services/agents.py",
+        "        counter = server_counter(snapshot, connection)\n",
+        "        counter = None\n",
+        (
+            "tests/sessions_app/test_small_windows.py::"
+            "test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server",
+        ),
+    ),
+    Mutant(
+        "the door and the pages measure with the counts the server made at publish",
+        "publish_counts_forgotten",
+        "context_app/engine_adapter.py",
+        'remember((snapshot.get("server_tokenizer") or {}).get("counts"))',
+        "remember(None)",
+        (
+            "tests/sessions_app/test_small_windows.py::"
+            "test_the_demo_tools_publish_at_4096_tokens_on_a_tokenizing_server",
+        ),
+    ),
+    Mutant(
+        "a call without usage says so, never zero",
+        "no_usage_hidden",
+        "sessions_app/console/presenters.py",
+        '"usage": call.NO_USAGE if unreported else usage_text(call.usage),',
+        '"usage": usage_text(call.usage),',
+        (
+            "tests/sessions_app/test_usage_unreported.py::"
+            "test_a_call_without_usage_is_shown_as_no_usage_reported",
+        ),
+    ),
+    Mutant(
+        "a replay learns the window its run learned, from the same recorded refusal",
+        "replay_forgets_window",
+        "sessions_app/services/replay.py",
+        "                    setattr(error, name, value)",
+        "                    pass",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
+        ),
+    ),
+    Mutant(
+        "a replay starts from the budget its run started with",
+        "replay_starts_learned",
+        "context_app/engine_adapter.py",
+        "version.snapshot, start, learned=start is None",
+        "version.snapshot, start, learned=True",
+        (
+            "tests/sessions_app/test_self_hosted_sessions.py::test_an_overflow_is_learned_recorded_and_the_next_question_answers",
+        ),
+    ),
+    # --- the self-hosted server double copies the real servers ---------------------------------
+    Mutant(
+        "self-hosted double: a streamed overflow is a 200 with an empty body",
+        "double_stream_overflow_refused",
+        "tests/support/llama_double.py",
+        """            if streamed:
+                return _RawStream(200, events=[], raw=b"")
+            completion = limit or 0""",
+        """            if False:
+                return _RawStream(200, events=[], raw=b"")
+            completion = limit or 0""",
+        (
+            "tests/providers/test_llama_double.py::test_a_streamed_overflow_is_a_200_event_stream_with_an_empty_body",
+        ),
+    ),
+    Mutant(
+        "self-hosted double: no usage in streams, even when asked",
+        "double_stream_usage",
+        "tests/support/llama_double.py",
+        "if not (self.stream_usage and include_usage):",
+        "if not include_usage:",
+        (
+            "tests/providers/test_llama_double.py::test_a_streamed_reply_carries_no_usage_even_when_asked",
+        ),
+    ),
+    Mutant(
+        "self-hosted double: refused at prompt >= n_ctx, never on the output limit",
+        "double_refuses_on_output",
+        "tests/support/llama_double.py",
+        "        return count >= self.n_ctx",
+        "        return count + (limit or 0) > self.n_ctx",
+        (
+            "tests/providers/test_llama_double.py::test_a_prompt_of_the_window_or_more_is_refused_with_llama_cpp_pythons_words",
         ),
     ),
 )

@@ -35,6 +35,7 @@ from agentloom.engine import (
     RecordStore,
     Redactor,
     SubAgent,
+    TokenCounter,
     TokenEstimator,
     TriggerPolicy,
     builtin_tools,
@@ -50,7 +51,13 @@ from agentloom.engine import (
     sent_request,
 )
 from agentloom.errors import ApplicationError
-from agentloom.providers import PriceInForce, price_in_force, retirement_of
+from agentloom.providers import (
+    PriceInForce,
+    ServerTokenizer,
+    price_in_force,
+    probe_tokenizer,
+    retirement_of,
+)
 from context_app.models import AgentVersion
 from context_app.services.server_tools import Held, server_tools_of
 from models_app.models import ModelConnection
@@ -75,7 +82,8 @@ def builtin_tool_descriptions() -> dict[str, str]:
 
 
 def estimator_binding(name: str) -> dict[str, Any]:
-    """Return the binding of estimator `name` (`bytes`, `o200k`, `deepseek`), frozen at publish."""
+    """Return the binding of estimator `name` (`bytes`, `o200k`, `deepseek`, `server`), frozen
+    at publish."""
     return estimator_named(name).binding()
 
 
@@ -143,7 +151,8 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         return LocalDemoGateway()
     from agentloom.providers import CallOptions, ModelEndpoint, OutputLimits, gateway_for_provider
 
-    options: dict[str, Any] = {}
+    # As frozen at publish (None, and in versions published before the setting: the default).
+    options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}
     if connection.provider == ModelConnection.Provider.OLLAMA:
         options["num_ctx"] = connection.num_ctx
     if connection.provider == ModelConnection.Provider.DEEPSEEK:
@@ -162,6 +171,13 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
 
 
 _gateway_factory: GatewayFactory = _default_gateway
+
+
+def reasoning_rule(connection: ModelConnection) -> str | None:
+    """Return the reasoning rule a version published now freezes: a person's setting, else a
+    rule runs learned from a refusal, else None (the gateway's own default: DeepSeek's official
+    endpoint its tool-span rule, a compatible server `learned`, OpenAI `never`)."""
+    return connection.reasoning_passback or connection.learned_reasoning or None
 
 
 def set_gateway_factory(factory: GatewayFactory | None) -> None:
@@ -219,13 +235,19 @@ def sent_messages(
 
 
 def run_measures(
-    snapshot: dict[str, Any], binding: dict[str, Any] | None = None
+    snapshot: dict[str, Any],
+    binding: dict[str, Any] | None = None,
+    *,
+    learned: bool = True,
+    counter: TokenCounter | None = None,
 ) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
     """Return the policy, budget and estimator a run measures its context with.
 
     What a checkpoint's `binding` names wins (a run keeps what it started with); anything it
-    does not name comes from the version's frozen snapshot. A snapshot without a context policy
-    is a legacy version and gets the character threshold.
+    does not name comes from the version's frozen snapshot, whose window a new run takes down
+    to the window its connection learned from the server (`learned`), never up. A snapshot
+    without a context policy is a legacy version and gets the character threshold. `counter`
+    is the server's tokenizer a `server` estimator counts with (none: it never calls out).
     """
     binding = binding or {}
     if "policy" in binding:
@@ -234,9 +256,76 @@ def run_measures(
         policy = LegacyCharPolicy(context_chars=settings.LEGACY_CONTEXT_CHARS)
     else:
         policy = load_policy(snapshot["context_policy"])
-    budget = ModelBudget.from_dict(binding.get("budget") or snapshot["budget"])
-    estimator = estimator_from_binding(binding.get("estimator") or snapshot.get("estimator"))
+    if "budget" in binding:
+        budget = ModelBudget.from_dict(binding["budget"])
+    else:
+        frozen = dict(snapshot["budget"])
+        window = learned_window(snapshot) if learned else None
+        if window is not None and window < frozen["context_window"]:
+            frozen["context_window"] = window
+        budget = ModelBudget.from_dict(frozen)
+    estimator = estimator_from_binding(
+        binding.get("estimator") or snapshot.get("estimator"), counter=counter
+    )
+    remember = getattr(estimator, "remember", None)
+    if remember is not None:
+        # What the server counted at publish (the system prompt and the tools): measured so
+        # without asking it, at the door and on the pages.
+        remember((snapshot.get("server_tokenizer") or {}).get("counts"))
     return policy, budget, estimator
+
+
+def learned_window(snapshot: dict[str, Any]) -> int | None:
+    """Return the window the snapshot's connection learned from its server, if it still serves
+    the snapshot's model (None: nothing learned, or another model now)."""
+    budget = snapshot.get("budget") or {}
+    row = (
+        ModelConnection.objects.filter(pk=budget.get("connection_id"))
+        .values_list("provider", "model_id", "learned_window")
+        .first()
+    )
+    if row is None or (row[0], row[1]) != (budget.get("provider"), budget.get("model_id")):
+        return None
+    return row[2]
+
+
+def measure_unit(snapshot: dict[str, Any]) -> str:
+    """Return the unit a version's requests are measured in, as a message names it."""
+    name = estimator_name((snapshot.get("estimator") or {}).get("module_id"))
+    if snapshot.get("context_policy") is None:
+        return "characters"
+    return {
+        "bytes": "UTF-8 bytes",
+        "server": "tokens of the server's own tokenizer",
+    }.get(name, f"{name} tokens")
+
+
+def server_counter(snapshot: dict[str, Any], connection: ModelConnection) -> TokenCounter | None:
+    """Return the server's tokenizer a `server` version counts with (None for other
+    estimators): the route frozen at publish, on the connection's own origin."""
+    name = estimator_name((snapshot.get("estimator") or {}).get("module_id"))
+    route = (snapshot.get("server_tokenizer") or {}).get("route")
+    if name != "server" or not route:
+        return None
+    return ServerTokenizer(_endpoint(connection, snapshot), route, calls=_calls())
+
+
+def tokenizer_route(connection: ModelConnection) -> str | None:
+    """Ask the connection's server which tokenizer route works (None: it does not tokenize)."""
+    return probe_tokenizer(_endpoint(connection), calls=_calls())
+
+
+def _endpoint(connection: ModelConnection, snapshot: dict[str, Any] | None = None):
+    from agentloom.providers import ModelEndpoint
+
+    model_id = ((snapshot or {}).get("budget") or {}).get("model_id") or connection.model_id
+    return ModelEndpoint(connection.base_url, connection.api_key or None, model_id)
+
+
+def _calls():
+    from agentloom.providers import CallOptions
+
+    return CallOptions(allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS)
 
 
 def offered_tools(snapshot: dict[str, Any], *, reading: bool = True) -> list[dict[str, Any]]:
@@ -271,11 +360,19 @@ def input_check(version: AgentVersion, text: str) -> InputCheck:
     )
 
 
-def snapshot_question_room(snapshot: dict[str, Any]) -> QuestionRoom:
-    """Return the room a version of `snapshot` leaves for a question, with its figures."""
-    policy, budget, estimator = run_measures(snapshot)
+def snapshot_question_room(
+    snapshot: dict[str, Any], *, counter: TokenCounter | None = None
+) -> QuestionRoom:
+    """Return the room a version of `snapshot` leaves for a question, with its figures.
+
+    It is counted in the unit the hard check of its runs uses (`measure_unit`): with a `server`
+    estimator, `counter` is the server's tokenizer (at publish), and what it counted is kept in
+    `snapshot["server_tokenizer"]["counts"]` so that later measures need no server; without a
+    counter, those counts, and for anything not counted the bound the estimator falls back to.
+    """
+    policy, budget, estimator = run_measures(snapshot, counter=counter)
     large_records = LargeRecords.from_config(snapshot.get("large_records"))
-    return question_room(
+    room = question_room(
         policy=policy,
         budget=budget,
         estimator=estimator,
@@ -283,16 +380,26 @@ def snapshot_question_room(snapshot: dict[str, Any]) -> QuestionRoom:
         tools=offered_tools(snapshot),
         large_record_limit=large_records.limit(budget) if large_records is not None else 0,
     )
+    recorded = getattr(estimator, "recorded", None)
+    if counter is not None and recorded is not None:
+        snapshot.setdefault("server_tokenizer", {})["counts"] = recorded()
+    return room
 
 
-def version_binding(version: AgentVersion, *, rendering: int | None = None) -> dict[str, Any]:
+def version_binding(
+    version: AgentVersion,
+    *,
+    rendering: int | None = None,
+    start: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
     one run can be matched against the binding of the next. New runs render with the current
-    rendering version; `rendering` names another (a replay of an older run).
+    rendering version and the window learned so far; `rendering` names another rendering and
+    `start` the budget a past run started with (a replay of it).
     """
-    policy, budget, estimator = run_measures(version.snapshot)
+    policy, budget, estimator = run_measures(version.snapshot, start, learned=start is None)
     binding = {
         "policy": policy.to_dict(),
         "budget": budget.to_dict(),
@@ -321,8 +428,9 @@ def build_engine(
     `held` wraps the database reads its tools make during the run, as it wraps the hooks.
     """
     snapshot = version.snapshot
-    gateway = gateway_for(version)
-    policy, budget, estimator = run_measures(snapshot)
+    connection = _live_connection(snapshot)
+    gateway = _gateway_factory(version, connection)
+    policy, budget, estimator = run_measures(snapshot, counter=server_counter(snapshot, connection))
     return create_engine(
         gateway,
         [

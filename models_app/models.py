@@ -20,6 +20,8 @@ class ModelConnection(models.Model):
         PROVIDER_LOADED = "provider_loaded", "Loaded context length (server report)"
         PROVIDER_MAXIMUM = "provider_maximum", "Model maximum, not loaded (server report)"
         NUM_CTX = "num_ctx", "num_ctx sent with every request"
+        SERVER_PROPS = "server_props", "Server's own properties (server report)"
+        LEARNED = "learned", "Learned from the server's refusal"
         OFFICIAL_MANIFEST = "official_manifest", "Official manifest"
         PLATFORM_DEFAULT = "platform_default", "Platform default (32K fallback)"
         MANUAL = "manual", "Manual"
@@ -28,6 +30,7 @@ class ModelConnection(models.Model):
         BYTES = "bytes", "UTF-8 bytes (conservative)"
         O200K = "o200k", "OpenAI o200k tokenizer"
         DEEPSEEK = "deepseek", "DeepSeek tokenizer"
+        SERVER = "server", "The server's own tokenizer"
 
     class EstimatorSource(models.TextChoices):
         AUTO = "auto", "Automatic"
@@ -43,6 +46,11 @@ class ModelConnection(models.Model):
         LOW = "low", "Low"
         HIGH = "high", "High"
         MAX = "max", "Max"
+
+    class ReasoningPassback(models.TextChoices):
+        LEARNED = "", "Learned (sent back once the server asks for it)"
+        NEVER = "never", "Never"
+        TOOL_SPANS = "tool_spans", "Tool spans (DeepSeek's rule)"
 
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="model_connections")
     name = models.CharField(max_length=120)
@@ -77,6 +85,18 @@ class ModelConnection(models.Model):
     reasoning_effort = models.CharField(
         max_length=8, choices=ReasoningEffort.choices, blank=True, default=""
     )
+    # Whether a reply's reasoning goes back to the model in later requests, frozen into each
+    # version published: blank learns it from a refusal that says reasoning is missing (DeepSeek's
+    # official endpoint keeps its own rule while blank).
+    reasoning_passback = models.CharField(
+        max_length=16, choices=ReasoningPassback.choices, blank=True, default=""
+    )
+    # What runs learned from the server's refusals, with the server's words (rebuilt from fixed
+    # text and its numbers) and when; a person's edit of the window clears the learned window.
+    learned_window = models.PositiveIntegerField(null=True, blank=True)
+    learned_window_evidence = models.CharField(max_length=200, blank=True, default="")
+    learned_window_at = models.DateTimeField(null=True, blank=True)
+    learned_reasoning = models.CharField(max_length=16, blank=True, default="")
     # Custom endpoints only: prices entered by an operator, per million tokens, as decimal
     # strings {currency, input, cached_input, output, entered_on}; null: cost unknown.
     prices = models.JSONField(null=True, blank=True)

@@ -93,6 +93,28 @@ class ModelConnectionSerializer(serializers.Serializer):
     reasoning_effort = serializers.CharField(
         help_text="DeepSeek thinking mode: `low`, `high`, `max`, or empty for the default."
     )
+    reasoning_passback = serializers.CharField(
+        help_text="Whether a reply's reasoning goes back in later requests: `never`, "
+        "`tool_spans` (DeepSeek's rule), or empty: learned from a refusal that says reasoning "
+        "is missing (DeepSeek's official endpoint keeps its own rule). Frozen at publish."
+    )
+    learned_reasoning = serializers.CharField(
+        read_only=True,
+        help_text="The rule runs learned from the server's refusal (`tool_spans`), or empty; "
+        "used by versions published later while reasoning_passback is empty.",
+    )
+    learned_window = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="The window runs learned from the server's length refusals (then the "
+        "context_window, source `learned`); editing the window clears it.",
+    )
+    learned_window_evidence = serializers.CharField(
+        read_only=True, help_text="The server's words the window was learned from."
+    )
+    learned_window_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When the window was learned."
+    )
     prices = serializers.SerializerMethodField(
         help_text="Operator-entered prices of a custom endpoint; null: from the manifest on an "
         "official endpoint, else unknown (no cost is computed)."
@@ -178,7 +200,8 @@ class _ConnectionInput(StrictSerializer):
         allow_null=True,
         help_text="Pick how requests are measured (then `manual`); omitted: `o200k` or "
         "`deepseek` when the manifest lists this exact model on its official endpoint, else "
-        "`bytes`.",
+        "`bytes`. `server` (the server's own tokenizer, self-hosted servers only) may come with "
+        "estimator_source `auto` when a connection test or a listing suggested it.",
     )
     estimator_source = serializers.ChoiceField(
         choices=ModelConnection.EstimatorSource.choices,
@@ -197,6 +220,13 @@ class _ConnectionInput(StrictSerializer):
         required=False,
         allow_blank=True,
         help_text="DeepSeek thinking mode only: `low`, `high` or `max`.",
+    )
+    reasoning_passback = serializers.ChoiceField(
+        choices=ModelConnection.ReasoningPassback.choices,
+        required=False,
+        allow_blank=True,
+        help_text="`never`, `tool_spans`, or empty to learn it; frozen into each version "
+        "published.",
     )
     prices = serializers.JSONField(
         required=False,
@@ -301,4 +331,14 @@ class ConnectionTestResultSerializer(serializers.Serializer):
     )
     status = serializers.IntegerField(
         allow_null=True, help_text="The provider's HTTP status, when it answered one."
+    )
+    tokenizer = serializers.CharField(
+        allow_null=True,
+        help_text="The route the server counts tokens on (`llama.cpp:/tokenize`, "
+        "`llama-cpp-python:/extras/tokenize/count`, `vllm:/tokenize`); null when it does not.",
+    )
+    estimator = serializers.ChoiceField(
+        choices=ModelConnection.Estimator.choices,
+        allow_null=True,
+        help_text="`server` when the server tokenizes: send it with estimator_source `auto`.",
     )

@@ -186,7 +186,15 @@ class ModelCallAdmin(SessionScopedAdmin):
     encrypted_fields = ("response",)
     json_fields = ("response", "usage")
     link_fields = ("console",)
-    list_display = ["run", "instance", "purpose", "request_estimate", "latency_ms", "error"]
+    list_display = [
+        "run",
+        "instance",
+        "purpose",
+        "request_estimate",
+        "reported_usage",
+        "latency_ms",
+        "error",
+    ]
     list_filter = ["purpose"]
     search_fields = [
         "=run__id",
@@ -196,6 +204,12 @@ class ModelCallAdmin(SessionScopedAdmin):
     search_help_text = "Run id (as in its admin address), provider (openai, local, …) or purpose."
     ordering = ["-id"]
     list_select_related = ["run"]
+
+    @admin.display(description="Reported input")
+    def reported_usage(self, obj):
+        if obj.usage_unreported:
+            return obj.NO_USAGE
+        return "—" if obj.reported_prompt_tokens is None else f"{obj.reported_prompt_tokens:,}"
 
     @admin.display(description="Console")
     def console(self, obj):

@@ -244,7 +244,8 @@ class ModelCall(models.Model):
     instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     request_estimate = models.PositiveIntegerField(default=0)
-    # What measured the request (`bytes`, `o200k`, `deepseek`), and what the provider reported.
+    # What measured the request (`bytes`, `o200k`, `deepseek`, `server`), and what the provider
+    # reported.
     estimator = models.CharField(max_length=16, blank=True, default="")
     reported_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -266,6 +267,12 @@ class ModelCall(models.Model):
     estimate_error = models.FloatField(null=True, blank=True)
     # For a calibrated estimator: {ratio, base_tokens, raw} the estimate was made with.
     calibration = models.JSONField(null=True, blank=True)
+    # What the hard check counted the request with (the server's exact count, its fallback and
+    # the upper bound), so a replay never asks the server again; null for other estimators.
+    counts = models.JSONField(null=True, blank=True)
+    # What a failed call's refusal said beside its kind (`{window, requested, evidence}`, fixed
+    # text and numbers), so a replay rebuilds the same refusal; null otherwise.
+    refusal = models.JSONField(null=True, blank=True)
     response = CompressedEncryptedJSONField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
     latency_ms = models.FloatField(default=0)
@@ -283,6 +290,15 @@ class ModelCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} call of run #{self.run.number}"
+
+    # How a call answered without usage is shown (never as zero tokens).
+    NO_USAGE = "no usage reported"
+
+    @property
+    def usage_unreported(self) -> bool:
+        """Return whether the call was answered without usage (a stream that carried none): its
+        tokens and cost are unknown, never zero."""
+        return self.usage is None and not self.error and self.response is not None
 
     @property
     def prices(self) -> Prices | None:

@@ -347,6 +347,10 @@ class RunContextSerializer(serializers.Serializer):
     last_reported = LastReportedSerializer(
         allow_null=True, help_text="The input size the provider last reported for this run."
     )
+    last_call_unreported = serializers.BooleanField(
+        help_text="The run's last answered call came without usage (a stream that carried "
+        "none): its tokens and cost are unknown, not zero."
+    )
     cost = CostSummarySerializer(allow_null=True, help_text="The run's cost. " + _COST_HELP)
     plan = serializers.CharField(
         allow_null=True,
@@ -365,7 +369,7 @@ class ModelCallSerializer(serializers.Serializer):
     request_estimate = serializers.IntegerField(
         help_text="The request's size as the estimator measured it before it was sent."
     )
-    estimator = serializers.CharField(help_text="`bytes`, `o200k` or `deepseek`.")
+    estimator = serializers.CharField(help_text="`bytes`, `o200k`, `deepseek` or `server`.")
     reported_prompt_tokens = serializers.IntegerField(
         allow_null=True, help_text="Input tokens the provider reported for the call."
     )
@@ -388,7 +392,16 @@ class ModelCallSerializer(serializers.Serializer):
         help_text="For a calibrated byte estimator: the ratio, the reported base and the raw "
         "size the estimate was made with (the budget check used the raw size).",
     )
-    usage = serializers.DictField(allow_null=True, help_text="Usage as the provider reported.")
+    usage = serializers.DictField(
+        allow_null=True,
+        help_text="Usage as the provider reported; null when it reported none (a stream without "
+        "usage): then the cost is unknown, never zero.",
+    )
+    counts = serializers.DictField(
+        allow_null=True,
+        help_text="What the hard check counted the request with (the server tokenizer's count, "
+        "its fallback and the upper bound), for the `server` estimator; null otherwise.",
+    )
     latency_ms = serializers.FloatField(help_text="Wall time of the call, in milliseconds.")
     error = serializers.CharField(allow_blank=True)
     discarded = serializers.BooleanField(

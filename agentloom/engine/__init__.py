@@ -17,7 +17,26 @@ Where each rule of the design lives (each module's docstring states its rules):
   the door for a question or supplement and the room for a question: `_measure`;
 - the hard check (no request over the effective input budget is sent, measured by an upper
   bound): `_budget`, before every action, compaction and verification request; calibration moves
-  the triggers only, never the hard check: `_calibration`;
+  the triggers only, never the hard check: `_calibration`; a call that reported no usage stays
+  without usage in its record and calibrates from the server tokenizer's exact count of its
+  payload, when there is one: `_engine._learn`;
+- exact counts from the server's own tokenizer (the `server` estimator: each message's rendered
+  text and each tool's JSON counted by the server in one batch, cached per content, plus stated
+  template margins): `_server_count`; when the tokenizer fails, the last exact counts plus the
+  UTF-8 bytes of what they do not cover, and a request that does not fit then is not sent, with
+  an error that says to resume; the counts each call used are in its record (`counts`) and the
+  per-content counts in the checkpoint (`state.token_counts`), so a resume and a replay measure
+  without the server: `_engine`;
+- length refusals learned from (a `context_length` refusal teaches a smaller window: the one it
+  names, else bounded by the largest request that succeeded, never larger than the budget in
+  force): the rule in `_budget.learned_window`; the run writes the window into its checkpoint's
+  binding, journals it as a run note, announces it (`EngineHooks.on_learned`), compacts against
+  it and sends the step's request once more; a window that leaves less room for a question than
+  the publish floor ends the run saying to republish; a second refusal of the step ends the run:
+  `_engine` (`learn_window`, `_InstanceLoop.ask_model`);
+- a refusal the gateway adapts to (`ModelGateway.adapt`, such as reasoning that must go back):
+  announced, the payload rebuilt, checked by the gate and the hard check, and sent once more:
+  `_engine.call_model`;
 - compaction (pinned content, units, segmented summaries, masking): `_compaction`;
 - the observed-prefix rule (which compaction snapshot may become a reusable view): the
   application's `sessions_app/services/reusable_views.py`; the engine records what each snapshot
@@ -56,6 +75,7 @@ Where each rule of the design lives (each module's docstring states its rules):
 from agentloom.engine._approval import WAITING_APPROVAL, Decision
 from agentloom.engine._budget import (
     JsonBytesEstimator,
+    LearnedLimit,
     ModelBudget,
     TokenEstimator,
     estimator_from_binding,
@@ -88,6 +108,7 @@ from agentloom.engine._engine import (
     EngineHooks,
     ExecutionLimits,
     RunOutcome,
+    WindowLearned,
     create_engine,
 )
 from agentloom.engine._errors import (
@@ -161,6 +182,7 @@ from agentloom.engine._records import (
 from agentloom.engine._redaction import Redactor, StreamRedactor
 from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
 from agentloom.engine._rendering import rendering_binding, rendering_named, rendering_of
+from agentloom.engine._server_count import ServerEstimator, TokenCounter
 from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
     DelegateTool,
@@ -186,6 +208,7 @@ __all__ = [  # noqa: RUF022
     "Decision",
     # _budget
     "JsonBytesEstimator",
+    "LearnedLimit",
     "ModelBudget",
     "TokenEstimator",
     "estimator_from_binding",
@@ -215,6 +238,7 @@ __all__ = [  # noqa: RUF022
     "EngineHooks",
     "ExecutionLimits",
     "RunOutcome",
+    "WindowLearned",
     "create_engine",
     # _errors
     "ConfigurationError",
@@ -297,6 +321,9 @@ __all__ = [  # noqa: RUF022
     "rendering_binding",
     "rendering_named",
     "rendering_of",
+    # _server_count
+    "ServerEstimator",
+    "TokenCounter",
     # _tools
     "BUILTIN_TOOL_NAMES",
     "DelegateTool",

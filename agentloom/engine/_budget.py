@@ -11,6 +11,20 @@ and `config` are bound into the checkpoint so a resumed run measures the same wa
 The soft triggers (when to compact, how far) use `estimate`; the hard check that refuses to send
 a request over the effective input budget uses `upper_bound`. `budget_refusal` is that check: the
 context manager applies it to each request it prepares, the engine to what the gateway would send.
+
+A server that refuses a request as too long teaches the run a smaller window (`learned_window`):
+
+- the window it names, when it names one and that window is below the refused request's size
+  plus the output and safety reserve (a request the hard check measured within the named window
+  was refused anyway: the server's tokens are not bounded by the measure, so the number alone
+  cannot be trusted to let the retry through);
+- otherwise the largest request that succeeded in this run and binding is a size the server
+  took: the effective input budget becomes that size, when it is below the refused one; with no
+  such request, half the refused size;
+- never larger than the budget in force (itself never larger than the frozen one).
+
+Every request the run sends later is measured within the learned budget, so a limit learned from
+a named window or from a request the server took is refused at most once.
 """
 
 from __future__ import annotations
@@ -25,10 +39,12 @@ from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonica
 __all__ = [
     "DEFAULT_ESTIMATOR_ID",
     "JsonBytesEstimator",
+    "LearnedLimit",
     "ModelBudget",
     "TokenEstimator",
     "budget_refusal",
     "estimator_from_binding",
+    "learned_window",
 ]
 
 
@@ -80,6 +96,51 @@ class ModelBudget:
             if name not in data:
                 raise ConfigurationError(name, "is required")
         return cls(data["context_window"], data["max_output_tokens"], data["safety_margin_tokens"])
+
+
+@dataclass(frozen=True)
+class LearnedLimit:
+    """What a run learned from a refusal and applied: a smaller window, or a reasoning rule.
+
+    `kind` is "context_window" (`value`: the window in tokens) or "reasoning" (`value`: the rule,
+    such as "tool_spans"); `evidence` is a short phrase of what the server said (never its raw
+    body); `refused` the size of the refused request and `largest_ok` of the largest one the run
+    sent with success, in the budget's unit (None when not known).
+    """
+
+    kind: str
+    value: int | str
+    evidence: str
+    refused: int | None = None
+    largest_ok: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "value": self.value,
+            "evidence": self.evidence,
+            "refused": self.refused,
+            "largest_ok": self.largest_ok,
+        }
+
+
+def learned_window(
+    budget: ModelBudget, *, named: int | None, refused: int, largest_ok: int | None
+) -> int:
+    """Return the context window a length refusal teaches (see the module docstring).
+
+    `named` is the window the server's refusal names (None: it named none), `refused` the
+    measured size of the refused request and `largest_ok` the largest that succeeded. The
+    result may leave no input room (at most the reserve): the version must be republished.
+    """
+    reserve = budget.max_output_tokens + budget.safety_margin_tokens
+    if named is not None and named - reserve < refused:
+        window = named
+    elif largest_ok is not None and largest_ok < refused:
+        window = largest_ok + reserve
+    else:
+        window = refused // 2 + reserve
+    return max(min(window, budget.context_window), 1)
 
 
 def budget_refusal(purpose: str, bound: int, budget: ModelBudget) -> str | None:
@@ -173,8 +234,12 @@ def _json_list_bytes(items: list[Any], cache: SizeCache) -> int:
     return 2 + max(len(items) - 1, 0) + cache.total(items, _json_bytes)
 
 
-def estimator_from_binding(binding: dict[str, Any] | None) -> TokenEstimator:
-    """Return the estimator a checkpoint's binding names (the default when it names none)."""
+def estimator_from_binding(binding: dict[str, Any] | None, counter: Any = None) -> TokenEstimator:
+    """Return the estimator a checkpoint's binding names (the default when it names none).
+
+    `counter` (a `TokenCounter`) is attached to an estimator that counts with the server's
+    tokenizer; any other estimator ignores it.
+    """
     if not binding:
         return JsonBytesEstimator()
     # Imported here because the tokenizer estimators build on this module.
@@ -190,4 +255,8 @@ def estimator_from_binding(binding: dict[str, Any] | None) -> TokenEstimator:
     unknown = set(config) - set(estimator_class.config_keys)
     if unknown:
         raise ConfigurationError("estimator", f"unknown config keys {sorted(unknown)}")
-    return estimator_class(**config)
+    estimator = estimator_class(**config)
+    attach = getattr(estimator, "attach", None)
+    if counter is not None and attach is not None:
+        attach(counter)
+    return estimator

@@ -98,6 +98,7 @@ from agentloom.engine._refs import (
     materialize,
 )
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
+from agentloom.engine._server_count import fallback_note, server_estimator_of
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -198,6 +199,14 @@ class ContextManager(abc.ABC):
     @abc.abstractmethod
     def settle_pending(self) -> list[Record]:
         """Answer every pending tool call with an `unknown` result; never re-execute it."""
+
+    def apply_budget(self, budget: ModelBudget) -> None:  # noqa: B027 - optional, no-op default
+        """Measure against `budget` from now on: a window the run learned from a refusal.
+
+        A manager that keeps a budget writes it into its checkpoint's binding, so a resume and a
+        replay see what the run saw. The default keeps nothing: the retried request is refused
+        again and the run ends with the server's refusal.
+        """
 
     @abc.abstractmethod
     def prepare(
@@ -628,6 +637,12 @@ class JournalContextManager(ContextManager):
         self._masks[id(stub)] = {**plain, "mask": 1, "ref": ref}
         return stub
 
+    def apply_budget(self, budget: ModelBudget) -> None:
+        self.budget = budget
+        self._sizer = None
+        if self._frame is not None:
+            self._frame.binding["budget"] = budget.to_dict()
+
     def plan_limit(self) -> int:
         """Return the largest plan this context keeps, in the policy's unit (`plan_reserve`)."""
         return plan_reserve(policy=self.policy, budget=self.budget, estimator=self._measurer())
@@ -688,10 +703,11 @@ class JournalContextManager(ContextManager):
         estimate = self.estimator.upper_bound(*self.sent(request))
         reason = budget_refusal(purpose, estimate, self.budget)
         if reason is not None:
+            note = fallback_note(self.estimator)
             if outcome is not None and not outcome.succeeded:
                 # Why compaction could not make room: the run's stated reason names it.
                 reason += f" (compaction {outcome.outcome}: {outcome.reason})"
-            return PreparedContext(None, estimate, reason, outcome)
+            return PreparedContext(None, estimate, reason + note, outcome)
         return PreparedContext(request, estimate, None, outcome)
 
     def sent(self, request: ModelRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -727,12 +743,15 @@ class JournalContextManager(ContextManager):
         ).size
         fired = self.policy.fired(size=size, counters=frame.counters, budget=self.budget)
         if (
-            isinstance(self.estimator, CalibratedEstimator)
+            (
+                isinstance(self.estimator, CalibratedEstimator)
+                or server_estimator_of(self.estimator) is not None
+            )
             and TRIGGER_BUDGET not in fired
             and self.estimator.upper_bound(messages, tools) > self.budget.effective_input_budget
         ):
-            # Small in the provider's tokens, but not provably under the budget: it could not
-            # be sent, so it is compacted first.
+            # Small in the provider's tokens (or by the template's own markers), but not provably
+            # under the budget: it could not be sent, so it is compacted first.
             fired = (TRIGGER_BUDGET, *fired)
         return size, fired
 

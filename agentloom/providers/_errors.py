@@ -54,6 +54,11 @@ class ProviderError(GatewayError):
     `message` defaults to the fixed text of the kind, which says what an operator can do about
     it; callers that pass one pass fixed text too. `retry_after` is the provider's `Retry-After`
     in seconds when it sent a usable one, and a rate limit's message names it.
+
+    A `context_length` refusal may carry what the server said about it: `window`, the context
+    window its words name, `requested`, the tokens it says the request needed (None: not said),
+    and `evidence`, a short phrase rebuilt here from fixed text and those numbers (never the
+    server's own text).
     """
 
     def __init__(
@@ -64,6 +69,9 @@ class ProviderError(GatewayError):
         status: int | None = None,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        window: int | None = None,
+        requested: int | None = None,
+        evidence: str | None = None,
     ):
         if kind not in _MESSAGES:
             raise ValueError(f"unknown provider error kind {kind!r}")
@@ -76,6 +84,9 @@ class ProviderError(GatewayError):
         super().__init__(kind, text, status=status)
         self.retry_after = retry_after
         self.retryable = kind in RETRYABLE_KINDS if retryable is None else retryable
+        self.window = window
+        self.requested = requested
+        self.evidence = evidence
 
     def __repr__(self) -> str:
         return (
@@ -84,9 +95,29 @@ class ProviderError(GatewayError):
 
     def __reduce__(self):
         # Celery and multiprocessing pickle exceptions; rebuild from the same fixed parts.
-        parts = (self.kind, self._given_message, self.status, self.retry_after, self.retryable)
+        parts = (
+            self.kind,
+            self._given_message,
+            self.status,
+            self.retry_after,
+            self.retryable,
+            self.window,
+            self.requested,
+            self.evidence,
+        )
         return (_rebuild, parts)
 
 
-def _rebuild(kind, message, status, retry_after, retryable) -> ProviderError:
-    return ProviderError(kind, message, status=status, retry_after=retry_after, retryable=retryable)
+def _rebuild(
+    kind, message, status, retry_after, retryable, window=None, requested=None, evidence=None
+) -> ProviderError:
+    return ProviderError(
+        kind,
+        message,
+        status=status,
+        retry_after=retry_after,
+        retryable=retryable,
+        window=window,
+        requested=requested,
+        evidence=evidence,
+    )

@@ -28,6 +28,7 @@ import httpx
 from agentloom.providers._addresses import Resolver, resolve_checked, system_resolver
 from agentloom.providers._core_request import guarded_core_request
 from agentloom.providers._errors import ProviderError
+from agentloom.providers._refusals import length_refusal
 from agentloom.providers._stream import sse_data
 from agentloom.providers._urls import checked_url
 
@@ -44,14 +45,6 @@ DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 # An error body is read only to tell a context-length rejection from other 400s.
 _ERROR_BODY_BYTES = 64 * 1024
 
-_CONTEXT_CODES = frozenset(
-    {"context_length_exceeded", "context_window_exceeded", "string_above_max_length"}
-)
-_CONTEXT_TEXT = re.compile(
-    r"context[ _-]?(length|window)|maximum model length|max_model_len|prompt is too long"
-    r"|input is too long|too many input tokens",
-    re.IGNORECASE,
-)
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 # OpenAI answers an unknown model with 404 `model_not_found`; DeepSeek with a 400 "Model Not
 # Exist" (as its API answers, not listed on its error-code page).
@@ -216,9 +209,12 @@ class ProviderClient:
         self.max_response_bytes = max_response_bytes
         self.total_timeout = total_timeout
 
-    def get_json(self, url: str, *, api_key: str | None) -> Any:
-        """GET `url` and return its JSON body."""
-        return self._request("GET", url, api_key=api_key, payload=None)
+    def get_json(self, url: str, *, api_key: str | None, optional: bool = False) -> Any:
+        """GET `url` and return its JSON body.
+
+        `optional`: a route the server may well not have; its failure is logged at debug level.
+        """
+        return self._request("GET", url, api_key=api_key, payload=None, optional=optional)
 
     def post_json(self, url: str, payload: Any, *, api_key: str | None) -> Any:
         """POST `payload` as JSON to `url` and return the JSON body of the answer."""
@@ -232,16 +228,19 @@ class ProviderClient:
         api_key: str | None,
         on_data: Callable[[bytes], None],
         on_open: Callable[[Callable[[], None]], None] | None = None,
+        shown: Callable[[], bool] | None = None,
     ) -> Any:
         """POST `payload` and pass the data of each server-sent event to `on_data`.
 
         Returns None once the stream ends, or the decoded JSON body when the server answered
         with JSON instead of a stream (some compatible servers ignore `stream`). `on_open` is
         given a function that closes the connection at once, from any thread. The body cap and
-        the total timeout bound the whole stream; a failure after the first byte is not
-        retryable, since the model was already working (and billing).
+        the total timeout bound the whole stream. A failure once part of the answer was shown
+        is not retryable, since the model was already working (and billing) and its words were
+        seen: `shown()` says whether any was (default: whether any byte arrived). Before that,
+        a broken connection is retried like one that never opened.
         """
-        reader = _StreamReader(on_data, on_open)
+        reader = _StreamReader(on_data, on_open, shown)
         body = self._request("POST", url, api_key=api_key, payload=payload, reader=reader)
         return body
 
@@ -262,6 +261,7 @@ class ProviderClient:
         api_key: str | None,
         payload: Any,
         reader: _StreamReader | None = None,
+        optional: bool = False,
     ) -> Any:
         target = checked_url(url)
         headers = _headers(api_key, accept=reader.accept if reader else "application/json")
@@ -283,10 +283,11 @@ class ProviderClient:
         finally:
             _IN_PROVIDER_CALL.reset(quiet)
         if failure is not None:
-            if reader is not None and reader.started and failure.retryable:
+            if reader is not None and reader.shown() and failure.retryable:
                 failure.retryable = False
             # The host only: a path or query may carry a token on some proxies.
-            logger.warning(
+            logger.log(
+                logging.DEBUG if optional else logging.WARNING,
                 "Provider call %s to %s failed: kind=%s status=%s",
                 method,
                 target.host,
@@ -315,7 +316,9 @@ class ProviderClient:
         """
         deadline = time.monotonic() + self.total_timeout
         try:
-            with self._http.stream(method, target, headers=headers, content=content) as response:
+            with self._http.stream(
+                method, target, headers=headers, content=content, timeout=self._timeout()
+            ) as response:
                 status = response.status_code
                 if 300 <= status < 400:
                     raise ProviderError("redirect", status=status)
@@ -340,6 +343,21 @@ class ProviderClient:
             raise ProviderError("protocol") from None
         except (httpx.HTTPError, OSError):
             raise ProviderError("network") from None
+
+    def _timeout(self) -> httpx.Timeout:
+        """Return the client's timeouts, none longer than the total time of one request."""
+        timeout = self._http.timeout
+        total = self.total_timeout
+
+        def bounded(value: float | None) -> float:
+            return total if value is None else min(value, total)
+
+        return httpx.Timeout(
+            connect=bounded(timeout.connect),
+            read=bounded(timeout.read),
+            write=bounded(timeout.write),
+            pool=bounded(timeout.pool),
+        )
 
 
 @functools.cache
@@ -377,10 +395,16 @@ class _StreamReader:
         self,
         on_data: Callable[[bytes], None],
         on_open: Callable[[Callable[[], None]], None] | None,
+        shown: Callable[[], bool] | None = None,
     ):
         self.on_data = on_data
         self.on_open = on_open
         self.started = False
+        self._shown = shown
+
+    def shown(self) -> bool:
+        """Return whether part of the answer was shown (without a judge: any byte arrived)."""
+        return self._shown() if self._shown is not None else self.started
 
     @staticmethod
     def wants(response: httpx.Response) -> bool:
@@ -400,7 +424,8 @@ class _StreamReader:
             if size > limit:
                 raise ProviderError("too_large", status=response.status_code)
             if time.monotonic() > deadline:
-                raise ProviderError("timeout")
+                # The model worked the whole allowed time: asking again would do the same.
+                raise ProviderError("timeout", retryable=False)
             yield chunk
 
 
@@ -476,23 +501,37 @@ def _read_capped(response: httpx.Response, limit: int, deadline: float, *, stric
 def _status_error(status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
     """Return the error for an HTTP error answer, its kind read from the status and error code.
 
-    The body is read for its error code and message only to choose among fixed texts; neither
-    reaches the error.
+    The body is read for its error code, message and numeric fields only to choose among fixed
+    texts and to read the numbers of a length refusal; none of its text reaches the error.
     """
-    code, text = _error_details(body)
-    return classify_error(status, code, text, retry_after=_retry_after(headers))
+    code, text, error = _error_details(body)
+    return classify_error(status, code, text, retry_after=_retry_after(headers), error=error)
 
 
-_STREAM_CODES = {"rate_limit_exceeded": "rate_limit", "server_error": "upstream"}
+# Codes and types of an error event inside a stream (which has no status of its own).
+_STREAM_CODES = {
+    "rate_limit_exceeded": "rate_limit",
+    "rate_limit_error": "rate_limit",
+    "server_error": "upstream",
+    "unavailable_error": "upstream",
+}
 
 
 def classify_error(
-    status: int | None, code: str | None, text: str | None, *, retry_after: float | None = None
+    status: int | None,
+    code: str | None,
+    text: str | None,
+    *,
+    retry_after: float | None = None,
+    error: dict[str, Any] | None = None,
 ) -> ProviderError:
     """Return the error for a provider's status, error code and message (None: not known).
 
-    An error event in a stream has no status of its own: its code decides, and an unknown one
-    is the provider failing to answer.
+    `error` is the whole error object, read for the numbers some servers put beside a length
+    refusal. An error event in a stream has no status of its own: its code decides, and an
+    unknown one is the provider failing to answer. A length refusal is recognised under any
+    status but auth, quota, 404, 408 and 429: some servers send it as a 500 (llama.cpp's
+    "Context size has been exceeded." when its cache fills mid-answer).
     """
     if status in (401, 403):
         return ProviderError("auth", status=status)
@@ -503,10 +542,28 @@ def classify_error(
         status in (None, 400, 404, 422) and text and _MODEL_TEXT.search(text)
     ):
         return ProviderError("model_unknown", status=status)
+    if status not in (404, 408, 429):
+        refusal = length_refusal(code, text, error, status=status)
+        if refusal is not None:
+            return refusal
     if status is None:
-        if code in _CONTEXT_CODES or (text and _CONTEXT_TEXT.search(text)):
-            return ProviderError("context_length")
         return ProviderError(_STREAM_CODES.get(code or "", "upstream"), retryable=False)
+    by_status = _status_kind(status, retry_after)
+    if by_status is not None:
+        return by_status
+    if status == 413:
+        return ProviderError(
+            "context_length",
+            status=status,
+            evidence="the server refused the request body as too large (HTTP 413)",
+        )
+    if text and _REASONING_TEXT.search(text):
+        return ProviderError("reasoning_missing", status=status)
+    return ProviderError("bad_request", status=status)
+
+
+def _status_kind(status: int, retry_after: float | None) -> ProviderError | None:
+    """Return the error a status alone decides (404, 408, 429, 5xx), else None."""
     if status == 404:
         return ProviderError("not_found", status=status)
     if status == 408:
@@ -515,30 +572,39 @@ def classify_error(
         return ProviderError("rate_limit", status=status, retry_after=retry_after)
     if status >= 500:
         return ProviderError("upstream", status=status, retry_after=retry_after)
-    if status == 413 or code in _CONTEXT_CODES or (text and _CONTEXT_TEXT.search(text)):
-        return ProviderError("context_length", status=status)
-    if text and _REASONING_TEXT.search(text):
-        return ProviderError("reasoning_missing", status=status)
-    return ProviderError("bad_request", status=status)
+    return None
 
 
-def _error_details(body: bytes) -> tuple[str | None, str | None]:
-    """Return the error code and message of an OpenAI-style error body, for classifying only."""
+def _error_details(body: bytes) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """Return the error code, message and object of an OpenAI-style error body, to classify.
+
+    The code is the error's `code` when it is a string, else its `type` (llama.cpp puts the
+    HTTP status in `code` and its kind in `type`).
+    """
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
-        return None, body[:4096].decode("utf-8", "replace")
+        return None, body[:4096].decode("utf-8", "replace"), None
     error = data.get("error", data) if isinstance(data, dict) else None
     if isinstance(error, str):
-        return None, error
+        return None, error, None
     if not isinstance(error, dict):
-        return None, None
-    code = error.get("code") or error.get("type")
+        return None, None, None
+    return error_code(error), _message(error), error
+
+
+def error_code(error: dict[str, Any]) -> str | None:
+    """Return an error object's code: its `code` if a string, else its `type` if a string."""
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _message(error: dict[str, Any]) -> str | None:
     message = error.get("message") or error.get("detail")
-    return (
-        code if isinstance(code, str) else None,
-        message if isinstance(message, str) else None,
-    )
+    return message if isinstance(message, str) else None
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

@@ -23,6 +23,7 @@ __all__ = [
     "endpoint_url",
     "is_official_endpoint",
     "normalise_base_url",
+    "origin_url",
     "punycode_url",
 ]
 
@@ -106,6 +107,18 @@ def normalise_base_url(base_url: str) -> str:
     port = "" if parsed.port in (None, _DEFAULT_PORTS[parsed.scheme]) else f":{parsed.port}"
     path = parsed.path.rstrip("/")
     return f"{parsed.scheme}://{host}{port}{path}"
+
+
+def origin_url(base_url: str, path: str) -> str:
+    """Return the URL of `path` at the origin of `base_url`: its scheme, host and port only.
+
+    The server's own routes (`/props`, `/tokenize`, `/api/v0/models`) live at its root, beside
+    the OpenAI-compatible `/v1`; whatever path the base URL has is dropped, never a host changed.
+    """
+    parsed = httpx.URL(normalise_base_url(base_url))
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    port = "" if parsed.port is None else f":{parsed.port}"
+    return f"{parsed.scheme}://{host}{port}/" + path.lstrip("/")
 
 
 def endpoint_url(base_url: str, path: str) -> str:

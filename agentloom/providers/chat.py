@@ -8,26 +8,28 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentloom.engine import (
     CallStream,
+    GatewayError,
+    LearnedLimit,
     ModelGateway,
     ModelRequest,
     ModelResponse,
     PayloadRules,
-    with_passed_back_reasoning,
-    without_reasoning,
 )
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
-from agentloom.providers._stream import StreamAssembly
+from agentloom.providers._refusals import EMPTY_STREAM_EVIDENCE
+from agentloom.providers._stream import StreamAssembly, is_empty_end, stream_error
 from agentloom.providers._urls import PROVIDERS, endpoint_url
 from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFactory
 from agentloom.providers.local_servers import chat_url, ollama_chat_payload, parse_ollama_chat
 
 __all__ = [
+    "REASONING_OPTIONS",
     "THINKING_OUTPUT_FLOOR",
     "CallOptions",
     "DeepSeekChatGateway",
@@ -140,6 +142,13 @@ class CallOptions:
     stream: bool = True
 
 
+# Whether a connection's requests pass reasoning back: never, on DeepSeek's tool spans, or learned
+# (never until the server refuses a request for lacking it, then on tool spans).
+REASONING_OPTIONS = ("never", "tool_spans", "learned")
+# The phrase a learned reasoning rule is recorded with (fixed text: never the server's body).
+REASONING_EVIDENCE = "reasoning_content must be passed back"
+
+
 class OpenAICompatibleChatGateway(ModelGateway):
     """Call `POST {base_url}/chat/completions` of a server speaking OpenAI's chat API.
 
@@ -151,15 +160,24 @@ class OpenAICompatibleChatGateway(ModelGateway):
     With `calls.stream` (the default) the completion is requested streamed, with its usage in the
     stream (`stream_options.include_usage`), and what arrives is reported to the call's
     `CallStream`; the reply returned is assembled from the whole stream (`_stream`). A stream
-    that fails after its first byte is not retried: the model was already working.
+    that fails after part of the answer was shown is not retried: the model was already working
+    and its words were seen. One that ends before its first content is retried like a
+    connection that never opened, and a second such end is a `context_length` refusal without
+    a window (some servers answer a request over their window so).
+
+    Every `reasoning_content` a reply carries is kept in the message it returns. Whether it is
+    passed back is `reasoning` (`REASONING_OPTIONS`; None: the provider's `default_reasoning`):
+    `never` and `tool_spans` are fixed; `learned` starts at `never`, and `adapt` answers the
+    server's first refusal for missing reasoning (`reasoning_missing`) by switching to
+    `tool_spans` for the rest of the gateway's life.
     """
 
     provider = "openai_compatible"
     # What the body is built by and the integrity gate checks it against (`agentloom.engine`
     # `_gate`): compatible servers and DeepSeek read `max_tokens` (many reject the newer OpenAI
-    # name), and no reasoning text ever goes to an OpenAI-family or compatible server, so none
-    # is kept from a reply.
+    # name). A server behind a compatible endpoint may be any model, DeepSeek's too: it learns.
     payload_rules = PayloadRules(output_limit_field="max_tokens")
+    default_reasoning = "learned"
 
     def __init__(
         self,
@@ -167,10 +185,16 @@ class OpenAICompatibleChatGateway(ModelGateway):
         *,
         output: OutputLimits = OutputLimits(),
         calls: CallOptions = CallOptions(),
+        reasoning: str | None = None,
     ):
         model_id = endpoint.model_id
         if not isinstance(model_id, str) or not model_id.strip():
             raise ValueError("model_id must be a non-empty string")
+        if reasoning not in (None, *REASONING_OPTIONS):
+            raise ValueError(f"reasoning must be one of {REASONING_OPTIONS} or None")
+        self.reasoning = reasoning or self.default_reasoning
+        rule = "tool_spans" if self.reasoning == "tool_spans" else "never"
+        self.payload_rules = replace(type(self).payload_rules, reasoning=rule)
         self.url = endpoint_url(endpoint.base_url, "/chat/completions")
         self.model_id = model_id
         self.max_output_cap = cap = output.max_output_cap
@@ -197,6 +221,7 @@ class OpenAICompatibleChatGateway(ModelGateway):
     def complete(self, request: ModelRequest, stream: CallStream | None = None) -> ModelResponse:
         """Return the model's reply to `request`, or raise `ProviderError`."""
         payload = self.payload(request)
+        empty_ends = 0
         with self._client_factory() as client:
             for attempt in range(1, self.retry.max_attempts + 1):
                 try:
@@ -204,6 +229,12 @@ class OpenAICompatibleChatGateway(ModelGateway):
                 except ProviderError as exc:
                     if stream is not None and stream.cancelled.is_set():
                         raise ProviderError("cancelled") from None
+                    if is_empty_end(exc):
+                        empty_ends += 1
+                        if empty_ends > 1:
+                            # Some servers answer a request over their window with an empty
+                            # stream (llama-cpp-python, measured): twice is taken for that.
+                            raise _empty_stream_refusal() from None
                     delay = self.retry.delay(exc, attempt)
                     if delay is None:
                         raise
@@ -221,9 +252,12 @@ class OpenAICompatibleChatGateway(ModelGateway):
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _exchange(self, client: Any, payload: dict[str, Any], stream: CallStream | None) -> Any:
-        """Send one attempt; return the answer document, assembled from the stream if streamed."""
+        """Send one attempt; return the answer document, assembled from the stream if streamed.
+
+        A 2xx JSON answer that is an error object is classified like an error answer.
+        """
         if not self.streams:
-            return client.post_json(self.url, payload, api_key=self._api_key)
+            return _not_an_error(client.post_json(self.url, payload, api_key=self._api_key))
         assembly = StreamAssembly(stream.delta if stream is not None else None)
 
         def on_data(data: bytes) -> None:
@@ -237,27 +271,54 @@ class OpenAICompatibleChatGateway(ModelGateway):
             api_key=self._api_key,
             on_data=on_data,
             on_open=stream.on_abort if stream is not None else None,
+            shown=lambda: assembly.shown,
         )
         if stream is not None and stream.cancelled.is_set():
             raise ProviderError("cancelled")
-        return assembly.document() if document is None else document
+        return assembly.document() if document is None else _not_an_error(document)
 
     def parse(self, document: Any) -> ModelResponse:
-        """Return the reply in the provider's answer `document`."""
-        # Reasoning is kept from a reply exactly when the provider takes it back.
-        keep = self.payload_rules.reasoning != "never"
-        return parse_chat_completion(document, keep_reasoning_content=keep)
+        """Return the reply in the provider's answer `document`, its reasoning kept."""
+        return parse_chat_completion(document)
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
-        """Return the JSON body this gateway sends for `request` (never any reasoning text)."""
-        body: dict[str, Any] = {"model": self.model_id, "messages": without_reasoning(request)}
+        """Return the JSON body this gateway sends for `request`, reasoning as its rule says."""
+        body: dict[str, Any] = {"model": self.model_id, "messages": list(request.messages)}
         if request.tools:
             body["tools"] = list(request.tools)
         body[self.payload_rules.output_limit_field] = self.output_limit(request.max_output_tokens)
         if self.streams:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
+        return self.with_reasoning(request, self.with_settings(body))
+
+    def with_settings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Return `body` with the provider's own settings (none here)."""
         return body
+
+    def adapt(self, error: GatewayError) -> LearnedLimit | None:
+        """Answer a refusal by changing this gateway's payload rules; say what was learned.
+
+        Under `learned`, the first refusal for missing reasoning switches the rule to
+        `tool_spans` (the same rule DeepSeek's thinking mode states); any other refusal, or a
+        second one, changes nothing (None).
+        """
+        rules = self.payload_rules
+        if (
+            self.reasoning != "learned"
+            or rules is None
+            or rules.reasoning != "never"
+            or getattr(error, "kind", None) != "reasoning_missing"
+        ):
+            return None
+        self.payload_rules = replace(rules, reasoning="tool_spans")
+        return LearnedLimit(
+            kind="reasoning",
+            value="tool_spans",
+            evidence=REASONING_EVIDENCE,
+            refused=None,
+            largest_ok=None,
+        )
 
     def output_limit(self, requested: int | None) -> int:
         """Return the output limit to send: the request's, within the configured limit and cap."""
@@ -267,12 +328,27 @@ class OpenAICompatibleChatGateway(ModelGateway):
         return limit
 
 
+def _not_an_error(document: Any) -> Any:
+    """Return `document`, or raise the error it is when it is an error object and no answer."""
+    if not isinstance(document, dict) or document.get("choices"):
+        return document
+    if "error" in document or document.get("object") == "error":
+        raise stream_error(document.get("error", document))
+    return document
+
+
+def _empty_stream_refusal() -> ProviderError:
+    return ProviderError("context_length", evidence=EMPTY_STREAM_EVIDENCE)
+
+
 class OpenAIChatGateway(OpenAICompatibleChatGateway):
     """OpenAI's chat completions, which take the limit as `max_completion_tokens`."""
 
     provider = "openai"
-    # OpenAI deprecated `max_tokens` and reasoning models reject it.
+    # OpenAI deprecated `max_tokens` and reasoning models reject it. Its chat completions take
+    # no reasoning back.
     payload_rules = PayloadRules(output_limit_field="max_completion_tokens")
+    default_reasoning = "never"
 
 
 # DeepSeek's thinking settings, as its "Thinking Mode" guide documents them (OpenAI format):
@@ -289,28 +365,19 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
 
     `thinking` and `reasoning_effort` (None: DeepSeek's default, nothing sent) are sent with
     every call, whatever its purpose.
+
+    In thinking mode DeepSeek refuses (400) a tool-call continuation whose assistant messages
+    lack the `reasoning_content` it returned (its thinking-mode guide,
+    api-docs.deepseek.com/guides/thinking_mode, read 2026-12-01), so its rule is known, not
+    learned: `tool_spans` with thinking on (`reasoning` None, `learned` or `tool_spans`), none to
+    pass back with thinking disabled. `reasoning="never"` with thinking on passes none back
+    either: a request with a tool-call span then goes with thinking disabled, where DeepSeek
+    requires none.
     """
 
     provider = "deepseek"
-    # In thinking mode DeepSeek refuses (400) a tool-call continuation whose assistant messages
-    # lack the `reasoning_content` it returned, so the reply keeps it for the next request.
     payload_rules = PayloadRules(output_limit_field="max_tokens", reasoning="tool_spans")
-
-    @staticmethod
-    def reasoning_payload(request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
-        """Pass reasoning back on every assistant message of a user-to-user span with tool calls.
-
-        DeepSeek's thinking-mode guide (api-docs.deepseek.com/guides/thinking_mode, read
-        2026-12-01) requires it in all later requests and ignores it elsewhere, so it is sent
-        only there. A message with none to pass back (journaled before reasoning was kept, or
-        a model that returned none) is not sent with an empty string, which the guide does not
-        promise to accept: that request goes with thinking disabled, where nothing is required.
-        """
-        messages, complete = with_passed_back_reasoning(request)
-        if complete:
-            return {**body, "messages": messages}
-        body = {k: v for k, v in body.items() if k != "reasoning_effort"}
-        return {**body, "messages": without_reasoning(request), "thinking": {"type": "disabled"}}
+    default_reasoning = "tool_spans"
 
     def __init__(
         self,
@@ -318,9 +385,16 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
         *,
         thinking: str | None = None,
         reasoning_effort: str | None = None,
+        reasoning: str | None = None,
         **options: Any,
     ):
-        super().__init__(endpoint, **options)
+        if reasoning not in (None, *REASONING_OPTIONS):
+            raise ValueError(f"reasoning must be one of {REASONING_OPTIONS} or None")
+        if reasoning == "learned":
+            reasoning = "tool_spans"
+        if thinking == "disabled":
+            reasoning = "never"
+        super().__init__(endpoint, reasoning=reasoning, **options)
         if thinking not in (None, *THINKING_MODES):
             raise ValueError(f"thinking must be one of {THINKING_MODES} or None")
         if reasoning_effort not in (None, *REASONING_EFFORTS):
@@ -331,17 +405,21 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
         self.reasoning_effort = reasoning_effort
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
-        """Return the body with the thinking settings and DeepSeek's reasoning rule applied.
+        """Return the body with the thinking settings and the reasoning rule applied."""
+        body = super().payload(request)
+        spans = any(m.get("tool_calls") for m in request.messages)
+        if self.reasoning == "never" and self.thinking != "disabled" and spans:
+            body = {k: v for k, v in body.items() if k != "reasoning_effort"}
+            body["thinking"] = {"type": "disabled"}
+        return body
 
-        With thinking disabled nothing needs passing back, so no reasoning is sent at all.
-        """
-        body = self.with_thinking(super().payload(request))
-        if self.thinking == "disabled":
-            return {**body, "messages": without_reasoning(request)}
-        return self.reasoning_payload(request, body)
+    def with_settings(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.with_thinking(body)
 
     def with_thinking(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Return `body` with the thinking settings, without what thinking mode ignores."""
+        """Return a copy of `body` with the thinking settings, without what thinking mode
+        ignores."""
+        body = dict(body)
         if self.thinking is not None:
             body["thinking"] = {"type": self.thinking}
         if self.reasoning_effort is not None:
@@ -397,9 +475,16 @@ class OllamaChatGateway(OpenAICompatibleChatGateway):
         )
 
     def parse(self, document: Any) -> ModelResponse:
+        """Return the reply; the native answer's reasoning (`message.thinking`, Ollama's
+        thinking guide, docs.ollama.com/capabilities/thinking, read 2026-12-02) is kept as
+        `reasoning_content`, which the native body never sends back."""
         if self.num_ctx is None:
             return super().parse(document)
-        return parse_ollama_chat(document)
+        reply = parse_ollama_chat(document)
+        thinking = document["message"].get("thinking")
+        if isinstance(thinking, str) and thinking:
+            reply.message["reasoning_content"] = thinking
+        return reply
 
 
 # The least output limit of a connection to a model that thinks by default: the limit counts the
@@ -431,7 +516,8 @@ _GATEWAYS: dict[str, type[OpenAICompatibleChatGateway]] = {
 
 def gateway_for_provider(provider: str, endpoint: ModelEndpoint, **options: Any) -> ModelGateway:
     """Return the gateway for `provider` at `endpoint`; `options` go to the gateway's
-    constructor (`output`, `calls`, and a provider's own settings such as `thinking`).
+    constructor (`output`, `calls`, `reasoning`, and a provider's own settings such as
+    `thinking`).
 
     `local` returns the engine's offline demo gateway and ignores the endpoint.
     """
@@ -445,11 +531,12 @@ def gateway_for_provider(provider: str, endpoint: ModelEndpoint, **options: Any)
     return gateway_class(endpoint, **options)
 
 
-def parse_chat_completion(document: Any, *, keep_reasoning_content: bool = False) -> ModelResponse:
+def parse_chat_completion(document: Any) -> ModelResponse:
     """Return the assistant message, usage, finish reason and model of a chat completion.
 
     The message holds `role`, `content` and `tool_calls` only, plus the provider's
-    `reasoning_content` when `keep_reasoning_content` is set and the reply has one.
+    `reasoning_content` whenever the reply has one: every message a run receives is journaled
+    whole, whatever the provider, and its gateway's rule decides what is sent back.
     """
     if not isinstance(document, dict):
         raise ProviderError("protocol")
@@ -464,7 +551,7 @@ def parse_chat_completion(document: Any, *, keep_reasoning_content: bool = False
         raise ProviderError("protocol", "The provider's answer has no message.")
     message: dict[str, Any] = {"role": "assistant", "content": _content(raw.get("content"))}
     reasoning = raw.get("reasoning_content")
-    if keep_reasoning_content and isinstance(reasoning, str):
+    if isinstance(reasoning, str):
         message["reasoning_content"] = reasoning
     calls = raw.get("tool_calls")
     if calls:

@@ -1,8 +1,11 @@
 """List a provider's models and work out each one's window, output cap and where they came from.
 
-Window parameters come, in order, from the provider's own list (`provider`), from the manifest
-of exact model IDs when the base URL is the provider's official endpoint (`official_manifest`),
-or from the platform fallback (`platform_default`). The Django side adds `manual`.
+Window parameters come, in order, from what the server says it runs the model with (an
+`openai_compatible` endpoint that is llama.cpp's server: `server_props`; LM Studio's:
+`provider_loaded`, see `local_servers.compatible_windows`), from the provider's own list
+(`provider`), from the manifest of exact model IDs when the base URL is the provider's official
+endpoint (`official_manifest`), or from the platform fallback (`platform_default`). The Django
+side adds `manual`.
 
 The estimator a connection measures its requests with follows the same rule: a tokenizer is
 chosen only for an exact model ID the manifest lists on the provider's official endpoint (no
@@ -25,6 +28,7 @@ from agentloom.providers._urls import PROVIDERS, endpoint_url, is_official_endpo
 from agentloom.providers.local_servers import (
     LOCAL_SERVER_PROVIDERS,
     OLLAMA_DEFAULT_WARNING,
+    compatible_windows,
     lmstudio_windows,
     ollama_windows,
 )
@@ -51,6 +55,7 @@ WINDOW_SOURCES = (
     "provider",
     "provider_loaded",
     "provider_maximum",
+    "server_props",
     "num_ctx",
     "official_manifest",
     "platform_default",
@@ -143,7 +148,9 @@ def discover_models(
 ) -> list[DiscoveredModel]:
     """Return the models `provider` at `base_url` offers, chat models first, then by ID.
 
-    GET `{base_url}/models` with the key as a bearer token; `local` answers without HTTP.
+    GET `{base_url}/models` with the key as a bearer token; `local` answers without HTTP. For
+    an `openai_compatible` endpoint the server is also asked, at its origin, what window it
+    runs each model with (`compatible_windows`); a route it lacks changes nothing.
     Raise `ProviderError` when the call fails or the answer is not a model list.
     """
     _check_provider(provider)
@@ -164,22 +171,31 @@ def discover_models(
     )
     with factory() as client:
         document = client.get_json(url, api_key=api_key)
+        entries: dict[str, Any] = {}
+        for entry in _list_entries(document):
+            model_id = _entry_id(entry)
+            if model_id is not None and model_id not in entries:
+                entries[model_id] = entry if isinstance(entry, dict) else {}
+        served = (
+            compatible_windows(client, base_url, entries, api_key=api_key)
+            if provider == "openai_compatible" and entries
+            else {}
+        )
     checked_on = (today or datetime.date.today()).isoformat()
-    models: dict[str, DiscoveredModel] = {}
-    for entry in _list_entries(document):
-        model_id = _entry_id(entry)
-        if model_id is None or model_id in models:
-            continue
-        models[model_id] = _describe(
+    models = [
+        _describe(
             provider,
             model_id,
-            entry if isinstance(entry, dict) else {},
+            entry,
             official=official,
             manifest=manifest,
             list_url=url,
             checked_on=checked_on,
+            served=served.get(model_id),
         )
-    return sorted(models.values(), key=lambda model: (not model.chat, model.id))
+        for model_id, entry in entries.items()
+    ]
+    return sorted(models, key=lambda model: (not model.chat, model.id))
 
 
 def model_defaults(
@@ -316,10 +332,16 @@ def _describe(
     manifest: Manifest,
     list_url: str | None,
     checked_on: str | None,
+    served: tuple[tuple[int | None, str, str | None], str] | None = None,
 ) -> DiscoveredModel:
     window, cap = _listed_sizes(entry)
     listed = manifest.lookup(provider, model_id) if official else None
-    if window is not None:
+    warning = None
+    if served is not None:
+        # What the server runs the model with beats what a list says it could take.
+        (window, source, warning), source_url = served
+        verified_on = checked_on
+    elif window is not None:
         source, source_url, verified_on = "provider", list_url, checked_on
     elif listed is not None and listed.context_window is not None:
         window, source = listed.context_window, "official_manifest"
@@ -346,6 +368,7 @@ def _describe(
         verified_on=verified_on,
         tokenizer=tokenizer,
         estimator=_ESTIMATOR_OF_TOKENIZER.get(tokenizer or "", "bytes"),
+        warning=warning,
         retired=retirement.to_dict() if retirement is not None else None,
     )
 

@@ -14,29 +14,47 @@ window it runs with:
 
 Both servers are called through the same guarded client as every provider. The base URL is the
 server's root (`http://127.0.0.1:11434`, `http://127.0.0.1:1234`), without `/v1`.
+
+An `openai_compatible` endpoint may be one of the servers that say the window they run with at
+their own root (`compatible_windows`, called at the origin of the base URL only):
+
+- llama.cpp's server: `GET /props` has `default_generation_settings.n_ctx`, the context size of
+  one slot, which is what a request must fit (tools/server/README.md "GET /props", and
+  tools/server/server-context.cpp, where a request of `n_ctx` tokens or more is refused, read
+  2026-12-02). No top-level `n_ctx` was found in the props the source builds: it is not read.
+  Its source is `server_props`.
+- LM Studio: `GET /api/v0/models`, read as for the `lmstudio` kind (`provider_loaded` for a
+  loaded model, which is as precise as a server can say).
+
+A missing route or any failure of these extra calls leaves the listing as it was.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from agentloom.engine import ModelRequest, ModelResponse
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import ProviderClient
-from agentloom.providers._urls import endpoint_url
+from agentloom.providers._urls import endpoint_url, origin_url
 
 __all__ = [
     "LOCAL_SERVER_PROVIDERS",
     "NOT_LOADED_WARNING",
     "OLLAMA_DEFAULT_WARNING",
     "chat_url",
+    "compatible_windows",
     "lmstudio_windows",
     "ollama_chat_payload",
     "ollama_windows",
     "parse_ollama_chat",
 ]
+
+logger = logging.getLogger("agentloom.providers")
 
 LOCAL_SERVER_PROVIDERS = ("ollama", "lmstudio")
 
@@ -102,9 +120,15 @@ def ollama_windows(client: ProviderClient, base_url: str) -> dict[str, tuple[Win
     return models
 
 
-def lmstudio_windows(client: ProviderClient, base_url: str) -> dict[str, tuple[Window, bool]]:
-    """Return each model LM Studio has with its window and whether it serves chat."""
-    document = client.get_json(endpoint_url(base_url, "/api/v0/models"), api_key=None)
+def lmstudio_windows(
+    client: ProviderClient, base_url: str, *, optional: bool = False
+) -> dict[str, tuple[Window, bool]]:
+    """Return each model LM Studio has with its window and whether it serves chat.
+
+    `optional`: the server may not be LM Studio (its failure is then logged at debug level).
+    """
+    url = endpoint_url(base_url, "/api/v0/models")
+    document = client.get_json(url, api_key=None, optional=optional)
     models: dict[str, tuple[Window, bool]] = {}
     for entry in _entries(document, "data"):
         name = entry.get("id")
@@ -121,6 +145,66 @@ def lmstudio_windows(client: ProviderClient, base_url: str) -> dict[str, tuple[W
             window = (None, "platform_default", None)
         models[name] = (window, chat)
     return models
+
+
+def compatible_windows(
+    client: ProviderClient, base_url: str, model_ids: Iterable[str], *, api_key: str | None
+) -> dict[str, tuple[Window, str]]:
+    """Return the window, and the URL it was read at, that the server reports for listed models.
+
+    For `openai_compatible` endpoints: llama.cpp's `/props` (with the connection's key), then
+    LM Studio's `/api/v0/models` (without, as for the `lmstudio` kind), both at the origin of
+    `base_url`. Models the server says nothing of are left out.
+    """
+    wanted = list(model_ids)
+    found: dict[str, tuple[Window, str]] = {}
+    props_url = origin_url(base_url, "/props")
+    # A llama.cpp server started with --api-key asks for it on /props too: only /health,
+    # /v1/health, /models, /v1/models and /api/tags are public (tools/server/server-http.cpp,
+    # `public_endpoints`, read 2026-12-02). The key is the one of this origin's server.
+    props = _optional(lambda: client.get_json(props_url, api_key=api_key, optional=True))
+    window = _props_window(props)
+    if window is not None:
+        for model_id in _props_models(props, wanted):
+            found[model_id] = ((window, "server_props", None), props_url)
+    if len(found) < len(wanted):
+        lmstudio_url = origin_url(base_url, "/api/v0/models")
+        listed = _optional(
+            lambda: lmstudio_windows(client, origin_url(base_url, "/"), optional=True)
+        )
+        for name, (listed_window, _) in (listed or {}).items():
+            if name in wanted and name not in found and listed_window[0] is not None:
+                found[name] = (listed_window, lmstudio_url)
+    return found
+
+
+def _optional(read: Any) -> Any:
+    """Return what `read()` returns, or None when the server does not answer it."""
+    try:
+        return read()
+    except ProviderError as error:
+        # A route this server does not have (404) is the usual answer: nothing to report.
+        logger.debug(
+            "optional server route unanswered: kind=%s status=%s", error.kind, error.status
+        )
+        return None
+
+
+def _props_window(props: Any) -> int | None:
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    return _size(settings.get("n_ctx")) if isinstance(settings, dict) else None
+
+
+def _props_models(props: dict[str, Any], model_ids: list[str]) -> list[str]:
+    """Return the listed models the props are of: the one named by alias or path, else the
+    only model listed (a server started with one model)."""
+    names = {props.get(key) for key in ("model_alias", "model_path")}
+    named = [model_id for model_id in model_ids if model_id in names]
+    if named:
+        return named
+    return model_ids if len(model_ids) == 1 else []
 
 
 # --- Ollama's native chat ------------------------------------------------------------------------

@@ -17,14 +17,18 @@ from django.db.models import Max
 
 from agentloom.engine import DEFAULT_SAMPLES, ConfigurationError, ContextPolicy, LargeRecords
 from agentloom.errors import InvalidInput
-from agentloom.providers import retirement_of
+from agentloom.providers import ProviderError, retirement_of
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.toolservers import SEPARATOR
 from agentloom.validation import clean_text
 from context_app.engine_adapter import (
     builtin_tool_names,
     estimator_binding,
+    measure_unit,
+    reasoning_rule,
+    server_counter,
     snapshot_question_room,
+    tokenizer_route,
 )
 from context_app.models import Agent, AgentVersion
 from context_app.selectors import PUBLISHED_FIELDS
@@ -220,6 +224,13 @@ def agent_question_room(agent: Agent) -> dict[str, int] | None:
         snapshot = version_snapshot(agent)
     except InvalidInput:
         return None  # a chosen tool-server tool is no longer listed: publishing says so
+    # Measured with the server's counts the latest version kept (no call to the server here):
+    # what changed since is bounded in bytes until the next publish counts it.
+    latest = agent.versions.order_by("-number").first()
+    if latest is not None and latest.model_connection_id == agent.model_connection_id:
+        kept = latest.snapshot.get("server_tokenizer")
+        if kept:
+            snapshot["server_tokenizer"] = kept
     return snapshot_question_room(snapshot).to_dict()
 
 
@@ -246,6 +257,8 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         },
         "context_policy": clean_context_policy(agent.context_policy),
         "estimator": estimator_binding(connection.estimator),
+        # Which replies' reasoning goes back to the model (engine_adapter.reasoning_rule).
+        "reasoning": reasoning_rule(connection),
         # DeepSeek's thinking settings, sent with every call of the version (None: the default).
         "thinking": {
             "thinking": connection.thinking or None,
@@ -262,6 +275,34 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
         # with `read_record`; versions published before keep the 24,000-character truncation.
         "large_records": LargeRecords().to_dict(),
     }
+
+
+def _tokenizer_route(connection: ModelConnection) -> str:
+    """Return the route the connection's server tokenizes on, frozen into the version."""
+    try:
+        route = tokenizer_route(connection)
+    except ProviderError as error:
+        raise InvalidInput(
+            f"The server's tokenizer could not be asked: {error.message}", field="model_connection"
+        ) from None
+    if route is None:
+        raise InvalidInput(
+            "The connection counts with the server's own tokenizer, but its server does not "
+            "tokenize: choose another estimator.",
+            field="model_connection",
+        )
+    return route
+
+
+def _counted_room(snapshot: dict[str, Any], counter: Any):
+    """Return the room for a question, counted by the server's tokenizer when there is one."""
+    try:
+        return snapshot_question_room(snapshot, counter=counter)
+    except ProviderError as error:
+        raise InvalidInput(
+            f"The server's tokenizer did not count the request: {error.message}",
+            field="model_connection",
+        ) from None
 
 
 @transaction.atomic(durable=True)
@@ -296,10 +337,17 @@ def agent_publish_nested(*, user, agent: Agent) -> AgentVersion:
             field="model_connection",
         )
     snapshot = version_snapshot(agent)
-    room = snapshot_question_room(snapshot)
+    counter = None
+    if connection.estimator == ModelConnection.Estimator.SERVER:
+        snapshot["server_tokenizer"] = {"route": _tokenizer_route(connection)}
+        counter = server_counter(snapshot, connection)
+    room = _counted_room(snapshot, counter)
     if not room.fits:
-        # Its sessions could not be kept alive: refused with the figures (README, publishing).
-        raise InvalidInput(room.describe(), field="question_room")
+        # Its sessions could not be kept alive: refused with the figures (README, publishing),
+        # in the unit its runs' hard check counts in.
+        raise InvalidInput(
+            f"Counted in {measure_unit(snapshot)}: {room.describe()}", field="question_room"
+        )
     number = (agent.versions.aggregate(top=Max("number"))["top"] or 0) + 1
     return AgentVersion.objects.create(
         agent=agent,

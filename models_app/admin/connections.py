@@ -195,8 +195,9 @@ class ModelConnectionForm(ServiceForm):
         required=False,
         choices=[("", "— automatic —"), *ModelConnection.Estimator.choices],
         help_text="Automatic: the model's own tokenizer when the manifest lists this exact model "
-        "on its official endpoint, else UTF-8 bytes (conservative). New versions freeze it at "
-        "publish.",
+        "on its official endpoint, else UTF-8 bytes (conservative). The server's own tokenizer: "
+        "a self-hosted server that tokenizes (the connection test says so). New versions "
+        "freeze it at publish.",
     )
 
     prices = forms.JSONField(
@@ -318,7 +319,14 @@ class ModelConnectionAdmin(ServiceWritesAdmin):
         return super().get_queryset(request).select_related("space")
 
     def get_readonly_fields(self, request, obj=None):
-        fields = ["effective_budget", "estimator_status", "price_status", "retired_status"]
+        fields = [
+            "effective_budget",
+            "estimator_status",
+            "price_status",
+            "retired_status",
+            "learned_window_status",
+            "learned_reasoning_status",
+        ]
         return ["space", "base_url_punycode", *fields, "used_by"] if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
@@ -341,10 +349,13 @@ class ModelConnectionAdmin(ServiceWritesAdmin):
                         "effective_budget",
                         "source_url",
                         "verified_on",
+                        "learned_window_status",
                     ],
                     "description": "Filled in from the provider's list, the official manifest or "
                     "the 32K fallback; the badge shows which. The input budget is the window "
-                    "minus the output reservation and the safety margin.",
+                    "minus the output reservation and the safety margin. A window learned from "
+                    "the server's refusals replaces a larger one; editing the window overrides "
+                    "it (the History page keeps what was learned).",
                 },
             ),
         ]
@@ -365,6 +376,17 @@ class ModelConnectionAdmin(ServiceWritesAdmin):
                     "fields": ["thinking", "reasoning_effort"],
                     "description": "Sent with every call of the versions published from now "
                     "on: their answers, summaries and verifications.",
+                },
+            )
+        )
+        fieldsets.append(
+            (
+                "Reasoning",
+                {
+                    "fields": ["reasoning_passback", "learned_reasoning_status"],
+                    "description": "Whether a reply's reasoning goes back to the model in later "
+                    "requests, frozen into each version published: learned (sent back once the "
+                    "server refuses a request without it), never, or DeepSeek's tool-span rule.",
                 },
             )
         )
@@ -443,6 +465,25 @@ class ModelConnectionAdmin(ServiceWritesAdmin):
             retirement.message(obj.get_provider_display()),
             retirement.source_url,
         )
+
+    @admin.display(description="Learned from the server")
+    def learned_window_status(self, obj):
+        if obj is None or obj.learned_window is None:
+            return "nothing learned"
+        return format_html(
+            '<span id="learned-window">{} tokens, on {}: “{}”</span>',
+            f"{obj.learned_window:,}",
+            obj.learned_window_at.date().isoformat() if obj.learned_window_at else "?",
+            obj.learned_window_evidence,
+        )
+
+    @admin.display(description="Rule learned from the server")
+    def learned_reasoning_status(self, obj):
+        if obj is None or not obj.learned_reasoning:
+            return "nothing learned"
+        rule = ModelConnection.ReasoningPassback(obj.learned_reasoning).label
+        note = "" if not obj.reasoning_passback else " (your setting above wins)"
+        return format_html('<span id="learned-reasoning">{}{}</span>', rule, note)
 
     @admin.display(description="Measured with")
     def estimator_status(self, obj):

@@ -20,9 +20,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
+from django.utils import timezone
 
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.providers import (
@@ -63,6 +66,7 @@ __all__ = [
     "connection_create_nested",
     "connection_delete",
     "connection_delete_nested",
+    "connection_learn",
     "connection_update",
     "connection_update_nested",
     "connection_validate",
@@ -87,8 +91,13 @@ CONNECTION_FIELDS = (
     "num_ctx",
     "thinking",
     "reasoning_effort",
+    "reasoning_passback",
     "prices",
 )
+# The estimators a connection may measure with: the provider layer's, and the server's own
+# tokenizer on a self-hosted server.
+SERVER_ESTIMATOR = ModelConnection.Estimator.SERVER
+ESTIMATORS = tuple(dict.fromkeys((*ESTIMATOR_NAMES, *ModelConnection.Estimator.values)))
 # The values a window source vouches for; sending any of them without a source makes it manual.
 WINDOW_VALUES = ("context_window", "max_output_tokens", "max_output_cap")
 DEFAULT_SAFETY_MARGIN_TOKENS = 1_024
@@ -229,9 +238,23 @@ def _clean_tokens(value: Any, *, field: str, minimum: int) -> int:
     return value
 
 
-def _clean_window_source(value: Any) -> str:
-    if not isinstance(value, str) or value not in WINDOW_SOURCES:
-        raise InvalidInput(f"Must be one of: {', '.join(WINDOW_SOURCES)}.", field="window_source")
+# A person or discovery may name these; `learned` is written by runs only (`connection_learn`).
+CHOOSABLE_WINDOW_SOURCES = tuple(
+    dict.fromkeys(
+        source
+        for source in (*WINDOW_SOURCES, *ModelConnection.WindowSource.values)
+        if source != ModelConnection.WindowSource.LEARNED
+    )
+)
+
+
+def _clean_window_source(value: Any, *, derived: str = "") -> str:
+    if value == derived:
+        return value
+    if not isinstance(value, str) or value not in CHOOSABLE_WINDOW_SOURCES:
+        raise InvalidInput(
+            f"Must be one of: {', '.join(CHOOSABLE_WINDOW_SOURCES)}.", field="window_source"
+        )
     return value
 
 
@@ -373,6 +396,11 @@ def _resolve(
     prices = _resolve_prices(
         current if same_model else None, fields, provider=provider, base_url=base_url
     )
+    reasoning = _resolve_reasoning(current, fields, provider=provider)
+    learned = _resolve_learned(
+        current if same_model else None, fields, same_window=window["same_window"]
+    )
+    del window["same_window"]
     return {
         "name": name,
         "provider": provider,
@@ -383,7 +411,44 @@ def _resolve(
         **window,
         **estimator,
         **thinking,
+        "reasoning_passback": reasoning,
+        **learned,
         "prices": prices,
+    }
+
+
+def _resolve_reasoning(
+    current: ModelConnection | None, fields: dict[str, Any], *, provider: str
+) -> str:
+    """Return whether reasoning goes back ("" learned, `never`, `tool_spans`); kept if omitted."""
+    choices = ModelConnection.ReasoningPassback.values
+    if "reasoning_passback" in fields:
+        value = fields["reasoning_passback"] or ""
+    else:
+        value = current.reasoning_passback if current is not None else ""
+    if value not in choices:
+        raise InvalidInput(f"Must be one of: {', '.join(choices[1:])}.", field="reasoning_passback")
+    if value and provider == "local":
+        raise InvalidInput("The demo model has no reasoning.", field="reasoning_passback")
+    return value
+
+
+def _resolve_learned(
+    current: ModelConnection | None, fields: dict[str, Any], *, same_window: bool
+) -> dict[str, Any]:
+    """Return what runs learned, kept while the model stays the same (`current` is None else).
+
+    A person who edits the window (any window value sent, a value or null) overrides the
+    learned one: it is cleared, and the audit rows keep what was learned and when.
+    """
+    keep_window = (
+        current is not None and same_window and not any(name in fields for name in WINDOW_VALUES)
+    )
+    return {
+        "learned_window": current.learned_window if keep_window else None,
+        "learned_window_evidence": current.learned_window_evidence if keep_window else "",
+        "learned_window_at": current.learned_window_at if keep_window else None,
+        "learned_reasoning": current.learned_reasoning if current is not None else "",
     }
 
 
@@ -509,7 +574,9 @@ def _resolve_estimator(
 
     An estimator sent is `manual`; `estimator_source: auto` (or a new model) takes what the
     manifest knows for this exact model on its official endpoint, else `bytes`; an update that
-    changes neither keeps a hand-picked estimator.
+    changes neither keeps a hand-picked estimator. `server` (the server's own tokenizer) may
+    also come with `auto`: a connection test or a listing found that the server tokenizes
+    (`models_app.services.discovery`), and it stays while the model does.
     """
     requested = fields.get("estimator")
     source = fields.get("estimator_source")
@@ -518,27 +585,41 @@ def _resolve_estimator(
             f"Must be one of: {', '.join(ModelConnection.EstimatorSource.values)}.",
             field="estimator_source",
         )
-    if requested not in (None, ""):
-        if requested not in ESTIMATOR_NAMES:
-            raise InvalidInput(f"Must be one of: {', '.join(ESTIMATOR_NAMES)}.", field="estimator")
-        if source == "auto":
-            raise InvalidInput(
-                "An estimator picked by hand is `manual`; send estimator_source auto alone to "
-                "go back to the automatic choice.",
-                field="estimator_source",
-            )
-        return {"estimator": requested, "estimator_source": "manual"}
     same_model = current is not None and (
         current.provider,
         _normalised(current.base_url),
         current.model_id,
     ) == (provider, base_url, model_id)
+    if requested not in (None, ""):
+        if requested not in ESTIMATORS:
+            raise InvalidInput(f"Must be one of: {', '.join(ESTIMATORS)}.", field="estimator")
+        if requested == SERVER_ESTIMATOR:
+            _require_tokenizing_server(provider, base_url)
+        elif source == "auto":
+            raise InvalidInput(
+                "An estimator picked by hand is `manual`; send estimator_source auto alone to "
+                "go back to the automatic choice.",
+                field="estimator_source",
+            )
+        return {"estimator": requested, "estimator_source": source or "manual"}
     if source != "auto" and same_model and current.estimator_source == "manual":
         return {"estimator": current.estimator, "estimator_source": "manual"}
     if source == "manual":
         raise InvalidInput("Send the estimator you pick.", field="estimator")
+    if source != "auto" and same_model and current.estimator == SERVER_ESTIMATOR:
+        return {"estimator": SERVER_ESTIMATOR, "estimator_source": "auto"}
     automatic = model_defaults(provider, base_url, model_id).estimator
     return {"estimator": automatic, "estimator_source": "auto"}
+
+
+def _require_tokenizing_server(provider: str, base_url: str) -> None:
+    """Refuse the `server` estimator where no server of ours tokenizes: the demo model and the
+    hosted providers' official endpoints."""
+    if provider == "local" or is_official_endpoint(provider, base_url):
+        raise InvalidInput(
+            "Only a self-hosted server counts with its own tokenizer; this endpoint has none.",
+            field="estimator",
+        )
 
 
 def _resolve_key(
@@ -599,6 +680,7 @@ def _resolve_window(
         current, fields, defaults=defaults, sent=sent, kept=kept
     )
     return {
+        "same_window": same_model,
         "context_window": sizes["context_window"],
         "max_output_tokens": sizes["max_output_tokens"],
         "max_output_cap": sizes["max_output_cap"],
@@ -724,7 +806,7 @@ def _resolve_source(current, fields, *, defaults, sent, kept) -> tuple[str, str,
     if requested in (None, ""):
         source, source_url, verified_on = derived
     else:
-        source = _clean_window_source(requested)
+        source = _clean_window_source(requested, derived=derived[0])
         if not sent_window and source not in ("manual", derived[0]):
             raise InvalidInput(
                 f"Send the window values that come from {source}; without them the values "
@@ -829,6 +911,92 @@ def connection_delete_nested(*, user, connection: ModelConnection) -> None:
     except ProtectedError:
         # Something started using it between the check and the delete.
         raise Conflict("Agents use this connection; it cannot be deleted.") from None
+
+
+LEARNED_KINDS = ("context_window", "reasoning")
+MAX_EVIDENCE_CHARS = 200
+
+
+@transaction.atomic(durable=True)
+def connection_learn(
+    *,
+    connection_id: int,
+    kind: str,
+    value: Any,
+    evidence: str,
+    user_id: int,
+    origin: str,
+    serves: tuple[str, str] | None = None,
+) -> bool:
+    """Record on the connection what a run learned from its server; return whether it changed.
+
+    A window (`context_window`) is recorded only when it is smaller than the connection's: it
+    becomes the window (source `learned`), with the server's words, the date and an audit row,
+    and the output reservation and margin shrink if they would leave no input budget. A
+    reasoning rule (`reasoning`) is recorded once. `user_id` is the person whose run learned it
+    and `origin` names the run, both for the audit row; `serves` is the (provider, model) the
+    run called: nothing is recorded on a connection that now serves another. A run's own steps
+    call this, never a person; a person overrides a learned window by editing the window
+    (`connection_update`).
+    """
+    if kind not in LEARNED_KINDS:
+        raise InvalidInput(f"Must be one of: {', '.join(LEARNED_KINDS)}.", field="kind")
+    evidence = " ".join(str(evidence or "").split())[:MAX_EVIDENCE_CHARS]
+    connection = ModelConnection.objects.select_for_update().filter(pk=connection_id).first()
+    if connection is None or (serves and (connection.provider, connection.model_id) != serves):
+        return False
+    if kind == "reasoning":
+        if value not in ModelConnection.ReasoningPassback.values or not value:
+            raise InvalidInput("Not a reasoning rule.", field="value")
+        if connection.learned_reasoning == value:
+            return False
+        connection.learned_reasoning = value
+        message = f"Learned that reasoning goes back ({value}) from the server: {evidence}"
+        changed = ["learned_reasoning"]
+    else:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidInput("Must be a whole number.", field="value")
+        if value >= connection.context_window:
+            return False  # a learned window never raises the connection's
+        connection.context_window = value
+        connection.max_output_tokens = min(
+            connection.max_output_tokens, _default_output(value, connection.max_output_cap)
+        )
+        if value - connection.max_output_tokens - connection.safety_margin_tokens <= 0:
+            connection.safety_margin_tokens = (value - connection.max_output_tokens) // 4
+        connection.window_source = ModelConnection.WindowSource.LEARNED
+        connection.source_url = ""
+        connection.verified_on = datetime.date.today()
+        connection.learned_window = value
+        connection.learned_window_evidence = evidence
+        connection.learned_window_at = timezone.now()
+        message = f"Learned the context window {value:,} from the server: {evidence}"
+        changed = [
+            "context_window",
+            "max_output_tokens",
+            "safety_margin_tokens",
+            "window_source",
+            "source_url",
+            "verified_on",
+            "learned_window",
+            "learned_window_evidence",
+            "learned_window_at",
+        ]
+    connection.save(update_fields=[*changed, "updated_at"])
+    _audit(connection, user_id=user_id, message=f"{message} ({origin}).")
+    return True
+
+
+def _audit(connection: ModelConnection, *, user_id: int, message: str) -> None:
+    """Write the change into the connection's history (the admin's history page shows it)."""
+    LogEntry.objects.create(
+        user_id=user_id,
+        content_type=ContentType.objects.get_for_model(ModelConnection),
+        object_id=str(connection.pk),
+        object_repr=str(connection)[:200],
+        action_flag=CHANGE,
+        change_message=message,
+    )
 
 
 def _listing(rows: list) -> str:

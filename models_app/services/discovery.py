@@ -8,6 +8,7 @@ one place, `_failure_text`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -28,12 +29,15 @@ from agentloom.providers import (
     Timeouts,
     discover_models,
     gateway_for_provider,
+    is_official_endpoint,
+    probe_tokenizer,
 )
 from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import administered_spaces, require_space_admin
 from models_app.selectors import connection_get
 from models_app.services.connections import (
     KEY_REQUIRED,
+    SERVER_ESTIMATOR,
     clean_api_key,
     clean_base_url,
     clean_provider,
@@ -71,7 +75,7 @@ def models_discover(
     # may make it, so that refused requests never use up an allowed caller's budget.
     limit("discovery", user.pk, what="model listings")
     try:
-        return discover_models(
+        models = discover_models(
             provider,
             base_url,
             key or None,
@@ -89,6 +93,35 @@ def models_discover(
         if error.kind == "address_refused":
             raise InvalidInput(_failure_text(error), field="base_url") from None
         raise UpstreamError(_failure_text(error)) from None
+    chat = [model for model in models if model.chat and model.estimator == "bytes"]
+    route = _tokenizer(provider, base_url, key, chat[0].id, client_factory) if chat else None
+    if route is None:
+        return models
+    # The server counts with its own tokenizer: measuring with it beats counting bytes.
+    return [
+        dataclasses.replace(model, estimator=SERVER_ESTIMATOR) if model in chat else model
+        for model in models
+    ]
+
+
+def _tokenizer(provider, base_url, key, model, client_factory) -> str | None:
+    """Return the route a self-hosted server tokenizes on (None: it does not, or it is not
+    self-hosted), asked on the server's own origin through the guarded client."""
+    if provider == "local" or is_official_endpoint(provider, base_url):
+        return None
+    try:
+        return probe_tokenizer(
+            ModelEndpoint(base_url, key or None, model),
+            calls=CallOptions(
+                allow_private_hosts=settings.ALLOW_PRIVATE_MODEL_HOSTS,
+                client_factory=client_factory,
+                retry=RetryPolicy(max_attempts=1),
+                timeouts=Timeouts(read=TEST_READ_TIMEOUT_SECONDS),
+            ),
+        )
+    except ProviderError as error:
+        logger.info("tokenizer probe failed: provider=%s kind=%s", provider, error.kind)
+        return None
 
 
 def _key_for_call(*, user, provider, base_url, api_key, resource_id, missing: str) -> str:
@@ -139,6 +172,9 @@ class ConnectionTest:
     kind: str | None = None
     detail: str | None = None
     status: int | None = None
+    # The route the server tokenizes on (None: it does not), and the estimator that suggests.
+    tokenizer: str | None = None
+    estimator: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,7 +234,15 @@ def connection_test(
             detail=_failure_text(error),
             status=error.status,
         )
-    return ConnectionTest(ok=True, latency_ms=_elapsed_ms(started), model=reply.model or model)
+    latency = _elapsed_ms(started)
+    route = _tokenizer(provider, base_url, key, model, client_factory)
+    return ConnectionTest(
+        ok=True,
+        latency_ms=latency,
+        model=reply.model or model,
+        tokenizer=route,
+        estimator=SERVER_ESTIMATOR if route else None,
+    )
 
 
 def _test_gateway(provider, base_url, key, model, client_factory):

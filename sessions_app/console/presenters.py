@@ -154,7 +154,13 @@ def meter(context: dict[str, Any]) -> dict[str, Any]:
         if estimate >= context["trigger_at"]
         else "ok",
         "compaction_count": len(context["compactions"]),
-        "last_reported": _last_reported(context.get("last_reported")),
+        # The last answered call reported no usage: said so, not shown as an older call's.
+        "last_unreported": bool(context.get("last_call_unreported")),
+        "last_reported": (
+            None
+            if context.get("last_call_unreported")
+            else _last_reported(context.get("last_reported"))
+        ),
     }
 
 
@@ -213,15 +219,17 @@ def binding(session: Session) -> dict[str, Any]:
 
 def model_call(call) -> dict[str, Any]:
     """Return one model call as the context page's table shows it."""
+    unreported = call.usage_unreported
     return {
         "call": call,
-        "usage": usage_text(call.usage),
+        "unreported": unreported,
+        "usage": call.NO_USAGE if unreported else usage_text(call.usage),
         "error": signed_percent(call.estimate_error),
         "error_note": estimate_error_note(
             unit_name(calibrated=bool(call.calibration), estimator=call.estimator)
         ),
         "cached": cached_text(call),
-        "cost": call_cost_text(call),
+        "cost": "unknown (no usage reported)" if unreported else call_cost_text(call),
     }
 
 

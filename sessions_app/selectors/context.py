@@ -166,6 +166,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "target_at": measure.target_at,
         "compactions": _compactions(frame, run),
         "last_reported": last_reported(run),
+        "last_call_unreported": last_call_unreported(run),
         "cost": run_cost(run),
         "plan": (frame.get("state") or {}).get("plan"),
         "tools": tools_part(estimator, sent, tools),
@@ -225,6 +226,18 @@ def last_reported(run: Run) -> dict[str, Any] | None:
         "estimator": call.estimator,
         "calibrated": call.calibration is not None,
     }
+
+
+def last_call_unreported(run: Run) -> bool:
+    """Return whether the run's last answered call came without usage (a stream that carried
+    none): its size and cost are not known, which is not zero."""
+    call = (
+        ModelCall.objects.filter(run=run, discarded=False, error="")
+        .only("usage")
+        .order_by("-id")
+        .first()
+    )
+    return call is not None and call.usage is None
 
 
 def recent_ratio(connection_id: int | None, *, calls: int = DEFAULT_SAMPLES) -> float | None:

@@ -34,6 +34,7 @@ from context_app.engine_adapter import (
     price_for,
     version_binding,
 )
+from models_app.services.connections import connection_learn
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore
@@ -102,6 +103,8 @@ def _create_model_call(
         reported_completion_tokens=reported_completion_tokens(call.usage),
         estimate_error=estimate_error(estimate, reported),
         calibration=call.calibration,
+        counts=getattr(call, "counts", None),
+        refusal=getattr(call, "refusal", None),
         response=call.response,
         usage=call.usage,
         latency_ms=max(0.0, float(call.latency_ms or 0)),
@@ -248,9 +251,15 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
         _record_model_call(run_id, owner, call, price(call))
 
+    def on_learned(learned: Any) -> None:
+        # Recorded on the connection for new runs and versions; the run itself already
+        # applied it (its checkpoint's binding and its journal hold it).
+        _record_learned(run, learned)
+
     held = database_slots.wrap
     decisions = decisions_of(run)
     return EngineHooks(
+        on_learned=held(on_learned),
         save=held(writer.sync),
         decisions=lambda: decisions,
         on_model_call=held(on_model_call),
@@ -261,6 +270,29 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
         # No thread per call: the process's renewer watches every call of every run.
         watch=renewer.run(RunLease(run_id=run_id, owner=owner)),
     )
+
+
+def _record_learned(run: Run, learned: Any) -> None:
+    """Record what the run learned from its server on the version's connection, once.
+
+    A failure to record it never fails the run that learned it: the run applied it already.
+    """
+    version = run.session.agent_version
+    if version.model_connection_id is None:
+        return
+    budget = version.snapshot.get("budget") or {}
+    try:
+        connection_learn(
+            connection_id=version.model_connection_id,
+            kind=learned.kind,
+            value=learned.value,
+            evidence=learned.evidence,
+            user_id=run.session.created_by_id,
+            origin=f"run #{run.number} of session {run.session_id}",
+            serves=(budget.get("provider"), budget.get("model_id")),
+        )
+    except ApplicationError as error:
+        log.warning("run %s: what it learned was not recorded: %s", run.pk, error.detail)
 
 
 class SlottedStore(RecordStore):

@@ -194,11 +194,18 @@ def _provider_shape(version) -> ModelGateway | None:
 
 
 def _response_steps(calls: list[ModelCall]) -> list[Any]:
+    """Return the stored answers and errors in order; a refusal carries again what it said
+    (`ModelCall.refusal`: the window it named, the size it refused, its words), so the replay
+    learns what the run learned."""
     steps: list[Any] = []
     for call in calls:
         if call.error:
             kind, _, message = call.error.partition(": ")
-            steps.append(GatewayError(kind, message))
+            error = GatewayError(kind, message)
+            for name, value in (call.refusal or {}).items():
+                if name in ("window", "requested", "evidence"):
+                    setattr(error, name, value)
+            steps.append(error)
         else:
             steps.append(ModelResponse.from_dict(call.response))
     return steps
@@ -412,10 +419,16 @@ def _replay_engine(
     *,
     rendering: int,
     decided: dict[str, Decision],
+    start: dict[str, Any] | None = None,
 ) -> Engine:
-    """Return an engine of the run's frozen version, driven by the replay's gateway and hooks."""
+    """Return an engine of the run's frozen version, driven by the replay's gateway and hooks.
+
+    `start` holds the budget the run started with (`_start_binding`).
+    """
     snapshot = run.session.agent_version.snapshot
-    policy, budget, estimator = run_measures(snapshot)
+    # No counter: a replay never asks a server's tokenizer; it measures with the counts its run
+    # recorded (`_run_attempt`).
+    policy, budget, estimator = run_measures(snapshot, start or {}, learned=False)
     return create_engine(
         gateway,
         tools,
@@ -454,6 +467,8 @@ def _run_attempt(
     rendering: int,
     started: dict[str, Any],
     decided: dict[str, Decision],
+    start: dict[str, Any],
+    token_counts: dict[str, int] | None,
 ) -> RunOutcome:
     """Start (the first attempt that ran) or resume one attempt of the run, as it was."""
     if first:
@@ -464,11 +479,12 @@ def _run_attempt(
             question=run.question,
             history=history_for_new_run(
                 run.session,
-                version_binding(run.session.agent_version, rendering=rendering),
+                version_binding(run.session.agent_version, rendering=rendering, start=start),
                 as_of=run,
             ),
             calibration_start=started.get("start"),
             calibration_base=started.get("start_base"),
+            token_counts=token_counts,
         )
     else:
         # Resumed from the frame by reference, as the run was: its inherited history keeps
@@ -515,6 +531,17 @@ def _differences(recordings: _Recordings, frame: dict[str, Any]) -> list[str]:
     return differences
 
 
+def _start_binding(recordings: _Recordings) -> dict[str, Any]:
+    """Return the budget the run started with: the one its checkpoint's binding holds, unless
+    the run was refused for length itself (it then learned a window from the version's frozen
+    budget)."""
+    binding = recordings.checkpoint.get("binding") or {}
+    refused = any(call.error.startswith("context_length") for call in recordings.calls)
+    if refused or "budget" not in binding:
+        return {}
+    return {"budget": binding["budget"]}
+
+
 def replay_run(run: Run) -> ReplayReport:
     """Re-drive `run` from its recordings and return the differences found.
 
@@ -531,7 +558,16 @@ def replay_run(run: Run) -> ReplayReport:
     # The run is replayed under the rendering rules it was made with.
     rendering = rendering_of(recordings.checkpoint.get("binding")).version
     tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows)
-    engine = _replay_engine(run, gateway, tools, hooks, rendering=rendering, decided=decided)
+    start = _start_binding(recordings)
+    engine = _replay_engine(
+        run,
+        gateway,
+        tools,
+        hooks,
+        rendering=rendering,
+        decided=decided,
+        start=start,
+    )
     # A calibrated run started from its connection's ratio of that moment and the session's last
     # reported call, both kept in its state.
     started = (recordings.checkpoint.get("state") or {}).get("calibration") or {}
@@ -551,6 +587,8 @@ def replay_run(run: Run) -> ReplayReport:
                 rendering=rendering,
                 started=started,
                 decided=decided,
+                start=start,
+                token_counts=(recordings.checkpoint.get("state") or {}).get("token_counts"),
             )
             frame, resume_from = outcome.frame, outcome.checkpoint.frame
         except _StopAttempt:

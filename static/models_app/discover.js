@@ -14,6 +14,8 @@
     provider_loaded: "the context length the local server reports the model loaded with",
     provider_maximum: "the model's MAXIMUM: not loaded now, the server may load it smaller",
     num_ctx: "sent as num_ctx with every request, so the server runs with it",
+    server_props: "the context the server reports it was started with",
+    learned: "learned from the server's refusal of a longer request (see below)",
     official_manifest: "from the official model manifest",
     platform_default: "32K platform fallback: check it against the provider's documentation",
     manual: "entered by an administrator",
@@ -25,6 +27,8 @@
     provider_loaded: "as loaded by the server",
     provider_maximum: "model maximum, not loaded",
     num_ctx: "num_ctx",
+    server_props: "from the server's properties",
+    learned: "learned from the server",
     official_manifest: "official manifest",
     platform_default: "32K fallback: check it",
     manual: "manual",
@@ -236,6 +240,10 @@
       field("window_source").value = model.window_source;
       field("source_url").value = model.source_url || "";
       field("verified_on").value = model.verified_on || "";
+      if (model.estimator === "server" && field("estimator") && !field("estimator").value) {
+        // The server counts with its own tokenizer: measure with it.
+        field("estimator").value = "server";
+      }
       showBadge();
       showBudget();
       if (model.warning) {
@@ -291,7 +299,13 @@
           setTestStatus(errorText(data, response.status), "error");
         } else if (data.ok) {
           const model = data.model ? ` (${data.model})` : "";
-          setTestStatus(`Connected: the model answered in ${Number(data.latency_ms).toLocaleString("en")} ms${model}.`, "ok");
+          const counts = data.tokenizer
+            ? ` The server counts tokens with its own tokenizer (${data.tokenizer}): the estimator is set to it.`
+            : "";
+          if (data.estimator === "server" && field("estimator") && !field("estimator").value) {
+            field("estimator").value = "server";
+          }
+          setTestStatus(`Connected: the model answered in ${Number(data.latency_ms).toLocaleString("en")} ms${model}.${counts}`, "ok");
         } else {
           setTestStatus(`Not connected after ${Number(data.latency_ms).toLocaleString("en")} ms: ${data.detail}`, "error");
         }

@@ -105,8 +105,9 @@ def test_fetch_pick_override_and_save(admin_page, lab, provider, screenshot, bro
         (raw,) = cursor.fetchone()
     raw = raw.encode() if isinstance(raw, str) else bytes(raw)
     assert KEY.encode() not in raw
-    # Discovery sent the typed key once; nothing was saved before the form was.
-    (request,) = provider.requests
+    # Discovery sent the typed key once (then asked the server's own window routes, absent
+    # here); nothing was saved before the form was.
+    (request,) = [r for r in provider.requests if r.path == "/v1/models"]
     assert request.headers["authorization"] == f"Bearer {KEY}"
 
 
@@ -130,7 +131,8 @@ def test_the_edit_page_reuses_the_stored_key_and_shows_errors(
     expect(page.locator("#discovered-models option")).to_have_count(3)
     # The list selects the connection's current model.
     expect(page.locator("#discovered-models")).to_have_value("qwen-72b")
-    assert provider.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    listed = [r for r in provider.requests if r.path == "/v1/models"]
+    assert listed[-1].headers["authorization"] == f"Bearer {KEY}"
 
     provider.reply(path="/v1/models", status=401, json={"error": {"message": f"bad key {KEY}"}})
     page.click("#fetch-models")

@@ -17,6 +17,7 @@ from agentloom.engine import (
     JsonBytesEstimator,
     ModelBudget,
     O200kEstimator,
+    ServerEstimator,
     TokenEstimator,
     estimator_from_binding,
     estimator_named,
@@ -548,7 +549,13 @@ def test_the_hard_budget_check_uses_the_upper_bound():
 
 
 @pytest.mark.parametrize(
-    "estimator", [JsonBytesEstimator(per_message=20), O200kEstimator(), DeepSeekEstimator()]
+    "estimator",
+    [
+        JsonBytesEstimator(per_message=20),
+        O200kEstimator(),
+        DeepSeekEstimator(),
+        ServerEstimator(tools_preamble=300),
+    ],
 )
 def test_every_estimator_round_trips_through_its_binding(estimator):
     binding = json.loads(json.dumps(estimator.binding()))
@@ -565,6 +572,7 @@ def test_module_ids_are_versioned_and_registered():
         DEFAULT_ESTIMATOR_ID,
         "agentloom.engine.estimators.O200kEstimator/1",
         "agentloom.engine.estimators.DeepSeekEstimator/1",
+        "agentloom.engine.estimators.ServerEstimator/1",
     }
     assert estimator_from_binding(None).binding() == JsonBytesEstimator().binding()
 
@@ -605,8 +613,9 @@ def test_unknown_config_is_refused(binding):
 
 
 def test_short_names_give_new_estimators():
-    assert sorted(ESTIMATORS) == ["bytes", "deepseek", "o200k"]
+    assert sorted(ESTIMATORS) == ["bytes", "deepseek", "o200k", "server"]
     assert type(estimator_named("bytes")) is JsonBytesEstimator
+    assert type(estimator_named("server")) is ServerEstimator
     assert type(estimator_named("o200k")) is O200kEstimator
     assert type(estimator_named("deepseek")) is DeepSeekEstimator
     assert estimator_named("o200k") is not estimator_named("o200k")

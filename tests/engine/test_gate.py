@@ -49,3 +49,24 @@ def test_a_body_that_breaks_a_rule_is_refused_by_name(payload, rule):
         check_payload(payload, PayloadRules(), purpose="action", notes_placed=True)
 
     assert refused.value.rule == rule
+
+
+SPANS = PayloadRules(reasoning="tool_spans")
+THOUGHT_ASKS = {**ASKS, "reasoning_content": "t"}
+
+
+def test_under_tool_spans_an_assistant_of_a_tool_span_needs_its_reasoning():
+    check_payload(body(THOUGHT_ASKS, ANSWER, max_tokens=10), SPANS, purpose="action",
+                  notes_placed=True)  # fmt: skip
+    with pytest.raises(PayloadRuleBroken) as refused:
+        check_payload(body(ASKS, ANSWER, max_tokens=10), SPANS, purpose="action",
+                      notes_placed=True)  # fmt: skip
+    assert refused.value.rule == "reasoning"
+    # With thinking disabled nothing is required.
+    disabled = body(ASKS, ANSWER, max_tokens=10, thinking={"type": "disabled"})
+    check_payload(disabled, SPANS, purpose="action", notes_placed=True)
+
+
+def test_an_unknown_reasoning_rule_is_refused():
+    with pytest.raises(ValueError, match="reasoning"):
+        PayloadRules(reasoning="learned")

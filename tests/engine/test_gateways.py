@@ -1,13 +1,19 @@
+import copy
+import dataclasses
 import json
+import logging
 
 import pytest
 
 from agentloom.engine import (
     GatewayError,
+    LearnedLimit,
     LocalDemoGateway,
     ModelBudget,
     ModelRequest,
+    PayloadRules,
     ProjectedHistory,
+    check_payload,
 )
 from agentloom.engine.testing import (
     ScriptedGateway,
@@ -268,3 +274,72 @@ def test_the_demo_model_does_not_cite_the_plan_a_summary_carries_as_a_result():
     )
     assert "current plan" not in reply.message["content"]
     assert "look it up" not in reply.message["content"]
+
+
+# --- reasoning: the base gateway applies its payload rules -----------------------------------
+
+
+def _called(call_id):
+    return {"id": call_id, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+
+
+SPAN = [
+    {"role": "user", "content": "q1"},
+    {"role": "assistant", "content": "", "reasoning_content": "t1", "tool_calls": [_called("a")]},
+    {"role": "tool", "tool_call_id": "a", "content": "r"},
+    {"role": "assistant", "content": "done", "reasoning_content": "t2"},
+    {"role": "user", "content": "q2"},
+    {"role": "assistant", "content": "plain", "reasoning_content": "t3"},
+    {"role": "user", "content": "q3"},
+]
+
+
+class _SpansGateway(ScriptedGateway):
+    """Any gateway that declares DeepSeek's rule."""
+
+    payload_rules = PayloadRules(reasoning="tool_spans")
+
+
+def test_any_gateway_declaring_tool_spans_passes_reasoning_back_and_passes_its_own_gate():
+    gateway = _SpansGateway([text_response("x")])
+    request = ModelRequest(purpose="action", messages=copy.deepcopy(SPAN))
+    body = gateway.payload(request)
+    assert [m.get("reasoning_content") for m in body["messages"]] == [
+        None, "t1", None, "t2", None, None, None
+    ]  # fmt: skip
+    check_payload(body, gateway.payload_rules, purpose="action", notes_placed=True)
+    assert request.messages == SPAN  # nothing was changed in place
+
+
+def test_a_gateway_under_never_sends_no_reasoning():
+    body = ScriptedGateway([]).payload(ModelRequest(purpose="action", messages=SPAN))
+    assert not any("reasoning_content" in m for m in body["messages"])
+    assert "thinking" not in body
+
+
+def test_the_fallback_disables_thinking_and_logs_one_line_without_content(caplog):
+    stripped = copy.deepcopy(SPAN)
+    del stripped[3]["reasoning_content"]
+    gateway = _SpansGateway([])
+    request = ModelRequest(purpose="action", messages=stripped)
+    with caplog.at_level(logging.WARNING, logger="agentloom.engine"):
+        bodies = [gateway.payload(request) for _ in range(3)]
+    body = bodies[-1]
+    assert body["thinking"] == {"type": "disabled"}
+    assert not any("reasoning_content" in m for m in body["messages"])
+    check_payload(body, gateway.payload_rules, purpose="action", notes_placed=True)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("agentloom.engine")]
+    assert len(lines) == 1
+    assert "1 of 2" in lines[0] and "positions 3" in lines[0] and "t1" not in lines[0]
+
+
+def test_a_gateway_learns_nothing_by_default():
+    assert ScriptedGateway([]).adapt(GatewayError("reasoning_missing", "refused")) is None
+    assert LocalDemoGateway().adapt(GatewayError("context_length", "too long")) is None
+
+
+def test_a_learned_limit_is_frozen():
+    learned = LearnedLimit(kind="reasoning", value="tool_spans", evidence="e", refused=None,
+                           largest_ok=None)  # fmt: skip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        learned.value = "never"

@@ -113,6 +113,7 @@ NOT_ACTIONS = {
     "describe_session_history": READ,
     "replay_run": "replays a run for an operator in memory, writes nothing",
     "run_execute": WORKER,
+    "connection_learn": WORKER,
     "run_claim": WORKER,
     "adopt_legacy_runs": "an operator's one-off migration command, not a user's request",
     "migrate_checkpoint": "an operator's one-off migration command, not a user's request",

@@ -55,8 +55,11 @@ def test_lists_models_with_their_window_and_source(api, listed, caplog):
     assert models["plain-model"]["window_source"] == "platform_default"
     assert models["plain-model"]["context_window"] == 32_768
     assert models["text-embedding-3-small"]["chat"] is False
-    (request,) = listed.requests
+    # The list, then the server's own window routes at its origin (absent here: 404, silent),
+    # then its tokenizer routes (`test_the_listing_suggests_the_server_tokenizer`).
+    request, *probes = listed.requests
     assert (request.method, request.path) == ("GET", "/v1/models")
+    assert [probe.path for probe in probes][:2] == ["/props", "/api/v0/models"]
     assert request.headers["authorization"] == f"Bearer {SECRET_KEY}"
     assert SECRET_KEY not in response.content.decode() and SECRET_KEY not in caplog.text
     assert not ModelConnection.objects.exists()
@@ -137,14 +140,14 @@ def saved(alice, space, listed):
 def test_a_blank_key_uses_the_stored_one_for_the_same_endpoint(api, listed, saved):
     response = discover(api, listed, api_key="", resource_id=saved.pk)
     assert response.status_code == 200
-    assert listed.requests[-1].headers["authorization"] == f"Bearer {SECRET_KEY}"
+    assert listed.requests[0].headers["authorization"] == f"Bearer {SECRET_KEY}"
     assert SECRET_KEY not in response.content.decode()
 
 
 def test_a_new_key_wins_and_is_not_saved(api, listed, saved):
     response = discover(api, listed, api_key="sk-typed-now", resource_id=saved.pk)
     assert response.status_code == 200
-    assert listed.requests[-1].headers["authorization"] == "Bearer sk-typed-now"
+    assert listed.requests[0].headers["authorization"] == "Bearer sk-typed-now"
     assert ModelConnection.objects.get(pk=saved.pk).api_key == SECRET_KEY
 
 

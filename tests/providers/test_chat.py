@@ -437,7 +437,7 @@ def test_a_read_timeout_is_not_retried(provider_double):
     assert sleeps == []
 
 
-def test_deepseek_keeps_reasoning_content_for_the_tool_call_continuation(provider_double):
+def test_every_gateway_keeps_reasoning_content_and_deepseek_passes_it_back(provider_double):
     call = {
         "id": "call_0",
         "type": "function",
@@ -451,7 +451,13 @@ def test_deepseek_keeps_reasoning_content_for_the_tool_call_continuation(provide
     request = ModelRequest(purpose="action", messages=messages, tools=[WEATHER_TOOL])
     deepseek = gateway(provider_double, DeepSeekChatGateway).complete(request)
     assert deepseek.message["reasoning_content"] == "The user wants Oslo's weather."
-    assert "reasoning_content" not in gateway(provider_double).complete(request).message
+    # Every reply's reasoning is kept (the journal holds it); OpenAI is never sent it back.
+    openai = gateway(provider_double)
+    kept = openai.complete(request).message
+    assert kept["reasoning_content"] == "The user wants Oslo's weather."
+    later = [*messages, kept, {"role": "tool", "tool_call_id": "call_0", "content": "sunny"}]
+    sent = openai.payload(ModelRequest(purpose="action", messages=later, tools=[WEATHER_TOOL]))
+    assert not any("reasoning_content" in m for m in sent["messages"])
     # Sent back, it is still a request OpenAI's contract accepts.
     follow_up = [
         *messages,

@@ -7,12 +7,13 @@ The double's checks are built from the guide's own multi-turn tool-call example
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import httpx
 import pytest
 
-from agentloom.engine import EngineConfig, ModelRequest, check_payload
+from agentloom.engine import EngineConfig, EngineHooks, ModelRequest, check_payload
 from agentloom.engine._errors import PayloadRuleBroken
 from agentloom.engine.testing import MemoryJournal
 from agentloom.providers import (
@@ -20,9 +21,10 @@ from agentloom.providers import (
     DeepSeekChatGateway,
     ModelEndpoint,
     OpenAIChatGateway,
+    gateway_for_provider,
 )
 from tests.engine.helpers import Recorder, make_engine
-from tests.support.deepseek_double import DeepSeekDouble
+from tests.support.deepseek_double import DeepSeekDouble, ProxiedDeepSeekDouble, missing_reasoning
 
 # The guide's example: tools, and turn 1 as its loop appends it (every message whole).
 TOOLS = [
@@ -312,3 +314,70 @@ def test_reasoning_is_passed_back_around_unknown_results_after_a_crash(deepseek)
     assert '"status": "unknown"' in last["messages"][-1]["content"]
     assert _assistants(last)[0]["reasoning_content"]
     assert "thinking" not in last and not deepseek.requests[-1].violations
+
+
+# --- a DeepSeek model behind a generic (OpenAI-compatible) endpoint -------------------------
+
+# The engine asks `ModelGateway.adapt` on a refusal and resends once; it reports what a run
+# applied to `EngineHooks.on_learned`.
+ENGINE_RESENDS = "on_learned" in {field.name for field in dataclasses.fields(EngineHooks)}
+QUESTIONS = (
+    '/tool echo {"text": "NONCE-1"}',
+    "What did the tool say?",
+    '/tool calculator {"expression": "6*7"}',
+    "And now?",
+    "Thanks.",
+)
+
+
+@pytest.fixture
+def proxied():
+    with ProxiedDeepSeekDouble() as double:
+        yield double
+
+
+def _proxied_session(double, reasoning):
+    """Run every question of `QUESTIONS` as the application would: a gateway per run, at the
+    connection's rule, which becomes what a run learned once one did."""
+    journal = MemoryJournal()
+    learned, statuses, first = [], [], None
+    for number, question in enumerate(QUESTIONS, start=1):
+        endpoint = ModelEndpoint(double.base_url, "sk-test", "deepseek-v4-flash")
+        calls = CallOptions(allow_private_hosts=True)
+        gateway = gateway_for_provider(
+            "openai_compatible", endpoint, calls=calls, reasoning=reasoning
+        )
+        hooks = {"on_learned": learned.append} if ENGINE_RESENDS else {}
+        outcome, _ = _run(journal, number, gateway, question, **hooks)
+        statuses.append(outcome.status)
+        first = first or outcome.frame["context"]["records"][1]["message"]
+        if learned:
+            reasoning = learned[-1].value
+    return statuses, learned, first
+
+
+@pytest.mark.skipif(not ENGINE_RESENDS, reason="needs the engine's resend after ModelGateway.adapt")
+def test_behind_a_generic_endpoint_learned_answers_every_question_after_a_tool_call(proxied):
+    statuses, learned, first = _proxied_session(proxied, "learned")
+    assert statuses == ["succeeded"] * len(QUESTIONS)
+    assert [(limit.kind, limit.value) for limit in learned] == [("reasoning", "tool_spans")]
+    assert learned[0].evidence == "reasoning_content must be passed back"
+    assert proxied.refused == 1
+    assert first["reasoning_content"].startswith("thinking NONCE-R")
+
+
+def test_behind_a_generic_endpoint_tool_spans_answers_every_question_after_a_tool_call(proxied):
+    statuses, _, first = _proxied_session(proxied, "tool_spans")
+    assert statuses == ["succeeded"] * len(QUESTIONS)
+    assert proxied.refused == 0
+    # The reasoning of a generic endpoint's reply is journaled and passed back.
+    assert first["tool_calls"] and first["reasoning_content"].startswith("thinking NONCE-R")
+    last = proxied.chat_bodies()[-1]["messages"]
+    assert missing_reasoning(last) == [] and any(m.get("reasoning_content") for m in last)
+
+
+def test_behind_a_generic_endpoint_never_is_refused_after_the_first_tool_call(proxied):
+    statuses, _, first = _proxied_session(proxied, "never")
+    assert statuses == ["failed"] * len(QUESTIONS)
+    assert proxied.refused == len(QUESTIONS)
+    assert first["reasoning_content"]

@@ -14,7 +14,6 @@ from agentloom.engine import ModelRequest, cached_prompt_tokens
 from agentloom.providers import (
     DeepSeekChatGateway,
     ModelEndpoint,
-    OpenAICompatibleChatGateway,
     discover_models,
     load_manifest,
     retirement_of,
@@ -64,9 +63,10 @@ def test_settings_deepseek_does_not_document_are_refused(thinking, effort):
 )
 def test_parameters_thinking_mode_ignores_are_not_sent(monkeypatch, thinking, sent):
     tuned = {"temperature": 0.2, "presence_penalty": 0.5, "frequency_penalty": 0.5}
-    plain = OpenAICompatibleChatGateway.payload
+    # The provider's settings are applied to a body that holds them.
+    plain = DeepSeekChatGateway.with_settings
     monkeypatch.setattr(
-        OpenAICompatibleChatGateway, "payload", lambda self, request: plain(self, request) | tuned
+        DeepSeekChatGateway, "with_settings", lambda self, body: plain(self, body | tuned)
     )
     body = deepseek(thinking=thinking).payload(ask())
     for name in tuned:

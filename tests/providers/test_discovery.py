@@ -65,7 +65,8 @@ def test_each_provider_lists_models_over_http(provider_double, provider):
     provider_double.models = [{"id": "model-b"}, {"id": "model-a", "context_window": 65536}]
     models = discover(provider_double, provider)
     assert [m.id for m in models] == ["model-a", "model-b"]
-    request = provider_double.requests[-1]
+    # The list is asked first; an OpenAI-compatible endpoint is then asked for its own props.
+    request = provider_double.requests[0]
     assert (request.method, request.path) == ("GET", "/v1/models")
     assert request.headers["authorization"] == f"Bearer {KEY}"
     assert models[0].window_source == "provider"
@@ -418,3 +419,124 @@ def test_a_malformed_manifest_fails_loudly(tmp_path, document):
     path.write_text(json.dumps(document))
     with pytest.raises(ValueError):
         load_manifest(path)
+
+
+# --- what an OpenAI-compatible server says it runs the model with -------------------------------
+
+SMOL = "/models/SmolLM2-135M-Instruct-Q8_0.gguf"
+# llama.cpp's `GET /props` (tools/server/README.md, read 2026-12-02), shortened.
+PROPS = {
+    "default_generation_settings": {"n_ctx": 4096, "params": {}},
+    "total_slots": 1,
+    "model_path": SMOL,
+}
+
+
+def test_llama_cpp_props_give_the_window_of_its_one_model(provider_double, caplog):
+    provider_double.models = [{"id": SMOL, "object": "model"}]
+    provider_double.props = PROPS
+    [model] = discover(provider_double)
+    assert (model.context_window, model.window_source) == (4096, "server_props")
+    assert model.source_url == provider_double.origin + "/props"
+    assert model.verified_on == "2026-10-07"
+    assert model.max_output_tokens == 2048
+    # llama.cpp started with --api-key asks for it on /props as on the chat route.
+    props = [request for request in provider_double.requests if request.path == "/props"]
+    assert props and props[0].headers["authorization"] == f"Bearer {KEY}"
+    # Found at /props: LM Studio's route is not asked.
+    assert provider_double.hits("/api/v0/models") == 0
+
+
+def test_props_apply_to_the_model_they_name_only(provider_double):
+    provider_double.models = [{"id": "smol"}, {"id": "other", "context_window": 8192}]
+    provider_double.props = {**PROPS, "model_alias": "smol"}
+    models = by_id(discover(provider_double))
+    assert (models["smol"].context_window, models["smol"].window_source) == (4096, "server_props")
+    assert (models["other"].context_window, models["other"].window_source) == (8192, "provider")
+
+
+def test_props_of_an_unnamed_model_among_several_are_not_guessed(provider_double):
+    provider_double.models = [{"id": "a"}, {"id": "b"}]
+    provider_double.props = PROPS
+    assert {m.window_source for m in discover(provider_double)} == {"platform_default"}
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"default_generation_settings": {"n_ctx": 0}},
+        {"default_generation_settings": {"n_ctx": "4096"}},
+        {"n_ctx": 4096},
+        {"default_generation_settings": None},
+        ["not", "props"],
+    ],
+)
+def test_props_without_a_usable_slot_window_are_ignored(provider_double, props):
+    provider_double.models = [{"id": SMOL}]
+    provider_double.props = props
+    [model] = discover(provider_double)
+    assert (model.context_window, model.window_source) == (32_768, "platform_default")
+
+
+def test_lm_studio_behind_an_openai_compatible_endpoint_gives_its_loaded_length(provider_double):
+    provider_double.models = [{"id": "qwen2.5-7b-instruct"}, {"id": "idle-model"}]
+    provider_double.reply(
+        path="/api/v0/models",
+        json={
+            "object": "list",
+            "data": [
+                {
+                    "id": "qwen2.5-7b-instruct",
+                    "type": "llm",
+                    "state": "loaded",
+                    "max_context_length": 32768,
+                    "loaded_context_length": 8192,
+                },
+                {
+                    "id": "idle-model",
+                    "type": "llm",
+                    "state": "not-loaded",
+                    "max_context_length": 131072,
+                },
+            ],
+        },
+    )
+    models = by_id(discover(provider_double))
+    loaded, idle = models["qwen2.5-7b-instruct"], models["idle-model"]
+    assert (loaded.context_window, loaded.window_source) == (8192, "provider_loaded")
+    assert loaded.source_url == provider_double.origin + "/api/v0/models"
+    assert (idle.context_window, idle.window_source) == (131072, "provider_maximum")
+    assert idle.warning and "Not loaded" in idle.warning
+
+
+def test_missing_server_routes_are_silent(provider_double, caplog):
+    caplog.set_level("INFO")
+    provider_double.models = [{"id": SMOL}]
+    [model] = discover(provider_double)
+    assert model.window_source == "platform_default"
+    assert [r.path for r in provider_double.requests] == ["/v1/models", "/props", "/api/v0/models"]
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+
+
+def test_a_failing_props_route_leaves_the_listing_as_it_was(provider_double):
+    provider_double.models = [{"id": SMOL, "context_window": 16384}]
+    provider_double.reply(path="/props", status=500, json={"error": {"message": "x"}})
+    provider_double.reply(path="/api/v0/models", body=b"<html>not json</html>")
+    [model] = discover(provider_double)
+    assert (model.context_window, model.window_source) == (16384, "provider")
+
+
+def test_only_openai_compatible_endpoints_are_asked_for_props(provider_double):
+    provider_double.props = PROPS
+    discover(provider_double, "openai")
+    discover(provider_double, "deepseek")
+    assert provider_double.hits("/props") == 0
+
+
+def test_the_props_are_asked_at_the_origin_whatever_the_base_path(provider_double):
+    provider_double.models = [{"id": SMOL}]
+    provider_double.props = PROPS
+    provider_double.reply(path="/deep/v1/models", json={"data": [{"id": SMOL}]})
+    [model] = discover(provider_double, base_url=provider_double.origin + "/deep/v1")
+    assert model.window_source == "server_props"
+    assert provider_double.hits("/deep/props") == 0 and provider_double.hits("/props") == 1

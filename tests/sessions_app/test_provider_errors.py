@@ -28,7 +28,6 @@ class FailingGateway(ModelGateway):
     ("error", "says"),
     [
         (ProviderError("quota", status=402), "top it up"),
-        (ProviderError("context_length", status=400), "check the connection's context window"),
         (ProviderError("reasoning_missing", status=400), "turn thinking off"),
         (ProviderError("model_unknown", status=404), "check the connection's model ID"),
         (ProviderError("rate_limit", status=429, retry_after=90), "retry after 90 s"),
@@ -45,3 +44,19 @@ def test_the_run_and_the_model_call_carry_the_mapped_message(alice, make_demo_se
     for text in (run.error, call.error):
         assert says in text
         assert SECRET not in text
+
+
+def test_a_length_refusal_is_learned_and_the_run_says_to_republish(alice, make_demo_session):
+    # The call keeps the provider's mapped message; the run learned a window from the refusal
+    # (none named: half the refused size) that leaves no room, and says to republish.
+    error = ProviderError("context_length", status=400)
+    engine_adapter.set_gateway_factory(lambda version, connection: FailingGateway(error))
+    try:
+        run = ask(make_demo_session(), alice, "hello")
+    finally:
+        engine_adapter.set_gateway_factory(None)
+    assert run.status == Run.Status.FAILED
+    call = ModelCall.objects.filter(run=run).first()
+    assert "check the connection's context window" in call.error
+    assert run.error.startswith("context_window_learned") and "republish" in run.error
+    assert SECRET not in run.error

@@ -17,6 +17,11 @@ Chinese page 思考模式; read 2026-12-01) and the guide's multi-turn tool-call
   empty content;
 - tool-call ordering and message shapes are OpenAI's (`openai_contract`).
 
+`ProxiedDeepSeekDouble` is the same model behind a generic OpenAI-compatible endpoint (a proxy,
+a self-hosted deployment): its refusal of a missing `reasoning_content` is the one sentence
+DeepSeek's API answers with ("The `reasoning_content` in the thinking mode must be passed back
+to the API."), and nothing tells a client that it is DeepSeek but the model's name.
+
 Replies: `/tool NAME {json}` in the latest user message calls that tool (when the body offers
 tools); after tool results, an answer citing them; otherwise an answer to the question. Every
 reply in thinking mode carries `reasoning_content`.
@@ -31,9 +36,10 @@ from typing import Any
 from tests.support.openai_contract import ordering_violations, schema_violations
 from tests.support.provider_double import CHAT_PATH, ProviderDouble, ScriptedReply
 
-__all__ = ["DeepSeekDouble", "missing_reasoning"]
+__all__ = ["REASONING_REFUSAL", "DeepSeekDouble", "ProxiedDeepSeekDouble", "missing_reasoning"]
 
 _TOOL = re.compile(r"/tool\s+([A-Za-z0-9_-]+)\s*")
+REASONING_REFUSAL = "The `reasoning_content` in the thinking mode must be passed back to the API."
 # Body fields DeepSeek reads beyond OpenAI's schema.
 _DEEPSEEK_FIELDS = ("thinking",)
 
@@ -143,3 +149,19 @@ class DeepSeekDouble(ProviderDouble):
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
         }
+
+
+class ProxiedDeepSeekDouble(DeepSeekDouble):
+    """DeepSeek's model behind a generic endpoint: one refusal sentence for missing reasoning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.models = [{"id": "deepseek-v4-flash", "object": "model", "owned_by": "proxy"}]
+        self.refused = 0
+
+    def violations(self, document: dict[str, Any]) -> list[str]:
+        problems = super().violations(document)
+        if any(problem.startswith("Missing `reasoning_content`") for problem in problems):
+            self.refused += 1
+            return [REASONING_REFUSAL]
+        return problems

@@ -17,6 +17,12 @@ apart (slowly when a test asks), and the usage chunk when `stream_options.includ
 `reply_stream(events)` scripts the chunks themselves. `first_bytes` holds when each stream's
 first byte went out (`time.time()`, comparable with a browser's `Date.now()`), and
 `streams_cut` counts streams the client closed before their end.
+
+Two routes of self-hosted servers, off by default (404 like any unknown path): `props` set to
+a document answers `GET /props` as llama.cpp's server does, and `tokenizer` set to
+`"llama.cpp"`, `"vllm"` or `"llama-cpp-python"` answers that server's tokenize route
+(`/tokenize` or `/extras/tokenize/count`, and llama.cpp's `/apply-template`) in its shape,
+counting `words(text)` tokens and rendering chats with `rendered(messages, tools)`.
 """
 
 from __future__ import annotations
@@ -106,6 +112,21 @@ def chat_completion(
     }
 
 
+def words(text: str) -> int:
+    """The double's tokenizer: one token per whitespace-separated word."""
+    return len(text.split())
+
+
+def rendered(messages: list[Any], tools: list[Any] | None = None) -> str:
+    """The double's chat template: markers around each message, the tool schemas, a prompt."""
+    parts = []
+    for message in messages:
+        parts += ["<start>", str(message.get("role")), str(message.get("content") or ""), "<end>"]
+    if tools:
+        parts += ["<tools>", json.dumps(tools)]
+    return " ".join([*parts, "<start>", "assistant"])
+
+
 def _pieces(text: str, size: int) -> list[str]:
     return [text[start : start + size] for start in range(0, len(text), size)]
 
@@ -182,6 +203,9 @@ class ProviderDouble:
         self.chunk_delay = 0.0
         self.first_bytes: list[float] = []
         self.streams_cut = 0
+        # A self-hosted server's own routes (see the module docstring); None: 404.
+        self.props: Any = None
+        self.tokenizer: str | None = None
         self._scripts: dict[str, deque[ScriptedReply]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -315,9 +339,40 @@ class ProviderDouble:
             return ScriptedReply(200, body)
         if method == "POST" and path == CHAT_PATH:
             return ScriptedReply(200, chat_completion(model=document.get("model", "double")))
+        if method == "GET" and path == "/props" and self.props is not None:
+            return ScriptedReply(200, self.props)
+        counted = self._tokenize(method, path, document)
+        if counted is not None:
+            return counted
         return ScriptedReply(
             404, {"error": {"message": "no such path", "type": "invalid_request_error"}}
         )
+
+    def _tokenize(self, method: str, path: str, document: Any) -> ScriptedReply | None:
+        """Answer a tokenize request in the shape of the server `tokenizer` names."""
+        body = document if isinstance(document, dict) else {}
+        if method != "POST" or self.tokenizer is None:
+            return None
+        if self.tokenizer == "llama.cpp" and path == "/tokenize":
+            # llama.cpp answers a body without `content` with an empty list.
+            text = body.get("content")
+            return ScriptedReply(200, {"tokens": list(range(words(text or "")))})
+        if self.tokenizer == "llama.cpp" and path == "/apply-template":
+            prompt = rendered(body.get("messages") or [], body.get("tools"))
+            return ScriptedReply(200, {"prompt": prompt})
+        if self.tokenizer == "vllm" and path == "/tokenize" and "messages" in body:
+            count = words(rendered(body["messages"], body.get("tools")))
+            return ScriptedReply(200, {"count": count, "max_model_len": 4096, "tokens": []})
+        if self.tokenizer == "vllm" and path == "/tokenize":
+            if not isinstance(body.get("prompt"), str):
+                return ScriptedReply(400, {"error": {"message": "prompt required", "code": 400}})
+            count = words(body["prompt"])
+            return ScriptedReply(
+                200, {"count": count, "max_model_len": 4096, "tokens": list(range(count))}
+            )
+        if self.tokenizer == "llama-cpp-python" and path == "/extras/tokenize/count":
+            return ScriptedReply(200, {"count": words(body.get("input") or "")})
+        return None
 
     def _send(self, handler: _Handler, scripted: ScriptedReply) -> None:
         if scripted.delay:
