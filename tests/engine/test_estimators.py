@@ -197,8 +197,12 @@ def test_o200k_counts_equal_the_independent_implementation(text):
     assert O200kEstimator().count_text(text) == len(REFERENCE.encode_ordinary(text))
 
 
+# Characters unassigned in this Python's Unicode tables (14.0) are left out: the two
+# implementations split text by Unicode category, each with its own tables, and a character
+# assigned later (U+13440, a combining mark since Unicode 15) is a letter to one and a mark to the
+# other.
 @SETTINGS
-@given(text=st.text(max_size=300))
+@given(text=st.text(st.characters(exclude_categories=("Cn",)), max_size=300))
 def test_o200k_counts_equal_the_independent_implementation_on_any_text(text):
     assert O200kEstimator().count_text(text) == len(REFERENCE.encode_ordinary(text))
 
