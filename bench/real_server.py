@@ -425,6 +425,7 @@ class Report:
     errors: list[float] = field(default_factory=list)
     tool_errors: list[float] = field(default_factory=list)
     room: str = ""
+    door: str = ""
     failures: dict[str, int] = field(default_factory=dict)
 
 
@@ -441,6 +442,7 @@ def run_mode(mode: str, user, port: int, recorder: Recorder, base_url: str, args
     report.room = _room_text(room, refused)
     if session is None:
         return report
+    report.door = door_text(session.agent_version)
     questions = [question(n) for n in range(args.questions)] + PLAIN
     for number, text in enumerate(questions):
         started = time.monotonic()
@@ -472,6 +474,14 @@ def run_mode(mode: str, user, port: int, recorder: Recorder, base_url: str, args
     estimator = hard_check_estimator(session.agent_version)
     report.errors, report.tool_errors = estimate_errors(exchanges, estimator, port)
     return report
+
+
+def door_text(version) -> str:
+    """Return how a pasted-text question measures at the door against its limit."""
+    from context_app.engine_adapter import input_check
+
+    check = input_check(version, question(2))
+    return f"a pasted question measures {check.size:,} against a door limit of {check.limit:,}"
 
 
 def _errors(errors: list[float]) -> str:
@@ -512,6 +522,8 @@ def print_table(reports: list[Report], elapsed: float, cap: int) -> None:
         )
     print("errors: median / worst, in per cent of the server's count (n requests)")
     for report in reports:
+        if report.door:
+            print(f"{report.mode}: {report.door}")
         if report.failures:
             print(f"{report.mode}: failed runs by reason {report.failures}")
 

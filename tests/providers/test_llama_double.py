@@ -228,6 +228,15 @@ def test_llama_cpp_tokenizes_content_into_tokens(llamacpp):
     assert httpx.post(f"{llamacpp.origin}/extras/tokenize", json={"input": text}).status_code == 404
 
 
+def test_llama_cpp_applies_its_template_and_tokenizing_that_gives_the_prompt_count(llamacpp):
+    messages = [{"role": "user", "content": '/tool echo {"text": "x"}'}]
+    body = {"messages": messages, "tools": TOOLS}
+    prompt = httpx.post(f"{llamacpp.origin}/apply-template", json=body).json()["prompt"]
+    tokens = httpx.post(f"{llamacpp.origin}/tokenize", json={"content": prompt}).json()["tokens"]
+    answer = chat(llamacpp, messages, tools=TOOLS, max_tokens=64).json()
+    assert len(tokens) == answer["usage"]["prompt_tokens"] == prompt_tokens(messages, TOOLS)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_llama_cpp_refuses_an_overflow_with_400_and_both_counts(llamacpp, stream):
     llamacpp.n_ctx = 50

@@ -19,7 +19,8 @@ What it copies, and from where:
   read 2026-12-02): `GET /props` answers `default_generation_settings.n_ctx` (the context it was
   started with) and `model_path`; `/v1/models` has the path as id and a `meta` whose
   `n_ctx_train` is the model's training maximum, not the window; `POST /tokenize {"content"}` ->
-  `{"tokens": [...]}`; a prompt of `n_ctx` tokens or more is refused with `{"error": {"code":
+  `{"tokens": [...]}`; `POST /apply-template {"messages"}` -> `{"prompt"}`, the chat template
+  applied without inference; a prompt of `n_ctx` tokens or more is refused with `{"error": {"code":
   400, "message": "request (N tokens) exceeds the available context size (M tokens), try
   increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": N, "n_ctx": M}}` with
   status 400, streamed or not (builds since ggml-org/llama.cpp#16486 answer a stream's first
@@ -288,6 +289,8 @@ class LlamaServerDouble(ProviderDouble):
             return ScriptedReply(200, self._props())
         if method == "POST" and path in _TOKENIZE_PATHS:
             return self._tokenize(path, document)
+        if method == "POST" and path == "/apply-template" and "llama.cpp" in self.tokenizers:
+            return self._apply_template(document)
         if method == "POST" and path == CHAT_PATH:
             return self._chat(document, path)
         if self.kind == "ollama":
@@ -352,6 +355,12 @@ class LlamaServerDouble(ProviderDouble):
         if path.endswith("/count"):
             return ScriptedReply(200, {"count": count_tokens(text)}, delay=delay)
         return ScriptedReply(200, {"tokens": _token_ids(text)}, delay=delay)
+
+    def _apply_template(self, document: Any) -> ScriptedReply:
+        if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
+            return _invalid('"messages" must be provided')
+        prompt = render_prompt(document["messages"], self._rendered_tools(document))
+        return ScriptedReply(200, {"prompt": prompt})
 
     def _tokenizer_style(self, path: str, document: Any) -> str | None:
         if not isinstance(document, dict):
