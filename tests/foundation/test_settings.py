@@ -95,7 +95,8 @@ def test_dev_run_turns_debug_and_private_model_hosts_on():
     body = script[script.index("cmd_run() {") : script.index("cmd_lint() {")]
     assert 'export DEBUG="${DEBUG:-true}"' in body
     assert 'export ALLOW_PRIVATE_MODEL_HOSTS="${ALLOW_PRIVATE_MODEL_HOSTS:-true}"' in body
-    assert 'mkdir -p "$ROOT/var"' in body
+    assert 'local var="${AGENTLOOM_VAR_DIR:-$ROOT/var}"' in body
+    assert 'mkdir -p "$var"' in body
 
 
 @pytest.mark.parametrize(
