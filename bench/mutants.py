@@ -986,13 +986,45 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "stream: a second empty end is a length refusal",
+        "stream: a second empty end is probed, not retried again",
         "empty_end_twice_retried",
         "agentloom/providers/chat.py",
         "                        if empty_ends > 1:",
         "                        if empty_ends > 2:",
         (
-            "tests/providers/test_stream_ends.py::test_two_empty_streams_are_a_length_refusal_without_a_window",
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_fails_raises_that_error_once",
+        ),
+    ),
+    Mutant(
+        "stream: a second empty end is answered by the unstreamed probe",
+        "empty_end_refused_without_probe",
+        "agentloom/providers/chat.py",
+        "                            return self.parse(self._probe(client, payload, stream))",
+        '                            raise ProviderError("context_length") from None',
+        (
+            "tests/providers/test_stream_ends.py::test_after_two_empty_streams_the_unstreamed_probe_names_the_window",
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_answers_is_a_successful_call",
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_fails_raises_that_error_once",
+        ),
+    ),
+    Mutant(
+        "stream: the probe is sent without streaming",
+        "probe_streamed",
+        "agentloom/providers/chat.py",
+        '        body["stream"] = False',
+        '        body["stream"] = True',
+        (
+            "tests/providers/test_stream_ends.py::test_after_two_empty_streams_the_unstreamed_probe_names_the_window",
+        ),
+    ),
+    Mutant(
+        "a learned window shrinks the version's output limit and margin to fit",
+        "learned_window_reservation_unfitted",
+        "context_app/engine_adapter.py",
+        "            _fit_reservation(frozen)",
+        "            pass",
+        (
+            "tests/sessions_app/test_real_servers.py::test_a_learned_window_below_the_versions_output_limit_is_refused_clearly_never_a_crash",
         ),
     ),
     Mutant(
@@ -1061,6 +1093,47 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pending = [text for text in texts if text not in counts]",
         (
             "tests/providers/test_server_tokens.py::test_each_server_counts_in_its_own_shape_at_the_origin",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: counts are kept for the process",
+        "tokenizer_counts_per_call",
+        "agentloom/providers/server_tokens.py",
+        "        self.shared = shared",
+        "        self.shared = False",
+        (
+            "tests/providers/test_server_tokens.py::test_counts_are_kept_for_the_process_per_origin_route_and_model",
+            "tests/sessions_app/test_real_servers.py::test_a_later_run_sends_the_tokenizer_only_texts_it_never_counted",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: process counts are per server model",
+        "tokenizer_counts_any_model",
+        "agentloom/providers/server_tokens.py",
+        "        return (self._origin, self.route, self.model_id, digest)",
+        '        return (self._origin, self.route, "", digest)',
+        (
+            "tests/providers/test_server_tokens.py::test_counts_are_kept_for_the_process_per_origin_route_and_model",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: the process counts are bounded",
+        "tokenizer_counts_unbounded",
+        "agentloom/providers/server_tokens.py",
+        "            while len(self._counts) > self.max_items:",
+        "            while False:",
+        (
+            "tests/providers/test_server_tokens.py::test_the_process_cache_is_bounded_least_recently_used_first",
+        ),
+    ),
+    Mutant(
+        "server tokenizer: the probe always asks the server",
+        "tokenizer_probe_cached",
+        "agentloom/providers/server_tokens.py",
+        "            endpoint, route, calls=calls, time_limit=_PROBE_SECONDS, shared=False",
+        "            endpoint, route, calls=calls, time_limit=_PROBE_SECONDS, shared=True",
+        (
+            "tests/providers/test_server_tokens.py::test_counts_are_kept_for_the_process_per_origin_route_and_model",
         ),
     ),
     Mutant(

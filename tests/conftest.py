@@ -63,6 +63,15 @@ def loopback_only(monkeypatch):
 # --- doubles --------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def fresh_token_counts():
+    """Start every test without the process's server-token counts: a double's port may be one
+    an earlier test's double had, with other answers."""
+    from agentloom.providers.server_tokens import clear_count_cache
+
+    clear_count_cache()
+
+
 @pytest.fixture
 def provider_double():
     """Yield a running `ProviderDouble` on 127.0.0.1, closed after the test."""

@@ -57,7 +57,9 @@ bound below.
 
 Counts are cached per content (a hash of each message's and tool's JSON) and by identity, in one
 cache per estimator, which is attached to one server model's tokenizer (`attach`). Measuring a
-request sends the texts not cached yet in one `count` call; the counter bounds its own time.
+request sends the texts not cached yet in one `count` call; the counter bounds its own time,
+and may keep counts beyond one estimator's life (the server tokenizer keeps them for the
+process, so a new run's estimator costs no request for a text counted before).
 Every count used is recorded (`recorded`), the checkpoint keeps them (`state.token_counts`), and
 a resumed or replayed run reads them back (`remember`), so it measures the same way without the
 server.

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentloom.providers._errors import ProviderError
 
-__all__ = ["EMPTY_STREAM_EVIDENCE", "evidence_for", "length_refusal", "mentions_length"]
+__all__ = ["evidence_for", "length_refusal", "mentions_length"]
 
 # Larger than any real window; a number above is junk, not a size.
 _MAX_SANE_TOKENS = 100_000_000
@@ -100,9 +100,6 @@ _REQUESTED_SUMS = (
 # vLLM: "... However, your request has X input tokens. Please reduce the length of the input
 # messages." (observed answers, 2025).
 _REQUEST_HAS = re.compile(r"your request has (\d+) input tokens", re.IGNORECASE)
-
-# The evidence of a stream that ended before its first content, twice.
-EMPTY_STREAM_EVIDENCE = "stream ended before its first content"
 
 
 def mentions_length(code: str | None, text: str | None) -> bool:

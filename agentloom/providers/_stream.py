@@ -11,8 +11,9 @@ A stream that does not end as the API says (`[DONE]` or a finish reason) is clas
 - an error object in it is mapped by what it says (too long, rate limit, server error), and
   may be retried only while nothing of the answer was shown;
 - one that ends before its first content (no text, reasoning or tool call) is retried like a
-  connection that never opened (`EMPTY_END`); the gateway takes a second such end for a length
-  refusal, since that is how some servers answer a request over their window;
+  connection that never opened (`EMPTY_END`); after a second such end the gateway asks once
+  without streaming, since some servers answer a request over their window with an empty
+  stream and the same request unstreamed with a refusal that names the window;
 - one that breaks off after content was shown is a run error that is not retried.
 
 A stream without a usage chunk assembles to a document whose usage is None, never zeros.

@@ -22,7 +22,6 @@ from agentloom.engine import (
 )
 from agentloom.providers._errors import ProviderError
 from agentloom.providers._http import secure_client
-from agentloom.providers._refusals import EMPTY_STREAM_EVIDENCE
 from agentloom.providers._stream import StreamAssembly, is_empty_end, stream_error
 from agentloom.providers._urls import PROVIDERS, endpoint_url
 from agentloom.providers.discovery import DEFAULT_MAX_OUTPUT_TOKENS, ClientFactory
@@ -162,8 +161,11 @@ class OpenAICompatibleChatGateway(ModelGateway):
     `CallStream`; the reply returned is assembled from the whole stream (`_stream`). A stream
     that fails after part of the answer was shown is not retried: the model was already working
     and its words were seen. One that ends before its first content is retried like a
-    connection that never opened, and a second such end is a `context_length` refusal without
-    a window (some servers answer a request over their window so).
+    connection that never opened; after a second such end the same payload is sent once more
+    without streaming (`_probe`): llama-cpp-python answers a streamed request over its window,
+    or one with `tool_choice: "auto"`, with an empty stream, and the same request unstreamed
+    with a 400 that names its window, or with the reply. A length refusal is raised with its
+    numbers, a reply is the call's reply (its page got no deltas), any other error as it is.
 
     Every `reasoning_content` a reply carries is kept in the message it returns. Whether it is
     passed back is `reasoning` (`REASONING_OPTIONS`; None: the provider's `default_reasoning`):
@@ -233,8 +235,9 @@ class OpenAICompatibleChatGateway(ModelGateway):
                         empty_ends += 1
                         if empty_ends > 1:
                             # Some servers answer a request over their window with an empty
-                            # stream (llama-cpp-python, measured): twice is taken for that.
-                            raise _empty_stream_refusal() from None
+                            # stream, and the same request unstreamed with a refusal that names
+                            # the window (llama-cpp-python, measured): ask it so, once.
+                            return self.parse(self._probe(client, payload, stream))
                     delay = self.retry.delay(exc, attempt)
                     if delay is None:
                         raise
@@ -250,6 +253,24 @@ class OpenAICompatibleChatGateway(ModelGateway):
                 else:
                     return self.parse(document)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _probe(self, client: Any, payload: dict[str, Any], stream: CallStream | None) -> Any:
+        """Send `payload` once without streaming, after its stream ended empty twice.
+
+        Return the answer document: a whole reply (none of it reached the stream's page), or
+        raise the error the server answers, a length refusal naming its window among them.
+        """
+        body = {key: value for key, value in payload.items() if key != "stream_options"}
+        body["stream"] = False
+        try:
+            document = _not_an_error(client.post_json(self.url, body, api_key=self._api_key))
+        except ProviderError:
+            if stream is not None and stream.cancelled.is_set():
+                raise ProviderError("cancelled") from None
+            raise
+        if stream is not None and stream.cancelled.is_set():
+            raise ProviderError("cancelled")
+        return document
 
     def _exchange(self, client: Any, payload: dict[str, Any], stream: CallStream | None) -> Any:
         """Send one attempt; return the answer document, assembled from the stream if streamed.
@@ -335,10 +356,6 @@ def _not_an_error(document: Any) -> Any:
     if "error" in document or document.get("object") == "error":
         raise stream_error(document.get("error", document))
     return document
-
-
-def _empty_stream_refusal() -> ProviderError:
-    return ProviderError("context_length", evidence=EMPTY_STREAM_EVIDENCE)
 
 
 class OpenAIChatGateway(OpenAICompatibleChatGateway):

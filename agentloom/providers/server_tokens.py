@@ -22,7 +22,10 @@ schemas included, where the server can say: llama.cpp renders it with `POST /app
 special tokens as its chat route does; vLLM takes the messages and tools on `POST /tokenize`
 (`TokenizeChatRequest`); llama-cpp-python has no such route. One call reuses one client for
 all its requests, counts each distinct text once, and stops with a `ProviderError` once its
-time is spent. Every call goes through the guarded client, to
+time is spent. A text's count on a server's model never changes, so counts are kept for the
+whole process (`COUNT_CACHE_ITEMS`, least recently used dropped first), keyed by the origin,
+the route, the model id and the SHA-256 of the text: a new run, the publish check and the door
+reuse what any earlier count of the process asked. Every call goes through the guarded client, to
 the origin of the connection's base URL only (scheme, host and port; its path, such as `/v1`,
 dropped). Any failure is a `ProviderError`.
 """
@@ -30,8 +33,11 @@ dropped). Any failure is a `ProviderError`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,10 +47,12 @@ from agentloom.providers._urls import origin_url
 from agentloom.providers.chat import CallOptions, ModelEndpoint
 
 __all__ = [
+    "COUNT_CACHE_ITEMS",
     "COUNT_SECONDS",
     "MAX_COUNT_CHARS",
     "TOKENIZER_ROUTES",
     "ServerTokenizer",
+    "clear_count_cache",
     "probe_tokenizer",
 ]
 
@@ -62,6 +70,47 @@ _PROBE_TEXT = "Hello, world."
 _PROBE_SECONDS = 5.0
 _UNREADABLE = "The server's tokenizer answer could not be understood."
 _DEFAULT_CALLS = CallOptions()
+# The most counts the process keeps (a key and its count take about 270 bytes: about 27 MB).
+COUNT_CACHE_ITEMS = 100_000
+
+
+class _CountCache:
+    """The counts of the process, least recently used dropped first; safe across threads."""
+
+    def __init__(self, max_items: int):
+        self.max_items = max_items
+        self._counts: OrderedDict[tuple[str, str, str, bytes], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str, bytes]) -> int | None:
+        with self._lock:
+            count = self._counts.get(key)
+            if count is not None:
+                self._counts.move_to_end(key)
+            return count
+
+    def put(self, key: tuple[str, str, str, bytes], count: int) -> None:
+        with self._lock:
+            self._counts[key] = count
+            self._counts.move_to_end(key)
+            while len(self._counts) > self.max_items:
+                self._counts.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._counts)
+
+
+_COUNTS = _CountCache(COUNT_CACHE_ITEMS)
+
+
+def clear_count_cache() -> None:
+    """Forget every count the process kept (a server's model was replaced under its name)."""
+    _COUNTS.clear()
 
 
 class ServerTokenizer:
@@ -69,7 +118,8 @@ class ServerTokenizer:
 
     `route` is one of `TOKENIZER_ROUTES` (as `probe_tokenizer` returns it). `calls` gives the
     private-address permission and, in tests, the client factory; `time_limit` bounds one
-    `count()` call.
+    `count()` call. With `shared` (the default) counts are read from and kept in the process's
+    cache (module docstring); without, every text is asked.
     """
 
     def __init__(
@@ -79,6 +129,7 @@ class ServerTokenizer:
         *,
         calls: CallOptions = _DEFAULT_CALLS,
         time_limit: float = COUNT_SECONDS,
+        shared: bool = True,
     ):
         if route not in TOKENIZER_ROUTES:
             raise ValueError(
@@ -91,6 +142,8 @@ class ServerTokenizer:
         self.url = origin_url(endpoint.base_url, path)
         self.model_id = endpoint.model_id
         self.time_limit = time_limit
+        self.shared = shared
+        self._origin = origin_url(endpoint.base_url, "")
         self._api_key = endpoint.api_key
         self._client_factory = calls.client_factory or functools.partial(
             secure_client,
@@ -118,11 +171,23 @@ class ServerTokenizer:
         counts: dict[str, int] = {"": 0}
         deadline = time.monotonic() + self.time_limit
         pending = [text for text in dict.fromkeys(texts) if text not in counts]
+        keys = {text: self._key(text) for text in pending} if self.shared else {}
+        for text, key in keys.items():
+            known = _COUNTS.get(key)
+            if known is not None:
+                counts[text] = known
+        pending = [text for text in pending if text not in counts]
         if pending:
             with self._client_factory() as client:
                 for text in pending:
                     counts[text] = self._count_one(client, text, deadline)
+                    if self.shared:
+                        _COUNTS.put(keys[text], counts[text])
         return [counts[text] for text in texts]
+
+    def _key(self, text: str) -> tuple[str, str, str, bytes]:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        return (self._origin, self.route, self.model_id, digest)
 
     def count_request(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
@@ -201,11 +266,14 @@ def probe_tokenizer(endpoint: ModelEndpoint, *, calls: CallOptions = _DEFAULT_CA
     """Return the route of the tokenizer the server at `endpoint` answers on, or None.
 
     Each route is tried with a short text, in the order of `TOKENIZER_ROUTES`, within a few
-    seconds each; the first that counts it is the one. A server that answers none of them
+    seconds each (always asked: a cached count says nothing of the server now); the first that
+    counts it is the one. A server that answers none of them
     (a missing route, a refusal, an unreadable answer) has no usable tokenizer.
     """
     for route in TOKENIZER_ROUTES:
-        tokenizer = ServerTokenizer(endpoint, route, calls=calls, time_limit=_PROBE_SECONDS)
+        tokenizer = ServerTokenizer(
+            endpoint, route, calls=calls, time_limit=_PROBE_SECONDS, shared=False
+        )
         try:
             counted = tokenizer.count([_PROBE_TEXT])
         except ProviderError as error:

@@ -15,7 +15,7 @@ from agentloom.providers import (
     ServerTokenizer,
     probe_tokenizer,
 )
-from agentloom.providers.server_tokens import MAX_COUNT_CHARS
+from agentloom.providers.server_tokens import COUNT_CACHE_ITEMS, MAX_COUNT_CHARS, _CountCache
 from tests.support.provider_double import rendered, words
 
 CALLS = CallOptions(allow_private_hosts=True)
@@ -171,3 +171,49 @@ def test_llama_cpp_python_cannot_count_a_whole_request(provider_double):
     )
     assert tokenizer.count_request(CHAT, TOOLS) is None
     assert provider_double.requests == []
+
+
+def test_counts_are_kept_for_the_process_per_origin_route_and_model(provider_double):
+    provider_double.tokenizer = "llama-cpp-python"
+    route = "llama-cpp-python:/extras/tokenize/count"
+    path = "/extras/tokenize/count"
+    first = ServerTokenizer(endpoint(provider_double), route, calls=CALLS)
+    assert first.count(["one two three", "four five"]) == [3, 2]
+    assert provider_double.hits(path) == 2
+    # Another tokenizer of the same server model (a new run, the door) asks only the new text.
+    again = ServerTokenizer(endpoint(provider_double), route, calls=CALLS)
+    assert again.count(["four five", "six", "one two three"]) == [2, 1, 3]
+    assert provider_double.hits(path) == 3
+    # Another model on the same server is counted anew, and so is a tokenizer not sharing.
+    other = ModelEndpoint(provider_double.base_url, "sk-tok", "/models/other.gguf")
+    assert ServerTokenizer(other, route, calls=CALLS).count(["six"]) == [1]
+    assert provider_double.hits(path) == 4
+    alone = ServerTokenizer(endpoint(provider_double), route, calls=CALLS, shared=False)
+    assert alone.count(["six"]) == [1]
+    assert provider_double.hits(path) == 5
+    # The probe always asks the server.
+    assert probe_tokenizer(endpoint(provider_double), calls=CALLS) == route
+    assert probe_tokenizer(endpoint(provider_double), calls=CALLS) == route
+    assert provider_double.hits(path) == 7
+
+
+def test_a_failed_count_keeps_nothing(provider_double):
+    provider_double.tokenizer = "llama.cpp"
+    provider_double.reply(path="/tokenize", status=500, json={"error": {"message": "down"}})
+    tokenizer = ServerTokenizer(endpoint(provider_double), "llama.cpp:/tokenize", calls=CALLS)
+    with pytest.raises(ProviderError):
+        tokenizer.count(["one two"])
+    assert tokenizer.count(["one two"]) == [2]
+    assert provider_double.hits("/tokenize") == 2
+
+
+def test_the_process_cache_is_bounded_least_recently_used_first():
+    assert COUNT_CACHE_ITEMS == 100_000
+    cache = _CountCache(2)
+    cache.put(("o", "r", "m", b"a"), 1)
+    cache.put(("o", "r", "m", b"b"), 2)
+    assert cache.get(("o", "r", "m", b"a")) == 1
+    cache.put(("o", "r", "m", b"c"), 3)
+    assert len(cache) == 2
+    assert cache.get(("o", "r", "m", b"b")) is None
+    assert cache.get(("o", "r", "m", b"a")) == 1

@@ -1,8 +1,10 @@
 """Broken event streams are classified by what they say and by whether anything was shown.
 
 - A stream that ends before its first content is retried like a connection that never
-  opened; a second such end is a length refusal without a window (llama-cpp-python answers an
-  overflowing streamed request with 200 and an empty body, as measured on 0.3.36).
+  opened; after a second such end the same payload is sent once without streaming
+  (llama-cpp-python answers an overflowing streamed request with 200 and an empty body, and the
+  same request unstreamed with a 400 naming its window, as measured on 0.3.36): its refusal, its
+  reply or its error is the call's.
 - An error object inside a 200 stream is mapped by what it says, and retried only before any
   content; llama.cpp frames it as data today and as an `error:` line in older builds.
 - A stream that breaks off after content was shown is a clear error that is not retried.
@@ -18,6 +20,7 @@ import pytest
 from agentloom.engine import CallStream, ModelRequest
 from agentloom.providers import CallOptions, ModelEndpoint, ProviderError, RetryPolicy
 from agentloom.providers.chat import OpenAICompatibleChatGateway
+from tests.support.llama_double import LlamaServerDouble
 
 QUESTION = ModelRequest(purpose="action", messages=[{"role": "user", "content": "hi"}])
 CHAT = "/v1/chat/completions"
@@ -63,16 +66,61 @@ def test_an_empty_stream_is_retried_once_and_a_good_answer_then_kept(provider_do
     assert provider_double.hits(CHAT) == 2
 
 
-def test_two_empty_streams_are_a_length_refusal_without_a_window(provider_double):
+LONG = ModelRequest(
+    purpose="action",
+    messages=[{"role": "user", "content": "Tell me about rivers. " * 1200}],
+    max_output_tokens=10,
+)
+
+
+def test_after_two_empty_streams_the_unstreamed_probe_names_the_window():
+    # llama-cpp-python: a streamed overflow is an empty 200, the same request unstreamed a 400.
+    with LlamaServerDouble(n_ctx=4096) as server:
+        with pytest.raises(ProviderError) as caught:
+            gateway(server).complete(LONG, stream=CallStream(lambda *_: None))
+        bodies = server.chat_bodies()
+    refusal = caught.value
+    assert refusal.kind == "context_length" and refusal.window == 4096
+    assert refusal.requested == server.counted[-1].requested > 4096
+    assert refusal.evidence.startswith("maximum context length is 4096 tokens")
+    # Two streamed attempts, then one probe: the same payload, not streamed.
+    assert [c.stream for c in server.counted] == [True, True, False]
+    assert bodies[2]["stream"] is False and "stream_options" not in bodies[2]
+    assert {k: v for k, v in bodies[2].items() if not k.startswith("stream")} == {
+        k: v for k, v in bodies[0].items() if not k.startswith("stream")
+    }
+
+
+def test_an_empty_stream_whose_probe_answers_is_a_successful_call():
+    # llama-cpp-python: `tool_choice: "auto"` with a stream is an empty 200, unstreamed a reply.
+    with LlamaServerDouble(n_ctx=4096) as server:
+        server.tool_choice_required = True
+        chat = gateway(server)
+        chat.with_settings = lambda body: {**body, "tool_choice": "auto"}
+        shown: list[str] = []
+        tools = [{"type": "function", "function": {"name": "echo", "parameters": {}}}]
+        request = ModelRequest(
+            purpose="action",
+            messages=[{"role": "user", "content": '/tool echo {"text": "hi"}'}],
+            tools=tools,
+        )
+        reply = chat.complete(request, stream=CallStream(lambda c, r, n: shown.append(c)))
+        assert [c.stream for c in server.counted] == [True, True, False]
+    assert reply.message["tool_calls"][0]["function"]["name"] == "echo"
+    assert reply.usage is not None and shown == []
+
+
+def test_an_empty_stream_whose_probe_fails_raises_that_error_once(provider_double):
     empty_stream(provider_double)
     empty_stream(provider_double)
+    provider_double.reply(status=503, json={"error": {"message": "busy", "type": "server_error"}})
     provider_double.reply_chat(content="never asked for")
     with pytest.raises(ProviderError) as caught:
-        ask(provider_double)
-    refusal = caught.value
-    assert (refusal.kind, refusal.window, refusal.requested) == ("context_length", None, None)
-    assert refusal.evidence == "stream ended before its first content"
-    assert provider_double.hits(CHAT) == 2
+        ask(provider_double, attempts=5)
+    assert (caught.value.kind, caught.value.status) == ("upstream", 503)
+    # The probe is sent once and not retried, however many attempts remain.
+    assert provider_double.hits(CHAT) == 3
+    assert provider_double.chat_bodies()[2]["stream"] is False
 
 
 def test_without_retries_an_empty_stream_says_so(provider_double):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from agentloom.errors import InvalidInput
 from context_app.services.agents import agent_create, agent_publish, agent_question_room
 from models_app.models import ModelConnection
 from models_app.services.connections import connection_create
@@ -77,8 +78,7 @@ def discovered(user, space, double, *, estimator: bool = False, **extra) -> Mode
         provider="openai_compatible",
         base_url=double.base_url,
         model_id=model.id,
-        **fields,
-        **extra,
+        **{**fields, **extra},
     )
 
 
@@ -178,16 +178,20 @@ def test_discovery_names_no_window_for_llama_cpp_python_and_reads_llama_cpp_prop
 def test_a_discovered_connection_learns_the_window_from_an_overflow_and_every_question_after_succeeds(  # noqa: E501
     alice, server, space
 ):
-    connection = discovered(alice, space, server)
+    # Discovery's window and estimator, with an output limit and margin that fit the real window.
+    connection = discovered(
+        alice, space, server, estimator=True, max_output_tokens=512, safety_margin_tokens=256
+    )
     assert connection.window_source == "platform_default" and connection.context_window > WINDOW
     session = published(alice, space, connection)
     runs, seen = long_session(alice, session, connection, questions=20)
 
     assert not failures(runs), failures(runs)
     refused = [n for n, c in enumerate(server.counted) if c.outcome == "refused"]
-    # The server refused once (a streamed refusal is an empty body: retried once, so at most
-    # two requests), then the run compacted and its retried call was answered.
-    assert 1 <= len(refused) <= 2, [c for c in server.counted if c.outcome == "refused"]
+    # The server refused once: a streamed refusal is an empty body, retried once, then the same
+    # payload is sent once unstreamed and refused with the window named. The run compacted and
+    # its retried call was answered.
+    assert [server.counted[n].stream for n in refused] == [True, True, False], refused
     after = server.counted[refused[-1] + 1 :]
     retried = next(c for c in after if c.purpose != "compaction")
     assert retried.outcome == "ok"
@@ -204,9 +208,34 @@ def test_a_discovered_connection_learns_the_window_from_an_overflow_and_every_qu
     # The window is recorded once on the connection, with the server's evidence.
     values = {value for value in seen if value[0] is not None}
     assert len(values) == 1, values
+    # The window the server named, not one bounded in the estimator's own units.
+    assert connection.learned_window == WINDOW
     connection.refresh_from_db()
     assert connection.learned_window_evidence
     assert any(call.purpose == "compaction" for run in runs for call in run.model_calls.all())
+
+
+def test_a_learned_window_below_the_versions_output_limit_is_refused_clearly_never_a_crash(
+    alice, server, space
+):
+    # Discovery's defaults: a 4,096-token output limit, all of the real window.
+    connection = discovered(alice, space, server, estimator=True)
+    assert connection.max_output_tokens >= WINDOW
+    session = published(alice, space, connection)
+    runs = []
+    for number in range(20):
+        runs.append(ask(session, alice, question(number)))
+        if learned(connection)[0] is not None:
+            break
+    # The window the server named; the run that learned it says to republish.
+    assert learned(connection)[0] == WINDOW
+    assert runs[-1].status == "failed" and "republish" in runs[-1].error, runs[-1].error
+    # The version's output limit and margin are shrunk to fit the window (as the connection's
+    # are), so the door and the pages measure against it: a question too large for the room
+    # left is a 4xx naming the field, never a server error.
+    with pytest.raises(InvalidInput) as refused:
+        ask(session, alice, question(2))
+    assert refused.value.field == "question"
 
 
 def test_a_typed_in_window_with_the_server_tokenizer_is_never_refused(alice, server, space):
@@ -246,6 +275,29 @@ def test_a_stream_without_usage_is_recorded_as_such_and_measured_by_the_tokenize
         or isinstance((getattr(call, "counts", None) or {}).get("server"), int)
     ]
     assert measured, [(call.calibration, getattr(call, "counts", None)) for call in later]
+
+
+def tokenized(double: LlamaServerDouble) -> list[str]:
+    """Return every text the double's tokenizer was asked to count, in order."""
+    return [
+        request.json["input"]
+        for request in double.requests
+        if request.path == "/extras/tokenize/count" and isinstance(request.json, dict)
+    ]
+
+
+def test_a_later_run_sends_the_tokenizer_only_texts_it_never_counted(alice, server, space):
+    connection = typed_in(alice, space, server)
+    session = published(alice, space, connection)
+    assert ask(session, alice, question(1)).status == "succeeded"
+    before = tokenized(server)
+    assert ask(session, alice, question(2)).status == "succeeded"
+    later = tokenized(server)[len(before) :]
+    # The second run's history, system prompt and tools were counted already: only its new
+    # messages (the question, the answer) are asked, and no text twice.
+    assert later and not set(later) & set(before), set(later) & set(before)
+    assert len(later) == len(set(later))
+    assert any("NONCE-2" in text for text in later)
 
 
 # --- (c) the tokenizer stops answering ------------------------------------------------------------
