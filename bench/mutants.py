@@ -1324,6 +1324,38 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/providers/test_llama_double.py::test_a_prompt_of_the_window_or_more_is_refused_with_llama_cpp_pythons_words",
         ),
     ),
+    # --- the door measures in the hard check's unit; old versions start from learned rules -----
+    Mutant(
+        "the door counts a server version's question with the server's tokenizer",
+        "door_counts_with_server",
+        "context_app/engine_adapter.py",
+        "    counter = _door_counter(snapshot) if text else None",
+        "    counter = None",
+        (
+            "tests/sessions_app/test_small_windows.py::test_the_door_counts_a_question_with_the_servers_tokenizer",
+        ),
+    ),
+    Mutant(
+        "the door's refusal says when the tokenizer did not answer (bytes)",
+        "door_names_bytes_fallback",
+        "context_app/engine_adapter.py",
+        '        if self.fallback is None:\n            return ""',
+        '        if True:\n            return ""',
+        (
+            "tests/sessions_app/test_small_windows.py::test_the_door_measures_in_bytes_when_the_tokenizer_fails_and_says_so",
+        ),
+    ),
+    Mutant(
+        "the door's refusal names its estimate and limit in the unit used",
+        "door_names_its_unit",
+        "context_app/engine_adapter.py",
+        "return DoorCheck(check.size, check.limit, measure_unit(snapshot), size_fallback)",
+        'return DoorCheck(check.size, check.limit, "", size_fallback)',
+        (
+            "tests/sessions_app/test_small_windows.py::test_the_door_measures_in_bytes_when_the_tokenizer_fails_and_says_so",
+            "tests/sessions_app/test_oversized_input.py::test_a_huge_question_is_refused_naming_its_estimate_and_the_limit",
+        ),
+    ),
 )
 
 
