@@ -152,8 +152,13 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         return LocalDemoGateway()
     from agentloom.providers import CallOptions, ModelEndpoint, OutputLimits, gateway_for_provider
 
-    # As frozen at publish (None, and in versions published before the setting: the default).
-    options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}
+    # As frozen at publish. None (learned, and versions published before the setting): the
+    # rule the connection learned since, so each run does not learn it again from a refusal;
+    # DeepSeek's official endpoint keeps its own rule.
+    reasoning = version.snapshot.get("reasoning")
+    if reasoning is None and connection.provider != ModelConnection.Provider.DEEPSEEK:
+        reasoning = connection.learned_reasoning or None
+    options: dict[str, Any] = {"reasoning": reasoning}
     if connection.provider == ModelConnection.Provider.OLLAMA:
         options["num_ctx"] = connection.num_ctx
     if connection.provider == ModelConnection.Provider.DEEPSEEK:
