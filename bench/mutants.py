@@ -1283,7 +1283,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "every gateway gets the version's reasoning rule",
         "reasoning_not_passed",
         "context_app/engine_adapter.py",
-        'options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}',
+        'options: dict[str, Any] = {"reasoning": reasoning}',
         "options: dict[str, Any] = {}",
         (
             "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
@@ -1396,6 +1396,57 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/providers/test_llama_double.py::test_a_prompt_of_the_window_or_more_is_refused_with_llama_cpp_pythons_words",
         ),
+    ),
+    # --- the door measures in the hard check's unit; old versions start from learned rules -----
+    Mutant(
+        "the door counts a server version's question with the server's tokenizer",
+        "door_counts_with_server",
+        "context_app/engine_adapter.py",
+        "    counter = _door_counter(snapshot) if text else None",
+        "    counter = None",
+        (
+            "tests/sessions_app/test_small_windows.py::test_the_door_counts_a_question_with_the_servers_tokenizer",
+        ),
+    ),
+    Mutant(
+        "the door's refusal says when the tokenizer did not answer (bytes)",
+        "door_names_bytes_fallback",
+        "context_app/engine_adapter.py",
+        '        if self.fallback is None:\n            return ""',
+        '        if True:\n            return ""',
+        (
+            "tests/sessions_app/test_small_windows.py::test_the_door_measures_in_bytes_when_the_tokenizer_fails_and_says_so",
+        ),
+    ),
+    Mutant(
+        "the door's refusal names its estimate and limit in the unit used",
+        "door_names_its_unit",
+        "context_app/engine_adapter.py",
+        "return DoorCheck(check.size, check.limit, measure_unit(snapshot), size_fallback)",
+        'return DoorCheck(check.size, check.limit, "", size_fallback)',
+        (
+            "tests/sessions_app/test_small_windows.py::test_the_door_measures_in_bytes_when_the_tokenizer_fails_and_says_so",
+            "tests/sessions_app/test_oversized_input.py::test_a_huge_question_is_refused_naming_its_estimate_and_the_limit",
+        ),
+    ),
+    Mutant(
+        "a version that froze no reasoning rule starts its runs from the connection's learned one",
+        "reasoning_learned_for_old_versions",
+        "context_app/engine_adapter.py",
+        "        reasoning = connection.learned_reasoning or None",
+        "        reasoning = None",
+        (
+            "tests/sessions_app/test_real_servers.py::test_a_version_published_before_the_rule_was_learned_is_refused_once_not_every_run",
+            "tests/sessions_app/test_learned_runs.py::test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway",
+        ),
+    ),
+    Mutant(
+        "DeepSeek's official endpoint keeps its own reasoning rule",
+        "reasoning_deepseek_keeps_its_rule",
+        "context_app/engine_adapter.py",
+        "    if reasoning is None and connection.provider != ModelConnection.Provider.DEEPSEEK:",
+        "    if reasoning is None:",
+        ("tests/sessions_app/test_learned_runs.py::test_deepseek_keeps_its_own_rule_unless_set",),
     ),
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +24,6 @@ from agentloom.engine import (
     EngineConfig,
     EngineHooks,
     ExecutionLimits,
-    InputCheck,
     LargeRecords,
     LegacyCharPolicy,
     LocalDemoGateway,
@@ -34,6 +34,7 @@ from agentloom.engine import (
     ReadRecordTool,
     RecordStore,
     Redactor,
+    ServerEstimator,
     SubAgent,
     TokenCounter,
     TokenEstimator,
@@ -151,8 +152,13 @@ def _default_gateway(version: AgentVersion, connection: ModelConnection) -> Mode
         return LocalDemoGateway()
     from agentloom.providers import CallOptions, ModelEndpoint, OutputLimits, gateway_for_provider
 
-    # As frozen at publish (None, and in versions published before the setting: the default).
-    options: dict[str, Any] = {"reasoning": version.snapshot.get("reasoning")}
+    # As frozen at publish. None (learned, and versions published before the setting): the
+    # rule the connection learned since, so each run does not learn it again from a refusal;
+    # DeepSeek's official endpoint keeps its own rule.
+    reasoning = version.snapshot.get("reasoning")
+    if reasoning is None and connection.provider != ModelConnection.Provider.DEEPSEEK:
+        reasoning = connection.learned_reasoning or None
+    options: dict[str, Any] = {"reasoning": reasoning}
     if connection.provider == ModelConnection.Provider.OLLAMA:
         options["num_ctx"] = connection.num_ctx
     if connection.provider == ModelConnection.Provider.DEEPSEEK:
@@ -362,11 +368,61 @@ def offered_tools(snapshot: dict[str, Any], *, reading: bool = True) -> list[dic
     return [tool.schema() for tool in tools]
 
 
-def input_check(version: AgentVersion, text: str) -> InputCheck:
-    """Return how large `text` is as a question or supplement of `version`, and its limit."""
+@dataclass(frozen=True)
+class DoorCheck:
+    """A question or supplement measured at the door: its size and limit, and their unit.
+
+    `fallback` says how a `server` version measured it when its tokenizer did not answer
+    (`"bytes"` or `"last_exact_plus_bytes"`: an upper bound), None otherwise.
+    """
+
+    size: int
+    limit: int
+    unit: str
+    fallback: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.size <= self.limit
+
+    def described(self) -> str:
+        """Return the size and limit as a refusal names them, in their unit."""
+        return f"{self.size:,} {self.unit}, above the limit of {self.limit:,} {self.unit}"
+
+    def fallback_note(self) -> str:
+        """Return what a refusal adds when the server's tokenizer did not answer ("" else)."""
+        if self.fallback is None:
+            return ""
+        return (
+            " The server's tokenizer did not answer, so the text was counted in UTF-8 bytes "
+            "(never fewer than its tokens)."
+        )
+
+
+def _door_counter(snapshot: dict[str, Any]) -> TokenCounter | None:
+    """Return the server's tokenizer the door counts a `server` version's input with, as a run
+    counts it (None for other estimators, or when the connection no longer serves the model)."""
+    if estimator_name((snapshot.get("estimator") or {}).get("module_id")) != "server":
+        return None
+    try:
+        connection = _live_connection(snapshot)
+    except (ConnectionMismatch, RetiredModel):
+        return None
+    return server_counter(snapshot, connection)
+
+
+def input_check(version: AgentVersion, text: str) -> DoorCheck:
+    """Return how large `text` is as a question or supplement of `version`, and its limit.
+
+    Both are in the unit of the hard check of its runs (`measure_unit`). A `server` version
+    counts `text` with the server's tokenizer (one call), the system prompt and the tools with
+    the counts kept at publish; when the tokenizer does not answer, `text` is counted in UTF-8
+    bytes, never fewer than its tokens. An empty text asks no server (the limit needs none).
+    """
     snapshot = version.snapshot
-    policy, budget, estimator = run_measures(snapshot)
-    return check_input(
+    counter = _door_counter(snapshot) if text else None
+    policy, budget, estimator = run_measures(snapshot, counter=counter)
+    check = check_input(
         policy=policy,
         budget=budget,
         estimator=estimator,
@@ -374,6 +430,12 @@ def input_check(version: AgentVersion, text: str) -> InputCheck:
         tools=offered_tools(snapshot),
         text=text,
     )
+    size_fallback = None
+    if isinstance(estimator, ServerEstimator) and text:
+        # How the text itself was measured (cached: no second call); the limit is measured
+        # after it, from the counts kept at publish.
+        size_fallback = estimator.counts([{"role": "user", "content": text}], [])["fallback"]
+    return DoorCheck(check.size, check.limit, measure_unit(snapshot), size_fallback)
 
 
 def snapshot_question_room(

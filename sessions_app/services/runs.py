@@ -170,9 +170,10 @@ def _refuse_oversized(version, text: str, *, field: str, what: str) -> None:
     check = input_check(version, text)
     if not check.fits:
         raise InvalidInput(
-            f"This {what} is estimated at {check.size}, above the limit of {check.limit} that "
-            "this agent's context budget leaves for one message (its compaction target, less "
-            "the system prompt, tool schemas and the plan). Shorten it, or split it.",
+            f"This {what} is estimated at {check.described()} that this agent's context "
+            "budget leaves for one message (its compaction target, less "
+            "the system prompt, tool schemas and the plan). Shorten it, or split it."
+            + check.fallback_note(),
             field=field,
         )
 

@@ -119,11 +119,13 @@ def test_the_reasoning_rule_is_frozen_at_publish_and_given_to_the_gateway(alice,
     learned = publish(alice, compatible, name="learned")
     assert learned.snapshot["reasoning"] == "tool_spans"
     assert gateway_for(learned).reasoning == "tool_spans"
-    assert gateway_for(default).reasoning == "learned"  # old versions keep what they froze
+    # A version that froze none (learned) starts its runs from the rule the connection learned.
+    assert gateway_for(default).reasoning == "tool_spans"
     connection_update(user=alice, connection=compatible, reasoning_passback="never")
     chosen = publish(alice, compatible, name="chosen")
     assert chosen.snapshot["reasoning"] == "never"  # a person's setting wins
     assert gateway_for(chosen).reasoning == "never"
+    assert gateway_for(learned).reasoning == "tool_spans"  # what a version froze stays
 
 
 def test_deepseek_keeps_its_own_rule_unless_set(alice, space):
@@ -136,6 +138,9 @@ def test_deepseek_keeps_its_own_rule_unless_set(alice, space):
     )
     version = publish(alice, official)
     assert version.snapshot["reasoning"] is None
+    assert gateway_for(version).reasoning == "tool_spans"
+    # Its runs keep DeepSeek's documented rule, whatever the connection recorded (by hand here).
+    ModelConnection.objects.filter(pk=official.pk).update(learned_reasoning="never")
     assert gateway_for(version).reasoning == "tool_spans"
 
 

@@ -55,7 +55,8 @@ def test_a_huge_question_is_refused_naming_its_estimate_and_the_limit(
     with pytest.raises(InvalidInput) as refused:
         run_ask(user=alice, session=session, question=huge)
     assert refused.value.field == "question"
-    assert f"{check.size}" in refused.value.detail and f"{check.limit}" in refused.value.detail
+    assert f"{check.size:,} UTF-8 bytes" in refused.value.detail
+    assert f"{check.limit:,} UTF-8 bytes" in refused.value.detail
     # Nothing was journaled or queued, and the session goes on as before.
     assert (
         list(SessionMessage.objects.filter(session=session).values_list("seq", "entry_key"))

@@ -393,6 +393,42 @@ def test_a_deepseek_model_behind_a_proxy_answers_every_question_after_its_first_
         assert len([r for r in proxy.requests if r.violations]) == before
 
 
+def test_a_version_published_before_the_rule_was_learned_is_refused_once_not_every_run(
+    alice, private_hosts, space
+):
+    with LlamaServerDouble("vllm", n_ctx=65_536) as proxy:
+        proxy.deepseek_reasoning = True
+        proxy.stream_usage = True
+        proxy.model_path = "deepseek-v4-flash"
+        connection = connection_create(
+            user=alice,
+            space=space,
+            name="proxy",
+            provider="openai_compatible",
+            base_url=proxy.base_url,
+            model_id="deepseek-v4-flash",
+            context_window=65_536,
+            max_output_tokens=4096,
+        )
+        # Published before anything was learned: the version freezes no rule.
+        session = published(alice, space, connection)
+        assert session.agent_version.snapshot["reasoning"] is None
+
+        def refused() -> int:
+            return len([r for r in proxy.requests if r.violations])
+
+        first = ask(session, alice, '/tool echo {"text": "NONCE-1"}')
+        assert first.status == "succeeded", first.error
+        assert refused() == 1  # learned from one refusal, answered within the run
+        connection.refresh_from_db()
+        assert connection.learned_reasoning == "tool_spans"
+        # Every later run of the same version starts from the rule the connection learned.
+        for line in ["What did the tool say?", '/tool echo {"text": "NONCE-2"}', "And now?"]:
+            run = ask(session, alice, line)
+            assert run.status == "succeeded", run.error
+        assert refused() == 1, [r.violations for r in proxy.requests if r.violations]
+
+
 # --- (e) the Demo agent's tools publish at 4,096 --------------------------------------------------
 
 
