@@ -1018,13 +1018,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "a learned window shrinks the version's output limit and margin to fit",
+        "a learned window keeps the output limit's and margin's shares of the window",
         "learned_window_reservation_unfitted",
-        "context_app/engine_adapter.py",
-        "            _fit_reservation(frozen)",
-        "            pass",
+        f"{_ENGINE}/_budget.py",
+        "        output = self.max_output_tokens * window // self.context_window",
+        "        output = self.max_output_tokens",
         (
-            "tests/sessions_app/test_real_servers.py::test_a_learned_window_below_the_versions_output_limit_is_refused_clearly_never_a_crash",
+            "tests/engine/test_budget.py::test_a_smaller_window_keeps_the_reservations_shares_of_it",
+            "tests/sessions_app/test_real_servers.py::test_a_learned_window_keeps_the_reservations_shares_and_the_session_goes_on",
         ),
     ),
     Mutant(
@@ -1262,11 +1263,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runs use the smaller of the frozen and the learned window, never a larger one",
         "learned_window_above_frozen",
-        "context_app/engine_adapter.py",
-        'if window is not None and window < frozen["context_window"]:',
-        "if window is not None:",
+        f"{_ENGINE}/_budget.py",
+        "        if window >= self.context_window:",
+        "        if window == self.context_window:",
         (
             "tests/sessions_app/test_learned_runs.py::test_a_learned_window_never_raises_a_frozen_budget",
+            "tests/engine/test_budget.py::test_a_smaller_window_keeps_the_reservations_shares_of_it",
         ),
     ),
     Mutant(

@@ -265,12 +265,10 @@ def run_measures(
     if "budget" in binding:
         budget = ModelBudget.from_dict(binding["budget"])
     else:
-        frozen = dict(snapshot["budget"])
+        budget = ModelBudget.from_dict(snapshot["budget"])
         window = learned_window(snapshot) if learned else None
-        if window is not None and window < frozen["context_window"]:
-            frozen["context_window"] = window
-            _fit_reservation(frozen)
-        budget = ModelBudget.from_dict(frozen)
+        if window is not None:
+            budget = budget.within(window)
     estimator = estimator_from_binding(
         binding.get("estimator") or snapshot.get("estimator"), counter=counter
     )
@@ -294,21 +292,6 @@ def learned_window(snapshot: dict[str, Any]) -> int | None:
     if row is None or (row[0], row[1]) != (budget.get("provider"), budget.get("model_id")):
         return None
     return row[2]
-
-
-def _fit_reservation(budget: dict[str, Any]) -> None:
-    """Shrink a budget's output limit and margin where a learned window leaves them no input.
-
-    The same rule the connection takes when it learns the window (`connection_learn`): the
-    output limit at most half the window, then the margin a quarter of what is left; never
-    larger than the version froze.
-    """
-    window = budget["context_window"]
-    if window - budget["max_output_tokens"] - budget["safety_margin_tokens"] > 0:
-        return
-    budget["max_output_tokens"] = max(1, min(budget["max_output_tokens"], window // 2))
-    if window - budget["max_output_tokens"] - budget["safety_margin_tokens"] <= 0:
-        budget["safety_margin_tokens"] = (window - budget["max_output_tokens"]) // 4
 
 
 def measure_unit(snapshot: dict[str, Any]) -> str:

@@ -83,6 +83,20 @@ class ModelBudget:
         """Return `ratio` of the effective input budget, rounded down."""
         return int(self.effective_input_budget * ratio)
 
+    def within(self, window: int) -> ModelBudget:
+        """Return this budget for a smaller window learned from the server.
+
+        The output limit and the safety margin keep their shares of the window, never more than
+        before and the output limit at least 1: a reservation chosen for an assumed 32K window
+        (4,096 + 1,024) would leave a 4K one no input, where an eighth and a sixteenth of it
+        (512 + 256) leave most of it. A window that is not smaller returns this budget.
+        """
+        if window >= self.context_window:
+            return self
+        output = self.max_output_tokens * window // self.context_window
+        margin = self.safety_margin_tokens * window // self.context_window
+        return ModelBudget(window, max(1, output), margin)
+
     def to_dict(self) -> dict[str, int]:
         return {
             "context_window": self.context_window,

@@ -498,6 +498,23 @@ class WindowLearned(GatewayError):
         self.budget = budget
 
 
+def _learned_budget(budget: ModelBudget, window: int) -> ModelBudget | None:
+    """Return the budget for a learned window (None: it leaves no input room at all).
+
+    The reservation stays as it is where the window still holds it; one chosen for a larger
+    assumed window (discovery's 4,096 output limit for an unreported window) keeps its shares of
+    this one instead (`ModelBudget.within`).
+    """
+    try:
+        return ModelBudget(window, budget.max_output_tokens, budget.safety_margin_tokens)
+    except ConfigurationError:
+        pass
+    try:
+        return budget.within(window)
+    except ConfigurationError:
+        return None
+
+
 class _CancelRelay(WatchHooks):
     """An engine's own watch hooks, without a `watch` hook: no lease, `should_cancel` relayed."""
 
@@ -740,7 +757,8 @@ class _Execution:
     def learn_window(self, exc: GatewayError) -> WindowLearned:
         """Learn a smaller window from a length refusal of the request last sent, and apply it.
 
-        The window (`_budget.learned_window`) is written into every context's binding and the
+        The window (`_budget.learned_window`, the reservation keeping its shares of it:
+        `ModelBudget.within`) is written into every context's binding and the
         checkpoint, journaled as a run note and announced; a window that leaves no input room at
         all is announced and journaled only (the version must be republished).
         """
@@ -763,12 +781,7 @@ class _Execution:
             refused=refused,
             largest_ok=largest_ok,
         )
-        try:
-            learned: ModelBudget | None = ModelBudget(
-                window, budget.max_output_tokens, budget.safety_margin_tokens
-            )
-        except ConfigurationError:
-            learned = None
+        learned = _learned_budget(budget, window)
         if learned is not None:
             self.budget = learned
             self.binding = replace(self.binding, budget=learned)

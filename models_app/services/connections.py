@@ -27,6 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
+from agentloom.engine import ConfigurationError, ModelBudget
 from agentloom.errors import Conflict, InvalidInput
 from agentloom.providers import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -932,7 +933,8 @@ def connection_learn(
 
     A window (`context_window`) is recorded only when it is smaller than the connection's: it
     becomes the window (source `learned`), with the server's words, the date and an audit row,
-    and the output reservation and margin shrink if they would leave no input budget. A
+    and the output reservation and margin keep their shares of the window
+    (`ModelBudget.within`). A
     reasoning rule (`reasoning`) is recorded once. `user_id` is the person whose run learned it
     and `origin` names the run, both for the audit row; `serves` is the (provider, model) the
     run called: nothing is recorded on a connection that now serves another. A run's own steps
@@ -958,12 +960,17 @@ def connection_learn(
             raise InvalidInput("Must be a whole number.", field="value")
         if value >= connection.context_window:
             return False  # a learned window never raises the connection's
+        try:
+            fitted = ModelBudget(
+                connection.context_window,
+                connection.max_output_tokens,
+                connection.safety_margin_tokens,
+            ).within(value)
+        except ConfigurationError:
+            return False  # a window too small to hold any reservation is not a window
         connection.context_window = value
-        connection.max_output_tokens = min(
-            connection.max_output_tokens, _default_output(value, connection.max_output_cap)
-        )
-        if value - connection.max_output_tokens - connection.safety_margin_tokens <= 0:
-            connection.safety_margin_tokens = (value - connection.max_output_tokens) // 4
+        connection.max_output_tokens = fitted.max_output_tokens
+        connection.safety_margin_tokens = fitted.safety_margin_tokens
         connection.window_source = ModelConnection.WindowSource.LEARNED
         connection.source_url = ""
         connection.verified_on = datetime.date.today()

@@ -94,3 +94,11 @@ def test_the_hard_check_sends_a_request_at_the_budget_and_refuses_one_above_it()
         "context_budget_exceeded: the compaction request is estimated at 7001, "
         "above the effective input budget of 7000"
     )
+
+
+def test_a_smaller_window_keeps_the_reservations_shares_of_it():
+    assumed = ModelBudget(32_768, 4_096, 1_024)
+    assert assumed.within(4_096) == ModelBudget(4_096, 512, 128)
+    # Never more than before, and a window that is not smaller changes nothing.
+    assert ModelBudget(4_096, 512, 256).within(8_192) == ModelBudget(4_096, 512, 256)
+    assert ModelBudget(100, 1, 0).within(10) == ModelBudget(10, 1, 0)

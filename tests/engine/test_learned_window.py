@@ -263,15 +263,17 @@ def test_a_learned_window_too_small_for_a_question_fails_the_run_saying_to_repub
     assert len(double.refused) == 1
 
 
-def test_a_named_window_without_room_for_the_output_limit_fails_saying_to_republish():
+def test_a_named_window_without_room_for_the_output_limit_keeps_the_reservations_shares():
+    # The frozen output limit and margin leave 900 no input: they keep their shares of it, and
+    # the room for a question is then judged (too small here: republish).
     double = WindowDouble(900, steps=0)
 
     outcome, recorder, learned = _start(double)
 
-    assert outcome.status == "failed"
-    assert "leaves no room for input" in outcome.error and "republish" in outcome.error
     assert [limit.value for limit in learned] == [900]
-    assert recorder.saves[-1]["binding"]["budget"] == FROZEN.to_dict()
+    assert recorder.saves[-1]["binding"]["budget"] == FROZEN.within(900).to_dict()
+    assert outcome.status == "failed"
+    assert "room for a question" in outcome.error and "republish" in outcome.error
 
 
 class Adapting(ScriptedGateway):

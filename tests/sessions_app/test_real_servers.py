@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from agentloom.errors import InvalidInput
 from context_app.services.agents import agent_create, agent_publish, agent_question_room
 from models_app.models import ModelConnection
 from models_app.services.connections import connection_create
@@ -215,27 +214,34 @@ def test_a_discovered_connection_learns_the_window_from_an_overflow_and_every_qu
     assert any(call.purpose == "compaction" for run in runs for call in run.model_calls.all())
 
 
-def test_a_learned_window_below_the_versions_output_limit_is_refused_clearly_never_a_crash(
+def test_a_learned_window_keeps_the_reservations_shares_and_the_session_goes_on(
     alice, server, space
 ):
-    # Discovery's defaults: a 4,096-token output limit, all of the real window.
+    # Discovery's defaults: a 4,096-token output limit and a 1,024 margin, chosen for the 32,768
+    # window it assumed; on the real 4,096 they would leave no input at all.
     connection = discovered(alice, space, server, estimator=True)
-    assert connection.max_output_tokens >= WINDOW
+    assert (connection.context_window, connection.max_output_tokens) == (32_768, WINDOW)
+    margin = connection.safety_margin_tokens
     session = published(alice, space, connection)
     runs = []
     for number in range(20):
         runs.append(ask(session, alice, question(number)))
         if learned(connection)[0] is not None:
             break
-    # The window the server named; the run that learned it says to republish.
     assert learned(connection)[0] == WINDOW
-    assert runs[-1].status == "failed" and "republish" in runs[-1].error, runs[-1].error
-    # The version's output limit and margin are shrunk to fit the window (as the connection's
-    # are), so the door and the pages measure against it: a question too large for the room
-    # left is a 4xx naming the field, never a server error.
-    with pytest.raises(InvalidInput) as refused:
-        ask(session, alice, question(2))
-    assert refused.value.field == "question"
+    # The reservation keeps its shares of the window (an eighth here), for the connection and
+    # for the runs of the version published before.
+    assert connection.max_output_tokens == WINDOW // 8
+    assert connection.safety_margin_tokens == margin // 8
+    # The run that learned it compacts, retries and answers; so does every question after it.
+    runs += [ask(session, alice, question(number)) for number in range(20, 24)]
+    assert not failures(runs), failures(runs)
+    # From the refusal on, every request's prompt and output limit fit the learned window.
+    counted = server.counted
+    refused = [n for n, call in enumerate(counted) if call.outcome != "ok"]
+    assert refused
+    after = counted[refused[-1] + 1 :]
+    assert after and all(call.requested <= call.window for call in after), after
 
 
 def test_a_typed_in_window_with_the_server_tokenizer_is_never_refused(alice, server, space):
