@@ -7,13 +7,12 @@ The double's checks are built from the guide's own multi-turn tool-call example
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 
 import httpx
 import pytest
 
-from agentloom.engine import EngineConfig, EngineHooks, ModelRequest, check_payload
+from agentloom.engine import EngineConfig, ModelRequest, check_payload
 from agentloom.engine._errors import PayloadRuleBroken
 from agentloom.engine.testing import MemoryJournal
 from agentloom.providers import (
@@ -320,7 +319,6 @@ def test_reasoning_is_passed_back_around_unknown_results_after_a_crash(deepseek)
 
 # The engine asks `ModelGateway.adapt` on a refusal and resends once; it reports what a run
 # applied to `EngineHooks.on_learned`.
-ENGINE_RESENDS = "on_learned" in {field.name for field in dataclasses.fields(EngineHooks)}
 QUESTIONS = (
     '/tool echo {"text": "NONCE-1"}',
     "What did the tool say?",
@@ -347,8 +345,7 @@ def _proxied_session(double, reasoning):
         gateway = gateway_for_provider(
             "openai_compatible", endpoint, calls=calls, reasoning=reasoning
         )
-        hooks = {"on_learned": learned.append} if ENGINE_RESENDS else {}
-        outcome, _ = _run(journal, number, gateway, question, **hooks)
+        outcome, _ = _run(journal, number, gateway, question, on_learned=learned.append)
         statuses.append(outcome.status)
         first = first or outcome.frame["context"]["records"][1]["message"]
         if learned:
@@ -356,7 +353,6 @@ def _proxied_session(double, reasoning):
     return statuses, learned, first
 
 
-@pytest.mark.skipif(not ENGINE_RESENDS, reason="needs the engine's resend after ModelGateway.adapt")
 def test_behind_a_generic_endpoint_learned_answers_every_question_after_a_tool_call(proxied):
     statuses, learned, first = _proxied_session(proxied, "learned")
     assert statuses == ["succeeded"] * len(QUESTIONS)
