@@ -9,7 +9,7 @@ with one call to the built-in `echo` tool carrying a 2,000-character text, then 
 300-character final answer; a compaction request gets a deterministic ~1,500-character summary.
 
 Every (backend, window) combination runs in a fresh process (Django settings are per process) on
-a freshly migrated scratch database: PostgreSQL `agentloom_peer_bench` next to the database named
+a freshly migrated scratch database: PostgreSQL `<name>_peer` next to the database `<name>` named
 by DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test), created and dropped by the
 script, and SQLite in a temporary directory. The model budget is the window given with
 max_output_tokens=4,096 and safety_margin_tokens=1,024 under the default context policy; with
@@ -50,7 +50,6 @@ from _scratch import scratch_environment
 from agentloom.engine import ModelGateway
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_DB = "agentloom_peer_bench"
 DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 
 QUESTION_CHARS = 150
@@ -71,8 +70,13 @@ def _admin_url() -> str:
     return url if url.startswith(("postgres://", "postgresql://")) else DEFAULT_POSTGRES_URL
 
 
+def _bench_name(admin_url: str) -> str:
+    """Return the scratch database's name: the admin database's name with `_peer` appended."""
+    return admin_url.rsplit("/", 1)[1].split("?")[0] + "_peer"
+
+
 def _bench_url(admin_url: str) -> str:
-    return admin_url.rsplit("/", 1)[0] + "/" + BENCH_DB
+    return admin_url.rsplit("/", 1)[0] + "/" + _bench_name(admin_url)
 
 
 def _admin_execute(admin_url: str, *statements: str) -> None:
@@ -88,13 +92,13 @@ def _admin_execute(admin_url: str, *statements: str) -> None:
 def _recreate_database(admin_url: str) -> None:
     _admin_execute(
         admin_url,
-        f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)',
-        f'CREATE DATABASE "{BENCH_DB}"',
+        f'DROP DATABASE IF EXISTS "{_bench_name(admin_url)}" WITH (FORCE)',
+        f'CREATE DATABASE "{_bench_name(admin_url)}"',
     )
 
 
 def _drop_database(admin_url: str) -> None:
-    _admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+    _admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{_bench_name(admin_url)}" WITH (FORCE)')
 
 
 def _setup_django(url: str) -> None:
