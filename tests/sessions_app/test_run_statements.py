@@ -123,3 +123,26 @@ def test_a_call_whose_save_fails_is_recorded_whole_and_discarded(alice, gateway,
     call = ModelCall.objects.get(run=run)
     assert call.discarded is True
     assert call.response_seq is None and call.response["message"]["tool_calls"]
+
+
+def test_refer_model_calls_converts_copies_and_keeps_what_the_journal_lacks(
+    alice, gateway, make_demo_session, capsys
+):
+    from django.core.management import call_command
+
+    run = ask(make_demo_session(), alice, TWO_CALLS)
+    calls = list(ModelCall.objects.filter(run=run).order_by("id"))
+    whole = call_responses(calls)
+    # As recorded before calls referred to the journal: a copy of each answer.
+    for call, response in zip(calls, whole, strict=True):
+        ModelCall.objects.filter(pk=call.pk).update(response=response, response_seq=None)
+    failed = ModelCall.objects.create(run=run, purpose="action", response={"message": {}})
+
+    call_command("refer_model_calls", batch=1)
+    assert "referred 2 model call(s) of 3" in capsys.readouterr().out
+    calls = list(ModelCall.objects.filter(run=run).exclude(pk=failed.pk).order_by("id"))
+    assert all(call.response_seq and "message" not in call.response for call in calls)
+    assert call_responses(calls) == whole
+    assert ModelCall.objects.get(pk=failed.pk).response == {"message": {}}
+    call_command("refer_model_calls")
+    assert "referred 0 model call(s) of 1" in capsys.readouterr().out
