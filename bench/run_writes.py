@@ -7,9 +7,9 @@
 It runs `RUNS` runs of fresh sessions of the offline demo model, each a tool call and then the
 answer (two model calls), with `run_execute` in this process, and prints per run the mean SQL
 statements (savepoints of the test transaction left out; the database live channel's delta rows
-counted apart) by table and kind, and the CPU time of `run_execute` (mean and median of the runs
-after the first two, which warm the process up). The test database and its fixtures are the
-suite's (pytest-django), so nothing else is needed.
+counted apart) by table and kind, the database slots it checked out, and the CPU time of
+`run_execute` (mean and median of the runs after the first two, which warm the process up).
+The test database and its fixtures are the suite's (pytest-django), so nothing else is needed.
 """
 
 from __future__ import annotations
@@ -47,13 +47,19 @@ SAVEPOINT = re.compile(r"\s*(SAVEPOINT|RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT)"
 TABLE = re.compile(r'^\s*(\w+)\s+(?:OR IGNORE\s+)?(?:.*?\b(?:FROM|INTO)\s+)?"?(\w+)"?', re.S)
 
 
-def test_run_writes(alice, demo_model, make_demo_session):
+def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from sessions_app.services.execution import run_execute
     from sessions_app.services.runs import run_ask
+    from sessions_app.services.slots import DatabaseSlots
 
+    checkouts = []
+    give_back = DatabaseSlots._give_back
+    monkeypatch.setattr(
+        DatabaseSlots, "_give_back", lambda slots: (checkouts.append(1), give_back(slots))[1]
+    )
     cpu, counts, deltas, kinds = [], [], [], Counter()
     for _run in range(RUNS):
         run = run_ask(user=alice, session=make_demo_session(), question=TWO_CALLS)
@@ -74,6 +80,7 @@ def test_run_writes(alice, demo_model, make_demo_session):
         f"  statements per run: {statistics.mean(counts):.1f} (+ {statistics.mean(deltas):.1f} "
         "of the database live channel)"
     )
+    print(f"  database slot checkouts per run: {len(checkouts) / RUNS:.1f}")
     print(
         f"  CPU ms per run: mean {statistics.mean(warm):.1f}, median {statistics.median(warm):.1f}"
     )

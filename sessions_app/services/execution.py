@@ -280,6 +280,9 @@ def _hooks(
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
         writer.add_call(_model_call_row(run_id, call, price(call)))
+        # The run's signals are as old as its last write, from before the call: renewing the
+        # lease reads them again, in this slot, for the cancel check that follows the answer.
+        writer.renew()
 
     def on_learned(learned: Any) -> None:
         # Recorded on the connection for new runs and versions; the run itself already
@@ -290,10 +293,7 @@ def _hooks(
         writer.signals = signals
 
     def should_cancel() -> bool:
-        # As of the run's last write; after a model call, asked again by renewing the lease.
-        if not writer.signals.cancel_requested and writer.stale:
-            with database_slots.held():
-                writer.renew()
+        # As of the run's last write (a save, the renewal after a model call, the heartbeat).
         return writer.signals.cancel_requested
 
     held = database_slots.wrap

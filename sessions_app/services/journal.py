@@ -302,8 +302,6 @@ class JournalWriter:
             cancel_requested=run.cancel_requested, supplements_added=run.supplements_added
         )
         self.calls: list[ModelCall] = []
-        # True once a model call answered after the run's last write (see `add_call`).
-        self.stale = False
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -321,20 +319,15 @@ class JournalWriter:
                 self.unlocated.add((instance, entry_key))
 
     def add_call(self, call: ModelCall) -> None:
-        """Keep a model call's row (unsaved) for the next save to record.
-
-        The run's signals are as old as its last write, from before the call: the next cancel
-        check renews the lease to read them again (`renew`).
-        """
+        """Keep a model call's row (unsaved) for the next save to record."""
         self.calls.append(call)
-        self.stale = True
 
     def renew(self) -> RunSignals:
         """Renew the lease (the heartbeat's UPDATE … RETURNING) and keep the signals it returns."""
         signals = renew_lease(run_id=self.run_id, owner=self.lease_owner or "")
         if signals is None:
             raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
-        self.signals, self.stale = signals, False
+        self.signals = signals
         return signals
 
     def record_unsaved_calls(self) -> None:
@@ -367,7 +360,7 @@ class JournalWriter:
         signals = update_returning_signals(query, **fields)
         if signals is None:
             raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
-        self.signals, self.stale = signals, False
+        self.signals = signals
 
     def _locate(self, checkpoint: Checkpoint) -> None:
         """Give rows journaled under format 1 the local seqs their records have in the frame."""
