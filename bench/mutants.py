@@ -1464,7 +1464,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "after a model call the cancel check renews the lease to read the flag again",
+        "the renewal after a model call reads the cancel flag for the check after the answer",
         "cancel_read_after_a_model_call",
         "sessions_app/services/execution.py",
         "        writer.renew()\n",
