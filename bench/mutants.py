@@ -1295,8 +1295,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "runs of a server version count with the server's tokenizer",
         "server_counter_detached",
         "context_app/engine_adapter.py",
-        "run_measures(snapshot, counter=server_counter(snapshot, connection))",
-        "run_measures(snapshot, counter=None)",
+        "        snapshot, counter=server_counter(snapshot, connection), connection=connection",
+        "        snapshot, counter=None, connection=connection",
         (
             "tests/sessions_app/test_self_hosted_sessions.py::test_a_server_counted_run_records_its_counts_and_replays_without_the_server",
         ),
@@ -1449,6 +1449,93 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if reasoning is None and connection.provider != ModelConnection.Provider.DEEPSEEK:",
         "    if reasoning is None:",
         ("tests/sessions_app/test_learned_runs.py::test_deepseek_keeps_its_own_rule_unless_set",),
+    ),
+    # --- the run's writes (statements per run) ---------------------------------------------------
+    Mutant(
+        "a run's writes return its cancel flag (no separate cancel query)",
+        "cancel_in_the_renewal",
+        "sessions_app/services/journal.py",
+        "    return RunSignals(cancel_requested=bool(cancel), supplements_added=added)",
+        "    return RunSignals(cancel_requested=False, supplements_added=added)",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_save_returns_a_cancel_request",
+            "tests/sessions_app/test_run_statements.py::test_the_heartbeat_hands_a_cancel_request_to_its_run",
+            "tests/sessions_app/test_run_control.py::test_a_cancel_during_a_model_call_runs_none_of_its_tools",
+        ),
+    ),
+    Mutant(
+        "the renewal after a model call reads the cancel flag for the check after the answer",
+        "cancel_read_after_a_model_call",
+        "sessions_app/services/execution.py",
+        "        writer.renew()\n",
+        "",
+        (
+            "tests/sessions_app/test_run_control.py::test_cancelling_is_observable_while_the_run_finishes_its_step",
+        ),
+    ),
+    Mutant(
+        "a run reads its supplement queue when the count its writes return grew",
+        "supplements_read_when_queued",
+        "sessions_app/services/execution.py",
+        "        if added is not None and added <= read_upto:",
+        "        if True:",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_supplement_sent_during_a_model_call_enters_the_run",
+            "tests/sessions_app/test_run_statements.py::test_a_supplement_queued_before_the_run_starts_is_taken",
+        ),
+    ),
+    Mutant(
+        "a run older than the supplement count reads its queue at every safe point",
+        "supplements_unknown_count_read",
+        "sessions_app/services/execution.py",
+        "        if added is not None and added <= read_upto:",
+        "        if (added or 0) <= read_upto:",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_run_older_than_the_supplement_count_still_reads_its_queue",
+        ),
+    ),
+    Mutant(
+        "a model call whose save never commits is still recorded (discarded)",
+        "unsaved_calls_recorded",
+        "sessions_app/services/execution.py",
+        '        log.warning("run %s: lease lost, stopping without further writes", run_id)\n'
+        "        with database_slots.held():\n"
+        "            writer.record_unsaved_calls()\n",
+        '        log.warning("run %s: lease lost, stopping without further writes", run_id)\n',
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_call_whose_save_fails_is_recorded_whole_and_discarded",
+            "tests/sessions_app/test_run_control.py::test_an_answer_that_arrives_after_the_lease_was_lost_is_recorded_discarded",
+        ),
+    ),
+    Mutant(
+        "a run reads its model connection once",
+        "connection_read_once",
+        "sessions_app/services/execution.py",
+        "    connection = version_connection(version)",
+        "    connection = False",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
+        ),
+    ),
+    Mutant(
+        "a model call's journaled answer is referred to, not copied",
+        "answer_referred_to",
+        "sessions_app/services/journal.py",
+        "                    row.response_seq, row.response = journaled.pop(0).seq, rest",
+        "                    journaled.pop(0)",
+        (
+            "tests/sessions_app/test_run_statements.py::test_an_answer_the_journal_holds_is_referred_to_not_copied",
+        ),
+    ),
+    Mutant(
+        "an answer whose journal record was altered does not pass for the call's answer",
+        "answer_reference_digest",
+        "sessions_app/selectors/runs.py",
+        "    if digest is not None and digest != _digest(journaled):",
+        "    if False:",
+        (
+            "tests/sessions_app/test_deepseek_sessions.py::test_two_tool_turns_and_a_plain_question_succeed_end_to_end",
+        ),
     ),
 )
 

@@ -103,9 +103,29 @@ class RetiredModel(ApplicationError):
     status = 409
 
 
-def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
+def version_connection(version: AgentVersion) -> ModelConnection | None:
+    """Return the connection row `version` was published on (None once it no longer exists).
+
+    A run reads it once, when it starts, and hands it to everything below that would read it
+    (`connection=`): its engine, its binding, its secrets and the prices of its calls.
+    """
+    budget = version.snapshot.get("budget") or {}
+    return ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+
+
+def _read(snapshot: dict[str, Any], connection: ModelConnection | bool | None) -> Any:
+    """Return `connection` when the caller read it already, else the snapshot's connection row."""
+    if connection is not False:
+        return connection
+    budget = snapshot.get("budget") or {}
+    return ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+
+
+def _live_connection(
+    snapshot: dict[str, Any], connection: ModelConnection | bool | None = False
+) -> ModelConnection:
     budget = snapshot["budget"]
-    connection = ModelConnection.objects.filter(pk=budget["connection_id"]).first()
+    connection = _read(snapshot, connection)
     if connection is None:
         raise ConnectionMismatch("The model connection of this agent version no longer exists.")
     if (connection.provider, connection.model_id) != (budget["provider"], budget["model_id"]):
@@ -124,14 +144,20 @@ def _live_connection(snapshot: dict[str, Any]) -> ModelConnection:
     return connection
 
 
-def price_for(version: AgentVersion, at: datetime.datetime | None = None) -> PriceInForce | None:
+def price_for(
+    version: AgentVersion,
+    at: datetime.datetime | None = None,
+    *,
+    connection: ModelConnection | bool | None = False,
+) -> PriceInForce | None:
     """Return the prices of a call of `version` that started at `at` (default now), or None.
 
     Read from the manifest for the version's exact model on the live connection's official
-    endpoint, else from the prices an operator entered on the connection.
+    endpoint, else from the prices an operator entered on the connection (`connection`: the
+    row as the caller read it, e.g. when its run started).
     """
     budget = version.snapshot.get("budget") or {}
-    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    connection = _read(version.snapshot, connection)
     if connection is None or connection.model_id != budget.get("model_id"):
         return None
     return price_in_force(
@@ -192,14 +218,15 @@ def set_gateway_factory(factory: GatewayFactory | None) -> None:
     _gateway_factory = factory or _default_gateway
 
 
-def secrets_for(version: AgentVersion) -> list[str]:
+def secrets_for(
+    version: AgentVersion, *, connection: ModelConnection | bool | None = False
+) -> list[str]:
     """Return the credentials to redact from everything `version`'s runs write.
 
     They are its connection's key and previous keys, then the header values of its space's tool
     servers (`redaction_secrets`); none once the connection no longer exists.
     """
-    budget = version.snapshot.get("budget") or {}
-    connection = ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    connection = _read(version.snapshot, connection)
     return redaction_secrets(connection) if connection else []
 
 
@@ -246,6 +273,7 @@ def run_measures(
     *,
     learned: bool = True,
     counter: TokenCounter | None = None,
+    connection: ModelConnection | bool | None = False,
 ) -> tuple[TriggerPolicy, ModelBudget, TokenEstimator]:
     """Return the policy, budget and estimator a run measures its context with.
 
@@ -266,7 +294,7 @@ def run_measures(
         budget = ModelBudget.from_dict(binding["budget"])
     else:
         budget = ModelBudget.from_dict(snapshot["budget"])
-        window = learned_window(snapshot) if learned else None
+        window = learned_window(snapshot, connection=connection) if learned else None
         if window is not None:
             budget = budget.within(window)
     estimator = estimator_from_binding(
@@ -280,15 +308,24 @@ def run_measures(
     return policy, budget, estimator
 
 
-def learned_window(snapshot: dict[str, Any]) -> int | None:
+def learned_window(
+    snapshot: dict[str, Any], *, connection: ModelConnection | bool | None = False
+) -> int | None:
     """Return the window the snapshot's connection learned from its server, if it still serves
     the snapshot's model (None: nothing learned, or another model now)."""
     budget = snapshot.get("budget") or {}
-    row = (
-        ModelConnection.objects.filter(pk=budget.get("connection_id"))
-        .values_list("provider", "model_id", "learned_window")
-        .first()
-    )
+    if connection is not False:
+        row = (
+            (connection.provider, connection.model_id, connection.learned_window)
+            if connection is not None
+            else None
+        )
+    else:
+        row = (
+            ModelConnection.objects.filter(pk=budget.get("connection_id"))
+            .values_list("provider", "model_id", "learned_window")
+            .first()
+        )
     if row is None or (row[0], row[1]) != (budget.get("provider"), budget.get("model_id")):
         return None
     return row[2]
@@ -452,15 +489,19 @@ def version_binding(
     *,
     rendering: int | None = None,
     start: dict[str, Any] | None = None,
+    connection: ModelConnection | bool | None = False,
 ) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
     one run can be matched against the binding of the next. New runs render with the current
     rendering version and the window learned so far; `rendering` names another rendering and
-    `start` the budget a past run started with (a replay of it).
+    `start` the budget a past run started with (a replay of it); `connection` is the row a
+    run read as it started.
     """
-    policy, budget, estimator = run_measures(version.snapshot, start, learned=start is None)
+    policy, budget, estimator = run_measures(
+        version.snapshot, start, learned=start is None, connection=connection
+    )
     binding = {
         "policy": policy.to_dict(),
         "budget": budget.to_dict(),
@@ -482,16 +523,20 @@ def build_engine(
     *,
     record_store: RecordStore | None = None,
     held: Held | None = None,
+    connection: ModelConnection | bool | None = False,
 ) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
     `record_store` is where the run's by-reference checkpoints find the records they refer to;
-    `held` wraps the database reads its tools make during the run, as it wraps the hooks.
+    `held` wraps the database reads its tools make during the run, as it wraps the hooks;
+    `connection` is the version's connection row as the run read it (`version_connection`).
     """
     snapshot = version.snapshot
-    connection = _live_connection(snapshot)
+    connection = _live_connection(snapshot, connection)
     gateway = _gateway_factory(version, connection)
-    policy, budget, estimator = run_measures(snapshot, counter=server_counter(snapshot, connection))
+    policy, budget, estimator = run_measures(
+        snapshot, counter=server_counter(snapshot, connection), connection=connection
+    )
     return create_engine(
         gateway,
         [
@@ -502,7 +547,7 @@ def build_engine(
         hooks=hooks,
         config=EngineConfig(
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
-            secrets=tuple(secrets_for(version)),
+            secrets=tuple(secrets_for(version, connection=connection)),
             sub_agents=tuple(snapshot.get("sub_agents", [])),
             verify_completion=bool(snapshot.get("verify_completion")),
             record_store=record_store,

@@ -67,6 +67,10 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # Set atomically when the engine's final drain finds the supplement queue empty.
     supplements_closed = models.BooleanField(default=False)
+    # The position of the run's last accepted supplement (0: none), set by `supplement_add` under
+    # the run's lock and returned by every save, so a worker reads the queue only when it grew.
+    # Null on runs older than the column: their queue is read at every safe point.
+    supplements_added = models.PositiveIntegerField(null=True, blank=True, default=0)
     error = models.TextField(blank=True, default="")
     # While waiting for approval, and until the run continues: the calls awaiting a decision
     # (`[{call_id, tool, arguments}]`); and every decision made on the run's calls (`{call_id:
@@ -273,7 +277,11 @@ class ModelCall(models.Model):
     # What a failed call's refusal said beside its kind (`{window, requested, evidence}`, fixed
     # text and numbers), so a replay rebuilds the same refusal; null otherwise.
     refusal = models.JSONField(null=True, blank=True)
+    # The gateway's answer (`{message, usage, finish_reason, model}`). When its message is the
+    # assistant record the run journaled, the message is not copied: `response_seq` names that
+    # record (its session seq) and `response` keeps the rest. Read it with `call_response`.
     response = CompressedEncryptedJSONField(null=True, blank=True)
+    response_seq = models.PositiveBigIntegerField(null=True, blank=True)
     usage = models.JSONField(null=True, blank=True)
     latency_ms = models.FloatField(default=0)
     error = models.TextField(blank=True, default="")
@@ -298,7 +306,8 @@ class ModelCall(models.Model):
     def usage_unreported(self) -> bool:
         """Return whether the call was answered without usage (a stream that carried none): its
         tokens and cost are unknown, never zero."""
-        return self.usage is None and not self.error and self.response is not None
+        answered = self.response is not None or self.response_seq is not None
+        return self.usage is None and not self.error and answered
 
     @property
     def prices(self) -> Prices | None:

@@ -5,7 +5,10 @@ A run is readable by whoever may read its session (`selectors.sessions`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
+from typing import Any
 
 from django.db.models import Min, QuerySet
 
@@ -56,6 +59,83 @@ def run_counters(run: Run) -> dict[str, int]:
 def model_calls_of(run: Run) -> QuerySet[ModelCall]:
     """Return the run's model calls in order, without their (encrypted) responses."""
     return ModelCall.objects.filter(run=run).defer("response").order_by("id")
+
+
+ALTERED_ANSWER = "(the journal record this call's answer refers to was altered)"
+
+
+def _digest(message: Any) -> str:
+    text = json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def answer_reference(response: dict[str, Any], journaled: Any) -> dict[str, Any] | None:
+    """Return what a call's row keeps of `response` when its message is the `journaled` record,
+    or None when the record is another message (the row keeps the whole response then).
+
+    The journal holds the answer as the run used it: its tool calls renamed with the run's own
+    ids. The row keeps everything but the message, and the provider's ids (`tool_call_ids`), so
+    `answer_of` rebuilds the response exactly.
+    """
+    message = response.get("message")
+    if not isinstance(message, dict) or not isinstance(journaled, dict):
+        return None
+    rest = {name: value for name, value in response.items() if name != "message"}
+    # The journaled message's digest: a record altered since no longer passes for the answer.
+    rest["message_sha256"] = _digest(journaled)
+    calls = message.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+            return None
+        rest["tool_call_ids"] = [call.get("id") for call in calls]
+    if answer_of(rest, journaled) != response:
+        return None
+    return rest
+
+
+def answer_of(rest: dict[str, Any], journaled: Any) -> dict[str, Any]:
+    """Return the response a call's row refers to: `rest` with the `journaled` message, its tool
+    calls given back the provider's ids (see `answer_reference`)."""
+    rest = dict(rest)
+    ids = rest.pop("tool_call_ids", None)
+    digest = rest.pop("message_sha256", None)
+    if digest is not None and digest != _digest(journaled):
+        # Not the record the call answered with: replay reports the difference.
+        return {**rest, "message": {"role": "assistant", "content": ALTERED_ANSWER}}
+    message = journaled
+    if ids is not None and isinstance(journaled, dict):
+        calls = journaled.get("tool_calls") or []
+        if len(calls) != len(ids):
+            return {**rest, "message": None}
+        message = {
+            **journaled,
+            "tool_calls": [{**call, "id": id_} for call, id_ in zip(calls, ids, strict=True)],
+        }
+    return {**rest, "message": message}
+
+
+def call_responses(calls: list[ModelCall]) -> list[dict[str, Any] | None]:
+    """Return each call's response as the gateway gave it (`{message, usage, ...}`).
+
+    A call whose message the journal holds names its record (`response_seq`): the message is
+    read from there, one query for all of them. Rows recorded before that kept a copy.
+    """
+    wanted = {(call.run_id, call.response_seq) for call in calls if call.response_seq is not None}
+    messages: dict[tuple[int, int], Any] = {}
+    if wanted:
+        rows = SessionMessage.objects.filter(
+            run_id__in={run_id for run_id, _ in wanted},
+            seq__in={seq for _, seq in wanted},
+        ).values_list("run_id", "seq", "message")
+        messages = {(run_id, seq): message for run_id, seq, message in rows}
+    responses: list[dict[str, Any] | None] = []
+    for call in calls:
+        if call.response_seq is None:
+            responses.append(call.response)
+            continue
+        message = messages.get((call.run_id, call.response_seq))
+        responses.append(answer_of(call.response or {}, message))
+    return responses
 
 
 def model_call_in_flight(run: Run) -> bool:

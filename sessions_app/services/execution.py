@@ -33,18 +33,26 @@ from context_app.engine_adapter import (
     estimator_name,
     price_for,
     version_binding,
+    version_connection,
 )
+from models_app.models import ModelConnection
 from models_app.services.connections import connection_learn
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore
 from sessions_app.selectors.context import last_reported_call, recent_ratio
 from sessions_app.selectors.history import history_for_new_run
-from sessions_app.services.journal import JournalWriter, LeaseLost, lock_session, status_journal
+from sessions_app.services.journal import (
+    JournalWriter,
+    LeaseLost,
+    RunSignals,
+    lock_session,
+    status_journal,
+)
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.live import DeltaPublisher
 from sessions_app.services.renewer import RunLease, renewer
-from sessions_app.services.runs import run_claim, supplements_take
+from sessions_app.services.runs import run_claim, supplements_close, supplements_take
 from sessions_app.services.slots import database_slots
 
 log = logging.getLogger(__name__)
@@ -68,31 +76,18 @@ def _price_fields(price: PriceInForce | None) -> dict[str, Any]:
     }
 
 
-def _record_model_call(
-    run_id: int, owner: str, call: Any, price: PriceInForce | None = None
-) -> None:
-    """Record one gateway call with the price in force when it was made.
+def _model_call_row(run_id: int, call: Any, price: PriceInForce | None = None) -> ModelCall:
+    """Return the (unsaved) row of one gateway call, with the price in force when it was made.
 
-    Every call is recorded, whatever became of its answer: the provider billed it. It is
-    `discarded` when this worker no longer holds the run's lease, and when a cancel stopped
-    its stream, which also leaves its cost incomplete (usage comes only at a stream's end).
+    Every call is recorded, whatever became of its answer: the provider billed it. The save
+    after it records it (`JournalWriter.add_call`); it is `discarded` when this worker no longer
+    holds the run's lease then, and when a cancel stopped its stream, which also leaves its cost
+    incomplete (usage comes only at a stream's end).
     """
-    with transaction.atomic():
-        held = list(
-            Run.objects.select_for_update()
-            .filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING)
-            .values_list("pk", flat=True)
-        )
-        cancelled = bool(getattr(call, "cancelled", False))
-        _create_model_call(run_id, call, discarded=cancelled or not held, price=price)
-
-
-def _create_model_call(
-    run_id: int, call: Any, *, discarded: bool, price: PriceInForce | None = None
-) -> None:
     estimate = max(0, int(call.request_estimate or 0))
     reported = reported_prompt_tokens(call.usage)
-    ModelCall.objects.create(
+    cancelled = bool(getattr(call, "cancelled", False))
+    return ModelCall(
         run_id=run_id,
         instance=call.instance or MAIN_INSTANCE,
         purpose=call.purpose,
@@ -110,8 +105,8 @@ def _create_model_call(
         latency_ms=max(0.0, float(call.latency_ms or 0)),
         error=call.error or "",
         **_price_fields(price),
-        discarded=discarded,
-        cost_incomplete=bool(getattr(call, "cancelled", False)),
+        discarded=cancelled,
+        cost_incomplete=cancelled,
     )
 
 
@@ -143,19 +138,26 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         started = _start(run_id, owner)
     if isinstance(started, str):
         return started
-    engine, run, begin = started
+    engine, run, writer, begin = started
     try:
         outcome = begin(engine)
     except (LeaseLost, LeaseLostError):
         log.warning("run %s: lease lost, stopping without further writes", run_id)
+        with database_slots.held():
+            writer.record_unsaved_calls()
         return "lease lost"
     except Exception as error:
         # A bug must not leave the run "running" until its lease expires: fail it now, with
         # the journal as it stands, so it can be inspected and resumed.
         log.exception("run %s: unexpected error in the engine", run_id)
         with database_slots.held():
+            writer.record_unsaved_calls()
             _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
         return "failed"
+    if writer.calls:
+        # A call the engine made after its last save (none does today): billed all the same.
+        with database_slots.held():
+            writer.record_unsaved_calls()
 
     if outcome.status == Run.Status.WAITING_APPROVAL:
         with database_slots.held():
@@ -184,7 +186,9 @@ def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -
 def _start(run_id: int, owner: str):
     """Claim the run and build its engine; return what happened, or how to begin.
 
-    That is the engine, the run and the call that starts or resumes it.
+    That is the engine, the run, its journal writer and the call that starts or resumes it. The
+    version's connection is read here once for the whole run (its engine, binding, secrets and
+    the prices of its calls).
     """
     if not run_claim(run_id=run_id, owner=owner):
         return "not claimed"
@@ -193,12 +197,15 @@ def _start(run_id: int, owner: str):
         adopt_legacy_run(run)  # journal what survives before the engine continues the frame
         run.refresh_from_db(fields=["checkpoint"])
     version = run.session.agent_version
+    connection = version_connection(version)
+    hooks, writer = _hooks(run, owner, connection)
     try:
         engine = build_engine(
             version,
-            _hooks(run, owner),
+            hooks,
             record_store=SlottedStore(JournalStore(run)),
             held=database_slots.wrap,
+            connection=connection,
         )
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)
@@ -206,16 +213,17 @@ def _start(run_id: int, owner: str):
     if run.checkpoint is not None and run.pending_approvals:
         # Queued again once every call it waited on was decided: its own transition.
         checkpoint = run.checkpoint
-        return engine, run, lambda engine: engine.continue_run(checkpoint)
+        return engine, run, writer, lambda engine: engine.continue_run(checkpoint)
     if run.checkpoint is not None:
         checkpoint, attempt = run.checkpoint, run.attempt
-        return engine, run, lambda engine: engine.resume(checkpoint, attempt=attempt)
+        return engine, run, writer, lambda engine: engine.resume(checkpoint, attempt=attempt)
+    binding = version_binding(version, connection=connection)
     start = {
         "run_number": run.number,
         "attempt": run.attempt,
         "system_prompt": version.snapshot.get("system_prompt", ""),
         "question": run.question,
-        "history": history_for_new_run(run.session, version_binding(version), as_of=run),
+        "history": history_for_new_run(run.session, binding, as_of=run),
         "calibration_start": (
             recent_ratio(version.model_connection_id)
             if version.snapshot.get("calibration")
@@ -225,23 +233,45 @@ def _start(run_id: int, owner: str):
             last_reported_call(run) if version.snapshot.get("calibration") else None
         ),
     }
-    return engine, run, lambda engine: engine.start(**start)
+    return engine, run, writer, lambda engine: engine.start(**start)
 
 
-def _hooks(run: Run, owner: str) -> EngineHooks:
-    """Return the run's engine hooks: each touches the database inside a slot."""
+def _hooks(
+    run: Run, owner: str, connection: ModelConnection | None
+) -> tuple[EngineHooks, JournalWriter]:
+    """Return the run's engine hooks and the journal writer they save with.
+
+    Only the save touches the database at a step, in one slot: the model calls are recorded by
+    the save after them, and whether the run was asked to cancel or sent a supplement comes back
+    from the run's own writes (each save, and the renewer's heartbeat), so the queue is read
+    only when it grew.
+    """
     run_id = run.pk
     writer = JournalWriter(run, lease_owner=owner)
     handed_out: set[int] = set()
     version = run.session.agent_version
+    # The supplement count up to which the queue has been read (0: nothing to read yet).
+    read_upto = 0
 
     def price(call: Any) -> PriceInForce | None:
-        # The price in force when the call started, copied into it as it is recorded.
+        # The price in force when the call started (a scheduled band by the time of day),
+        # copied into it as it is recorded.
         started = timezone.now() - datetime.timedelta(milliseconds=call.latency_ms or 0)
-        return price_for(version, started)
+        return price_for(version, started, connection=connection)
 
     def supplements(final: bool) -> list[tuple[str, str]]:
-        items = supplements_take(run_id=run_id, exclude=handed_out, final=final)
+        nonlocal read_upto
+        added = writer.signals.supplements_added
+        if added is not None and added <= read_upto:
+            if not final:
+                return []
+            with database_slots.held():
+                if supplements_close(run_id=run_id, added=added):
+                    return []
+        with database_slots.held():
+            items = supplements_take(run_id=run_id, exclude=handed_out, final=final)
+        if added is not None:
+            read_upto = max(read_upto, added)
         handed_out.update(item.pk for item in items)
         return [(str(item.pk), item.text) for item in items]
 
@@ -249,27 +279,38 @@ def _hooks(run: Run, owner: str) -> EngineHooks:
 
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
-        _record_model_call(run_id, owner, call, price(call))
+        writer.add_call(_model_call_row(run_id, call, price(call)))
+        # The run's signals are as old as its last write, from before the call: renewing the
+        # lease reads them again, in this slot, for the cancel check that follows the answer.
+        writer.renew()
 
     def on_learned(learned: Any) -> None:
         # Recorded on the connection for new runs and versions; the run itself already
         # applied it (its checkpoint's binding and its journal hold it).
         _record_learned(run, learned)
 
+    def signalled(signals: RunSignals) -> None:
+        writer.signals = signals
+
+    def should_cancel() -> bool:
+        # As of the run's last write (a save, the renewal after a model call, the heartbeat).
+        return writer.signals.cancel_requested
+
     held = database_slots.wrap
     decisions = decisions_of(run)
-    return EngineHooks(
+    hooks = EngineHooks(
         on_learned=held(on_learned),
         save=held(writer.sync),
         decisions=lambda: decisions,
         on_model_call=held(on_model_call),
         # The database channel writes deltas: each batch holds a slot like any other write.
         on_delta=held(deltas.publish),
-        should_cancel=held(lambda: Run.objects.filter(pk=run_id, cancel_requested=True).exists()),
-        supplements=held(supplements),
+        should_cancel=should_cancel,
+        supplements=supplements,
         # No thread per call: the process's renewer watches every call of every run.
-        watch=renewer.run(RunLease(run_id=run_id, owner=owner)),
+        watch=renewer.run(RunLease(run_id=run_id, owner=owner, on_signals=signalled)),
     )
+    return hooks, writer
 
 
 def _record_learned(run: Run, learned: Any) -> None:

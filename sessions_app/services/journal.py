@@ -3,11 +3,20 @@
 Called on every engine save with a `Checkpoint`: the frame by reference (`format: 2`) and the
 records added since the last save. In ONE transaction it allocates session seqs for the new
 records from `Session.next_seq` (bumped under the row's lock), inserts them (insert-or-ignore on
-(run, instance, entry_key)), stores the encrypted checkpoint, renews the run's lease (or, in the
-save that journals the run's terminal status, ends the run with that status), marks
-journaled supplements consumed, and records the references of a new compaction snapshot (saving
-it as a reusable view when the prefix rule allows). A save costs what was added since the last
-one: the checkpoint holds no records and no copy of the inherited history.
+(run, instance, entry_key)), marks journaled supplements consumed, stores the encrypted
+checkpoint and renews the run's lease in one UPDATE … RETURNING that also tells the worker
+whether the run was asked to cancel or sent a supplement (or, in the save that journals the
+run's terminal status, ends the run with that status), records the model calls made since the
+last save, and records the references of a new compaction snapshot (saving it as a reusable view
+when the prefix rule allows). A save costs what was added since the last one: the checkpoint
+holds no records and no copy of the inherited history. A save of three new records is four
+statements: the seqs, the records, the run, the model call.
+
+A model call is recorded in the save after it (the one that journals its answer), so an answer
+the journal holds is stored once: the call's row names the record (`ModelCall.response_seq`)
+instead of copying its message. A call whose save never commits (the lease was lost, the engine
+failed) is recorded on its own by `JournalWriter.record_unsaved_calls`, `discarded` when the
+worker no longer held the lease, with its whole response.
 
 Lock order: a transaction that locks a session's row and one of its runs' rows locks the
 SESSION FIRST, then the run (`lock_run`). The writer's save, the sweep, `status_journal`'s
@@ -19,13 +28,16 @@ abort one of two such transactions as a deadlock.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
+from django.db.models import QuerySet
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -33,11 +45,13 @@ from agentloom.engine import USER_INPUT_KEY, Checkpoint, LeaseLostError, status_
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import (
     MAIN_INSTANCE,
+    ModelCall,
     Run,
     RunSupplement,
     Session,
     SessionMessage,
 )
+from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.reusable_views import snapshot_save
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
@@ -194,6 +208,48 @@ def _reserve_seqs(session_id: int, count: int) -> int:
     return row[0] - count
 
 
+@dataclass(frozen=True)
+class RunSignals:
+    """What a run was asked since its worker last wrote it: to cancel, and how many supplements
+    it accepted (None for a run older than the count: its queue is always read)."""
+
+    cancel_requested: bool
+    supplements_added: int | None
+
+
+def update_returning_signals(query: QuerySet[Run], **fields: Any) -> RunSignals | None:
+    """Update the one run `query` selects with `fields`; return its signals, or None when the
+    query selected no row.
+
+    One statement (UPDATE … RETURNING): a worker's every write also tells it whether the run was
+    asked to cancel or sent a supplement, so it never asks separately.
+    """
+    update = query.query.chain(UpdateQuery)
+    update.add_update_values(fields)
+    compiler = update.get_compiler(query.db)
+    compiler.pre_sql_setup()
+    sql, params = compiler.as_sql()
+    with connections[query.db].cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING cancel_requested, supplements_added", params)
+        rows = cursor.fetchall()
+    if len(rows) != 1:
+        return None
+    cancel, added = rows[0]
+    return RunSignals(cancel_requested=bool(cancel), supplements_added=added)
+
+
+def renew_lease(*, run_id: int, owner: str) -> RunSignals | None:
+    """Extend `owner`'s lease on a running run; return what the run was asked meanwhile (its
+    cancel flag and supplement count), or None once it no longer holds the lease.
+
+    The heartbeat's write: fenced by the lease owner and the status, it sets only the lease's
+    expiry (no other column, not even `updated_at`), so it can never undo another writer.
+    """
+    expires = timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
+    query = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING)
+    return update_returning_signals(query, lease_expires_at=expires)
+
+
 def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
     """Return the Run columns that end the run if `checkpoint` journals its terminal status.
 
@@ -230,7 +286,11 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
 
 
 class JournalWriter:
-    """Syncs one run's checkpoints into the journal for the worker holding its lease."""
+    """Syncs one run's checkpoints into the journal for the worker holding its lease.
+
+    It also keeps what the run's writes returned (`signals`: a cancel request, the supplement
+    count) and the model calls made since the last save (`add_call`), recorded by the next one.
+    """
 
     def __init__(self, run: Run, *, lease_owner: str | None):
         self.run_id = run.pk
@@ -238,9 +298,18 @@ class JournalWriter:
         self.inherited_watermark = run.inherited_watermark
         self.lease_owner = lease_owner
         self.written: dict[str, Any] | None = None
+        self.signals = RunSignals(
+            cancel_requested=run.cancel_requested, supplements_added=run.supplements_added
+        )
+        self.calls: list[ModelCall] = []
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
+        if run.attempt == 1 and run.checkpoint is None and run.status == Run.Status.RUNNING:
+            # A first attempt claimed before any save has journaled nothing: whatever journals
+            # for a run outside its engine (`status_journal`) ends it, and an ended run runs
+            # again only when resumed, as a later attempt.
+            rows = rows.none()
         self.known: set[tuple[str, str]] = set()
         # Rows journaled before frames referred to records by local seq (format 1).
         self.unlocated: set[tuple[str, str]] = set()
@@ -248,6 +317,37 @@ class JournalWriter:
             self.known.add((instance, entry_key))
             if local_seq is None:
                 self.unlocated.add((instance, entry_key))
+
+    def add_call(self, call: ModelCall) -> None:
+        """Keep a model call's row (unsaved) for the next save to record."""
+        self.calls.append(call)
+
+    def renew(self) -> RunSignals:
+        """Renew the lease (the heartbeat's UPDATE … RETURNING) and keep the signals it returns."""
+        signals = renew_lease(run_id=self.run_id, owner=self.lease_owner or "")
+        if signals is None:
+            raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
+        self.signals = signals
+        return signals
+
+    def record_unsaved_calls(self) -> None:
+        """Record the calls no save recorded (its save failed, or never came): billed anyway.
+
+        Each is `discarded` when this worker no longer holds the run's lease: the run never used
+        its answer. Its response is kept whole, as no journal record holds it.
+        """
+        if not self.calls:
+            return
+        with transaction.atomic():
+            held = self.lease_owner is None or bool(
+                Run.objects.select_for_update()
+                .filter(pk=self.run_id, lease_owner=self.lease_owner, status=Run.Status.RUNNING)
+                .values_list("pk")
+            )
+            for call in self.calls:
+                call.discarded = call.discarded or not held
+            ModelCall.objects.bulk_create(self.calls)
+        self.calls = []
 
     def _renew_lease(self, **fields: Any) -> None:
         query = Run.objects.filter(pk=self.run_id)
@@ -257,8 +357,10 @@ class JournalWriter:
                 "lease_expires_at", timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
             )
         fields["updated_at"] = timezone.now()
-        if query.update(**fields) != 1:
+        signals = update_returning_signals(query, **fields)
+        if signals is None:
             raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
+        self.signals = signals
 
     def _locate(self, checkpoint: Checkpoint) -> None:
         """Give rows journaled under format 1 the local seqs their records have in the frame."""
@@ -290,6 +392,28 @@ class JournalWriter:
                 run_id=self.run_id, pk__in=ids, consumed_at__isnull=True
             ).update(consumed_at=timezone.now())
 
+    def _record_calls(self, new_rows: list[SessionMessage]) -> None:
+        """Record the calls made since the last save; an answer this save journaled is referred
+        to by its record's seq instead of copied (`answer_reference`)."""
+        if not self.calls:
+            return
+        answers: dict[str, list[SessionMessage]] = {}
+        for row in new_rows:
+            if row.kind == SessionMessage.Kind.ASSISTANT:
+                answers.setdefault(row.instance, []).append(row)
+        rows = []
+        for call in self.calls:
+            # A copy: should this transaction roll back, the call is recorded whole later.
+            row = copy.copy(call)
+            response = call.response
+            journaled = answers.get(call.instance) or []
+            if not call.discarded and isinstance(response, dict) and journaled:
+                rest = answer_reference(response, journaled[0].message)
+                if rest is not None:
+                    row.response_seq, row.response = journaled.pop(0).seq, rest
+            rows.append(row)
+        ModelCall.objects.bulk_create(rows)
+
     def sync(self, checkpoint: Checkpoint, **run_fields: Any) -> SyncResult:
         """Persist `checkpoint` (and `run_fields`) atomically; return what was written.
 
@@ -300,10 +424,10 @@ class JournalWriter:
         ending = terminal_fields(checkpoint)
         run_fields.update(ending)
         with transaction.atomic():
+            result = SyncResult()
             # The session first, then the run (the lock order above), even with nothing to
             # journal: a new view or a lease renewal must not lock the run before the session.
-            lock_session(self.session_id)
-            result = SyncResult()
+            # Reserving seqs for new records locks it; a save with none locks it alone.
             new_rows = append_records(
                 run_id=self.run_id,
                 session_id=self.session_id,
@@ -313,28 +437,33 @@ class JournalWriter:
                 ),
                 known=self.known,
             )
+            if not new_rows:
+                lock_session(self.session_id)
             if self.unlocated:
                 self._locate(checkpoint)
             self._mark_consumed(checkpoint)
-            late: list[SessionMessage] = []
-            if ending:
-                # The run ends: what it accepted and never showed is journaled now.
-                known = self.known | {(row.instance, row.entry_key) for row in new_rows}
-                late = supplements_journal(
-                    run_id=self.run_id, session_id=self.session_id, known=known
-                )
-            result.inserted = len(new_rows) + len(late)
             if frame != self.written:
                 # An unchanged checkpoint (the final save repeats the engine's last) is not
                 # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum.
                 run_fields.update(checkpoint=frame, counters=checkpoint.counters)
             self._renew_lease(**run_fields)
+            late: list[SessionMessage] = []
+            if ending and self.signals.supplements_added != 0:
+                # The run ends: what it accepted and never showed is journaled now (the count
+                # just returned, under the session's lock, says whether it accepted any).
+                known = self.known | {(row.instance, row.entry_key) for row in new_rows}
+                late = supplements_journal(
+                    run_id=self.run_id, session_id=self.session_id, known=known
+                )
+            result.inserted = len(new_rows) + len(late)
+            self._record_calls(new_rows)
             result.view_revision, result.view_refusal = snapshot_save(
                 run_id=self.run_id,
                 session_id=self.session_id,
                 inherited_watermark=self.inherited_watermark,
                 frame=frame,
             )
+        self.calls = []
         self.known.update((row.instance, row.entry_key) for row in [*new_rows, *late])
         self.unlocated.update((row.instance, row.entry_key) for row in late)
         self.written = frame

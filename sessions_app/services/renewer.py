@@ -7,7 +7,8 @@ per call. Its one thread, with one database connection of its own (outside the d
 so that no run's database work can delay a heartbeat), asks `RunLeases`:
 
 - every `RUN_HEARTBEAT_SECONDS` of a call, to renew that run's lease (`renew_lease`, fenced by
-  the lease owner), never past the call's own deadline;
+  the lease owner), never past the call's own deadline; the same statement returns whether the
+  run was asked to cancel or sent a supplement, handed to the run (`RunLease.on_signals`);
 - every `CANCEL_POLL_SECONDS`, in one query for all of them, which runs with a tool or a stream
   in flight have been asked to cancel.
 
@@ -17,14 +18,15 @@ and its connection is closed after a query that failed and when no call is left 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
 
 from agentloom.engine import Watcher, WatchHooks
 from sessions_app.models import Run
-from sessions_app.services.runs import renew_lease
+from sessions_app.services.journal import RunSignals, renew_lease
 
 CANCEL_POLL_SECONDS = 0.5
 
@@ -35,6 +37,8 @@ class RunLease:
 
     run_id: int
     owner: str
+    # Told what each renewal found (the run's own writes are told the same by its saves).
+    on_signals: Callable[[RunSignals], None] | None = field(default=None, compare=False, hash=False)
 
 
 class RunLeases(WatchHooks):
@@ -48,7 +52,10 @@ class RunLeases(WatchHooks):
         return settings.RUN_HEARTBEAT_SECONDS
 
     def renew(self, run: RunLease) -> bool:
-        return renew_lease(run_id=run.run_id, owner=run.owner)
+        signals = renew_lease(run_id=run.run_id, owner=run.owner)
+        if signals is not None and run.on_signals is not None:
+            run.on_signals(signals)
+        return signals is not None
 
     def cancels_asked(self, runs: set[RunLease]) -> set[RunLease]:
         asked = set(
@@ -56,7 +63,12 @@ class RunLeases(WatchHooks):
                 pk__in={run.run_id for run in runs}, cancel_requested=True
             ).values_list("pk", flat=True)
         )
-        return {run for run in runs if run.run_id in asked}
+        found = {run for run in runs if run.run_id in asked}
+        for run in found:
+            if run.on_signals is not None:
+                # The supplement count was not read: unknown, so the queue is read again.
+                run.on_signals(RunSignals(cancel_requested=True, supplements_added=None))
+        return found
 
     def release(self) -> None:
         connection.close()

@@ -57,6 +57,7 @@ from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore, full_checkpoint
 from sessions_app.selectors.history import history_for_new_run, main_records_after
+from sessions_app.selectors.runs import call_responses
 from sessions_app.selectors.views import compliant_view, view_content
 
 ERROR_PREFIX = "ERROR: "
@@ -198,7 +199,7 @@ def _response_steps(calls: list[ModelCall]) -> list[Any]:
     (`ModelCall.refusal`: the window it named, the size it refused, its words), so the replay
     learns what the run learned."""
     steps: list[Any] = []
-    for call in calls:
+    for call, response in zip(calls, call_responses(calls), strict=True):
         if call.error:
             kind, _, message = call.error.partition(": ")
             error = GatewayError(kind, message)
@@ -207,7 +208,7 @@ def _response_steps(calls: list[ModelCall]) -> list[Any]:
                     setattr(error, name, value)
             steps.append(error)
         else:
-            steps.append(ModelResponse.from_dict(call.response))
+            steps.append(ModelResponse.from_dict(response))
     return steps
 
 

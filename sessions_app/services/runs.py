@@ -317,6 +317,8 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
         raise Conflict("This run has finished; ask a new question instead.")
     position = (run.supplements.aggregate(top=Max("position"))["top"] or 0) + 1
     supplement = RunSupplement.objects.create(run=run, position=position, text=text)
+    # What tells the run's worker, at its next save, that its queue grew.
+    Run.objects.filter(pk=run.pk).update(supplements_added=position)
     if run.status in Run.FINISHED_STATUSES:
         # The run has ended (failed or cancelled): journaled now, shown if it is resumed.
         supplements_journal(run_id=run.pk, session_id=run.session_id)
@@ -350,17 +352,18 @@ def supplements_take(*, run_id: int, exclude: set[int], final: bool) -> list[Run
         return waiting
 
 
-def renew_lease(*, run_id: int, owner: str) -> bool:
-    """Extend `owner`'s lease on a running run; False once it no longer holds it.
+def supplements_close(*, run_id: int, added: int) -> bool:
+    """Close the run's supplement queue if no supplement came after the `added`-th; return
+    whether it closed.
 
-    The heartbeat's write: fenced by the lease owner and the status, it sets only the lease's
-    expiry (no other column, not even `updated_at`), so it can never undo another writer.
+    One UPDATE, fenced by the count `supplement_add` sets under the run's lock: a supplement
+    accepted before it leaves the queue open (the caller reads the queue instead), and one sent
+    after it finds the queue closed and is refused.
     """
-    expires = timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
-    renewed = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING).update(
-        lease_expires_at=expires
+    closed = Run.objects.filter(pk=run_id, supplements_added=added).update(
+        supplements_closed=True, updated_at=timezone.now()
     )
-    return renewed == 1
+    return closed == 1
 
 
 def run_claim(*, run_id: int, owner: str) -> bool:

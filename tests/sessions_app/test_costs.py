@@ -45,7 +45,7 @@ class UsageGateway(ModelGateway):
 @pytest.fixture
 def priced(monkeypatch):
     engine_adapter.set_gateway_factory(lambda version, connection: UsageGateway())
-    monkeypatch.setattr(execution, "price_for", lambda version, at=None: PRICE)
+    monkeypatch.setattr(execution, "price_for", lambda version, at=None, **read: PRICE)
     yield
     engine_adapter.set_gateway_factory(None)
 
@@ -67,7 +67,7 @@ def test_a_call_copies_the_price_in_force_and_costs_from_its_usage(
 
 def test_a_later_price_change_never_rewrites_a_past_call(alice, make_demo_session, priced):
     run = ask(make_demo_session(), alice, "hello")
-    execution.price_for = lambda version, at=None: (
+    execution.price_for = lambda version, at=None, **read: (
         None
     )  # the manifest drops the price (monkeypatched)
     assert ModelCall.objects.get(run=run).cost == CALL_COST

@@ -11,6 +11,7 @@ from context_app.engine_adapter import version_binding
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage, SessionView
 from sessions_app.selectors.checkpoints import frame_of
 from sessions_app.selectors.history import history_for_new_run
+from sessions_app.selectors.runs import call_responses
 from sessions_app.selectors.views import view_content
 from sessions_app.services.execution import run_execute
 from sessions_app.services.journal import JournalWriter
@@ -242,7 +243,7 @@ def test_model_calls_are_recorded_with_estimates(alice, gateway, make_demo_sessi
     calls = list(ModelCall.objects.filter(run=run).order_by("id"))
     assert [c.purpose for c in calls] == ["action", "action"]
     assert all(c.request_estimate > 0 for c in calls)
-    assert calls[0].response["message"]["tool_calls"]
+    assert call_responses(calls)[0]["message"]["tool_calls"]
 
 
 def test_no_plaintext_key_in_journal_checkpoint_or_model_calls(

@@ -93,7 +93,7 @@ def test_a_new_version_publishes_with_the_learned_window(alice, compatible):
 def test_the_run_hook_records_what_its_engine_learned(alice, compatible):
     version = publish(alice, compatible)
     run = make_run(make_session(version, alice), status="running")
-    hooks = execution._hooks(run, "worker-1")
+    hooks, _writer = execution._hooks(run, "worker-1", None)
     hooks.on_learned(LearnedLimit("context_window", 4_096, EVIDENCE, refused=5_020))
     hooks.on_learned(LearnedLimit("reasoning", "tool_spans", "reasoning must be passed back"))
     compatible.refresh_from_db()
@@ -148,7 +148,9 @@ def test_nothing_is_recorded_on_a_connection_that_now_serves_another_model(alice
     version = publish(alice, compatible)
     run = make_run(make_session(version, alice), status="running")
     ModelConnection.objects.filter(pk=compatible.pk).update(model_id="another")
-    execution._hooks(run, "worker-1").on_learned(LearnedLimit("context_window", 4_096, EVIDENCE))
+    execution._hooks(run, "worker-1", None)[0].on_learned(
+        LearnedLimit("context_window", 4_096, EVIDENCE)
+    )
     compatible.refresh_from_db()
     assert compatible.learned_window is None and compatible.context_window == 32_768
     assert not LogEntry.objects.filter(object_id=str(compatible.pk)).exists()

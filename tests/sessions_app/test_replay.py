@@ -7,6 +7,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from sessions_app.models import ModelCall, Run, SessionMessage
+from sessions_app.selectors.runs import call_responses
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_resume, supplement_add
@@ -61,9 +62,9 @@ def test_every_run_of_a_rich_session_replays_exactly(rich_session):
 def test_an_altered_model_response_is_detected(rich_session):
     run = Run.objects.filter(session=rich_session).order_by("number").first()
     call = ModelCall.objects.filter(run=run, purpose="action").order_by("id").last()
-    response = dict(call.response)
+    response = call_responses([call])[0]
     response["message"] = {**response["message"], "content": "something else entirely"}
-    ModelCall.objects.filter(pk=call.pk).update(response=response)
+    ModelCall.objects.filter(pk=call.pk).update(response=response, response_seq=None)
     code, output = _replay(run)
     assert code == 1
     assert "something else entirely" in output and "difference" in output

@@ -15,7 +15,8 @@ from agentloom.config import lease_problem
 from agentloom.engine import CANCELLED_RESULT
 from sessions_app.models import ModelCall, Run, SessionMessage, SessionView
 from sessions_app.services.execution import run_execute
-from sessions_app.services.runs import renew_lease, run_ask, run_cancel, run_claim
+from sessions_app.services.journal import renew_lease
+from sessions_app.services.runs import run_ask, run_cancel, run_claim
 from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
@@ -30,14 +31,14 @@ def test_the_heartbeat_renews_only_its_own_lease_and_writes_only_the_expiry(
     before = Run.objects.get(pk=run.pk)
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=1))
 
-    assert renew_lease(run_id=run.pk, owner="worker-1") is True
+    assert renew_lease(run_id=run.pk, owner="worker-1") is not None
     after = Run.objects.get(pk=run.pk)
     assert after.lease_expires_at > timezone.now() + timedelta(seconds=60)
     assert after.updated_at == before.updated_at, "no column but the lease's"
-    assert renew_lease(run_id=run.pk, owner="worker-2") is False, "fenced by the owner"
+    assert renew_lease(run_id=run.pk, owner="worker-2") is None, "fenced by the owner"
 
     Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED, lease_owner="")
-    assert renew_lease(run_id=run.pk, owner="worker-1") is False, "a swept run stays swept"
+    assert renew_lease(run_id=run.pk, owner="worker-1") is None, "a swept run stays swept"
     assert Run.objects.get(pk=run.pk).status == Run.Status.FAILED
 
 

@@ -18,6 +18,7 @@ from agentloom.config import database_from_url, database_slots
 from agentloom.engine import WatchedCall, Watcher
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors.checkpoints import full_checkpoint
+from sessions_app.selectors.runs import call_responses
 from sessions_app.services.renewer import RunLease, lease_renewer
 from sessions_app.services.runs import run_ask, run_claim, run_resume, sweep_expired_leases
 from sessions_app.services.slots import DatabaseSlots
@@ -234,7 +235,7 @@ def _check_own_records(run: Run) -> None:
     assert _nonces(run.answer) == own
     calls = ModelCall.objects.filter(run=run, purpose="action")
     assert calls.count() == 2 and not calls.filter(discarded=True).exists()
-    assert all(_nonces(call.response) == own for call in calls)
+    assert all(_nonces(response) == own for response in call_responses(list(calls)))
 
 
 @pytest.mark.slow

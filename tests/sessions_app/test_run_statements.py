@@ -1,0 +1,148 @@
+"""What one run costs the database: its statements, and the writes that carry its signals.
+
+A two-call run (a tool call, then the answer) makes at most `STATEMENTS_PER_RUN` statements:
+the run's writes return whether it was asked to cancel or sent a supplement, its queue is read
+only when it grew, its connection once, and its model calls are recorded by the saves after
+them, referring to the journaled answer instead of copying it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from sessions_app.models import ModelCall, Run, RunSupplement, SessionMessage
+from sessions_app.selectors.runs import call_responses
+from sessions_app.services.execution import run_execute
+from sessions_app.services.journal import JournalWriter
+from sessions_app.services.renewer import RunLease, RunLeases
+from sessions_app.services.runs import run_ask, run_cancel, run_claim, supplement_add
+from tests.factories import ask
+
+STATEMENTS_PER_RUN = 25
+TWO_CALLS = '/tool echo {"text": "NONCE-7"}'
+# Savepoints stand for the test's own transaction; the live channel's rows are the deltas'
+# (a Redis channel writes none to the database).
+NOT_COUNTED = re.compile(
+    r'\s*(SAVEPOINT|RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT)|.*"?sessions_app_rundelta"?\s'
+)
+
+
+def _statements(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if not NOT_COUNTED.match(q["sql"])]
+
+
+def test_a_two_call_run_makes_at_most_25_statements(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question=TWO_CALLS)
+    with CaptureQueriesContext(connection) as queries:
+        assert run_execute(run_id=run.pk) == "succeeded"
+    statements = _statements(queries)
+    assert len(statements) <= STATEMENTS_PER_RUN, "\n".join(s[:120] for s in statements)
+    # The connection is read once; nobody polls the cancel flag or an empty supplement queue.
+    assert sum("models_app_modelconnection" in s for s in statements) == 1
+    assert not any("sessions_app_runsupplement" in s for s in statements)
+    assert not any(re.match(r"\s*SELECT.*WHERE.*cancel_requested", s) for s in statements)
+
+
+def test_an_answer_the_journal_holds_is_referred_to_not_copied(alice, gateway, make_demo_session):
+    run = ask(make_demo_session(), alice, TWO_CALLS)
+    calls = list(ModelCall.objects.filter(run=run).order_by("id"))
+    answers = SessionMessage.objects.filter(run=run, kind="assistant").order_by("seq")
+    assert [call.response_seq for call in calls] == [row.seq for row in answers]
+    assert all("message" not in call.response for call in calls)
+    # Read back, each call's response is what the gateway answered.
+    replies = [reply.to_dict() for _request, reply in gateway.exchanges("action")]
+    assert call_responses(calls) == replies
+
+
+def test_a_save_returns_a_cancel_request(alice, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question="q")
+    assert run_claim(run_id=run.pk, owner="worker-1")
+    writer = JournalWriter(Run.objects.get(pk=run.pk), lease_owner="worker-1")
+    assert writer.renew().cancel_requested is False
+    run_cancel(user=alice, run=run)
+    assert writer.renew().cancel_requested is True
+    assert writer.signals.cancel_requested is True
+
+
+def test_the_heartbeat_hands_a_cancel_request_to_its_run(alice, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question="q")
+    assert run_claim(run_id=run.pk, owner="worker-1")
+    run_cancel(user=alice, run=run)
+    seen = []
+    lease = RunLease(run_id=run.pk, owner="worker-1", on_signals=seen.append)
+    assert RunLeases().renew(lease) is True
+    assert [signals.cancel_requested for signals in seen] == [True]
+
+
+def test_a_supplement_sent_during_a_model_call_enters_the_run(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question=TWO_CALLS)
+    gateway.during_call.append(
+        lambda: supplement_add(user=alice, run=Run.objects.get(pk=run.pk), text="NONCE-SUPP")
+    )
+    assert run_execute(run_id=run.pk) == "succeeded"
+    supplement = RunSupplement.objects.get(run=run)
+    assert supplement.consumed_at is not None, "the view took it, not the run's ending"
+    requests = [str(request.messages) for request in gateway.action_requests()]
+    assert "NONCE-SUPP" not in requests[0] and "NONCE-SUPP" in requests[1]
+
+
+def test_a_supplement_queued_before_the_run_starts_is_taken(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question="q")
+    supplement_add(user=alice, run=run, text="NONCE-EARLY")
+    assert run_execute(run_id=run.pk) == "succeeded"
+    assert "NONCE-EARLY" in str(gateway.action_requests()[0].messages)
+
+
+def test_a_run_older_than_the_supplement_count_still_reads_its_queue(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question="q")
+    RunSupplement.objects.create(run=run, position=1, text="NONCE-OLD")
+    Run.objects.filter(pk=run.pk).update(supplements_added=None)
+    assert run_execute(run_id=run.pk) == "succeeded"
+    assert "NONCE-OLD" in str(gateway.action_requests()[0].messages)
+
+
+def test_a_call_whose_save_fails_is_recorded_whole_and_discarded(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    run = run_ask(user=alice, session=session, question=TWO_CALLS)
+    # The lease is lost while the model answers: the save after the call never commits.
+    gateway.during_call.append(
+        lambda: Run.objects.filter(pk=run.pk).update(lease_owner="another-worker")
+    )
+    assert run_execute(run_id=run.pk) == "lease lost"
+    call = ModelCall.objects.get(run=run)
+    assert call.discarded is True
+    assert call.response_seq is None and call.response["message"]["tool_calls"]
+
+
+def test_refer_model_calls_converts_copies_and_keeps_what_the_journal_lacks(
+    alice, gateway, make_demo_session, capsys
+):
+    from django.core.management import call_command
+
+    run = ask(make_demo_session(), alice, TWO_CALLS)
+    calls = list(ModelCall.objects.filter(run=run).order_by("id"))
+    whole = call_responses(calls)
+    # As recorded before calls referred to the journal: a copy of each answer.
+    for call, response in zip(calls, whole, strict=True):
+        ModelCall.objects.filter(pk=call.pk).update(response=response, response_seq=None)
+    failed = ModelCall.objects.create(run=run, purpose="action", response={"message": {}})
+
+    call_command("refer_model_calls", batch=1)
+    assert "referred 2 model call(s) of 3" in capsys.readouterr().out
+    calls = list(ModelCall.objects.filter(run=run).exclude(pk=failed.pk).order_by("id"))
+    assert all(call.response_seq and "message" not in call.response for call in calls)
+    assert call_responses(calls) == whole
+    assert ModelCall.objects.get(pk=failed.pk).response == {"message": {}}
+    call_command("refer_model_calls")
+    assert "referred 0 model call(s) of 1" in capsys.readouterr().out
