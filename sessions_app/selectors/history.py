@@ -249,8 +249,13 @@ class _DecryptedPoints:
         self._held = 0
         self._lock = threading.Lock()
 
+    @staticmethod
+    def key(pk: int, watermark: int) -> tuple[int, int, str]:
+        """Return the key of the point row `pk` at `watermark`, read under the current keys."""
+        return (pk, watermark, keyring_id())
+
     def get(self, pk: int, watermark: int) -> ProjectionPoint | None:
-        key = (pk, watermark, keyring_id())
+        key = self.key(pk, watermark)
         with self._lock:
             point = self._points.get(key)
             if point is not None:
@@ -258,7 +263,7 @@ class _DecryptedPoints:
             return point
 
     def put(self, pk: int, watermark: int, point: ProjectionPoint) -> None:
-        key = (pk, watermark, keyring_id())
+        key = self.key(pk, watermark)
         with self._lock:
             old = self._points.pop(key, None)
             if old is not None:
