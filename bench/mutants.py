@@ -1451,6 +1451,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/sessions_app/test_learned_runs.py::test_deepseek_keeps_its_own_rule_unless_set",),
     ),
     Mutant(
+        "a byte length measured by one run's estimator serves the next run's",
+        "byte_sizes_per_estimator",
+        "agentloom/engine/_budget.py",
+        "            self._messages = self._tools = JSON_BYTES",
+        "            self._messages = self._tools = SizeCache(content_keys=False)",
+        (
+            "tests/engine/test_estimators.py::test_a_new_byte_estimator_measures_again_only_what_no_estimator_measured",
+        ),
+    ),
+    Mutant(
         "a projection point is used only under its own binding",
         "point_any_binding",
         "sessions_app/selectors/history.py",
