@@ -24,6 +24,7 @@ Rules:
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import io
 import json
@@ -47,6 +48,7 @@ __all__ = [
     "encrypt",
     "is_current",
     "is_legacy",
+    "keyring_id",
     "reencrypt",
 ]
 
@@ -93,6 +95,20 @@ def _current() -> MultiFernet:
 
 def _primary() -> Fernet:
     return _fernet_for(settings.FIELD_ENCRYPTION_KEY)
+
+
+@lru_cache(maxsize=4)
+def _digest_of(keys: tuple[str, ...]) -> str:
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+
+
+def keyring_id() -> str:
+    """Return a digest of the configured field keys (the primary and its fallbacks, in order).
+
+    A process that keeps decrypted values keys them with it, so that a value is served again
+    only under the keys it was read with (a key taken out of the fallbacks reads nothing more).
+    """
+    return _digest_of(tuple(_field_keys()))
 
 
 # --- the format --------------------------------------------------------------------------------

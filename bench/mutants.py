@@ -1537,6 +1537,116 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_deepseek_sessions.py::test_two_tool_turns_and_a_plain_question_succeed_end_to_end",
         ),
     ),
+    Mutant(
+        "a byte length measured by one run's estimator serves the next run's",
+        "byte_sizes_per_estimator",
+        "agentloom/engine/_budget.py",
+        "            self._messages = self._tools = JSON_BYTES",
+        "            self._messages = self._tools = SizeCache(content_keys=False)",
+        (
+            "tests/engine/test_estimators.py::test_a_new_byte_estimator_measures_again_only_what_no_estimator_measured",
+        ),
+    ),
+    Mutant(
+        "a projection point is used only under its own binding",
+        "point_any_binding",
+        "sessions_app/selectors/history.py",
+        "rows = PointRow.objects.filter(session=session, binding_key=key, view=view)",
+        "rows = PointRow.objects.filter(session=session, view=view)",
+        (
+            "tests/sessions_app/test_projection_points.py::test_a_point_is_used_only_under_its_own_binding",
+        ),
+    ),
+    Mutant(
+        "a projection point extends exactly the view the reusable-view rule chooses",
+        "point_any_view",
+        "sessions_app/selectors/history.py",
+        "rows = PointRow.objects.filter(session=session, binding_key=key, view=view)",
+        "rows = PointRow.objects.filter(session=session, binding_key=key)",
+        (
+            "tests/sessions_app/test_projection_points.py::test_a_point_is_never_chosen_over_the_view_the_rule_chooses",
+            "tests/sessions_app/test_projection_points.py::test_a_revoked_view_takes_its_points_out_of_use",
+        ),
+    ),
+    Mutant(
+        "a projection point is used within as_of's watermark only",
+        "point_beyond_as_of",
+        "sessions_app/selectors/history.py",
+        "        rows = rows.filter(watermark__lte=up_to)\n",
+        "        rows = rows\n",
+        ("tests/sessions_app/test_projection_points.py::test_a_point_within_as_of_only",),
+    ),
+    Mutant(
+        "decrypted points are served only under the keys they were read with",
+        "point_cache_any_keys",
+        "sessions_app/selectors/history.py",
+        "return (pk, watermark, keyring_id())",
+        'return (pk, watermark, "")',
+        (
+            "tests/sessions_app/test_projection_points.py::test_decrypted_points_are_served_only_under_the_keys_they_were_read_with",
+        ),
+    ),
+    Mutant(
+        "a session's purge removes its projection points",
+        "point_outlives_session",
+        "sessions_app/models.py",
+        'Session, on_delete=models.CASCADE, related_name="projection_points", db_index=False',
+        'Session, on_delete=models.DO_NOTHING, related_name="projection_points", db_index=False',
+        (
+            "tests/sessions_app/test_projection_points.py::test_purging_a_session_removes_its_points",
+        ),
+    ),
+    Mutant(
+        "a projection point keeps the calls a late result names",
+        "point_forgets_calls",
+        "agentloom/engine/_projection.py",
+        "        self.calls = dict(point.calls)\n",
+        "        self.calls = {}\n",
+        (
+            "tests/engine/test_projection_points.py::test_a_late_result_names_its_call_from_before_a_point",
+        ),
+    ),
+    Mutant(
+        "a projection point keeps the run states the next state joins",
+        "point_forgets_states",
+        "agentloom/engine/_projection.py",
+        "        self.states = list(point.states)\n",
+        "        self.states = []\n",
+        (
+            "tests/engine/test_projection_points.py::test_run_states_in_a_row_are_joined_across_a_point",
+            "tests/engine/test_projection_points.py::test_run_states_waiting_for_an_open_group_are_joined_across_a_point",
+        ),
+    ),
+    Mutant(
+        "a projection point keeps the engine call ids already shown",
+        "point_forgets_shown_ids",
+        "agentloom/engine/_projection.py",
+        "        self.shown_ids = set(point.shown_ids)\n",
+        "        self.shown_ids = set()\n",
+        (
+            "tests/engine/test_projection_points.py::test_engine_call_ids_shown_before_a_point_are_not_shown_twice",
+        ),
+    ),
+    Mutant(
+        "a projection point keeps the open group and the notes waiting for it",
+        "point_forgets_waiting_notes",
+        "agentloom/engine/_projection.py",
+        "        self.deferred = deferred\n",
+        "        self.deferred = []\n",
+        (
+            "tests/engine/test_projection_points.py::test_a_point_keeps_the_open_group_and_the_note_waiting_for_it",
+        ),
+    ),
+    Mutant(
+        "a new run's history resumes from the projection point",
+        "point_never_saved",
+        "sessions_app/services/projection_points.py",
+        "    if point is None or point.watermark - loaded.resumed_at < POINT_STRIDE:",
+        "    if True:",
+        (
+            "tests/sessions_app/test_projection_points.py::test_a_new_run_resumes_from_the_point_and_inherits_what_the_journal_projects",
+        ),
+    ),
 )
 
 

@@ -16,14 +16,16 @@ max_output_tokens=4,096 and safety_margin_tokens=1,024 under the default context
 100,000,000 nothing compacts, with 128,000 compaction and reusable views happen.
 
 At every checkpoint turn count it prints, per combination:
-- the wall time of one turn (run_ask + run_execute), median of the last 10 turns;
-- the new-run history load time (`history_for_new_run`, mean of 5 calls);
+- the wall and CPU time of one turn (run_ask + run_execute), median of the last 10 turns;
+- the new-run history load time (`history_for_new_run`, wall and CPU, mean of 5 calls);
 - reusable views (SessionView rows) and compaction calls so far;
-- the journaled conversation (JSON bytes of the decrypted journal messages), the database growth
-  since just after migration (PostgreSQL: pg_database_size; SQLite: the file plus its -wal) and
-  the ratio growth / conversation;
-and a summary of the last checkpoint of every combination, with the median turn time of turns
-1-10 and the ratio of the last 10 turns to it.
+- the journaled conversation (JSON bytes of the decrypted journal messages), the growth since
+  just after migration of every table of sessions_app, context_app and models_app, indexes
+  included (PostgreSQL: `pg_total_relation_size`; SQLite: the pages `dbstat` counts, else the
+  file plus its -wal) and the ratio growth / conversation;
+then the growth of each table at the last checkpoint, and a summary of the last checkpoint of
+every combination, with the median turn time of turns 1-10 and the ratio of the last 10 turns to
+it (wall and CPU). `--turns 1,10,1000,10000` runs the long session.
 
 Query logging is switched off after start-up (as with DEBUG=false in production), so that a
 DEBUG=true in the environment does not add its own cost to every query.
@@ -112,33 +114,41 @@ def _setup_django(url: str) -> None:
     settings.DEBUG = False
 
 
-def _database_bytes(backend: str, sqlite_path: str | None) -> int:
-    if backend == "sqlite":
-        assert sqlite_path is not None
-        return sum(
-            os.path.getsize(path)
-            for path in (sqlite_path, sqlite_path + "-wal")
-            if os.path.exists(path)
-        )
-    from django.db import connection
+APPS = ("sessions_app", "context_app", "models_app")
 
+
+def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
+    """Return the bytes of every table of the three apps, indexes (and TOAST) included.
+
+    PostgreSQL: `pg_total_relation_size` of each table. SQLite: the pages `dbstat` counts for
+    the table and its indexes; without `dbstat`, the file (and its -wal) as one entry.
+    """
+    from django.db import DatabaseError, connection
+
+    like = " OR ".join(f"{{column}} LIKE '{app}\\_%' ESCAPE '\\'" for app in APPS)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_database_size(current_database())")
-        return cursor.fetchone()[0]
-
-
-def _table_bytes(backend: str) -> list[tuple[str, int]]:
-    """Return the app tables by size on PostgreSQL (tables, TOAST and indexes), largest first."""
-    if backend != "postgres":
-        return []
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
-            "WHERE relkind = 'r' AND relname LIKE 'sessions_app_%' ORDER BY 2 DESC"
-        )
-        return list(cursor.fetchall())
+        if backend == "postgres":
+            cursor.execute(
+                "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
+                f"WHERE relkind = 'r' AND ({like.format(column='relname')})"
+            )
+            return dict(cursor.fetchall())
+        try:
+            cursor.execute(
+                "SELECT m.tbl_name, SUM(d.pgsize) FROM dbstat AS d "
+                "JOIN sqlite_master AS m ON m.name = d.name "
+                f"WHERE {like.format(column='m.tbl_name')} GROUP BY m.tbl_name"
+            )
+            return dict(cursor.fetchall())
+        except DatabaseError:  # SQLite built without dbstat
+            assert sqlite_path is not None
+            return {
+                "(database file)": sum(
+                    os.path.getsize(path)
+                    for path in (sqlite_path, sqlite_path + "-wal")
+                    if os.path.exists(path)
+                )
+            }
 
 
 # --- the scripted peer model -----------------------------------------------------------------
@@ -259,14 +269,18 @@ class _ConversationMeter:
             self.last_seq = seq
 
 
-def _history_ms(session, version) -> float:
+def _history_ms(session, version) -> tuple[float, float]:
+    """Return the wall and CPU milliseconds of one new-run history load (mean of 5 calls)."""
     from context_app.engine_adapter import version_binding
     from sessions_app.selectors.history import history_for_new_run
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(HISTORY_CALLS):
         history_for_new_run(session, version_binding(version))
-    return (time.perf_counter() - started) / HISTORY_CALLS * 1000
+    return (
+        (time.perf_counter() - started) / HISTORY_CALLS * 1000,
+        (time.process_time() - cpu) / HISTORY_CALLS * 1000,
+    )
 
 
 def _median_ms(durations: list[float], first: int, last: int) -> float:
@@ -280,14 +294,16 @@ def _label(backend: str, window: int) -> str:
 
 
 HEADER = (
-    f"{'turns':>6} | {'turn ms':>8} | {'history ms':>10} | {'views':>5} | {'compactions':>11} | "
+    f"{'turns':>6} | {'turn ms':>8} | {'turn cpu':>8} | {'history ms':>10} | {'hist cpu':>8} | "
+    f"{'views':>5} | {'compactions':>11} | "
     f"{'records':>7} | {'conv MB':>8} | {'growth MB':>9} | {'growth/conv':>11}"
 )
 
 
 def _format_row(row: dict) -> str:
     return (
-        f"{row['turns']:>6,} | {row['turn_ms']:>8.1f} | {row['history_ms']:>10.1f} | "
+        f"{row['turns']:>6,} | {row['turn_ms']:>8.1f} | {row['turn_cpu_ms']:>8.1f} | "
+        f"{row['history_ms']:>10.1f} | {row['history_cpu_ms']:>8.1f} | "
         f"{row['views']:>5,} | {row['compactions']:>11,} | {row['records']:>7,} | "
         f"{row['conversation'] / MB:>8.2f} | {row['growth'] / MB:>9.2f} | "
         f"{row['growth'] / row['conversation']:>10.2f}x"
@@ -308,7 +324,7 @@ def run_combination(
     from sessions_app.services.execution import run_execute
 
     call_command("migrate", verbosity=0)
-    baseline = _database_bytes(backend, sqlite_path)
+    baseline = _table_bytes(backend, sqlite_path)
     # Runs are driven inline below; the Celery task that run_ask queues on commit is not.
     runs._enqueue = lambda run: None
     engine_adapter.set_gateway_factory(lambda version, connection: PeerGateway())
@@ -317,15 +333,17 @@ def run_combination(
     version = session.agent_version
     meter = _ConversationMeter(session)
     durations: list[float] = []
+    cpu: list[float] = []
     rows: list[dict] = []
     print(f"\n{_label(backend, window)}", flush=True)
     print(HEADER, flush=True)
     started_all = time.perf_counter()
     for turn in range(1, max(turns) + 1):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         run = runs.run_ask(user=user, session=session, question=_question(turn))
         outcome = run_execute(run_id=run.pk)
         durations.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
         run.refresh_from_db(fields=["status", "error"])
         if outcome != Run.Status.SUCCEEDED or run.status != Run.Status.SUCCEEDED:
             sys.exit(
@@ -335,20 +353,24 @@ def run_combination(
         meter.update()
         if turn not in turns:
             continue
+        history_ms, history_cpu_ms = _history_ms(session, version)
         row = {
             "backend": backend,
             "window": window,
             "turns": turn,
             "turn_ms": _median_ms(durations, max(1, turn - 9), turn),
             "first_ms": _median_ms(durations, 1, min(10, turn)),
-            "history_ms": _history_ms(session, version),
+            "turn_cpu_ms": _median_ms(cpu, max(1, turn - 9), turn),
+            "first_cpu_ms": _median_ms(cpu, 1, min(10, turn)),
+            "history_ms": history_ms,
+            "history_cpu_ms": history_cpu_ms,
             "views": SessionView.objects.filter(session=session).count(),
             "compactions": ModelCall.objects.filter(
                 run__session=session, purpose=ModelCall.Purpose.COMPACTION
             ).count(),
             "records": meter.records,
             "conversation": meter.bytes,
-            "growth": _database_bytes(backend, sqlite_path) - baseline,
+            "growth": sum(_table_bytes(backend, sqlite_path).values()) - sum(baseline.values()),
             "elapsed_s": time.perf_counter() - started_all,
         }
         rows.append(row)
@@ -356,12 +378,18 @@ def run_combination(
     last = rows[-1]
     print(
         f"turn ms, median of turns 1-{min(10, last['turns'])}: {last['first_ms']:.1f}; "
-        f"last 10 / first 10: {last['turn_ms'] / last['first_ms']:.2f}x; "
+        f"last 10 / first 10: {last['turn_ms'] / last['first_ms']:.2f}x "
+        f"(CPU {last['turn_cpu_ms']:.1f} / {last['first_cpu_ms']:.1f} ms: "
+        f"{last['turn_cpu_ms'] / last['first_cpu_ms']:.2f}x); "
         f"{last['turns']:,} turns in {last['elapsed_s']:.0f} s",
         flush=True,
     )
-    for table, size in _table_bytes(backend):
-        print(f"  {table:<32} {size / MB:>8.2f} MB", flush=True)
+    tables = _table_bytes(backend, sqlite_path)
+    print(f"growth by table at {last['turns']:,} turns (indexes included):", flush=True)
+    for table, size in sorted(tables.items(), key=lambda item: -item[1]):
+        grown = size - baseline.get(table, 0)
+        if grown:
+            print(f"  {table:<36} {grown / MB:>8.3f} MB", flush=True)
     connections.close_all()
     results.put(rows)
 
@@ -444,14 +472,16 @@ def main() -> None:
     print(f"\nSummary at {arguments.turns[-1]:,} turns")
     print(
         f"{'combination':<38} | {'turn ms 1-10':>12} | {'last 10':>8} | {'ratio':>6} | "
-        f"{'history ms':>10} | {'views':>5} | {'conv MB':>8} | {'growth MB':>9} | "
+        f"{'cpu ratio':>9} | {'history ms':>10} | {'hist cpu':>8} | {'views':>5} | "
+        f"{'conv MB':>8} | {'growth MB':>9} | "
         f"{'growth/conv':>11} | {'time s':>6}"
     )
     for row in summary:
         print(
             f"{_label(row['backend'], row['window']):<38} | {row['first_ms']:>12.1f} | "
             f"{row['turn_ms']:>8.1f} | {row['turn_ms'] / row['first_ms']:>5.2f}x | "
-            f"{row['history_ms']:>10.1f} | {row['views']:>5,} | "
+            f"{row['turn_cpu_ms'] / row['first_cpu_ms']:>8.2f}x | "
+            f"{row['history_ms']:>10.1f} | {row['history_cpu_ms']:>8.1f} | {row['views']:>5,} | "
             f"{row['conversation'] / MB:>8.2f} | {row['growth'] / MB:>9.2f} | "
             f"{row['growth'] / row['conversation']:>10.2f}x | {row['elapsed_s']:>6.0f}"
         )

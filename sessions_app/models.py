@@ -217,6 +217,49 @@ class SessionView(models.Model):
         return f"View r{self.revision} @ {self.watermark}"
 
 
+class ProjectionPoint(models.Model):
+    """Where projecting a session's main records for new runs stopped: the projector's state.
+
+    A new run that inherits the history `binding_key` names, after `view` (None: from the
+    start), resumes projecting from here instead of from the view: it reads only the records
+    after `watermark` (see `ProjectionPoint` in `agentloom.engine._projection`). `state` holds
+    the stored form of that state: every message made from a record as a reference to it (its
+    seq and how it is shown, as a view's entries do), the messages projection made itself
+    (placeholders, run notes), the open tool group, the notes waiting for it and the calls shown
+    so far; no journal text. It is encrypted (notes quote run errors) and compressed.
+
+    A point is used only when it extends the view the reusable-view rule chooses for the run,
+    so a revoked view (or one revoked by derivation) takes its points out of use with it; the
+    session's deletion removes them (cascade). One row per (session, binding, view), moved
+    forward as the session grows.
+    """
+
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="projection_points", db_index=False
+    )
+    binding_key = models.CharField(max_length=64)
+    view = models.ForeignKey(
+        SessionView,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="projection_points",
+    )
+    watermark = models.PositiveBigIntegerField()
+    state = CompressedEncryptedJSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["session", "binding_key", "watermark"], name="point_binding_watermark"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Projection point @ {self.watermark}"
+
+
 class RunSupplement(models.Model):
     """The persistent supplement queue of a run; `consumed_at` is set once it is journaled."""
 

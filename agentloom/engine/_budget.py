@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine._errors import ConfigurationError
-from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, SizeCache, canonical_json
+from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, JSON_BYTES, SizeCache, json_bytes
 
 __all__ = [
     "DEFAULT_ESTIMATOR_ID",
@@ -226,9 +226,13 @@ class JsonBytesEstimator(TokenEstimator):
         self._per_request = per_request
         self._per_message = per_message
         self._per_tool = per_tool
-        # Serialising is what a byte count costs, so a content hash would save nothing.
-        self._messages = SizeCache(max_items=cache_size, content_keys=False)
-        self._tools = SizeCache(max_items=cache_size, content_keys=False)
+        # A byte length is the item's alone: the process's cache serves every estimator (see
+        # `_sizecache.JSON_BYTES`), unless a cache of another size is asked for.
+        if cache_size == DEFAULT_CACHE_ITEMS:
+            self._messages = self._tools = JSON_BYTES
+        else:
+            self._messages = SizeCache(max_items=cache_size, content_keys=False)
+            self._tools = SizeCache(max_items=cache_size, content_keys=False)
 
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         size = self._per_request + self._per_message * len(messages)
@@ -239,13 +243,9 @@ class JsonBytesEstimator(TokenEstimator):
         return size
 
 
-def _json_bytes(item: Any) -> int:
-    return len(canonical_json(item).encode())
-
-
 def _json_list_bytes(items: list[Any], cache: SizeCache) -> int:
     """Return the UTF-8 length of the compact JSON of `items`, from cached item lengths."""
-    return 2 + max(len(items) - 1, 0) + cache.total(items, _json_bytes)
+    return 2 + max(len(items) - 1, 0) + cache.total(items, json_bytes)
 
 
 def estimator_from_binding(binding: dict[str, Any] | None, counter: Any = None) -> TokenEstimator:

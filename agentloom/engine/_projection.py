@@ -24,6 +24,14 @@ Projection repairs protocol and never changes sources:
   stored as a supplement (`legacy:<n>` key), is shown as the feedback or run note it was, never
   in the user's voice (`is_adopted_feedback`); the journal row itself is never rewritten.
 
+A projection point (`ProjectionPoint`) is the projector's state after the records up to a
+watermark, before the end of the history closes what is still open: the messages shown so far
+(as references to their records, and the few messages projection made itself), the open tool
+group, the notes waiting for it, the run states the next state joins, and every call shown so far
+(a late result names its call). Projecting the records after the watermark from the point gives
+exactly what projecting every record gives, because projection reads each record once, in order,
+and keeps nothing else between records.
+
 The plan a new run starts with (rendering 4) is the one the last `update_plan` among the main
 records it inherits set, in session order: the result that set it is where the plan changed
 (`inherited_plan`). A failed or cancelled run's plan carries over like any other: its records
@@ -65,6 +73,7 @@ __all__ = [
     "ExcerptJudge",
     "JournalRecord",
     "ProjectedHistory",
+    "ProjectionPoint",
     "ReusableView",
     "block_excerpts",
     "inherited_plan",
@@ -140,6 +149,9 @@ class ProjectedHistory:
     # The plan the inherited records last set (`inherited_plan`); a run of rendering 4 starts
     # with it.
     plan: str | None = None
+    # The projector's state after the last record, before the end closed what was open (made
+    # when `project_history` is asked to keep it): a later projection resumes from it.
+    point: ProjectionPoint | None = None
 
     def __post_init__(self) -> None:
         if len(self.origins) < len(self.messages):
@@ -174,6 +186,107 @@ class _OpenGroup:
         self.answered: set[str] = set()
 
 
+@dataclass
+class ProjectionPoint:
+    """The projector's state after the main records up to `watermark` (see the module docstring).
+
+    `messages`/`origins` are those projected after the view (`view_messages` of them came from
+    the view and are not part of the point). Its stored form (`stored`) keeps each message made
+    from a record as that record's origin, and only the messages projection made itself whole.
+    """
+
+    watermark: int
+    user_turns: int
+    model_steps: int
+    messages: list[dict[str, Any]]
+    origins: list[Origin]
+    deferred: list[tuple[dict[str, Any], Origin]]
+    # The open group: (run id, original id -> rewritten id, answered original ids), or None.
+    group: tuple[Any, dict[str, str], set[str]] | None
+    stop_notes: dict[Any, str]
+    states: list[tuple[Any, str, str, str | None]]
+    # Where the note of the run states in a row is: the last message ("out"), the last waiting
+    # note ("deferred"), or nowhere (None).
+    states_at: str | None
+    calls: dict[tuple[Any, str], tuple[str, str]]
+    answered: set[tuple[Any, str]]
+    shown_ids: set[str]
+    excerpts: dict[int, int]
+
+    def stored(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Return (body, inline messages): origins by reference, made messages inline."""
+        inline: list[dict[str, Any]] = []
+
+        def entry(message: dict[str, Any], origin: Origin) -> dict[str, Any]:
+            if origin is not None and "s" in origin:
+                return origin
+            inline.append(message)
+            return {"i": len(inline) - 1}
+
+        body = {
+            "w": self.watermark,
+            "u": self.user_turns,
+            "m": self.model_steps,
+            "e": [entry(m, o) for m, o in zip(self.messages, self.origins, strict=True)],
+            "d": [entry(m, o) for m, o in self.deferred],
+            "g": (
+                None
+                if self.group is None
+                else [self.group[0], list(self.group[1].items()), sorted(self.group[2])]
+            ),
+            "stop": [[run, ref] for run, ref in self.stop_notes.items()],
+            "st": [list(state) for state in self.states],
+            "sa": self.states_at,
+            "c": [
+                [run, call, rewritten, name, (run, call) in self.answered]
+                for (run, call), (rewritten, name) in self.calls.items()
+            ],
+            "ids": sorted(self.shown_ids),
+            "ex": [[seq, chars] for seq, chars in self.excerpts.items()],
+        }
+        return body, inline
+
+    @classmethod
+    def from_stored(
+        cls,
+        body: Mapping[str, Any],
+        inline: list[dict[str, Any]],
+        records: Mapping[int, dict[str, Any]],
+    ) -> ProjectionPoint:
+        """Return the point `stored` gave, its references materialised from `records` (seq ->
+        journal message)."""
+
+        def made(entry: dict[str, Any]) -> tuple[dict[str, Any], Origin]:
+            if "i" in entry:
+                return inline[entry["i"]], None
+            return materialize(entry, records[entry["s"]]), entry
+
+        shown = [made(entry) for entry in body["e"]]
+        group = body["g"]
+        calls = {(run, call): (rewritten, name) for run, call, rewritten, name, _ in body["c"]}
+        return cls(
+            watermark=body["w"],
+            user_turns=body["u"],
+            model_steps=body["m"],
+            messages=[message for message, _ in shown],
+            origins=[origin for _, origin in shown],
+            deferred=[made(entry) for entry in body["d"]],
+            group=None if group is None else (group[0], dict(group[1]), set(group[2])),
+            stop_notes={run: ref for run, ref in body["stop"]},
+            states=[tuple(state) for state in body["st"]],  # type: ignore[misc]
+            states_at=body["sa"],
+            calls=calls,
+            answered={(run, call) for run, call, _, _, answered in body["c"] if answered},
+            shown_ids=set(body["ids"]),
+            excerpts={seq: chars for seq, chars in body["ex"]},
+        )
+
+    @staticmethod
+    def references(body: Mapping[str, Any]) -> list[int]:
+        """Return the session seqs a stored point refers to."""
+        return [entry["s"] for part in ("e", "d") for entry in body[part] if "s" in entry]
+
+
 class _Projector:
     def __init__(
         self,
@@ -203,6 +316,66 @@ class _Projector:
         self.calls: dict[tuple[Any, str], tuple[str, str]] = {}
         # Calls whose recorded result has been placed, in their group or as a late note.
         self.answered: set[tuple[Any, str]] = set()
+        # How many messages came from the view (they are not part of a point).
+        self.base = len(self.out)
+
+    def resume(self, point: ProjectionPoint) -> None:
+        """Continue from `point` (the view's messages already shown): copy its state in.
+
+        The point is left as it was (a cached point is resumed again), so everything the
+        projector changes later is copied; the run-states note is the one message changed in
+        place, so it is copied too.
+        """
+        messages = list(point.messages)
+        deferred = list(point.deferred)
+        if point.states_at == "out":
+            messages[-1] = dict(messages[-1])
+            self.states_note = messages[-1]
+        elif point.states_at == "deferred":
+            deferred[-1] = (dict(deferred[-1][0]), deferred[-1][1])
+            self.states_note = deferred[-1][0]
+        self.out.extend(messages)
+        self.origins.extend(point.origins)
+        self.deferred = deferred
+        if point.group is not None:
+            run_id, ids, answered = point.group
+            self.group = _OpenGroup(run_id, dict(ids))
+            self.group.answered = set(answered)
+        self.stop_notes = dict(point.stop_notes)
+        self.states = list(point.states)
+        self.calls = dict(point.calls)
+        self.answered = set(point.answered)
+        self.shown_ids = set(point.shown_ids)
+        self.decided.update(point.excerpts)
+
+    def point(self, history: ProjectedHistory) -> ProjectionPoint:
+        """Return the state after the records projected so far (before the end's close)."""
+        states_at = None
+        if self.states_note is not None:
+            if self.deferred and self.deferred[-1][0] is self.states_note:
+                states_at = "deferred"
+            elif self.out and self.out[-1] is self.states_note:
+                states_at = "out"
+        return ProjectionPoint(
+            watermark=history.watermark,
+            user_turns=history.user_turns,
+            model_steps=history.model_steps,
+            messages=self.out[self.base :],
+            origins=self.origins[self.base :],
+            deferred=list(self.deferred),
+            group=(
+                None
+                if self.group is None
+                else (self.group.run_id, dict(self.group.ids), set(self.group.answered))
+            ),
+            stop_notes=dict(self.stop_notes),
+            states=list(self.states),
+            states_at=states_at,
+            calls=dict(self.calls),
+            answered=set(self.answered),
+            shown_ids=set(self.shown_ids),
+            excerpts=dict(self.decided),
+        )
 
     def emit(self, message: dict[str, Any], origin: Origin) -> None:
         self.out.append(message)
@@ -445,6 +618,8 @@ def project_history(
     judge: ExcerptJudge | None = None,
     excerpts: Mapping[int, int] | None = None,
     rendering: int | None = None,
+    point: ProjectionPoint | None = None,
+    keep_point: bool = False,
 ) -> ProjectedHistory:
     """Return the history a new run inherits: `view` plus the main records after its watermark.
 
@@ -454,6 +629,11 @@ def project_history(
     stored history block is rebuilt exactly. `rendering` is the version of the rules the
     records are shown with (default: the current one). `plan` is the one the main records
     given last set (`inherited_plan`), those up to the view's watermark included.
+
+    With `point` (a `ProjectionPoint` made after `view`, under the same rules), projection
+    resumes from it: `records` are then those after the point's watermark. With `keep_point`,
+    `history.point` is the state after the last record, for a later projection to resume from.
+    The plan is then the one `records` set (the caller reads further back when it is None).
     """
     rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
@@ -477,6 +657,11 @@ def project_history(
             rendering=rules.version,
         )
     projector = _Projector(history, tool_result_chars, judge, excerpts, rules)
+    if point is not None:
+        projector.resume(point)
+        history.watermark = point.watermark
+        history.user_turns = point.user_turns
+        history.model_steps = point.model_steps
     floor = history.watermark
     main: list[JournalRecord] = []
     for record in records:
@@ -492,6 +677,8 @@ def project_history(
         elif record.kind == "assistant":
             history.model_steps += 1
         projector.add(record)
+    if keep_point:
+        history.point = projector.point(history)
     projector.close_group()
     history.plan = inherited_plan(reversed(main))
     return history

@@ -4,6 +4,12 @@ An item (a message or a tool schema) is found first by its identity, checked aga
 top-level values, and then, when the cache was made with content keys, by a hash of its JSON.
 Items are treated as immutable once measured: a top-level field that is replaced is noticed, an
 in-place change deeper down is not.
+
+`JSON_BYTES` keeps the compact-JSON byte length of items for the whole process. A byte length
+depends on the item alone, not on any estimator setting, so every byte-counting estimator shares
+it: a new run's estimator measures only what no earlier run in the process measured. A run that
+inherits its history from a decrypted projection point (kept by the worker) inherits the same
+message objects, so its history is measured by identity, without serialising it again.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from typing import Any
 __all__ = [
     "DEFAULT_CACHE_ITEMS",
     "DEFAULT_CACHE_WEIGHT",
+    "JSON_BYTES",
     "SizeCache",
     "canonical_json",
     "content_key",
+    "json_bytes",
 ]
 
 DEFAULT_CACHE_ITEMS = 50_000
@@ -31,6 +39,11 @@ DEFAULT_CACHE_WEIGHT = 64_000_000
 def canonical_json(item: Any) -> str:
     """Return the compact JSON of `item`, as the request body shows it."""
     return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_bytes(item: Any) -> int:
+    """Return the UTF-8 length of the compact JSON of `item`."""
+    return len(canonical_json(item).encode())
 
 
 def content_key(text: str) -> bytes:
@@ -164,3 +177,8 @@ class SizeCache:
             self._by_content.move_to_end(key)
             while len(self._by_content) > self.max_items:
                 self._by_content.popitem(last=False)
+
+
+# The byte length of each item measured in this process (see the module docstring). Serialising is
+# what a byte count costs, so a content hash would save nothing: items are found by identity.
+JSON_BYTES = SizeCache(content_keys=False)

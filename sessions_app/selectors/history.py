@@ -1,20 +1,45 @@
 """The history a new run inherits: best compliant view + main-instance records after it.
 
 With a reusable view, loading costs the view's references plus the records after its watermark;
-without one, one query and one decryption per main-instance record.
+without one, one query and one decryption per main-instance record. A projection point
+(`ProjectionPoint`) saved after that view under the run's binding shortens both: projection
+resumes from it and reads only the records after its watermark. A point is used only when it
+extends exactly the view the reusable-view rule chooses (none when it chooses none), at a
+watermark within `as_of`'s limit, so it is never chosen over a compliant view.
+
+Decrypted points are kept in the worker's memory (`_DecryptedPoints`): reading a point from the
+database decrypts every record it refers to, once per worker instead of once per run. How the
+cache stays safe:
+
+- Key rotation. It holds plaintext, keyed by the point's row, its watermark and a digest of the
+  configured field keys (`encryption.keyring_id`). `rotate_encryption_key` re-encrypts rows under
+  the new primary key without changing their plaintext, so an entry stays true; a key taken out
+  of the fallbacks changes the digest, so nothing read under the old keys is served again (a
+  value only that key opened must fail to read, not be answered from memory).
+- Deletion and purge. An entry is found only through its point's row, read from the database
+  first: a purged session's points are gone (cascade), so its entries are never served again and
+  age out of the cache; a soft-deleted session takes no new run. The plaintext stays in that
+  worker's memory until then, as any value a worker read does until it is collected.
+- A point's row is moved forward, never rewritten at the same watermark, and the journal records
+  it refers to are never rewritten, so (row, watermark) names one content.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from agentloom.encryption import keyring_id
 from agentloom.engine import (
     TOOL_RESULT_VIEW_CHARS,
     ExcerptJudge,
     JournalRecord,
     Origin,
     ProjectedHistory,
+    ProjectionPoint,
     ReusableView,
     block_excerpts,
     history_judge,
@@ -23,7 +48,8 @@ from agentloom.engine import (
     rendering_of,
 )
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
-from sessions_app.selectors.views import compliant_view, view_content
+from sessions_app.models import ProjectionPoint as PointRow
+from sessions_app.selectors.views import binding_key, compliant_view, view_content
 
 
 def main_records_after(
@@ -51,8 +77,8 @@ def _journal_records(rows) -> Iterator[JournalRecord]:
         )
 
 
-def plan_as_of(session: Session, *, up_to: int | None) -> str | None:
-    """Return the plan the session's main records up to `up_to` last set (`inherited_plan`).
+def plan_as_of(session: Session, *, up_to: int | None, after: int = 0) -> str | None:
+    """Return the plan the session's main records in (after, up_to] last set (`inherited_plan`).
 
     Read newest first and only until it is decided. A version without `update_plan` never set
     one (history grants no tool), so its journal is not read at all.
@@ -63,6 +89,7 @@ def plan_as_of(session: Session, *, up_to: int | None) -> str | None:
         session=session,
         instance=MAIN_INSTANCE,
         kind__in=(SessionMessage.Kind.ASSISTANT, SessionMessage.Kind.TOOL_RESULT),
+        seq__gt=after,
     )
     if up_to is not None:
         rows = rows.filter(seq__lte=up_to)
@@ -77,17 +104,24 @@ def project_after_view(
     judge: ExcerptJudge | None = None,
     excerpts: Mapping[int, int] | None = None,
     rendering: int | None = None,
+    point: ProjectionPoint | None = None,
+    keep_point: bool = False,
 ) -> ProjectedHistory:
     """Return `view` (if any) followed by the projection of `records` (those after it).
 
     `judge` decides which records are shown as excerpts; `excerpts` repeats earlier decisions;
     `rendering` is the version of the rules records are shown with (default: the current one).
+    With `point` (saved after `view`), projection resumes from it and `records` are those after
+    its watermark. With `keep_point`, the history carries the point after its last record
+    (`history.point`).
     """
     options = {
         "tool_result_chars": tool_result_chars,
         "judge": judge,
         "excerpts": excerpts,
         "rendering": rendering,
+        "point": point,
+        "keep_point": keep_point,
     }
     if view is None:
         return project_history(records, **options)
@@ -108,6 +142,24 @@ def project_after_view(
     )
 
 
+@dataclass
+class InheritedHistory:
+    """A new run's history, with what it was projected from."""
+
+    history: ProjectedHistory
+    view: SessionView | None
+    binding_key: str
+    # The saved point projection resumed from (None: from the view, or from the start).
+    point_row: PointRow | None
+
+    @property
+    def resumed_at(self) -> int:
+        """Return the watermark projection resumed from (the point's, else the view's, else 0)."""
+        if self.point_row is not None:
+            return self.point_row.watermark
+        return self.view.watermark if self.view is not None else 0
+
+
 def history_for_new_run(
     session: Session, binding: dict[str, Any], *, as_of: Run | None = None
 ) -> ProjectedHistory:
@@ -117,18 +169,118 @@ def history_for_new_run(
 
     With `as_of`, the session as it was when that run's question was asked (its inherited
     watermark): a question that waited in the queue, or was cancelled and resumed, still never
-    sees what came after it.
+    sees what came after it. Projection resumes from the point saved after the chosen view, if
+    any (see the module docstring); the result is the same.
     """
+    return inherited_history(session, binding, as_of=as_of).history
+
+
+def inherited_history(
+    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
+) -> InheritedHistory:
+    """`history_for_new_run`, with the view and the point it was projected from."""
     view = compliant_view(session, binding, as_of=as_of)
     up_to = as_of.inherited_watermark if as_of is not None else None
-    records = main_records_after(session, view.watermark if view else 0, up_to=up_to)
+    key = binding_key(binding)
+    row = projection_point_row(session, key, view, up_to=up_to)
+    point = point_of(row) if row is not None else None
+    after = view.watermark if view is not None else 0
+    records = main_records_after(session, point.watermark if point else after, up_to=up_to)
+    rules = rendering_of(binding)
     history = project_after_view(
-        records, view, judge=history_judge(binding), rendering=rendering_of(binding).version
+        records,
+        view,
+        judge=history_judge(binding),
+        rendering=rules.version,
+        point=point,
+        keep_point=True,
     )
-    if view is not None and history.plan is None and rendering_of(binding).inherits_plan:
+    if point is not None:
+        # The plan the records after the view set, as projecting them all would find it.
+        history.plan = plan_as_of(session, up_to=up_to, after=after)
+    if view is not None and history.plan is None and rules.inherits_plan:
         # No record after the view set a plan: one before it may have (a view holds none).
         history.plan = plan_as_of(session, up_to=view.watermark)
-    return history
+    return InheritedHistory(history=history, view=view, binding_key=key, point_row=row)
+
+
+def projection_point_row(
+    session: Session, key: str, view: SessionView | None, *, up_to: int | None
+) -> PointRow | None:
+    """Return the point saved after exactly `view` under the binding `key` at the highest
+    watermark within `up_to`, without its state (clear columns only), or None."""
+    rows = PointRow.objects.filter(session=session, binding_key=key, view=view)
+    if up_to is not None:
+        rows = rows.filter(watermark__lte=up_to)
+    return rows.defer("state").order_by("-watermark", "-pk").first()
+
+
+def point_of(row: PointRow) -> ProjectionPoint:
+    """Return the point `row` stores, its references read from the journal (or the cache)."""
+    cached = DECRYPTED_POINTS.get(row.pk, row.watermark)
+    if cached is not None:
+        return cached
+    stored = PointRow.objects.values_list("state", flat=True).get(pk=row.pk)
+    body, inline = stored["body"], stored["inline"]
+    seqs = ProjectionPoint.references(body)
+    records: dict[int, dict[str, Any]] = {}
+    if seqs:
+        # One range query: a point refers to most main records up to its watermark.
+        records = dict(
+            SessionMessage.objects.filter(
+                session_id=row.session_id,
+                instance=MAIN_INSTANCE,
+                seq__gte=min(seqs),
+                seq__lte=max(seqs),
+            ).values_list("seq", "message")
+        )
+    point = ProjectionPoint.from_stored(body, inline, records)
+    DECRYPTED_POINTS.put(row.pk, row.watermark, point)
+    return point
+
+
+class _DecryptedPoints:
+    """The points a worker has read, decrypted, by (row, watermark, field keys); an LRU bounded
+    by the messages it holds. See the module docstring for why this is safe."""
+
+    def __init__(self, max_messages: int = 400_000):
+        self.max_messages = max_messages
+        self._points: OrderedDict[tuple[int, int, str], ProjectionPoint] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(pk: int, watermark: int) -> tuple[int, int, str]:
+        """Return the key of the point row `pk` at `watermark`, read under the current keys."""
+        return (pk, watermark, keyring_id())
+
+    def get(self, pk: int, watermark: int) -> ProjectionPoint | None:
+        key = self.key(pk, watermark)
+        with self._lock:
+            point = self._points.get(key)
+            if point is not None:
+                self._points.move_to_end(key)
+            return point
+
+    def put(self, pk: int, watermark: int, point: ProjectionPoint) -> None:
+        key = self.key(pk, watermark)
+        with self._lock:
+            old = self._points.pop(key, None)
+            if old is not None:
+                self._held -= len(old.messages)
+            self._points[key] = point
+            self._held += len(point.messages)
+            while self._points and self._held > self.max_messages:
+                _, evicted = self._points.popitem(last=False)
+                self._held -= len(evicted.messages)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._points.clear()
+            self._held = 0
+
+
+DECRYPTED_POINTS = _DecryptedPoints()
 
 
 def history_block(

@@ -41,7 +41,6 @@ from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore
 from sessions_app.selectors.context import last_reported_call, recent_ratio
-from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.journal import (
     JournalWriter,
     LeaseLost,
@@ -51,6 +50,7 @@ from sessions_app.services.journal import (
 )
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.live import DeltaPublisher
+from sessions_app.services.projection_points import new_run_history
 from sessions_app.services.renewer import RunLease, renewer
 from sessions_app.services.runs import run_claim, supplements_close, supplements_take
 from sessions_app.services.slots import database_slots
@@ -223,7 +223,7 @@ def _start(run_id: int, owner: str):
         "attempt": run.attempt,
         "system_prompt": version.snapshot.get("system_prompt", ""),
         "question": run.question,
-        "history": history_for_new_run(run.session, binding, as_of=run),
+        "history": new_run_history(run.session, binding, as_of=run),
         "calibration_start": (
             recent_ratio(version.model_connection_id)
             if version.snapshot.get("calibration")

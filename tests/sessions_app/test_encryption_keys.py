@@ -101,6 +101,7 @@ def test_every_encrypted_column_is_covered():
         "sessions_app.Run.question",
         "sessions_app.RunDelta.data",
         "sessions_app.RunSupplement.text",
+        "sessions_app.ProjectionPoint.state",
         "sessions_app.Session.title",
         "sessions_app.SessionDeletion.session_title",
         "sessions_app.SessionMessage.message",

@@ -1,0 +1,266 @@
+"""Projection points: resuming from the projector's saved state equals projecting every record.
+
+The journals drawn here interleave runs that are resumed later (late and missing results),
+supplements and feedback inside open groups, run notes and states, adopted legacy feedback,
+sub-agent records, engine call ids (kept from rendering 3) and provider ids, large records shown
+as excerpts, and a view the projection starts after.
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentloom.engine import (
+    JournalRecord,
+    ProjectionPoint,
+    ReusableView,
+    project_history,
+)
+from agentloom.engine._rendering import CURRENT_RENDERING
+
+POINT_SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+KINDS = ["feedback", "supplement", "legacy", "run_note", "child"]
+
+
+@st.composite
+def journals(draw):
+    """Random journals of interleaved, resumed runs with everything projection treats apart."""
+    runs = draw(st.integers(1, 4))
+    streams = [_run_events(draw, run) for run in range(1, runs + 1)]
+    merged = []
+    while any(streams):
+        stream = draw(st.sampled_from([s for s in streams if s]))
+        take = draw(st.integers(1, len(stream)))
+        merged.extend(stream[:take])
+        del stream[:take]
+    seq = count(draw(st.integers(1, 20)), draw(st.integers(1, 2)))
+    return [_record(kind, run, detail, next(seq)) for kind, run, detail in merged]
+
+
+def _run_events(draw, run):
+    events = [("user_input", run, None)]
+    # Provider ids, the engine's ids, or the engine's ids of run 1 again (shown once only).
+    ids = draw(st.sampled_from(["call_{n}", "r{run}-{step}-{n}", "r1-{step}-{n}"]))
+    for step in range(draw(st.integers(0, 3))):
+        calls = [ids.format(run=run, step=step, n=n) for n in range(draw(st.integers(0, 3)))]
+        events.append(("assistant", run, calls))
+        answered = draw(st.lists(st.sampled_from(calls), unique=True)) if calls else []
+        for call_id in answered:
+            events.append(("tool_result", run, (call_id, draw(st.sampled_from([5, 60])))))
+            if draw(st.booleans()):
+                events.append((draw(st.sampled_from(KINDS)), run, step))
+    if draw(st.booleans()):
+        events.append(("feedback", run, "stop"))
+    for _ in range(draw(st.integers(0, 2))):
+        # A run's state, said again when the run is resumed and ends once more.
+        events.append(("status", run, draw(st.sampled_from(["failed", "succeeded"]))))
+    return events
+
+
+def _record(kind, run, detail, seq):
+    instance, entry_key = "main", ""
+    if kind == "assistant":
+        message = {"role": "assistant", "content": None if detail else "answer"}
+        if detail:
+            message["tool_calls"] = [
+                {"id": c, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+                for c in detail
+            ]
+    elif kind == "tool_result":
+        call_id, length = detail
+        message = {"role": "tool", "tool_call_id": call_id, "content": f"R{seq} " + "x" * length}
+    elif kind == "status":
+        message = {"status": detail, "error": "boom: detail" if detail == "failed" else None}
+    elif kind == "feedback" and detail == "stop":
+        message = {"role": "assistant", "content": "[run note] run stopped: limit"}
+    elif kind == "run_note":
+        kind, message = "feedback", {"role": "user", "content": "[feedback] run stopped: x"}
+    elif kind == "legacy":
+        kind, entry_key = "supplement", f"legacy:{seq}"
+        message = {"role": "user", "content": f"[feedback] adopted {seq}"}
+    elif kind == "child":
+        kind, instance = "assistant", "child-1"
+        message = {"role": "assistant", "content": f"inner {seq}"}
+    else:
+        message = {"role": "user", "content": f"{kind} {detail}"}
+    return JournalRecord(seq, run, instance, kind, message, entry_key)
+
+
+def _judge(text: str, ref: str) -> int | None:
+    # Records longer than 40 characters are shown as 20-character excerpts.
+    return 20 if len(text) > 40 else None
+
+
+def _view(rows, cut):
+    before = [row for row in rows[:cut] if row.instance == "main"]
+    if not before:
+        return None
+    shown = project_history(before)
+    return ReusableView(
+        watermark=before[-1].seq,
+        messages=[{"role": "user", "content": "[summary]"}, *shown.messages[-1:]],
+        user_turns=shown.user_turns,
+        model_steps=shown.model_steps,
+        revision=3,
+    )
+
+
+def _stored(point: ProjectionPoint, rows) -> ProjectionPoint:
+    """Return `point` as a store keeps and reads it: JSON, references materialised again."""
+    body, inline = point.stored()
+    body, inline = json.loads(json.dumps(body)), json.loads(json.dumps(inline))
+    messages = {row.seq: row.message for row in rows}
+    return ProjectionPoint.from_stored(body, inline, messages)
+
+
+@POINT_SETTINGS
+@given(
+    rows=journals(),
+    view_at=st.integers(0, 6),
+    cuts=st.lists(st.integers(0, 40), max_size=4),
+    rendering=st.integers(1, CURRENT_RENDERING),
+    judged=st.booleans(),
+)
+def test_resuming_from_points_equals_projecting_every_record(
+    rows, view_at, cuts, rendering, judged
+):
+    view = _view(rows, view_at) if view_at else None
+    after = [row for row in rows if view is None or row.seq > view.watermark]
+    options = {"rendering": rendering, "judge": _judge if judged else None}
+    whole = project_history(after, view, **options)
+
+    point = None
+    start = 0
+    for cut in sorted({min(cut, len(after)) for cut in cuts}):
+        part = project_history(after[start:cut], view, point=point, keep_point=True, **options)
+        assert part.point is not None
+        point = _stored(part.point, rows)
+        start = cut
+    resumed = project_history(after[start:], view, point=point, **options)
+
+    assert json.dumps(resumed.messages) == json.dumps(whole.messages)
+    assert resumed.origins == whole.origins
+    assert resumed.excerpts == whole.excerpts
+    assert resumed.block() == whole.block()
+    assert (resumed.watermark, resumed.user_turns, resumed.model_steps) == (
+        whole.watermark,
+        whole.user_turns,
+        whole.model_steps,
+    )
+
+
+def test_a_point_keeps_the_open_group_and_the_note_waiting_for_it():
+    rows = [
+        JournalRecord(1, 1, "main", "user_input", {"role": "user", "content": "q"}),
+        JournalRecord(
+            2,
+            1,
+            "main",
+            "assistant",
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "echo", "arguments": ""}},
+                    {"id": "b", "type": "function", "function": {"name": "echo", "arguments": ""}},
+                ],
+            },
+        ),
+        JournalRecord(
+            3, 1, "main", "tool_result", {"role": "tool", "tool_call_id": "a", "content": "A"}
+        ),
+        JournalRecord(4, 1, "main", "supplement", {"role": "user", "content": "meanwhile"}),
+        JournalRecord(
+            5, 1, "main", "tool_result", {"role": "tool", "tool_call_id": "b", "content": "B"}
+        ),
+    ]
+    part = project_history(rows[:4], keep_point=True)
+    assert part.point is not None and part.point.group is not None
+    body, inline = part.point.stored()
+    assert inline == [] and [e["s"] for e in body["d"]] == [4]
+    # A point keeps references, never the journal's text.
+    assert "meanwhile" not in json.dumps(body)
+
+    resumed = project_history(rows[4:], point=_stored(part.point, rows))
+
+    assert resumed.messages == project_history(rows).messages
+    assert [m["role"] for m in resumed.messages] == ["user", "assistant", "tool", "tool", "user"]
+
+
+def _status(seq, run):
+    return JournalRecord(seq, run, "main", "status", {"status": "failed", "error": "x: y"})
+
+
+def _calls(seq, run, *ids):
+    calls = [
+        {"id": i, "type": "function", "function": {"name": "echo", "arguments": ""}} for i in ids
+    ]
+    return JournalRecord(seq, run, "main", "assistant", {"role": "assistant", "tool_calls": calls})
+
+
+def _resumed_at(rows, cut, rendering=CURRENT_RENDERING):
+    part = project_history(rows[:cut], keep_point=True, rendering=rendering)
+    assert part.point is not None
+    return project_history(rows[cut:], point=_stored(part.point, rows), rendering=rendering)
+
+
+def test_run_states_in_a_row_are_joined_across_a_point():
+    rows = [
+        JournalRecord(1, 1, "main", "user_input", {"role": "user", "content": "q"}),
+        _status(2, 1),
+        _status(3, 2),
+        _status(4, 3),
+    ]
+    whole = project_history(rows)
+    assert len(whole.messages) == 2
+    for cut in (2, 3):
+        assert _resumed_at(rows, cut).messages == whole.messages
+
+
+def test_run_states_waiting_for_an_open_group_are_joined_across_a_point():
+    rows = [
+        _calls(1, 1, "a"),
+        _status(2, 2),
+        _status(3, 3),
+        JournalRecord(
+            4, 1, "main", "tool_result", {"role": "tool", "tool_call_id": "a", "content": "A"}
+        ),
+    ]
+    assert _resumed_at(rows, 2).messages == project_history(rows).messages
+
+
+def test_engine_call_ids_shown_before_a_point_are_not_shown_twice():
+    rows = [_calls(1, 1, "r1-0-0"), _calls(2, 2, "r1-0-0")]
+    whole = project_history(rows)
+    assert whole.messages[-2]["tool_calls"][0]["id"] != "r1-0-0"
+    assert _resumed_at(rows, 1).messages == whole.messages
+
+
+def test_a_late_result_names_its_call_from_before_a_point():
+    rows = [
+        _calls(1, 1, "a"),
+        JournalRecord(2, 2, "main", "user_input", {"role": "user", "content": "q"}),
+        JournalRecord(
+            3, 1, "main", "tool_result", {"role": "tool", "tool_call_id": "a", "content": "A"}
+        ),
+    ]
+    whole = project_history(rows)
+    assert "late tool result of call" in whole.messages[-1]["content"]
+    assert _resumed_at(rows, 2).messages == whole.messages
+
+
+def test_a_stop_note_before_a_point_is_said_by_the_state_after_it():
+    rows = [
+        JournalRecord(1, 1, "main", "user_input", {"role": "user", "content": "q"}),
+        JournalRecord(2, 1, "main", "feedback", {"role": "assistant", "content": "[run note] x"}),
+        _status(3, 1),
+    ]
+    assert _resumed_at(rows, 2).messages == project_history(rows).messages
