@@ -342,7 +342,9 @@ def references_migrate_batch(limit: int) -> int:
     seq order: consecutive records become one range row (extending the referrer's range that
     ends just before, so batch boundaries leave no seam), and a view's rows that its run's
     snapshot already keeps are dropped (references written once). One short transaction per
-    batch, locking only the rows it converts: an interrupted migration resumes where it stopped.
+    batch, locking only the reference rows it converts (not the journal records they name, which
+    new references of a live run take a key-share lock on): an interrupted migration resumes
+    where it stopped.
     Returns 0 when nothing is left.
     """
     with transaction.atomic():
@@ -368,7 +370,7 @@ def references_migrate_batch(limit: int) -> int:
             )
         rows = list(
             old.filter(**referrer)
-            .select_for_update()
+            .select_for_update(of=("self",))
             .order_by("message__seq", "pk")
             .values_list("pk", "message_id", "message__seq", "message__session_id")[:limit]
         )
