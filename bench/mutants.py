@@ -874,6 +874,77 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_view_revocation.py::test_a_revoked_view_is_never_chosen_and_stays_on_record",
         ),
     ),
+    # --- journal references (reusable_views) -----------------------------------------------------
+    Mutant(
+        "references: written once, under the snapshot a view is saved from",
+        "references_twice",
+        _VIEWS,
+        "    # The view writes no references of its own:",
+        "    reference_rows(session_id, refs, view=view)  #",
+        (
+            "tests/sessions_app/test_references.py::test_references_are_written_once_and_every_reader_finds_them",
+            "tests/sessions_app/test_checkpoints.py::test_views_store_only_what_exists_nowhere_else",
+        ),
+    ),
+    Mutant(
+        "references: one row per range of consecutive records",
+        "references_per_record",
+        _VIEWS,
+        """    ranges = reference_ranges(session_id, {ref["s"] for ref in refs if "s" in ref})""",
+        """    ranges = [[s, s] for s in sorted({ref["s"] for ref in refs if "s" in ref})]""",
+        (
+            "tests/sessions_app/test_references.py::test_references_are_written_once_and_every_reader_finds_them",
+        ),
+    ),
+    Mutant(
+        "references: a range runs across the status records between turns",
+        "references_split_at_status",
+        _VIEWS,
+        "        if all(seq in statuses for seq in range(joined[-1][1] + 1, first)):",
+        "        if False:",
+        (
+            "tests/sessions_app/test_references.py::test_references_are_written_once_and_every_reader_finds_them",
+        ),
+    ),
+    Mutant(
+        "references: both ends of a range are held (RESTRICT)",
+        "range_end_cascades",
+        "sessions_app/models.py",
+        """        on_delete=models.RESTRICT,\n        related_name="range_ends",""",
+        """        on_delete=models.CASCADE,\n        related_name="range_ends",""",
+        (
+            "tests/sessions_app/test_references.py::test_a_range_keeps_its_ends_and_goes_with_its_session",
+            "tests/sessions_app/test_checkpoints.py::test_a_referenced_journal_record_cannot_be_deleted",
+        ),
+    ),
+    Mutant(
+        "view rule: no reusable view for a compaction that only masked",
+        "view_after_masking",
+        _VIEWS,
+        "    if _only_masked(snapshot):",
+        "    if False:",
+        ("tests/sessions_app/test_references.py::test_a_masking_only_compaction_saves_no_view",),
+    ),
+    Mutant(
+        "reference migration: a batch continues the range the last one ended",
+        "migration_seams",
+        _VIEWS,
+        "    if before is not None and not (",
+        "    if False and not (",
+        (
+            "tests/sessions_app/test_references.py::test_the_reference_migration_is_resumable_and_idempotent",
+        ),
+    ),
+    Mutant(
+        "reference migration: a view's copies of its snapshot's references are dropped",
+        "migration_keeps_view_copies",
+        _VIEWS,
+        "            kept = referenced_seqs(",
+        "            kept = set() and referenced_seqs(",
+        (
+            "tests/sessions_app/test_references.py::test_the_reference_migration_is_resumable_and_idempotent",
+        ),
+    ),
     # --- discovery and connections --------------------------------------------------------------
     Mutant(
         "provider client follows no redirect",

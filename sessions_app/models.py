@@ -377,15 +377,31 @@ class ModelCall(models.Model):
 
 
 class JournalReference(models.Model):
-    """A journal record that a saved view refers to, so the database keeps it while it is used.
+    """Journal records that a compaction snapshot refers to, so the database keeps them.
 
-    One row per record referenced one by one by a reusable view or by a run's compaction
-    snapshot. `RESTRICT` makes deleting a referenced record fail unless its referrer goes in the
-    same deletion (a whole session).
+    One row per run of consecutive session seqs, `message` to `last` (the same record for a run
+    of one), that a run's compaction snapshot refers to (`run`, `snapshot_revision`). A reusable
+    view saved from that snapshot writes no rows of its own: it is kept by its run's (a view goes
+    with its run). Rows written before ranges hold one record each (`last` null), and views saved
+    then have rows of their own (`view`); both still hold, and `manage.py migrate_references`
+    turns them into ranges under the snapshot.
+
+    `RESTRICT` on both ends makes deleting the first or last record of a range fail unless its
+    referrer goes in the same deletion (a whole session); a record inside a range is kept by the
+    journal's append-only rule: no path deletes a journal record except with its whole session
+    (`services.deletion.session_purge`).
     """
 
     message = models.ForeignKey(
         SessionMessage, on_delete=models.RESTRICT, related_name="references"
+    )
+    # The last record of the range; null on a row written before ranges (one record).
+    last = models.ForeignKey(
+        SessionMessage,
+        null=True,
+        blank=True,
+        on_delete=models.RESTRICT,
+        related_name="range_ends",
     )
     view = models.ForeignKey(
         SessionView, null=True, blank=True, on_delete=models.CASCADE, related_name="references"
@@ -405,7 +421,7 @@ class JournalReference(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"reference to #{self.message_id}"
+        return f"reference to #{self.message_id}..#{self.last_id or self.message_id}"
 
 
 class SessionDeletion(models.Model):

@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from agentloom.engine import Origin, materialize
-from sessions_app.models import Run, Session, SessionView
+from sessions_app.models import JournalReference, Run, Session, SessionView
 from sessions_app.selectors.journal import journal_messages
 
 
@@ -111,3 +111,23 @@ def views_of(session: Session) -> QuerySet[SessionView]:
         .defer("messages", "entries")
         .order_by("revision")
     )
+
+
+def view_references(view: SessionView) -> QuerySet[JournalReference]:
+    """Return the `JournalReference` rows that keep the records `view` refers to.
+
+    Those of the run's compaction snapshot the view was saved from, and rows of its own for a
+    view saved before references were written once.
+    """
+    return JournalReference.objects.filter(
+        Q(run_id=view.run_id, snapshot_revision=view.snapshot_revision) | Q(view=view)
+    )
+
+
+def referenced_seqs(references: QuerySet[JournalReference]) -> set[int]:
+    """Return the session seqs of the journal records `references` keep (ranges or one each)."""
+    return {
+        seq
+        for first, last in references.values_list("message__seq", "last__seq")
+        for seq in range(first, (first if last is None else last) + 1)
+    }

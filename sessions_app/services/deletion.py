@@ -76,8 +76,9 @@ def session_purge(*, user, session_id: int) -> dict[str, int]:
         raise NotFound("Not found.")
     if session.deleted_at is None:
         raise Conflict("Only a deleted session can be purged.")
-    # Journal references go with their view or run in the same deletion, so the RESTRICT on
-    # the journal records they hold lets the records go too.
+    # Journal references go with their run (rows written before references were written once,
+    # with their view) in the same deletion, so the RESTRICT on the first and last record of
+    # each range they hold lets the records go too.
     _, removed = session.delete()
     SessionDeletion.objects.filter(session_number=session_id).update(
         purged_at=timezone.now(), purged_by_username=user.get_username()

@@ -15,11 +15,13 @@ chain is read when a view is chosen, so a view saved after its ancestor was revo
 chosen either.
 
 Views are stored by reference (`SessionView.entries`): the handoff summary and other messages
-that exist nowhere else are stored encrypted, everything else as references to journal records,
-each backed by a `JournalReference` row so the database keeps what a view refers to. Choosing a
-view reads clear index columns only; only the chosen view is decrypted. The reads that choose by
-this rule (`compliant_view`, `view_derivations`) are in `selectors.views`; saving and revoking a
-view are here.
+that exist nowhere else are stored encrypted, everything else as references to journal records.
+The compaction snapshot a view is saved from holds `JournalReference` rows (one per run of
+consecutive records), written once, so the database keeps what the snapshot and the view refer
+to; a view goes with its run, and so do they. A compaction that only masked saves no view.
+Choosing a view reads clear index columns only; only the chosen view is decrypted. The reads
+that choose by this rule (`compliant_view`, `view_derivations`) are in `selectors.views`; saving
+and revoking a view, and turning old references into ranges, are here.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from sessions_app.models import (
     SessionMessage,
     SessionView,
 )
-from sessions_app.selectors.views import binding_key
+from sessions_app.selectors.views import binding_key, referenced_seqs
 
 
 def session_refs(
@@ -124,16 +126,49 @@ def _without_system_head(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def reference_rows(session_id: int, refs: list[dict[str, Any]], **referrer: Any) -> None:
-    """Insert one `JournalReference` per journal record in `refs`, for `referrer`."""
-    seqs = {ref["s"] for ref in refs if "s" in ref}
-    if not seqs:
+    """Insert one `JournalReference` per run of consecutive journal records in `refs`.
+
+    `referrer` is the run's compaction snapshot (`run_id`, `snapshot_revision`).
+    """
+    ranges = reference_ranges(session_id, {ref["s"] for ref in refs if "s" in ref})
+    if not ranges:
         return
-    ids = SessionMessage.objects.filter(session_id=session_id, seq__in=seqs).values_list(
-        "pk", flat=True
+    ends = {seq for first, last in ranges for seq in (first, last)}
+    ids = dict(
+        SessionMessage.objects.filter(session_id=session_id, seq__in=ends).values_list("seq", "pk")
     )
     JournalReference.objects.bulk_create(
-        [JournalReference(message_id=pk, **referrer) for pk in ids]
+        [
+            JournalReference(message_id=ids[first], last_id=ids[last], **referrer)
+            for first, last in ranges
+        ]
     )
+
+
+def reference_ranges(session_id: int, seqs: set[int]) -> list[list[int]]:
+    """Return `seqs` as the inclusive ranges their references cover (one query).
+
+    Runs of consecutive seqs, joined across a gap of status records only: no view shows a run's
+    status, so without this every turn of a session would start a range of its own.
+    """
+    ranges = as_ranges(seqs)
+    if len(ranges) < 2:
+        return ranges
+    statuses = set(
+        SessionMessage.objects.filter(
+            session_id=session_id,
+            seq__gt=ranges[0][1],
+            seq__lt=ranges[-1][0],
+            kind=SessionMessage.Kind.STATUS,
+        ).values_list("seq", flat=True)
+    )
+    joined = [ranges[0]]
+    for first, last in ranges[1:]:
+        if all(seq in statuses for seq in range(joined[-1][1] + 1, first)):
+            joined[-1][1] = last
+        else:
+            joined.append([first, last])
+    return joined
 
 
 def view_refusal_reason(
@@ -194,7 +229,9 @@ def snapshot_save(
 ) -> tuple[int | None, str | None]:
     """Record the references of the frame's newest snapshot; save it as a view when allowed.
 
-    Returns (view revision, refusal reason). Call inside the save's transaction, after the
+    The references are written once, under the run's snapshot; a view saved from the snapshot
+    is kept by them. A snapshot whose compaction only masked is not saved as a view. Returns
+    (view revision, refusal reason). Call inside the save's transaction, after the
     snapshot's records are journaled.
     """
     snapshots = (frame.get("context") or {}).get("compactions") or []
@@ -210,6 +247,8 @@ def snapshot_save(
     )
     if not JournalReference.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
         reference_rows(session_id, refs, run_id=run_id, snapshot_revision=revision)
+    if _only_masked(snapshot):
+        return None, "the compaction only masked tool results (no summary to reuse)"
     reason, watermark = view_refusal_reason(
         run_id=run_id,
         session_id=session_id,
@@ -241,8 +280,17 @@ def snapshot_save(
         binding_key=binding_key(binding),
         snapshot_revision=revision,
     )
-    reference_rows(session_id, refs, view=view)
+    # The view writes no references of its own: its run's snapshot holds them (see above).
     return view.revision, None
+
+
+def _only_masked(snapshot: dict[str, Any]) -> bool:
+    """True when the snapshot's compaction only masked tool results (no summary, no call).
+
+    Such a compaction is not saved as a reusable view: a new run that projects the same records
+    masks them again without a model call, so a view would only copy what the journal holds.
+    """
+    return (snapshot.get("metrics") or {}).get("reason") == "masked"
 
 
 def _derived_from(run_id: int, session_id: int, frame: dict[str, Any]) -> SessionView | None:
@@ -285,3 +333,76 @@ def view_revoke(*, user, session: Session, revision: Any) -> SessionView:
     view.revoked_by = user
     view.save(update_fields=["revoked_at", "revoked_by"])
     return view
+
+
+def references_migrate_batch(limit: int) -> int:
+    """Turn up to `limit` per-record references of one referrer into ranges; return how many.
+
+    Rows written before ranges (`last` null) are taken referrer by referrer, snapshots first, in
+    seq order: consecutive records become one range row (extending the referrer's range that
+    ends just before, so batch boundaries leave no seam), and a view's rows that its run's
+    snapshot already keeps are dropped (references written once). One short transaction per
+    batch, locking only the reference rows it converts (not the journal records they name, which
+    new references of a live run take a key-share lock on): an interrupted migration resumes
+    where it stopped.
+    Returns 0 when nothing is left.
+    """
+    with transaction.atomic():
+        old = JournalReference.objects.filter(last__isnull=True)
+        head = (
+            old.filter(view__isnull=True).order_by("pk").first()
+            or old.order_by("pk").select_related("view").first()
+        )
+        if head is None:
+            return 0
+        if head.view_id is None:
+            referrer: dict[str, Any] = {
+                "run_id": head.run_id,
+                "snapshot_revision": head.snapshot_revision,
+            }
+            kept: set[int] = set()
+        else:
+            referrer = {"view_id": head.view_id}
+            kept = referenced_seqs(
+                JournalReference.objects.filter(
+                    run_id=head.view.run_id, snapshot_revision=head.view.snapshot_revision
+                )
+            )
+        rows = list(
+            old.filter(**referrer)
+            .select_for_update(of=("self",))
+            .order_by("message__seq", "pk")
+            .values_list("pk", "message_id", "message__seq", "message__session_id")[:limit]
+        )
+        ids = {seq: pk for _, pk, seq, _ in rows}
+        if rows:
+            session_id = rows[0][3]
+            ranges = reference_ranges(session_id, set(ids) - kept)
+            if ranges:
+                _extend_or_add(session_id, referrer, ranges, ids)
+        JournalReference.objects.filter(pk__in=[row[0] for row in rows]).delete()
+    return len(rows)
+
+
+def _extend_or_add(
+    session_id: int, referrer: dict[str, Any], ranges: list[list[int]], ids: dict[int, int]
+) -> None:
+    """Write `ranges` for `referrer`, the first joined to the referrer's range just before it."""
+    first, last = ranges[0]
+    before = (
+        JournalReference.objects.filter(**referrer, last__seq__lt=first)
+        .filter(last__session_id=session_id)
+        .order_by("-last__seq")
+        .values_list("pk", "last__seq")
+        .first()
+    )
+    if before is not None and not (
+        SessionMessage.objects.filter(session_id=session_id, seq__gt=before[1], seq__lt=first)
+        .exclude(kind=SessionMessage.Kind.STATUS)
+        .exists()
+    ):
+        JournalReference.objects.filter(pk=before[0]).update(last_id=ids[last])
+        ranges = ranges[1:]
+    JournalReference.objects.bulk_create(
+        [JournalReference(message_id=ids[a], last_id=ids[b], **referrer) for a, b in ranges]
+    )

@@ -117,6 +117,7 @@ NOT_ACTIONS = {
     "run_claim": WORKER,
     "adopt_legacy_runs": "an operator's one-off migration command, not a user's request",
     "migrate_checkpoint": "an operator's one-off migration command, not a user's request",
+    "references_migrate_batch": "an operator's one-off migration command, not a user's request",
 }
 
 NESTED = "_nested"

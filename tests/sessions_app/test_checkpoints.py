@@ -7,12 +7,12 @@ import json
 import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
-from django.db.models import RestrictedError
+from django.db.models import F, RestrictedError
 
 from context_app.engine_adapter import version_binding
 from sessions_app.models import JournalReference, Run, SessionMessage, SessionView
 from sessions_app.selectors.checkpoints import frame_of, full_checkpoint
-from sessions_app.selectors.views import compliant_view
+from sessions_app.selectors.views import compliant_view, referenced_seqs, view_references
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_resume
@@ -62,7 +62,9 @@ def test_compacting_sessions_replay_exactly_from_checkpoints_by_reference(
     alice, gateway, make_demo_session
 ):
     session = make_demo_session(context_window=9_000)
-    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(5)]
+    # Tool results that compaction masks, then questions it must summarise.
+    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(3)]
+    runs += [ask(session, alice, long_question(n)) for n in range(3, 7)]
     assert SessionView.objects.filter(session=session).exists(), "views are reused"
     assert any(full_checkpoint(run)["context"]["compactions"] for run in runs)
     for run in runs:
@@ -81,14 +83,19 @@ def test_views_store_only_what_exists_nowhere_else(alice, gateway, make_demo_ses
     assert "[handoff summary]" in inline
     assert "NONCE-4" not in inline  # kept records are referenced, not copied
     referenced = {entry["s"] for entry in view.entries if "s" in entry}
-    rows = set(view.references.values_list("message__seq", flat=True))
-    assert referenced and rows == referenced
+    kept = referenced_seqs(view_references(view))
+    assert referenced and referenced <= kept
+    # Ranges run across the status records between turns, which no view shows.
+    between = SessionMessage.objects.filter(session=session, seq__in=kept - referenced)
+    assert set(between.values_list("kind", flat=True)) <= {SessionMessage.Kind.STATUS}
+    # Written once: the view is kept by the references of the snapshot it was saved from.
+    assert not view.references.exists()
 
 
 def test_choosing_a_view_decrypts_no_candidate(alice, gateway, make_demo_session):
     session = make_demo_session(context_window=9_000)
     for n in range(5):
-        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+        ask(session, alice, long_question(n))
     chosen = compliant_view(session, version_binding(session.agent_version))
     assert chosen is not None
     assert {"messages"} <= chosen.get_deferred_fields()
@@ -98,22 +105,28 @@ def test_a_referenced_journal_record_cannot_be_deleted(alice, gateway, make_demo
     session = make_demo_session(context_window=9_000)
     for n in range(5):
         ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
-    reference = JournalReference.objects.filter(view__isnull=False).first()
-    assert reference is not None
-    message = reference.message
-    with pytest.raises(RestrictedError):
-        message.delete()
-    # Below the ORM too: the database's foreign key refuses it (checked at once, not at commit).
-    with pytest.raises(IntegrityError), transaction.atomic():
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute(
-                f"DELETE FROM {SessionMessage._meta.db_table} WHERE id = %s", [message.pk]
-            )
-        if connection.vendor == "sqlite":
-            connection.check_constraints()
-    assert SessionMessage.objects.filter(pk=message.pk).exists()
+    reference = (
+        JournalReference.objects.filter(run__session=session)
+        .exclude(last=F("message"))
+        .select_related("message", "last")
+        .first()
+    )
+    assert reference is not None, "a range of several records"
+    # Both ends of a range are held (the records between by the journal's append-only rule).
+    for message in (reference.message, reference.last):
+        with pytest.raises(RestrictedError):
+            message.delete()
+        # Below the ORM too: the database's foreign key refuses it (checked at once).
+        with pytest.raises(IntegrityError), transaction.atomic():
+            with connection.cursor() as cursor:
+                if connection.vendor == "postgresql":
+                    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                cursor.execute(
+                    f"DELETE FROM {SessionMessage._meta.db_table} WHERE id = %s", [message.pk]
+                )
+            if connection.vendor == "sqlite":
+                connection.check_constraints()
+        assert SessionMessage.objects.filter(pk=message.pk).exists()
 
 
 def _as_format_1(run: Run) -> None:

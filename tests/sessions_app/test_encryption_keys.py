@@ -25,7 +25,7 @@ from models_app.models import ModelConnection
 from sessions_app.models import ModelCall, Run, RunSupplement, SessionMessage, SessionView
 from sessions_app.services.replay import replay_run
 from tests.factories import ask
-from tests.sessions_app.conftest import SECRET
+from tests.sessions_app.conftest import SECRET, long_question
 from tests.support.legacy_encryption import (
     legacy_token,
     read_raw,
@@ -56,6 +56,8 @@ def populated(alice, gateway, make_demo_session, settings):
     settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []
     session = make_demo_session(context_window=9_000)
     runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)]
+    # Questions that need a summary: a compaction that only masks saves no view.
+    runs += [ask(session, alice, long_question(n)) for n in range(4, 7)]
     RunSupplement.objects.create(run=runs[-1], position=1, text="NONCE-SUPPLEMENT")
     assert SessionView.objects.filter(session=session).exists()
     return session, runs

@@ -18,6 +18,7 @@ from sessions_app.services.execution import run_execute
 from sessions_app.services.journal import renew_lease
 from sessions_app.services.runs import run_ask, run_cancel, run_claim
 from tests.factories import ask
+from tests.sessions_app.conftest import long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -143,7 +144,9 @@ def test_the_next_questions_start_with_the_plan_even_past_a_reusable_view(
     question = '/tool update_plan {"steps": [{"step": "find NONCE-PLAN", "status": "pending"}]}'
     ask(session, alice, question)
     plan_seq = SessionMessage.objects.filter(session=session, kind="tool_result").get().seq
-    runs = [ask(session, alice, '/tool big_output {"chars": 1200}') for _ in range(4)]
+    runs = [ask(session, alice, '/tool big_output {"chars": 1200}') for _ in range(2)]
+    # Questions that need a summary: a compaction that only masks saves no view.
+    runs += [ask(session, alice, long_question(n)) for n in range(3)]
     runs.append(ask(session, alice, "what is next?"))
     # The last question inherits a reusable view that stands for the plan's records.
     block = runs[-1].checkpoint["context"]["inherited"]["history"]

@@ -18,6 +18,7 @@ from sessions_app.models import (
 )
 from sessions_app.services.deletion import session_delete, session_purge
 from tests.factories import ask, make_user
+from tests.sessions_app.conftest import long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +42,7 @@ def _rows(session) -> dict[str, int]:
 def _compacted(alice, make_demo_session):
     session = make_demo_session(context_window=9_000)
     for n in range(4):
-        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+        ask(session, alice, long_question(n))
     RunSupplement.objects.create(run=session.runs.first(), position=1, text="late")
     rows = _rows(session)
     assert all(rows.values()), rows
