@@ -1217,6 +1217,44 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/api/test_approvals.py::test_a_member_who_is_not_the_creator_is_refused",
         ),
     ),
+    # --- live deltas go when their run ends (live, journal, deletion) ---------------------------
+    Mutant(
+        "a run's deltas go when its terminal save journals its end",
+        "deltas_kept_after_the_terminal_save",
+        "sessions_app/services/journal.py",
+        "                forget_run(self.run_id)\n",
+        "",
+        (
+            "tests/sessions_app/test_streaming_runs.py::test_a_runs_deltas_are_deleted_when_it_succeeds",
+            "tests/api/test_run_events.py::test_a_stream_resumed_after_its_runs_deltas_were_deleted_gets_the_records",
+        ),
+    ),
+    Mutant(
+        "a run ended outside its engine (cancel, sweep) loses its deltas too",
+        "deltas_kept_after_a_status_journal",
+        "sessions_app/services/journal.py",
+        "    forget_run(run.pk)\n",
+        "",
+        (
+            "tests/sessions_app/test_streaming_runs.py::test_a_runs_deltas_are_deleted_when_it_is_cancelled_or_swept",
+        ),
+    ),
+    Mutant(
+        "a deleted session's deltas go with it",
+        "deltas_kept_after_session_delete",
+        "sessions_app/services/deletion.py",
+        "    forget_session(locked.pk)\n",
+        "",
+        ("tests/sessions_app/test_streaming_runs.py::test_a_deleted_sessions_deltas_go_with_it",),
+    ),
+    Mutant(
+        "the database channel deletes only the runs it is given",
+        "deltas_forget_every_run",
+        "sessions_app/services/live.py",
+        "RunDelta.objects.filter(run_id__in=list(run_ids)).delete()",
+        "RunDelta.objects.all().delete()",
+        ("tests/sessions_app/test_streaming_runs.py::test_a_deleted_sessions_deltas_go_with_it",),
+    ),
     # --- what a connection learns from its server (application) -------------------------------
     Mutant(
         "a learned window never raises the connection's window",

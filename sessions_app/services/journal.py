@@ -38,6 +38,7 @@ from sessions_app.models import (
     Session,
     SessionMessage,
 )
+from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
@@ -129,8 +130,8 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     status, holding the session's lock and then the run's (`lock_run`); a repeat is a no-op. A
     run that ends before any worker started it has not journaled its question yet; it is
     journaled first, so that every question stays in the session's history; the supplements it
-    accepted and never showed follow its status. The error is redacted like everything else
-    written for the run.
+    accepted and never showed follow its status, and its live deltas go (`forget_run`). The error
+    is redacted like everything else written for the run.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -147,6 +148,7 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     )
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
     supplements_journal(run_id=run.pk, session_id=run.session_id)
+    forget_run(run.pk)
 
 
 def supplements_journal(
@@ -323,6 +325,7 @@ class JournalWriter:
                 late = supplements_journal(
                     run_id=self.run_id, session_id=self.session_id, known=known
                 )
+                forget_run(self.run_id)
             result.inserted = len(new_rows) + len(late)
             if frame != self.written:
                 # An unchanged checkpoint (the final save repeats the engine's last) is not
