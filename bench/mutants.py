@@ -1255,6 +1255,57 @@ MUTANTS: tuple[Mutant, ...] = (
         "RunDelta.objects.all().delete()",
         ("tests/sessions_app/test_streaming_runs.py::test_a_deleted_sessions_deltas_go_with_it",),
     ),
+    # --- worker processes per machine (config, work) -------------------------------------------
+    Mutant(
+        "SQLite runs one worker process",
+        "worker_processes_on_sqlite",
+        "agentloom/config.py",
+        "        if asked > 1:",
+        "        if False:",
+        (
+            "tests/foundation/test_worker_processes.py::test_a_bad_worker_setting_stops_start_up_naming_it",
+        ),
+    ),
+    Mutant(
+        "PostgreSQL runs a worker process per core by default",
+        "worker_processes_default_one",
+        "agentloom/config.py",
+        "    return asked or machine_cores()",
+        "    return asked or 1",
+        (
+            "tests/foundation/test_worker_processes.py::test_postgresql_runs_a_worker_process_per_core_and_sqlite_one",
+        ),
+    ),
+    Mutant(
+        "only the first worker process runs the beat",
+        "worker_beat_in_every_process",
+        "agentloom/work.py",
+        "    if beat and index == 1:",
+        "    if beat:",
+        (
+            "tests/foundation/test_worker_processes.py::test_each_worker_process_is_named_apart_and_only_the_first_runs_the_beat",
+        ),
+    ),
+    Mutant(
+        "a stop reaches each worker process once (their own process groups)",
+        "worker_shares_the_launchers_group",
+        "agentloom/work.py",
+        "subprocess.Popen(command, process_group=0)",
+        "subprocess.Popen(command)",
+        (
+            "tests/foundation/test_worker_processes.py::test_a_stop_signal_reaches_every_worker_process_once",
+        ),
+    ),
+    Mutant(
+        "a worker process that ends stops the set with its status",
+        "worker_end_ignored",
+        "agentloom/work.py",
+        "return status or 1  # a worker that ends unasked is a failure",
+        "return 0",
+        (
+            "tests/foundation/test_worker_processes.py::test_when_one_worker_process_ends_the_others_stop_and_its_status_is_the_sets",
+        ),
+    ),
     # --- what a connection learns from its server (application) -------------------------------
     Mutant(
         "a learned window never raises the connection's window",
