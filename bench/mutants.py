@@ -1188,8 +1188,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "journal paging: at most `limit` records",
         "journal_page_unbounded",
         "sessions_app/selectors/journal.py",
-        """for row in rows.order_by("seq")[:limit]""",
-        """for row in rows.order_by("seq")""",
+        """.values(*JOURNAL_ITEM_FIELDS)[:limit]""",
+        """.values(*JOURNAL_ITEM_FIELDS)""",
         (
             "tests/api/test_journal.py::test_defaults_are_after_0_and_limit_100",
             "tests/api/test_journal.py::test_paging_a_thousand_records_returns_each_once_in_order",
@@ -1304,6 +1304,65 @@ MUTANTS: tuple[Mutant, ...] = (
         "return 0",
         (
             "tests/foundation/test_worker_processes.py::test_when_one_worker_process_ends_the_others_stop_and_its_status_is_the_sets",
+        ),
+    ),
+    # --- a journal page costs what it shows (console fragments, presenters, serializers) --------
+    Mutant(
+        "a journal page reads the runs of its records only",
+        "journal_page_reads_every_run",
+        "sessions_app/console/fragments.py",
+        'runs = runs_of(session).filter(pk__in={item["run_id"] for item in items})\n    runs = {',
+        "runs = runs_of(session)\n    runs = {",
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "a journal page decrypts none of its runs' questions and answers",
+        "journal_page_decrypts_its_runs",
+        "sessions_app/console/fragments.py",
+        'runs.only("pk", "number", "status")',
+        "runs",
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "naming a page's tool results reads no record past the page's start",
+        "journal_names_read_past_the_start",
+        "sessions_app/console/fragments.py",
+        "instance=instance, upto=after):",
+        "instance=instance):",
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "a page's first run is found by its id, not read",
+        "journal_first_run_read_whole",
+        "sessions_app/console/fragments.py",
+        '.filter(pk__in={item["run_id"] for item in items}).only("pk")',
+        '.filter(pk__in={item["run_id"] for item in items})',
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "the JSON page writes moments as its serializer does",
+        "journal_json_raw_moment",
+        "sessions_app/serializers.py",
+        '{**item, "created_at": moment(item["created_at"])}',
+        "dict(item)",
+        ("tests/api/test_journal.py::test_a_page_reads_as_its_serializer_writes_it",),
+    ),
+    Mutant(
+        "a journal row's moment is in the site's time zone",
+        "journal_row_moment_in_utc",
+        "sessions_app/console/presenters.py",
+        'moment = timezone.localtime(shown["created_at"])',
+        'moment = shown["created_at"]',
+        (
+            "tests/console/test_journal_page_cost.py::test_a_rows_moment_is_written_in_the_sites_time_zone",
         ),
     ),
     # --- what a connection learns from its server (application) -------------------------------
