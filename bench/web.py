@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--server-workers", type=int, default=1)
     parser.add_argument("--no-server", dest="server", action="store_false")
+    parser.add_argument("--pages", default="api,console", help="which pages: api, console")
     parser.add_argument(
         "--profile", help="print the 30 costliest functions of this page (api, console)"
     )
@@ -130,11 +131,13 @@ def _run(options, url: str, scratch: Path) -> None:
     call_command("migrate", verbosity=0)
     world = _journaled_session(options.turns)
     after = (options.turns * 5) // 2  # a page from the middle of the journal
+    every = {
+        "api": ("API (JSON)", f"/api/v1/sessions/{world['session']}/messages"),
+        "console": ("console journal (HTML)", f"/sessions/{world['session']}/journal/"),
+    }
     pages = {
-        "API (JSON)": f"/api/v1/sessions/{world['session']}/messages"
-        f"?after={after}&limit={options.limit}",
-        "console journal (HTML)": f"/sessions/{world['session']}/journal/"
-        f"?after={after}&limit={options.limit}",
+        every[name][0]: f"{every[name][1]}?after={after}&limit={options.limit}"
+        for name in options.pages.split(",")
     }
     print(
         f"\na session of {options.turns:,} turns ({options.turns * 5:,} records), "
