@@ -158,7 +158,9 @@ def test_a_deleted_sessions_deltas_go_with_it(alice, double, streamed_session):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_cancel_mid_stream_ends_the_run_within_a_second(alice, double, streamed_session):
+def test_a_cancel_mid_stream_ends_the_run_within_a_second(
+    alice, double, streamed_session, deltas_kept
+):
     double.chunk_chars = 2
     double.chunk_delay = 0.2
     double.reply_chat(content="x" * 200)  # 20 s of streaming
