@@ -190,6 +190,27 @@ def database_slots(sqlite: bool, pool_size: int, asked: int) -> int:
     return max(1, pool_size - 1) if pool_size else 9
 
 
+def machine_cores() -> int:
+    """Return the cores this process may run on (its CPU affinity, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def worker_processes(sqlite: bool, asked: int) -> int:
+    """Return how many worker processes one machine runs: `asked` (0: not set), else one per
+    core on PostgreSQL; always one on SQLite, which takes one writer at a time."""
+    if sqlite:
+        if asked > 1:
+            raise ImproperlyConfigured(
+                f"WORKER_PROCESSES must be 1 on SQLite, got {asked}: SQLite takes one writer "
+                "at a time (use PostgreSQL for several worker processes)"
+            )
+        return 1
+    return asked or machine_cores()
+
+
 def env_rate(name: str, default: str):
     """Return the rate limit `name` sets ("N/minute", "N/hour", "N/second", or "off")."""
     from agentloom.ratelimit import parse_rate

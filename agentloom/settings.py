@@ -18,6 +18,7 @@ from agentloom.config import (
     env_secret_list,
     env_str,
     local_secret,
+    worker_processes,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -139,6 +140,11 @@ if _SQLITE:
 RUN_DATABASE_SLOTS = database_slots(
     _SQLITE, DATABASE_POOL_SIZE, env_int("RUN_DATABASE_SLOTS", 0, minimum=0)
 )
+# Worker processes one machine runs (`python -m agentloom.work`), each with its own pool of
+# DATABASE_POOL_SIZE, RUN_DATABASE_SLOTS and lease renewer: one per core on PostgreSQL (a process
+# runs one Python thread at a time), one on SQLite. Each holds WORKER_CONCURRENCY runs in flight.
+WORKER_PROCESSES = worker_processes(_SQLITE, env_int("WORKER_PROCESSES", 0, minimum=1))
+WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 200, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,4 +1,4 @@
-"""Capacity: runs in flight in one worker process, and the web server under concurrent clients.
+"""Capacity: runs in flight in one or more worker processes, and the web server under clients.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentloom \\
     CELERY_BROKER_URL=redis://127.0.0.1:6379/0 .venv/bin/python bench/capacity.py
@@ -7,24 +7,30 @@ For each database (`--backends sqlite,postgres`) it works in a scratch database 
 and drops (PostgreSQL: `<name>_bench` beside the one DATABASE_URL names; SQLite: a temporary
 file), publishes an agent on an OpenAI-compatible model double that answers every request
 after `--delay` seconds (3 by default) with a system prompt of a few thousand tokens measured
-by the o200k estimator, and for each N of `--runs` (10, 100, 500):
+by the o200k estimator, and for each number of worker processes P of `--processes` (1, 2; one
+on SQLite) and each N of `--runs` (10, 100, 500, 1000):
 
-- starts one worker process (`celery worker --pool=threads --concurrency=N`), queues N runs of
-  N sessions at once (each a tool call, then the answer: two model calls, so the ideal is twice
-  the delay), and prints the wall time against the ideal, the runs that succeeded, the run
-  latency p50 / p95, the worker's peak memory above its idle base (in all and per run) and the
-  most database connections it held (PostgreSQL: pg_stat_activity; SQLite: open files);
+- starts the worker processes as a deployment does (`python -m agentloom.work --processes P
+  --concurrency N/P`), warms each up, queues N runs of N sessions at once (each a tool call,
+  then the answer: two model calls, so the ideal is twice the delay), and prints the wall time
+  against the ideal, the runs that succeeded, the run latency p50 / p95, the workers' CPU and
+  SQL statements per run (every statement the ORM sends, counted in each worker process), their
+  peak memory above their idle base (in all and per run) and the most database connections
+  they held (PostgreSQL: pg_stat_activity; SQLite: open files);
 - then (`--web`, on by default) starts the production server (`python -m agentloom.serve`, 2
   workers) and prints p50 / p95 of `POST /api/v1/sessions/{id}/runs` and of a journal page
-  (`GET /api/v1/sessions/{id}/messages`) under 20 concurrent clients.
+  (`GET /api/v1/sessions/{id}/messages?limit=200`) under 20 concurrent clients.
 
-Targets on PostgreSQL: 500 in flight with wall ≤ 1.5× the ideal and every run succeeded, ≤ 1 MB
-per run in flight above the base, ≤ 20 connections; a journal page ≤ 100 ms at p95.
+It prints the commit, the machine's cores and load average first, so that a run on another
+tree is the same command. Targets on PostgreSQL: 500 in flight on two processes with wall
+≤ 1.5× the ideal and every run succeeded, ≤ 1 MB per run in flight above the base.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import signal
 import socket
@@ -50,7 +56,8 @@ WEB_REQUESTS_PER_CLIENT = 15
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--runs", default="10,100,500")
+    parser.add_argument("--runs", default="10,100,500,1000")
+    parser.add_argument("--processes", default="1,2", help="worker processes (PostgreSQL)")
     parser.add_argument("--delay", type=float, default=3.0)
     parser.add_argument("--no-web", dest="web", action="store_false")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -61,6 +68,7 @@ def main() -> None:
     broker = os.environ.get("CELERY_BROKER_URL", "")
     if not broker.startswith("redis://"):
         sys.exit("bench/capacity.py needs a Redis broker: set CELERY_BROKER_URL=redis://…")
+    _print_machine()
     for backend in options.backends.split(","):
         with tempfile.TemporaryDirectory() as scratch:
             url = _scratch_url(backend, scratch)
@@ -69,7 +77,7 @@ def main() -> None:
             try:
                 subprocess.run(
                     [sys.executable, __file__, "--child", backend, "--runs", options.runs]
-                    + ["--delay", str(options.delay)]
+                    + ["--delay", str(options.delay), "--processes", options.processes]
                     + ([] if options.web else ["--no-web"]),
                     env=env,
                     check=True,
@@ -78,6 +86,24 @@ def main() -> None:
                 _drop_queue(broker, env["CELERY_QUEUE"])
                 if backend == "postgres":
                     _admin(f'DROP DATABASE IF EXISTS "{_bench_name()}" WITH (FORCE)')
+
+
+def _print_machine() -> None:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(
+        f"commit {commit}{' (modified)' if dirty else ''}, {os.cpu_count()} cores, "
+        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        flush=True,
+    )
+    print("command:", " ".join(sys.argv), flush=True)
 
 
 def _drop_queue(broker: str, queue: str) -> None:
@@ -153,22 +179,29 @@ def _child(options) -> None:
     backend = options.child
     try:
         world = _world(model)
-        print(
-            f"{'N':>5} | {'wall s':>7} | {'ideal s':>7} | {'ratio':>5} | {'ok':>9} | "
-            f"{'run p50/p95 s':>13} | {'base MB':>7} | {'peak +MB':>8} | {'MB/run':>6} | "
-            f"{'DB conns':>8}",
-            flush=True,
+        header = (
+            f"{'P':>2} | {'N':>5} | {'wall s':>6} | {'ratio':>5} | {'ok':>9} | "
+            f"{'run p50/p95 s':>13} | {'CPU ms/run':>10} | {'stmts/run':>9} | "
+            f"{'base MB':>7} | {'peak +MB':>8} | {'MB/run':>6} | {'DB conns':>8} | load"
         )
-        for count in [int(n) for n in options.runs.split(",")]:
-            row = _in_flight(world, count, options.delay, backend)
-            print(
-                f"{count:>5} | {row['wall']:>7.1f} | {row['ideal']:>7.1f} | "
-                f"{row['wall'] / row['ideal']:>4.2f}x | {row['succeeded']:>4}/{count:<4} | "
-                f"{row['p50']:>5.1f} / {row['p95']:<5.1f} | {row['base_mb']:>7.0f} | "
-                f"{row['peak_mb']:>8.0f} | {row['peak_mb'] / count:>6.2f} | "
-                f"{row['connections']:>8}",
-                flush=True,
-            )
+        processes = [int(n) for n in options.processes.split(",")]
+        if backend == "sqlite":
+            processes = [1]  # SQLite takes one writer at a time: one worker process
+        print(f"ideal {2 * options.delay:.1f} s (two model calls of {options.delay} s)")
+        print(header, flush=True)
+        for count_of_processes in processes:
+            for count in [int(n) for n in options.runs.split(",")]:
+                row = _in_flight(world, count, options.delay, backend, count_of_processes)
+                print(
+                    f"{count_of_processes:>2} | {count:>5} | {row['wall']:>6.1f} | "
+                    f"{row['wall'] / row['ideal']:>4.2f}x | {row['succeeded']:>4}/{count:<4} | "
+                    f"{row['p50']:>5.1f} / {row['p95']:<5.1f} | {row['cpu_ms']:>10.1f} | "
+                    f"{row['statements']:>9.1f} | {row['base_mb']:>7.0f} | "
+                    f"{row['peak_mb']:>8.0f} | {row['peak_mb'] / count:>6.2f} | "
+                    f"{row['connections']:>8} | {row['load']:.1f}",
+                    flush=True,
+                )
+                print(f"{'':>10}statements per run by kind: {row['kinds']}", flush=True)
         if options.web:
             _web(world)
     finally:
@@ -244,44 +277,105 @@ def _send_all(run_ids: list[int]) -> None:
             )
 
 
-def _start_worker(count: int, log_path: Path) -> subprocess.Popen:
+# Loaded by every worker process (a `sitecustomize` on its path): counts each SQL statement the
+# ORM sends, by its first word, and writes the counts to BENCH_STATEMENTS_DIR/<pid> as it goes.
+_STATEMENT_COUNTER = """
+import os
+import threading
+
+_where = os.environ.get("BENCH_STATEMENTS_DIR")
+if _where:
+    import collections
+    import json
+    import time
+
+    from django.db.backends.signals import connection_created
+
+    _counts = collections.Counter()
+    _lock = threading.Lock()
+
+    def _count(execute, sql, params, many, context):
+        word = (sql.lstrip().split(None, 1) or ["?"])[0].upper()
+        with _lock:
+            _counts[word] += 1
+        return execute(sql, params, many, context)
+
+    def _install(sender, connection, **kwargs):
+        if _count not in connection.execute_wrappers:
+            connection.execute_wrappers.append(_count)
+
+    connection_created.connect(_install, weak=False)
+
+    def _write():
+        path = os.path.join(_where, str(os.getpid()))
+        while True:
+            time.sleep(0.2)
+            with _lock:
+                counts = dict(_counts)
+            with open(path + ".tmp", "w") as out:
+                json.dump(counts, out)
+            os.replace(path + ".tmp", path)
+
+    threading.Thread(target=_write, daemon=True).start()
+"""
+
+
+def _start_workers(count: int, processes: int, scratch: Path) -> subprocess.Popen:
+    """Start the worker processes as a deployment does (`python -m agentloom.work`)."""
+    hook = scratch / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(_STATEMENT_COUNTER)
+    counts = scratch / "statements"
+    counts.mkdir(exist_ok=True)
+    log_path = scratch / "worker.log"
     log = open(log_path, "w")  # noqa: SIM115
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "agentloom.celery",
-            "worker",
-            "--pool=threads",
-            f"--concurrency={count}",
-            "--loglevel=INFO",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-        ],
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "BENCH_STATEMENTS_DIR": str(counts),
+        "LOG_LEVEL": "INFO",  # the workers say `ready.` at INFO
+    }
+    concurrency = math.ceil(count / processes)
+    command = [
+        *(sys.executable, "-m", "agentloom.work"),
+        *("--processes", str(processes), "--concurrency", str(concurrency)),
+    ]
+    launcher = subprocess.Popen(
+        command,
         cwd=ROOT,
-        env=os.environ,
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while "ready." not in log_path.read_text():
-        if time.monotonic() > deadline or worker.poll() is not None:
-            raise SystemExit(f"the worker did not start:\n{log_path.read_text()[-2000:]}")
+    deadline = time.monotonic() + 120
+    while log_path.read_text().count(" ready.") < processes:
+        if time.monotonic() > deadline or launcher.poll() is not None:
+            raise SystemExit(f"the workers did not start:\n{log_path.read_text()[-2000:]}")
         time.sleep(0.2)
-    return worker
+    return launcher
+
+
+def _statements(scratch: Path) -> dict[str, int]:
+    """Return the statements every worker process has sent so far, by kind."""
+    total: dict[str, int] = {}
+    for path in (scratch / "statements").glob("[0-9]*"):
+        try:
+            counts = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for word, number in counts.items():
+            total[word] = total.get(word, 0) + number
+    return total
 
 
 class _Sampler:
-    """Samples the worker's memory and database connections every 0.1 s."""
+    """Samples the worker processes' memory and database connections every 0.1 s."""
 
-    def __init__(self, pid: int, backend: str):
+    def __init__(self, launcher_pid: int, backend: str):
         import psutil
 
-        self.process = psutil.Process(pid)
+        self.workers = psutil.Process(launcher_pid).children()
         self.backend = backend
         self.peak_rss = 0
         self.peak_connections = 0
@@ -295,7 +389,9 @@ class _Sampler:
         settings = connection.settings_dict
         if self.backend == "sqlite":
             name = str(Path(settings["NAME"]).resolve())
-            return lambda: sum(1 for f in self.process.open_files() if f.path == name)
+            return lambda: sum(
+                1 for worker in self.workers for f in worker.open_files() if f.path == name
+            )
         import psycopg
 
         url = os.environ["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
@@ -308,7 +404,11 @@ class _Sampler:
         return lambda: sampler.execute(query, [settings["NAME"]]).fetchone()[0]
 
     def rss(self) -> int:
-        return self.process.memory_info().rss
+        return sum(worker.memory_info().rss for worker in self.workers)
+
+    def cpu(self) -> float:
+        """Return the CPU seconds (user and system) the worker processes have used."""
+        return sum(sum(worker.cpu_times()[:2]) for worker in self.workers)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -325,53 +425,67 @@ class _Sampler:
         self.thread.join()
 
 
-def _in_flight(world: dict, count: int, delay: float, backend: str) -> dict:
+def _in_flight(world: dict, count: int, delay: float, backend: str, processes: int) -> dict:
     from django.db import connection
     from django.utils import timezone
 
     from sessions_app.models import Run
 
-    warm_up = _queue_runs(world, 1, f"warm{count}")
-    ids = _queue_runs(world, count, f"N{count}")
-    with tempfile.NamedTemporaryFile(suffix=".log", delete=False) as handle:
-        log_path = Path(handle.name)
-    worker = _start_worker(count, log_path)
-    try:
-        # The base is a worker that has run once (its code and the tokenizer loaded), idle.
-        _send_all(warm_up)
-        _wait_done(warm_up)
-        time.sleep(0.5)
-        sampler = _Sampler(worker.pid, backend)
-        base = sampler.rss()
-        connection.close()
-        with sampler:
-            started, sent_at = time.monotonic(), timezone.now()
-            _send_all(ids)
-            active = Run.ACTIVE_STATUSES
-            while Run.objects.filter(pk__in=ids, status__in=active).exists():
-                connection.close()  # the bench process holds no connection between polls
-                if time.monotonic() - started > 600:
-                    break
-                time.sleep(0.25)
+    # Each process's first runs load its code and the tokenizer: a few runs per process first.
+    warm_up = _queue_runs(world, 2 * processes, f"warm{processes}x{count}")
+    ids = _queue_runs(world, count, f"P{processes}N{count}")
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        launcher = _start_workers(count, processes, scratch)
+        try:
+            # The base is the workers after their warm-up, idle.
+            _send_all(warm_up)
+            _wait_done(warm_up)
+            time.sleep(0.5)
+            sampler = _Sampler(launcher.pid, backend)
+            base, cpu_before = sampler.rss(), sampler.cpu()
+            statements_before = _statements(scratch)
             connection.close()
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
+            with sampler:
+                started, sent_at = time.monotonic(), timezone.now()
+                _send_all(ids)
+                active = Run.ACTIVE_STATUSES
+                while Run.objects.filter(pk__in=ids, status__in=active).exists():
+                    connection.close()  # the bench process holds no connection between polls
+                    if time.monotonic() - started > 900:
+                        break
+                    time.sleep(0.25)
+                connection.close()
+            load = os.getloadavg()[0]
+            cpu = sampler.cpu() - cpu_before
+            time.sleep(0.5)  # the counters are written every 0.2 s
+            statements_after = _statements(scratch)
+        finally:
+            os.killpg(launcher.pid, signal.SIGTERM)
+            launcher.wait(timeout=90)
     runs = list(Run.objects.filter(pk__in=ids).values_list("status", "finished_at"))
     # From the moment the runs were sent to each one's end, as the database recorded it (the
     # polling above only waits: on SQLite its reads may queue behind the worker's writes).
     latencies = sorted(
         (finished - sent_at).total_seconds() for _, finished in runs if finished is not None
     )
+    kinds = {
+        word: (number - statements_before.get(word, 0)) / count
+        for word, number in sorted(statements_after.items())
+    }
     return {
         "wall": latencies[-1] if latencies else float("nan"),
         "ideal": 2 * delay,
         "succeeded": sum(1 for status, _ in runs if status == "succeeded"),
         "p50": statistics.median(latencies) if latencies else float("nan"),
         "p95": _percentile(latencies, 95),
+        "cpu_ms": 1000 * cpu / count,
+        "statements": sum(kinds.values()),
+        "kinds": ", ".join(f"{word} {number:.1f}" for word, number in kinds.items() if number),
         "base_mb": base / MB,
         "peak_mb": max(0, sampler.peak_rss - base) / MB,
         "connections": sampler.peak_connections,
+        "load": load,
     }
 
 
@@ -444,7 +558,7 @@ def _web(world: dict) -> None:
             )
         journal = _hammer(
             lambda client, i: client.get(
-                f"{base}/api/v1/sessions/{journal_session}/messages?limit=50"
+                f"{base}/api/v1/sessions/{journal_session}/messages?limit=200"
             ),
             headers,
             expect=200,

@@ -1259,8 +1259,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "journal paging: at most `limit` records",
         "journal_page_unbounded",
         "sessions_app/selectors/journal.py",
-        """for row in rows.order_by("seq")[:limit]""",
-        """for row in rows.order_by("seq")""",
+        """.values(*JOURNAL_ITEM_FIELDS)[:limit]""",
+        """.values(*JOURNAL_ITEM_FIELDS)""",
         (
             "tests/api/test_journal.py::test_defaults_are_after_0_and_limit_100",
             "tests/api/test_journal.py::test_paging_a_thousand_records_returns_each_once_in_order",
@@ -1286,6 +1286,154 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_approvals.py::test_only_the_sessions_creator_decides",
             "tests/api/test_approvals.py::test_a_member_who_is_not_the_creator_is_refused",
+        ),
+    ),
+    # --- live deltas go when their run ends (live, journal, deletion) ---------------------------
+    Mutant(
+        "a run's deltas go when its terminal save journals its end",
+        "deltas_kept_after_the_terminal_save",
+        "sessions_app/services/journal.py",
+        "                forget_run(self.run_id)\n",
+        "",
+        (
+            "tests/sessions_app/test_streaming_runs.py::test_a_runs_deltas_are_deleted_when_it_succeeds",
+            "tests/api/test_run_events.py::test_a_stream_resumed_after_its_runs_deltas_were_deleted_gets_the_records",
+        ),
+    ),
+    Mutant(
+        "a run ended outside its engine (cancel, sweep) loses its deltas too",
+        "deltas_kept_after_a_status_journal",
+        "sessions_app/services/journal.py",
+        "    forget_run(run.pk)\n",
+        "",
+        (
+            "tests/sessions_app/test_streaming_runs.py::test_a_runs_deltas_are_deleted_when_it_is_cancelled_or_swept",
+        ),
+    ),
+    Mutant(
+        "a deleted session's deltas go with it",
+        "deltas_kept_after_session_delete",
+        "sessions_app/services/deletion.py",
+        "    forget_session(locked.pk)\n",
+        "",
+        ("tests/sessions_app/test_streaming_runs.py::test_a_deleted_sessions_deltas_go_with_it",),
+    ),
+    Mutant(
+        "the database channel deletes only the runs it is given",
+        "deltas_forget_every_run",
+        "sessions_app/services/live.py",
+        "RunDelta.objects.filter(run_id__in=list(run_ids)).delete()",
+        "RunDelta.objects.all().delete()",
+        ("tests/sessions_app/test_streaming_runs.py::test_a_deleted_sessions_deltas_go_with_it",),
+    ),
+    # --- worker processes per machine (config, work) -------------------------------------------
+    Mutant(
+        "SQLite runs one worker process",
+        "worker_processes_on_sqlite",
+        "agentloom/config.py",
+        "        if asked > 1:",
+        "        if False:",
+        (
+            "tests/foundation/test_worker_processes.py::test_a_bad_worker_setting_stops_start_up_naming_it",
+        ),
+    ),
+    Mutant(
+        "PostgreSQL runs a worker process per core by default",
+        "worker_processes_default_one",
+        "agentloom/config.py",
+        "    return asked or machine_cores()",
+        "    return asked or 1",
+        (
+            "tests/foundation/test_worker_processes.py::test_postgresql_runs_a_worker_process_per_core_and_sqlite_one",
+        ),
+    ),
+    Mutant(
+        "only the first worker process runs the beat",
+        "worker_beat_in_every_process",
+        "agentloom/work.py",
+        "    if beat and index == 1:",
+        "    if beat:",
+        (
+            "tests/foundation/test_worker_processes.py::test_each_worker_process_is_named_apart_and_only_the_first_runs_the_beat",
+        ),
+    ),
+    Mutant(
+        "a stop reaches each worker process once (their own process groups)",
+        "worker_shares_the_launchers_group",
+        "agentloom/work.py",
+        "subprocess.Popen(command, process_group=0)",
+        "subprocess.Popen(command)",
+        (
+            "tests/foundation/test_worker_processes.py::test_a_stop_signal_reaches_every_worker_process_once",
+        ),
+    ),
+    Mutant(
+        "a worker process that ends stops the set with its status",
+        "worker_end_ignored",
+        "agentloom/work.py",
+        "return status or 1  # a worker that ends unasked is a failure",
+        "return 0",
+        (
+            "tests/foundation/test_worker_processes.py::test_when_one_worker_process_ends_the_others_stop_and_its_status_is_the_sets",
+        ),
+    ),
+    # --- a journal page costs what it shows (console fragments, presenters, serializers) --------
+    Mutant(
+        "a journal page reads the runs of its records only",
+        "journal_page_reads_every_run",
+        "sessions_app/console/fragments.py",
+        'runs = runs_of(session).filter(pk__in={item["run_id"] for item in items})\n    runs = {',
+        "runs = runs_of(session)\n    runs = {",
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "a journal page decrypts none of its runs' questions and answers",
+        "journal_page_decrypts_its_runs",
+        "sessions_app/console/fragments.py",
+        'runs.only("pk", "number", "status")',
+        "runs",
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "naming a page's tool results reads no record past the page's start",
+        "journal_names_read_past_the_start",
+        "sessions_app/console/fragments.py",
+        "instance=instance, upto=after):",
+        "instance=instance):",
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "a page's first run is found by its id, not read",
+        "journal_first_run_read_whole",
+        "sessions_app/console/fragments.py",
+        '.filter(pk__in={item["run_id"] for item in items}).only("pk")',
+        '.filter(pk__in={item["run_id"] for item in items})',
+        (
+            "tests/console/test_journal_page_cost.py::test_a_journal_page_of_200_records_costs_the_same_in_a_session_twice_as_long",
+        ),
+    ),
+    Mutant(
+        "the JSON page writes moments as its serializer does",
+        "journal_json_raw_moment",
+        "sessions_app/serializers.py",
+        '{**item, "created_at": moment(item["created_at"])}',
+        "dict(item)",
+        ("tests/api/test_journal.py::test_a_page_reads_as_its_serializer_writes_it",),
+    ),
+    Mutant(
+        "a journal row's moment is in the site's time zone",
+        "journal_row_moment_in_utc",
+        "sessions_app/console/presenters.py",
+        'moment = timezone.localtime(shown["created_at"])',
+        'moment = shown["created_at"]',
+        (
+            "tests/console/test_journal_page_cost.py::test_a_rows_moment_is_written_in_the_sites_time_zone",
         ),
     ),
     # --- what a connection learns from its server (application) -------------------------------

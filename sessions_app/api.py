@@ -37,6 +37,7 @@ from sessions_app.serializers import (
     SessionViewSerializer,
     SupplementCreateSerializer,
     SupplementSerializer,
+    journal_page_data,
 )
 from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
@@ -249,7 +250,7 @@ class SessionMessagesApi(ApiView):
         query = JournalQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         page = journal_page(session=session, **query.validated_data)
-        return Response(JournalPageSerializer(page).data)
+        return Response(journal_page_data(page))
 
 
 class SessionViewsApi(ApiView):

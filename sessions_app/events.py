@@ -15,7 +15,9 @@ Four events, each with an `id` a client sends back as `Last-Event-ID` to resume:
 
 The id is `<record seq>:<delta cursor>:<stream>`. Without `Last-Event-ID`, records start after
 `?after=` (default: the session's latest) and deltas at the model call in flight. Deltas can be
-resumed for as long as they are kept (`LIVE_DELTA_SECONDS`). Only the session's creator may read
+resumed while their run goes on (for at most `LIVE_DELTA_SECONDS`): they are deleted when it
+ends, and a stream resumed after that finds none past its cursor and gets the run's records,
+which hold what the deltas showed, then its status. Only the session's creator may read
 it, as the journal (404 for anyone else); the view is async and authenticates as the API does (a
 token or a signed-in session). Under WSGI (`runserver`) it streams from a synchronous generator in
 the request's thread, under ASGI from an asynchronous one.

@@ -143,6 +143,15 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+@pytest.fixture
+def deltas_kept(monkeypatch):
+    """Keep a run's live deltas after it ends, for a test that reads what a run streamed once
+    it has finished (they are deleted as it ends otherwise)."""
+    from sessions_app.services import live
+
+    monkeypatch.setattr(live.DatabaseChannel, "forget", lambda self, run_ids: None)
+
+
 # --- people ----------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from agentloom.errors import NotFound
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import ChatRecordsQuery, journal_filters
 from sessions_app.console.presenters import (
+    journal_row,
     meter,
     present_record,
     pretty_arguments,
@@ -52,14 +53,16 @@ def sessions_page(request):
     return Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
 
 
-def _all_records(session: Session, *, after: int, instance: str | None) -> Iterator[dict]:
-    """Yield the session's journal items after `after`, page by page through `journal_page`."""
-    while True:
-        page = journal_page(
-            session=session, after=after, limit=JOURNAL_LIMIT_MAX, instance=instance
-        )
-        yield from page["items"]
-        if len(page["items"]) < JOURNAL_LIMIT_MAX:
+def _all_records(
+    session: Session, *, after: int, instance: str | None, upto: int | None = None
+) -> Iterator[dict]:
+    """Yield the session's journal items after `after` (up to seq `upto`), page by page through
+    `journal_page`; seqs are unique, so a page never reads past `upto`."""
+    while upto is None or after < upto:
+        limit = JOURNAL_LIMIT_MAX if upto is None else min(JOURNAL_LIMIT_MAX, upto - after)
+        page = journal_page(session=session, after=after, limit=limit, instance=instance)
+        yield from (item for item in page["items"] if upto is None or item["seq"] <= upto)
+        if len(page["items"]) < limit:
             return
         after = page["next_after"]
 
@@ -71,10 +74,9 @@ def _names_before(session: Session, items: list[dict], *, after: int, instance) 
     call_names: dict[str, str] = {}
     if not (after and items):
         return call_names
-    start = first_seq_of(runs_of(session).filter(pk__in={item["run_id"] for item in items}))
-    for item in _all_records(session, after=(start or after) - 1, instance=instance):
-        if item["seq"] > after:
-            break
+    runs = runs_of(session).filter(pk__in={item["run_id"] for item in items}).only("pk")
+    start = first_seq_of(runs)
+    for item in _all_records(session, after=(start or after) - 1, instance=instance, upto=after):
         present_record(item, call_names)
     return call_names
 
@@ -150,8 +152,11 @@ def journal_records(session: Session, params: dict, *, previous_run: int | None)
     has_more = len(items) > params["limit"]
     items = items[: params["limit"]]
     call_names = _names_before(session, items, after=params["after"], instance=instance)
-    records = [present_record(item, call_names) for item in items]
-    runs = {run.pk: run for run in runs_of(session)}
+    records = [journal_row(present_record(item, call_names)) for item in items]
+    # The runs of this page only, their number and status: a page's cost never grows with the
+    # session's runs.
+    runs = runs_of(session).filter(pk__in={item["run_id"] for item in items})
+    runs = {run.pk: run for run in runs.only("pk", "number", "status")}
     for record in records:
         record["run"] = runs.get(record["run_id"])
         record["boundary"] = record["run_id"] != previous_run

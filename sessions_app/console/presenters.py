@@ -73,6 +73,18 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
     return shown
 
 
+def journal_row(shown: dict[str, Any]) -> dict[str, Any]:
+    """Return a presented record with its moment as the journal's timeline prints it, in the
+    site's time zone: ISO 8601 (`moment_iso`) and to the second (`moment_text`).
+
+    Written once here rather than by two `date` filters per row: a page holds up to 200 rows.
+    """
+    moment = timezone.localtime(shown["created_at"])
+    shown["moment_iso"] = moment.isoformat()
+    shown["moment_text"] = moment.strftime("%Y-%m-%d %H:%M:%S")
+    return shown
+
+
 def local_moment(text: str) -> str:
     """Return `text` with its first ISO 8601 moment in the site's time zone, to the second
     (2026-12-02 04:54:32 CET); the model reads the note as it was written."""

@@ -20,7 +20,7 @@ def _default_storage(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0017_model_call_counts"),
+        ("sessions_app", "0018_reference_ranges"),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ import agentloom.fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0017_model_call_counts"),
+        ("sessions_app", "0019_run_writes"),
     ]
 
     operations = [

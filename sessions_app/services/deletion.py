@@ -2,7 +2,8 @@
 
 `session_delete` hides a session: every selector stops returning it (lists, pages and the API
 answer 404), and the run services refuse to start, resume or feed a run of it. Nothing under it
-is removed, so the journal stays append-only; who hid it and when is kept in a
+is removed but its runs' live deltas (on their way to the journal, never kept), so the journal
+stays append-only; who hid it and when is kept in a
 `SessionDeletion` row that outlives the session. `session_purge` is the one path that removes a
 session's rows (runs, journal, views, supplements, model calls) — a superuser's, through
 `manage.py purge_deleted_sessions --by`, never from a web request. Both are durable actions: one
@@ -19,6 +20,7 @@ from django.utils import timezone
 from agentloom.errors import Conflict, NotFound, PermissionDenied
 from sessions_app.models import Run, Session, SessionDeletion
 from sessions_app.selectors.sessions import may_delete
+from sessions_app.services.live import forget_session
 from sessions_app.services.runs import sweep_expired_leases
 
 
@@ -51,6 +53,7 @@ def session_delete_nested(*, user, session: Session) -> SessionDeletion:
     now = timezone.now()
     locked.deleted_at = now
     locked.save(update_fields=["deleted_at"])
+    forget_session(locked.pk)
     return SessionDeletion.objects.create(
         session_number=locked.pk,
         session_title=locked.title,

@@ -52,6 +52,7 @@ from sessions_app.models import (
     SessionMessage,
 )
 from sessions_app.selectors.runs import answer_reference
+from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
@@ -143,8 +144,8 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     status, holding the session's lock and then the run's (`lock_run`); a repeat is a no-op. A
     run that ends before any worker started it has not journaled its question yet; it is
     journaled first, so that every question stays in the session's history; the supplements it
-    accepted and never showed follow its status. The error is redacted like everything else
-    written for the run.
+    accepted and never showed follow its status, and its live deltas go (`forget_run`). The error
+    is redacted like everything else written for the run.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -161,6 +162,7 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     )
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
     supplements_journal(run_id=run.pk, session_id=run.session_id)
+    forget_run(run.pk)
 
 
 def supplements_journal(
@@ -455,6 +457,9 @@ class JournalWriter:
                 late = supplements_journal(
                     run_id=self.run_id, session_id=self.session_id, known=known
                 )
+            if ending:
+                # The run ends: its live deltas were for its stream only; the journal has them.
+                forget_run(self.run_id)
             result.inserted = len(new_rows) + len(late)
             self._record_calls(new_rows)
             result.view_revision, result.view_refusal = snapshot_save(

@@ -6,12 +6,19 @@ channel; `read_deltas` gives an events stream what came after a cursor. Two chan
 interface, chosen by `LIVE_CHANNEL_URL`:
 
 - `database` (the embedded default): `RunDelta` rows, their data encrypted like every stored
-  secret-bearing field, deleted once older than `LIVE_DELTA_SECONDS`. It needs nothing but the
-  database every process already shares, so a single machine without Redis streams too.
+  secret-bearing field. It needs nothing but the database every process already shares, so a
+  single machine without Redis streams too.
 - a Redis URL: one Redis stream per run (`XADD` with a length cap and an expiry of
   `LIVE_DELTA_SECONDS`), entries encrypted the same way. Every web and worker process reads
   and writes the same stream, without adding rows and deletes to the database at scale, and a
   stream (unlike pub/sub) keeps entries, so a reconnecting reader resumes from its cursor.
+
+Deltas are only on their way to the journal: when a run ends (`forget_run`, in the transaction
+that journals its terminal status) they go, rows and stream alike, and so do those of a deleted
+session's runs (`forget_session`). A reader that resumes after that gets the journal's records
+instead, which hold everything the deltas showed. What a run's ending cannot reach (a worker
+swept as lost that still writes a last delta) goes once older than `LIVE_DELTA_SECONDS`: rows at
+the next call's end in any run, a Redis stream by its own expiry.
 
 A call's end is marked in the channel, so a reader that connects mid-run starts at the call in
 flight instead of replaying answers already journaled; the mark goes to readers too (its instance,
@@ -24,15 +31,24 @@ from __future__ import annotations
 import datetime
 import functools
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from agentloom import encryption
-from sessions_app.models import RunDelta
+from sessions_app.models import Run, RunDelta
 
-__all__ = ["FLUSH_SECONDS", "DeltaPublisher", "channel", "read_deltas"]
+__all__ = [
+    "FLUSH_SECONDS",
+    "DeltaPublisher",
+    "channel",
+    "forget_run",
+    "forget_session",
+    "read_deltas",
+]
 
 FLUSH_SECONDS = 0.05
 _STREAM_ENTRIES = 5_000
@@ -52,6 +68,10 @@ class DatabaseChannel:
 
     def expire(self) -> None:
         RunDelta.objects.filter(created_at__lt=_oldest()).delete()
+
+    def forget(self, run_ids: Iterable[int]) -> None:
+        """Delete the runs' deltas, in the caller's transaction."""
+        RunDelta.objects.filter(run_id__in=list(run_ids)).delete()
 
 
 class RedisChannel:
@@ -86,6 +106,13 @@ class RedisChannel:
     def expire(self) -> None:
         pass  # each stream expires on its own
 
+    def forget(self, run_ids: Iterable[int]) -> None:
+        """Delete the runs' streams once the caller's transaction commits (not before: a
+        rolled-back ending leaves the run going on)."""
+        keys = [self.key(run_id) for run_id in run_ids]
+        if keys:
+            transaction.on_commit(lambda: self.redis.delete(*keys))
+
 
 @functools.cache
 def _channel_for(url: str) -> DatabaseChannel | RedisChannel:
@@ -95,6 +122,16 @@ def _channel_for(url: str) -> DatabaseChannel | RedisChannel:
 def channel() -> DatabaseChannel | RedisChannel:
     """Return the channel `LIVE_CHANNEL_URL` names."""
     return _channel_for(settings.LIVE_CHANNEL_URL)
+
+
+def forget_run(run_id: int) -> None:
+    """Delete a run's deltas as it ends: its journal now holds what they showed."""
+    channel().forget([run_id])
+
+
+def forget_session(session_id: int) -> None:
+    """Delete the deltas of every run of a session that is being deleted."""
+    channel().forget(Run.objects.filter(session_id=session_id).values_list("pk", flat=True))
 
 
 def _oldest() -> datetime.datetime:

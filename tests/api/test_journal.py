@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
+import json
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
 
 from sessions_app.models import SessionMessage
+from sessions_app.selectors.journal import journal_page
+from sessions_app.serializers import JournalPageSerializer
 
 pytestmark = pytest.mark.django_db
 
@@ -61,6 +67,21 @@ def test_items_are_decrypted_records_in_seq_order(api, run):
     assert first["message"] == {"role": "assistant", "content": "NONCE-1"}
     assert body["items"][2]["instance"] == "1.1"
     assert body["next_after"] == 4
+
+
+@pytest.mark.parametrize(("zone", "offset"), [("UTC", "Z"), ("Europe/Paris", "+01:00")])
+def test_a_page_reads_as_its_serializer_writes_it(api, run, settings, zone, offset):
+    # The page is written without a serializer per record; its schema's serializer would write
+    # exactly the same, moments included (microseconds, in the site's time zone).
+    settings.TIME_ZONE = zone
+    _journal(run.session, run, 7)
+    SessionMessage.objects.update(
+        created_at=datetime.datetime(2026, 12, 2, 4, 5, 6, 789, datetime.UTC)
+    )
+    page = journal_page(session=run.session, after=2, limit=4)
+    body = api.get(_url(run.session, "?after=2&limit=4")).content
+    assert body == JSONRenderer().render(JournalPageSerializer(page).data)
+    assert json.loads(body)["items"][0]["created_at"].endswith(f".000789{offset}")
 
 
 def test_an_assistant_record_returns_its_reasoning_kept_only_encrypted(api, run):

@@ -19,7 +19,7 @@ from django.test import AsyncClient, Client
 
 from sessions_app.models import SessionMessage
 from sessions_app.services.execution import run_execute
-from sessions_app.services.live import DeltaPublisher, channel
+from sessions_app.services.live import DeltaPublisher, channel, read_deltas
 from tests.api.factories import client_for
 
 pytestmark = pytest.mark.django_db
@@ -117,7 +117,7 @@ def test_a_call_end_follows_its_deltas_with_its_instance_purpose_and_outcome(api
     ]
 
 
-def test_a_real_run_ends_each_of_its_calls_on_the_stream(api, done):
+def test_a_real_run_ends_each_of_its_calls_on_the_stream(api, deltas_kept, done):
     found = events(api.get(url(done), HTTP_LAST_EVENT_ID="0:0"))
     ends = [data for _, event, data in found if event == "call_end"]
     answers = [
@@ -144,6 +144,21 @@ def test_last_event_id_resumes_after_the_last_event_seen(api, done):
     seq = int(seen.split(":")[0])
     assert all(d["seq"] > seq for _, event, d in again if event == "record")
     assert again[-1][1] == "status"
+
+
+def test_a_stream_resumed_after_its_runs_deltas_were_deleted_gets_the_records(api, run):
+    publish(run, "NONCE-1", "NONCE-2")
+    seen, _ = read_deltas(run.pk, None)
+    assert [data["content"] for _, data in seen] == ["NONCE-1", "NONCE-2"]
+    first = seen[0][0]
+    run_execute(run_id=run.pk)  # the run ends: its deltas go
+    found = events(api.get(url(run), HTTP_LAST_EVENT_ID=f"0:{first}"))
+    assert [event for _, event, _ in found if event in ("delta", "call_end")] == []
+    records = [(data["seq"], data["kind"]) for _, event, data in found if event == "record"]
+    journal = SessionMessage.objects.filter(run=run).order_by("seq")
+    assert records == [(m.seq, m.kind) for m in journal]
+    assert "assistant" in {kind for _, kind in records}
+    assert found[-1][1:] == ("status", {"status": "succeeded", "error": None})
 
 
 def test_a_session_signed_in_user_may_read_it_too(alice, done):
@@ -205,6 +220,18 @@ def test_the_redis_channel_keeps_deltas_encrypted_and_expiring(done, settings, r
     assert [data["content"] for _, data in first] == ["NONCE-REDIS-1", "NONCE-REDIS-2"]
     assert [data["content"] for _, data in live.after(done.pk, first[0][0])] == ["NONCE-REDIS-2"]
     live.redis.delete(live.key(done.pk))
+
+
+def test_the_redis_channel_deletes_a_runs_stream_when_its_ending_commits(
+    run, settings, redis_url, django_capture_on_commit_callbacks
+):
+    settings.LIVE_CHANNEL_URL = redis_url
+    live = channel()
+    publish(run, "NONCE-REDIS")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_execute(run_id=run.pk)
+        assert live.redis.exists(live.key(run.pk))  # not before the ending commits
+    assert not live.redis.exists(live.key(run.pk))
 
 
 def test_a_call_stopped_by_a_cancel_is_listed_discarded_with_its_cost_incomplete(api, run):

@@ -45,7 +45,8 @@ def test_the_server_is_pinned_and_dev_run_serves_with_it():
     assert '"$PY" -m agentloom.serve --host 127.0.0.1 --port "$port" &' in body
     assert "collectstatic --no-input" in body
     assert "runserver" not in body
-    assert "--pool=threads" in body
+    assert '"$PY" -m agentloom.work --beat' in body
+    assert 'WORKER_PROCESSES="${WORKER_PROCESSES:-1}"' in body
 
 
 @pytest.mark.slow

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from models_app.models import ModelConnection
 from sessions_app.models import ModelCall, Run, RunDelta, SessionMessage
+from sessions_app.services.deletion import session_delete
 from sessions_app.services.execution import run_execute
-from sessions_app.services.live import read_deltas
+from sessions_app.services.live import DeltaPublisher, read_deltas
 from sessions_app.services.replay import replay_run
-from sessions_app.services.runs import run_ask, run_cancel
+from sessions_app.services.runs import run_ask, run_cancel, session_create, sweep_expired_leases
 from tests.factories import ask
 from tests.sessions_app.conftest import SECRET
 from tests.support.provider_double import ProviderDouble
@@ -36,6 +39,10 @@ def streamed_session(make_demo_session, double):
     return session
 
 
+def make_session(user, version):
+    return session_create(user=user, agent_version=version)
+
+
 def chunk(content):
     return {"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]}
 
@@ -51,7 +58,7 @@ def shown(run):
 
 @pytest.mark.django_db
 def test_a_streamed_answer_reaches_the_channel_encrypted_and_is_journaled_once(
-    alice, double, streamed_session
+    alice, double, streamed_session, deltas_kept
 ):
     double.reply_chat(content="NONCE-STREAMED answer in pieces")
     run = ask(streamed_session, alice, "question")
@@ -70,7 +77,9 @@ def test_a_streamed_answer_reaches_the_channel_encrypted_and_is_journaled_once(
 
 
 @pytest.mark.django_db
-def test_a_key_split_across_two_chunks_never_reaches_the_channel(alice, double, streamed_session):
+def test_a_key_split_across_two_chunks_never_reaches_the_channel(
+    alice, double, streamed_session, deltas_kept
+):
     cut = len(SECRET) // 2
     double.reply_stream(
         [chunk("my key is "), chunk(SECRET[:cut]), chunk(SECRET[cut:]), chunk(" ok"), finish()]
@@ -84,7 +93,9 @@ def test_a_key_split_across_two_chunks_never_reaches_the_channel(alice, double, 
 
 
 @pytest.mark.django_db
-def test_deltas_older_than_their_expiry_are_deleted(alice, double, streamed_session, settings):
+def test_deltas_older_than_their_expiry_are_deleted(
+    alice, double, streamed_session, settings, deltas_kept
+):
     double.reply_chat(content="first")
     run = ask(streamed_session, alice, "question")
     RunDelta.objects.update(created_at=RunDelta.objects.first().created_at.replace(year=2020))
@@ -94,9 +105,62 @@ def test_deltas_older_than_their_expiry_are_deleted(alice, double, streamed_sess
     assert not RunDelta.objects.filter(run=run).exists()
 
 
+@pytest.mark.django_db
+def test_a_runs_deltas_are_deleted_when_it_succeeds(alice, double, streamed_session):
+    double.reply_chat(content="NONCE-GONE answer")
+    sent = []
+    publish = DeltaPublisher.flush
+
+    def flush(publisher):
+        sent.append(RunDelta.objects.filter(run_id=publisher.run_id).count())
+        publish(publisher)
+
+    DeltaPublisher.flush = flush
+    try:
+        run = ask(streamed_session, alice, "question")
+    finally:
+        DeltaPublisher.flush = publish
+    assert run.status == "succeeded", run.error
+    assert max(sent) > 0  # the deltas were there while the call streamed
+    assert not RunDelta.objects.filter(run=run).exists()
+    answers = SessionMessage.objects.filter(run=run, kind="assistant")
+    assert [m.message["content"] for m in answers] == ["NONCE-GONE answer"]
+
+
+@pytest.mark.django_db
+def test_a_runs_deltas_are_deleted_when_it_is_cancelled_or_swept(alice, streamed_session):
+    cancelled = run_ask(user=alice, session=streamed_session, question="one")
+    DeltaPublisher(cancelled.pk).end_call("main", "action", failed=False)
+    run_cancel(user=alice, run=cancelled)
+    assert Run.objects.get(pk=cancelled.pk).status == "cancelled"
+    assert not RunDelta.objects.filter(run=cancelled).exists()
+    lost = run_ask(user=alice, session=streamed_session, question="two")
+    DeltaPublisher(lost.pk).end_call("main", "action", failed=False)
+    Run.objects.filter(pk=lost.pk).update(
+        status="running", lease_expires_at=timezone.now() - datetime.timedelta(seconds=1)
+    )
+    assert sweep_expired_leases() == [lost.pk]
+    assert Run.objects.get(pk=lost.pk).error == "worker_lost"
+    assert not RunDelta.objects.filter(run=lost).exists()
+
+
+@pytest.mark.django_db
+def test_a_deleted_sessions_deltas_go_with_it(alice, double, streamed_session):
+    run = ask(streamed_session, alice, "question")
+    other = ask(make_session(alice, streamed_session.agent_version), alice, "elsewhere")
+    # A delta its run's ending could not reach (a lost worker's last words).
+    for late in (run, other):
+        DeltaPublisher(late.pk).end_call("main", "action", failed=False)
+    session_delete(user=alice, session=streamed_session)
+    assert not RunDelta.objects.filter(run=run).exists()
+    assert RunDelta.objects.filter(run=other).exists()  # another session's stay
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_cancel_mid_stream_ends_the_run_within_a_second(alice, double, streamed_session):
+def test_a_cancel_mid_stream_ends_the_run_within_a_second(
+    alice, double, streamed_session, deltas_kept
+):
     double.chunk_chars = 2
     double.chunk_delay = 0.2
     double.reply_chat(content="x" * 200)  # 20 s of streaming
