@@ -13,6 +13,7 @@ from django.utils.html import format_html_join
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_encrypted import EncryptedPayloadAdmin
+from agentloom.spaces.admin_json import json_tree
 from agentloom.spaces.admin_scoping import ReadOnlyAdmin, SpaceScopedAdmin
 from sessions_app.models import (
     ModelCall,
@@ -23,6 +24,7 @@ from sessions_app.models import (
     SessionMessage,
     SessionView,
 )
+from sessions_app.selectors.runs import call_responses
 from sessions_app.selectors.sessions import may_delete, sessions_in_reach
 from sessions_app.services.deletion import session_delete, session_delete_nested
 
@@ -210,6 +212,13 @@ class ModelCallAdmin(SessionScopedAdmin):
         if obj.usage_unreported:
             return obj.NO_USAGE
         return "—" if obj.reported_prompt_tokens is None else f"{obj.reported_prompt_tokens:,}"
+
+    @admin.display(description="Response")
+    def response_tree(self, obj):
+        # An answer the journal holds is kept there only: show the response as the gateway gave
+        # it, the message read from its journal record.
+        response = call_responses([obj])[0]
+        return "–" if response is None else json_tree(response)
 
     @admin.display(description="Console")
     def console(self, obj):
