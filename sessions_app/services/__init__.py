@@ -19,6 +19,7 @@ Reads live in `sessions_app.selectors`.
 - `renewer`: the process's lease renewer: the heartbeat and the cancel relay of all its runs;
 - `slots`: how many of a worker process's runs use the database at once;
 - `live`: a running model call's redacted output, from the worker to the run's events stream;
+- `projection_points`: a new run's history loaded, and the point it reached saved for the next;
 - `checkpoints`: a `format: 1` checkpoint rewritten by reference;
 - `legacy`: runs from before the journal existed adopted, marked `raw_complete: false`;
 - `replay`: a run re-driven from its own recordings and compared with its journal.
