@@ -33,7 +33,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _machine import free_port, percentile, print_machine, wait_for  # noqa: E402
+
 MB = 1024 * 1024
 SYSTEM_PROMPT_WORDS = 2_500  # about 3,000 o200k tokens of instructions
 WEB_CLIENTS = 20
@@ -68,7 +70,7 @@ def main() -> None:
     broker = os.environ.get("CELERY_BROKER_URL", "")
     if not broker.startswith("redis://"):
         sys.exit("bench/capacity.py needs a Redis broker: set CELERY_BROKER_URL=redis://…")
-    _print_machine()
+    print_machine()
     for backend in options.backends.split(","):
         with tempfile.TemporaryDirectory() as scratch:
             url = _scratch_url(backend, scratch)
@@ -86,24 +88,6 @@ def main() -> None:
                 _drop_queue(broker, env["CELERY_QUEUE"])
                 if backend == "postgres":
                     _admin(f'DROP DATABASE IF EXISTS "{_bench_name()}" WITH (FORCE)')
-
-
-def _print_machine() -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    print(
-        f"commit {commit}{' (modified)' if dirty else ''}, {os.cpu_count()} cores, "
-        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
-        flush=True,
-    )
-    print("command:", " ".join(sys.argv), flush=True)
 
 
 def _drop_queue(broker: str, queue: str) -> None:
@@ -478,7 +462,7 @@ def _in_flight(world: dict, count: int, delay: float, backend: str, processes: i
         "ideal": 2 * delay,
         "succeeded": sum(1 for status, _ in runs if status == "succeeded"),
         "p50": statistics.median(latencies) if latencies else float("nan"),
-        "p95": _percentile(latencies, 95),
+        "p95": percentile(latencies, 95),
         "cpu_ms": 1000 * cpu / count,
         "statements": sum(kinds.values()),
         "kinds": ", ".join(f"{word} {number:.1f}" for word, number in kinds.items() if number),
@@ -503,16 +487,6 @@ def _wait_done(run_ids: list[int]) -> None:
     connection.close()
 
 
-def _percentile(values: list[float], percent: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(percent / 100 * (len(ordered) - 1)))]
-
-
-# --- the web server ----------------------------------------------------------------------------
-
-
 def _web(world: dict) -> None:
     from django.core.management import call_command
 
@@ -534,7 +508,7 @@ def _web(world: dict) -> None:
     )
     journal_session = journaled.first()
     page = SessionMessage.objects.filter(session_id=journal_session).count()
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "agentloom.serve", "--port", str(port), "--workers", "2"],
         cwd=ROOT,
@@ -546,7 +520,7 @@ def _web(world: dict) -> None:
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Token {key}"}
     try:
-        _wait_for(base)
+        wait_for(base)
         for first in (total, 0):  # a warm-up round, then the measured one
             asks = _hammer(
                 lambda client, i, first=first: client.post(
@@ -576,28 +550,8 @@ def _web(world: dict) -> None:
     ):
         print(
             f"{name:>34} | {statistics.median(latencies):>7.0f} | "
-            f"{_percentile(latencies, 95):>7.0f} | {errors:>6}"
+            f"{percentile(latencies, 95):>7.0f} | {errors:>6}"
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_for(base: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{base}/accounts/login/", timeout=5)
-            return
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 def _hammer(request, headers: dict, *, expect: int) -> tuple[list[float], int]:

@@ -31,7 +31,6 @@ import os
 import pstats
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _machine import free_port, percentile, print_machine, wait_for  # noqa: E402
 from _scratch import scratch_environment  # noqa: E402
 
 # Where a profile's time goes, by the module of the function that spent it (first match wins).
@@ -77,7 +77,7 @@ def main() -> None:
     name = admin.rsplit("/", 1)[1].split("?")[0] + "_web"
     url = admin.rsplit("/", 1)[0] + "/" + name
     _admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-    _print_machine()
+    print_machine()
     try:
         with tempfile.TemporaryDirectory() as scratch:
             _run(options, url, Path(scratch))
@@ -91,24 +91,6 @@ def _admin(url: str, *statements: str) -> None:
     with psycopg.connect(url.replace("postgres://", "postgresql://", 1), autocommit=True) as c:
         for statement in statements:
             c.execute(statement)
-
-
-def _print_machine() -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    print(
-        f"commit {commit}{' (modified)' if dirty else ''}, {os.cpu_count()} cores, "
-        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
-        flush=True,
-    )
-    print("command:", " ".join(sys.argv), flush=True)
 
 
 def _run(options, url: str, scratch: Path) -> None:
@@ -229,7 +211,7 @@ def _served(world: dict, pages: dict, options, scratch: Path) -> None:
     from django.core.management import call_command
 
     call_command("collectstatic", "--no-input", verbosity=0)
-    port = _free_port()
+    port = free_port()
     taskset = shutil.which("taskset")
     pinned = (os.cpu_count() or 1) > 1 and taskset is not None
     server_command = [sys.executable, "-m", "agentloom.serve", "--port", str(port)]
@@ -255,7 +237,7 @@ def _served(world: dict, pages: dict, options, scratch: Path) -> None:
         f"{'errors':>6} | {'server CPU ms/req':>17} | load"
     )
     try:
-        _wait_for(base)
+        wait_for(base)
         workers = psutil.Process(server.pid).children(recursive=True)
         for label, path in pages.items():
             headers, cookies = _credentials(world, path)
@@ -269,8 +251,8 @@ def _served(world: dict, pages: dict, options, scratch: Path) -> None:
                 )
                 cpu = sum(sum(p.cpu_times()[:2]) for p in workers) - cpu_before
                 print(
-                    f"{label:>24} | {repetition:>3} | {_percentile(latencies, 50):>7.1f} | "
-                    f"{_percentile(latencies, 95):>7.1f} | {_percentile(latencies, 99):>7.1f} | "
+                    f"{label:>24} | {repetition:>3} | {percentile(latencies, 50):>7.1f} | "
+                    f"{percentile(latencies, 95):>7.1f} | {percentile(latencies, 99):>7.1f} | "
                     f"{errors:>6} | {1000 * cpu / max(1, len(latencies)):>17.2f} | "
                     f"{os.getloadavg()[0]:.1f}",
                     flush=True,
@@ -322,33 +304,6 @@ async def _open_loop(
             tasks.append(asyncio.create_task(one(due)))
         await asyncio.gather(*tasks)
     return latencies, errors
-
-
-def _percentile(values: list[float], percent: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(percent / 100 * (len(ordered) - 1)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_for(base: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{base}/accounts/login/", timeout=5)
-            return
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 if __name__ == "__main__":
