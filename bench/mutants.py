@@ -1866,6 +1866,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_projection_points.py::test_a_new_run_resumes_from_the_point_and_inherits_what_the_journal_projects",
         ),
     ),
+    Mutant(
+        "a resumed run compacts with the compaction version its checkpoint names",
+        "resume_ignores_compaction_version",
+        f"{_ENGINE}/_engine.py",
+        "            compaction=compaction_of(frame.binding),\n",
+        "            compaction=None,\n",
+        (
+            "tests/engine/test_compaction_versions.py::test_a_resumed_checkpoint_keeps_the_version_it_was_made_with",
+        ),
+    ),
 )
 
 

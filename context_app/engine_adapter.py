@@ -42,6 +42,8 @@ from agentloom.engine import (
     builtin_tools,
     calibration_config,
     check_input,
+    compaction_binding,
+    compaction_named,
     create_engine,
     estimator_from_binding,
     estimator_named,
@@ -488,16 +490,17 @@ def version_binding(
     version: AgentVersion,
     *,
     rendering: int | None = None,
+    compaction: int | None = None,
     start: dict[str, Any] | None = None,
     connection: ModelConnection | bool | None = False,
 ) -> dict[str, Any]:
     """Return the binding (policy, budget, estimator) that runs of `version` are measured with.
 
     It equals the `binding` the engine writes into each checkpoint, so reusable views saved by
-    one run can be matched against the binding of the next. New runs render with the current
-    rendering version and the window learned so far; `rendering` names another rendering and
-    `start` the budget a past run started with (a replay of it); `connection` is the row a
-    run read as it started.
+    one run can be matched against the binding of the next. New runs use the current rendering
+    and compaction versions and the window learned so far; `rendering` and `compaction` name
+    other versions and `start` the budget a past run started with (a replay of it);
+    `connection` is the row a run read as it started.
     """
     policy, budget, estimator = run_measures(
         version.snapshot, start, learned=start is None, connection=connection
@@ -514,6 +517,7 @@ def version_binding(
     if large_records is not None:
         binding["large_records"] = large_records.to_dict()
     binding.update(rendering_binding(rendering_named(rendering)))
+    binding.update(compaction_binding(compaction_named(compaction)))
     return binding
 
 

@@ -68,7 +68,8 @@ Where each rule of the design lives (each module's docstring states its rules):
   (`sessions_app/events.py`); the console shows them as previews until the journaled record
   replaces them (`static/console/stream.js`);
 - views by reference and the one definition of each view transform: `_refs`; rendering versions:
-  `_rendering`; the checkpoint frame: `_frame`; records and entry keys: `_records`; the lease
+  `_rendering`; compaction versions (the procedure a checkpoint's binding names):
+  `_compaction_versions`; the checkpoint frame: `_frame`; records and entry keys: `_records`; the lease
   heartbeat and cancellation relay: `_watch`.
 """
 
@@ -93,6 +94,11 @@ from agentloom.engine._compaction import (
     CompactionOutcome,
     CompactionPolicy,
     CompactionRequest,
+)
+from agentloom.engine._compaction_versions import (
+    compaction_binding,
+    compaction_named,
+    compaction_of,
 )
 from agentloom.engine._context import (
     ContextBinding,
@@ -319,6 +325,10 @@ __all__ = [  # noqa: RUF022
     "RecordStore",
     "as_ranges",
     "materialize",
+    # _compaction_versions
+    "compaction_binding",
+    "compaction_named",
+    "compaction_of",
     # _rendering
     "rendering_binding",
     "rendering_named",

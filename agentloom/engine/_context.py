@@ -52,6 +52,7 @@ from agentloom.engine._compaction import (
     CompactionPolicy,
     CompactionRequest,
 )
+from agentloom.engine._compaction_versions import Compaction, compaction_binding, compaction_named
 from agentloom.engine._errors import (
     ConfigurationError,
     ContextBudgetExceeded,
@@ -229,7 +230,8 @@ class ContextBinding:
     `ModelBudget` or its dict) say when to compact and how much room there is; `estimator`
     measures requests; `large_records` (a `LargeRecords` or its dict, None: off) shows records
     too large for their share as excerpts; `rendering` (a `Rendering` or a version, None: the
-    current one) is how views are made.
+    current one) is how views are made; `compaction` (a `Compaction` or a version, None: the
+    current one) is the procedure that compacts.
     """
 
     policy: TriggerPolicy | Mapping[str, Any] | None
@@ -237,6 +239,7 @@ class ContextBinding:
     estimator: TokenEstimator = field(default_factory=JsonBytesEstimator)
     large_records: LargeRecords | Mapping[str, Any] | None = None
     rendering: Rendering | int | None = None
+    compaction: Compaction | int | None = None
 
     def __post_init__(self) -> None:
         policy, budget = self.policy, self.budget
@@ -251,6 +254,10 @@ class ContextBinding:
         object.__setattr__(self, "budget", budget)
         object.__setattr__(self, "large_records", LargeRecords.from_config(self.large_records))
         object.__setattr__(self, "rendering", rendering)
+        compaction = self.compaction
+        if not isinstance(compaction, Compaction):
+            compaction = compaction_named(compaction)
+        object.__setattr__(self, "compaction", compaction)
 
 
 @dataclass(frozen=True)
@@ -280,6 +287,7 @@ class JournalContextManager(ContextManager):
         # What goes on the wire for a request (the gateway's `payload`): what is measured.
         self.payload = options.payload
         self.rendering = binding.rendering
+        self.compaction = binding.compaction
         self.budget = binding.budget
         self.estimator = binding.estimator
         self.compaction_policy = options.compaction_policy or BudgetCompactionPolicy()
@@ -299,8 +307,8 @@ class JournalContextManager(ContextManager):
     # -- lifecycle -------------------------------------------------------------------------
 
     def binding(self) -> dict[str, Any]:
-        """Return the policy, budget and estimator this context is measured with, and the
-        rendering version its views are made with."""
+        """Return the policy, budget and estimator this context is measured with, the rendering
+        version its views are made with and the compaction version it compacts with."""
         binding = {
             "policy": self.policy.to_dict(),
             "budget": self.budget.to_dict(),
@@ -311,6 +319,7 @@ class JournalContextManager(ContextManager):
         if self.large_records is not None:
             binding["large_records"] = self.large_records.to_dict()
         binding.update(rendering_binding(self.rendering))
+        binding.update(compaction_binding(self.compaction))
         return binding
 
     def create(

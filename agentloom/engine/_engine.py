@@ -64,6 +64,7 @@ from agentloom.engine._calibration import (
 )
 from agentloom.engine._clock import Clock, system_clock
 from agentloom.engine._compaction import CompactionPolicy
+from agentloom.engine._compaction_versions import compaction_of
 from agentloom.engine._context import (
     ContextBinding,
     ContextManager,
@@ -468,6 +469,7 @@ class Engine:
             estimator,
             large_records=frame.binding.get("large_records"),
             rendering=rendering_of(frame.binding),
+            compaction=compaction_of(frame.binding),
         )
         execution = _Execution(self, bound)
         context = execution.new_context()

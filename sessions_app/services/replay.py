@@ -44,6 +44,7 @@ from agentloom.engine import (
     ToolError,
     ToolOutput,
     builtin_tools,
+    compaction_of,
     create_engine,
     is_run_note,
     iter_frame_records,
@@ -419,6 +420,7 @@ def _replay_engine(
     hooks: _ReplayHooks,
     *,
     rendering: int,
+    compaction: int,
     decided: dict[str, Decision],
     start: dict[str, Any] | None = None,
 ) -> Engine:
@@ -439,6 +441,7 @@ def _replay_engine(
             estimator,
             large_records=snapshot.get("large_records"),
             rendering=rendering,
+            compaction=compaction,
         ),
         hooks=EngineHooks(
             save=hooks.save,
@@ -466,6 +469,7 @@ def _run_attempt(
     resume_from: dict[str, Any] | None,
     first: bool,
     rendering: int,
+    compaction: int,
     started: dict[str, Any],
     decided: dict[str, Decision],
     start: dict[str, Any],
@@ -480,7 +484,12 @@ def _run_attempt(
             question=run.question,
             history=history_for_new_run(
                 run.session,
-                version_binding(run.session.agent_version, rendering=rendering, start=start),
+                version_binding(
+                    run.session.agent_version,
+                    rendering=rendering,
+                    compaction=compaction,
+                    start=start,
+                ),
                 as_of=run,
             ),
             calibration_start=started.get("start"),
@@ -556,8 +565,9 @@ def replay_run(run: Run) -> ReplayReport:
     hooks = _ReplayHooks(recordings)
     # Calls that waited for approval are decided as they were in the run.
     decided = decisions_of(run)
-    # The run is replayed under the rendering rules it was made with.
+    # The run is replayed under the rendering rules and the compaction it was made with.
     rendering = rendering_of(recordings.checkpoint.get("binding")).version
+    compaction = compaction_of(recordings.checkpoint.get("binding")).version
     tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows)
     start = _start_binding(recordings)
     engine = _replay_engine(
@@ -566,6 +576,7 @@ def replay_run(run: Run) -> ReplayReport:
         tools,
         hooks,
         rendering=rendering,
+        compaction=compaction,
         decided=decided,
         start=start,
     )
@@ -586,6 +597,7 @@ def replay_run(run: Run) -> ReplayReport:
                 resume_from=resume_from,
                 first=frame is None,
                 rendering=rendering,
+                compaction=compaction,
                 started=started,
                 decided=decided,
                 start=start,

@@ -98,7 +98,7 @@ class Recorder:
 
 _HOOKS = {hook.name for hook in fields(EngineHooks)}
 # The fields of a `ContextBinding` a test may name beside its policy and budget.
-_BINDING = {"estimator", "large_records", "rendering"}
+_BINDING = {"estimator", "large_records", "rendering", "compaction"}
 
 
 def _binding(policy, budget, options: dict[str, Any]) -> ContextBinding:
@@ -117,8 +117,8 @@ def make_engine(
     """Return an engine with a default policy and budget, wired to a recorder.
 
     `options` are hooks (fields of `EngineHooks`, beside the recorder's `save` and
-    `on_model_call`), fields of the `ContextBinding` (`estimator`, `large_records`, `rendering`)
-    or options (fields of `EngineConfig`, applied over `config`).
+    `on_model_call`), fields of the `ContextBinding` (`estimator`, `large_records`, `rendering`,
+    `compaction`) or options (fields of `EngineConfig`, applied over `config`).
     """
     recorder = recorder or Recorder()
     hooks = {name: options.pop(name) for name in list(options) if name in _HOOKS}

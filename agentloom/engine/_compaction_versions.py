@@ -1,0 +1,75 @@
+"""Compaction versions: how a run compacts, named so a replay re-runs the compaction it ran.
+
+The procedure that turns a context near its budget into a smaller one (which results are masked
+and when, what the summary request holds, how a summary is checked before it is accepted) decides
+what a run sent and saved. Changing it would change what `replay --run` of an old run makes. So
+each procedure is a numbered version, beside the rendering versions (`_rendering`): a checkpoint's
+`binding["compaction"]` names the one it was made with (a binding without it is version 1, every
+checkpoint saved before versions existed); a resumed run and its replay follow that version, and
+new runs use `CURRENT_COMPACTION`. Like the rendering, it is part of the binding that reusable
+views and projection points are keyed by.
+
+| version | what it does differently from the one before |
+|---|---|
+| 1 | (the procedure before versions existed) the summary request has its own system prompt and |
+|   | the material re-serialised as one user message, no tools; masking whenever a trigger fires |
+
+To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
+append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
+(`JournalContextManager.compaction`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentloom.engine._errors import ConfigurationError
+
+__all__ = [
+    "COMPACTIONS",
+    "CURRENT_COMPACTION",
+    "Compaction",
+    "compaction_binding",
+    "compaction_named",
+    "compaction_of",
+]
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """The compaction procedure of one version; every field defaults to version 1's rule."""
+
+    version: int
+    changes: str
+
+
+COMPACTIONS: tuple[Compaction, ...] = (
+    Compaction(
+        1,
+        "the summary request has its own system prompt and the material as one user message, "
+        "no tools; masking whenever a trigger fires",
+    ),
+)
+CURRENT_COMPACTION = COMPACTIONS[-1].version
+_BY_VERSION = {compaction.version: compaction for compaction in COMPACTIONS}
+
+
+def compaction_named(version: int | None) -> Compaction:
+    """Return the procedure of compaction `version` (None: the current version)."""
+    if version is None:
+        version = CURRENT_COMPACTION
+    if isinstance(version, bool) or version not in _BY_VERSION:
+        raise ConfigurationError("compaction", f"unknown compaction version {version!r}")
+    return _BY_VERSION[version]
+
+
+def compaction_of(binding: Mapping[str, Any] | None) -> Compaction:
+    """Return the procedure a checkpoint's binding names (version 1 when it names none)."""
+    return compaction_named((binding or {}).get("compaction", 1))
+
+
+def compaction_binding(compaction: Compaction) -> dict[str, int]:
+    """Return what a binding records of `compaction` (nothing for version 1, as before)."""
+    return {} if compaction.version == 1 else {"compaction": compaction.version}
