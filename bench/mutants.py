@@ -1880,8 +1880,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a pointer to a missing snapshot is an error, not an empty snapshot",
         "snapshot_missing_read_empty",
         "sessions_app/selectors/checkpoints.py",
-        "                snapshot = stored[key]\n",
-        "                snapshot = stored.get(key, {})\n",
+        "                if key not in stored:\n",
+        "                if False:\n",
         (
             "tests/sessions_app/test_compaction_snapshots.py::test_a_pointer_to_a_missing_snapshot_is_an_error",
         ),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
 from django.db.models import RestrictedError
 
 from sessions_app.models import CompactionSnapshot, Run, SessionView
@@ -87,7 +90,13 @@ def test_a_snapshot_a_view_refers_to_is_kept_until_its_session_goes(
     alice, gateway, make_demo_session
 ):
     session = _compacting_session(alice, make_demo_session)
-    view = SessionView.objects.filter(session=session).select_related("snapshot").first()
+    # The newest view: no view derives from it (that would keep it on its own).
+    view = (
+        SessionView.objects.filter(session=session, derived_views__isnull=True)
+        .select_related("snapshot")
+        .order_by("-revision")
+        .first()
+    )
     with pytest.raises(RestrictedError):
         view.snapshot.delete()
     assert SessionView.objects.filter(pk=view.pk, snapshot__isnull=False).exists()
@@ -96,3 +105,31 @@ def test_a_snapshot_a_view_refers_to_is_kept_until_its_session_goes(
     removed = session_purge(user=root, session_id=session.pk)
     assert removed["CompactionSnapshot"] > 0
     assert not CompactionSnapshot.objects.filter(run__session_id=session.pk).exists()
+
+
+def test_the_snapshot_migration_is_resumable_and_idempotent(alice, gateway, make_demo_session):
+    session = _compacting_session(alice, make_demo_session)
+    runs = [run for run in session.runs.order_by("pk") if pointed_snapshots(run.checkpoint)]
+    assert len(runs) >= 2
+    before = {run.pk: frame_of(run).to_dict() for run in runs}
+    # As saved before: embedded snapshots, no rows, views without their snapshot.
+    for run in runs:
+        Run.objects.filter(pk=run.pk).update(checkpoint=run_checkpoint(run))
+    SessionView.objects.filter(session=session).update(snapshot=None)
+    CompactionSnapshot.objects.filter(run__session=session).delete()
+    out = StringIO()
+    first = ["--after", str(runs[0].pk - 1), "--batch-size", "1", "--max-batches", "1"]
+    call_command("store_snapshots", *first, stdout=out)
+    # Interrupted after one batch: the first run is done, the next not yet.
+    assert CompactionSnapshot.objects.filter(run=runs[0]).exists()
+    assert not CompactionSnapshot.objects.filter(run=runs[1]).exists()
+    last = int(out.getvalue().split("up to run ")[1].split(":")[0])
+    assert last == runs[0].pk
+    call_command("store_snapshots", "--after", str(last), stdout=StringIO())
+    call_command("store_snapshots", stdout=out)  # nothing left to do
+    assert "of 0 run(s)" in out.getvalue().splitlines()[-1]
+    for run in runs:
+        run = Run.objects.get(pk=run.pk)
+        assert all(s.get(SNAPSHOT_POINTER) for s in run.checkpoint["context"]["compactions"])
+        assert frame_of(run).to_dict() == before[run.pk]
+    assert not SessionView.objects.filter(session=session, snapshot__isnull=True).exists()
