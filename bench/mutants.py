@@ -1876,6 +1876,36 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_compaction_versions.py::test_a_resumed_checkpoint_keeps_the_version_it_was_made_with",
         ),
     ),
+    Mutant(
+        "a checkpoint's snapshot is stored where its pointer points",
+        "snapshot_pointer_lost",
+        "sessions_app/services/journal.py",
+        "                snapshots_store(self.run_id, fresh)\n",
+        "",
+        (
+            "tests/sessions_app/test_compaction_snapshots.py::test_a_checkpoint_points_to_its_snapshots_stored_once",
+        ),
+    ),
+    Mutant(
+        "a pointer to a missing snapshot is an error, not an empty snapshot",
+        "snapshot_missing_read_empty",
+        "sessions_app/selectors/checkpoints.py",
+        "                if key not in stored:\n",
+        "                if False:\n",
+        (
+            "tests/sessions_app/test_compaction_snapshots.py::test_a_pointer_to_a_missing_snapshot_is_an_error",
+        ),
+    ),
+    Mutant(
+        "a snapshot a view refers to is not deleted alone",
+        "shared_snapshot_deleted",
+        "sessions_app/models.py",
+        '        on_delete=models.RESTRICT,\n        related_name="views",',
+        '        on_delete=models.CASCADE,\n        related_name="views",',
+        (
+            "tests/sessions_app/test_compaction_snapshots.py::test_a_snapshot_a_view_refers_to_is_kept_until_its_session_goes",
+        ),
+    ),
 )
 
 

@@ -160,6 +160,39 @@ class SessionMessage(models.Model):
         return f"#{self.seq} {self.kind} ({self.instance})"
 
 
+class CompactionSnapshot(models.Model):
+    """A compaction snapshot of one of a run's instances, stored once, where its checkpoint
+    points.
+
+    A checkpoint names its snapshots (`context.compactions`) as pointers, `{"revision": r,
+    "stored": true}`, so a save rewrites none of them and a run that masks again stores its
+    snapshot once, not in every later checkpoint. `snapshot` holds the snapshot as the frame
+    encodes it (`agentloom.engine._frame`: its view as entries, its counters, metrics and
+    sources); encrypted, since a summary and the system prompt are inline. Checkpoints saved
+    before this table embed their snapshots; they still read, and `manage.py store_snapshots`
+    moves their snapshots here.
+
+    A row goes with its run (the only owner of the checkpoint that points to it). A reusable
+    view saved from the snapshot refers to it too (`SessionView.snapshot`, RESTRICT): the row
+    cannot be deleted while that view exists, except together with it (the session's purge).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshots", db_index=False)
+    instance = models.CharField(max_length=32, default=MAIN_INSTANCE)
+    revision = models.PositiveIntegerField()
+    snapshot = CompressedEncryptedJSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "instance", "revision"], name="unique_snapshot_revision"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Snapshot r{self.revision} of {self.instance} (run {self.run_id})"
+
+
 class SessionView(models.Model):
     """A reusable compacted main-instance view, valid for the journal prefix up to `watermark`.
 
@@ -182,6 +215,14 @@ class SessionView(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="views")
     # The revision of the run's compaction snapshot this view was saved from.
     snapshot_revision = models.PositiveIntegerField(default=0)
+    # That snapshot's stored row (null for views saved before snapshots were stored apart).
+    snapshot = models.ForeignKey(
+        CompactionSnapshot,
+        null=True,
+        blank=True,
+        on_delete=models.RESTRICT,
+        related_name="views",
+    )
     # Policy, budget and estimator the view was made under; reused only under an equal binding.
     binding = models.JSONField(default=dict)
     # A digest of `binding`, so a new run finds its views by index without reading any other.

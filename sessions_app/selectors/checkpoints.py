@@ -4,15 +4,19 @@ A `format: 2` checkpoint refers to the run's own journal records (by instance an
 to session records (by seq) and to the inherited history block (a view revision and a seq
 range); `JournalStore` resolves them with one indexed query each. `format: 1` checkpoints are
 self-contained; they still load (`services.checkpoints` rewrites one by reference).
+
+A checkpoint's compaction snapshots are stored once, apart (`CompactionSnapshot`): the stored
+checkpoint names each by a pointer (`SNAPSHOT_POINTER`) and `run_checkpoint` reads them back
+into it; a checkpoint saved before embeds them, and reads as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from agentloom.engine import InstanceFrame, Origin, Record, RecordStore, iso_utc
-from sessions_app.models import MAIN_INSTANCE, Run, SessionMessage
+from sessions_app.models import MAIN_INSTANCE, CompactionSnapshot, Run, SessionMessage
 from sessions_app.selectors.history import history_block
 from sessions_app.selectors.journal import journal_messages
 
@@ -66,11 +70,79 @@ class JournalStore(RecordStore):
         return rows.values_list("message", flat=True).first()
 
 
+# The key of a snapshot pointer: `{"revision": r, "stored": true}` stands for the snapshot
+# `(run, instance, r)` stored in `CompactionSnapshot`.
+SNAPSHOT_POINTER = "stored"
+
+
+def snapshot_frames(frame: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Yield a stored frame and every child frame inside it (depth first)."""
+    yield frame
+    for child in ((frame.get("state") or {}).get("children") or {}).values():
+        if isinstance(child, dict):
+            yield from snapshot_frames(child)
+
+
+def pointed_snapshots(checkpoint: dict[str, Any] | None) -> set[tuple[str, int]]:
+    """Return the (instance, revision) of every snapshot a stored checkpoint points to."""
+    if not isinstance(checkpoint, dict):
+        return set()
+    return {
+        (frame.get("instance"), snapshot["revision"])
+        for frame in snapshot_frames(checkpoint)
+        for snapshot in (frame.get("context") or {}).get("compactions") or []
+        if snapshot.get(SNAPSHOT_POINTER)
+    }
+
+
+def with_snapshots(
+    frame: dict[str, Any], stored: dict[tuple[str, int], dict[str, Any]]
+) -> dict[str, Any]:
+    """Return `frame` with each snapshot pointer replaced by the snapshot `stored` holds."""
+    context = frame.get("context") or {}
+    snapshots = context.get("compactions") or []
+    if any(snapshot.get(SNAPSHOT_POINTER) for snapshot in snapshots):
+        whole = []
+        for snapshot in snapshots:
+            if snapshot.get(SNAPSHOT_POINTER):
+                key = (frame.get("instance"), snapshot["revision"])
+                if key not in stored:
+                    raise CompactionSnapshot.DoesNotExist(
+                        f"the checkpoint points to snapshot r{key[1]} of {key[0]}, which is "
+                        "not stored"
+                    )
+                snapshot = stored[key]
+            whole.append(snapshot)
+        frame = {**frame, "context": {**context, "compactions": whole}}
+    state = frame.get("state") or {}
+    children = state.get("children") or {}
+    if children:
+        read = {name: with_snapshots(child, stored) for name, child in children.items()}
+        frame = {**frame, "state": {**state, "children": read}}
+    return frame
+
+
+def run_checkpoint(run: Run) -> dict[str, Any] | None:
+    """Return the run's stored checkpoint with its snapshots read back (None before its first
+    save); one query, only when it points to any."""
+    checkpoint = run.checkpoint
+    if not pointed_snapshots(checkpoint):
+        return checkpoint
+    stored = {
+        (instance, revision): snapshot
+        for instance, revision, snapshot in CompactionSnapshot.objects.filter(
+            run_id=run.pk
+        ).values_list("instance", "revision", "snapshot")
+    }
+    return with_snapshots(checkpoint, stored)
+
+
 def frame_of(run: Run) -> InstanceFrame | None:
     """Return the run's checkpoint as a frame in memory (None before its first save)."""
-    if run.checkpoint is None:
+    checkpoint = run_checkpoint(run)
+    if checkpoint is None:
         return None
-    return InstanceFrame.from_dict(run.checkpoint, store=JournalStore(run))
+    return InstanceFrame.from_dict(checkpoint, store=JournalStore(run))
 
 
 def full_checkpoint(run: Run) -> dict[str, Any] | None:

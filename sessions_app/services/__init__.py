@@ -20,6 +20,8 @@ Reads live in `sessions_app.selectors`.
 - `slots`: how many of a worker process's runs use the database at once;
 - `live`: a running model call's redacted output, from the worker to the run's events stream;
 - `projection_points`: a new run's history loaded, and the point it reached saved for the next;
+- `snapshots`: a checkpoint's compaction snapshots stored once, apart, the checkpoint pointing
+  to them;
 - `checkpoints`: a `format: 1` checkpoint rewritten by reference;
 - `legacy`: runs from before the journal existed adopted, marked `raw_complete: false`;
 - `replay`: a run re-driven from its own recordings and compared with its journal.

@@ -39,7 +39,7 @@ from models_app.models import ModelConnection
 from models_app.services.connections import connection_learn
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.selectors.approvals import decisions_of
-from sessions_app.selectors.checkpoints import JournalStore
+from sessions_app.selectors.checkpoints import JournalStore, run_checkpoint
 from sessions_app.selectors.context import last_reported_call, recent_ratio
 from sessions_app.services.journal import (
     JournalWriter,
@@ -212,10 +212,10 @@ def _start(run_id: int, owner: str):
         return "failed"
     if run.checkpoint is not None and run.pending_approvals:
         # Queued again once every call it waited on was decided: its own transition.
-        checkpoint = run.checkpoint
+        checkpoint = run_checkpoint(run)
         return engine, run, writer, lambda engine: engine.continue_run(checkpoint)
     if run.checkpoint is not None:
-        checkpoint, attempt = run.checkpoint, run.attempt
+        checkpoint, attempt = run_checkpoint(run), run.attempt
         return engine, run, writer, lambda engine: engine.resume(checkpoint, attempt=attempt)
     binding = version_binding(version, connection=connection)
     start = {

@@ -4,7 +4,8 @@ Called on every engine save with a `Checkpoint`: the frame by reference (`format
 records added since the last save. In ONE transaction it allocates session seqs for the new
 records from `Session.next_seq` (bumped under the row's lock), inserts them (insert-or-ignore on
 (run, instance, entry_key)), marks journaled supplements consumed, stores the encrypted
-checkpoint and renews the run's lease in one UPDATE … RETURNING that also tells the worker
+checkpoint (its compaction snapshots stored apart, once: `snapshots`) and renews the run's lease
+in one UPDATE … RETURNING that also tells the worker
 whether the run was asked to cancel or sent a supplement (or, in the save that journals the
 run's terminal status, ends the run with that status), records the model calls made since the
 last save, and records the references of a new compaction snapshot (saving it as a reusable view
@@ -51,9 +52,11 @@ from sessions_app.models import (
     Session,
     SessionMessage,
 )
+from sessions_app.selectors.checkpoints import pointed_snapshots
 from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
+from sessions_app.services.snapshots import snapshots_store, stored_frame
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
 
@@ -304,6 +307,8 @@ class JournalWriter:
             cancel_requested=run.cancel_requested, supplements_added=run.supplements_added
         )
         self.calls: list[ModelCall] = []
+        # The snapshots stored for the run: the ones its stored checkpoint points to.
+        self.stored_snapshots = pointed_snapshots(run.checkpoint)
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -444,10 +449,14 @@ class JournalWriter:
             if self.unlocated:
                 self._locate(checkpoint)
             self._mark_consumed(checkpoint)
+            fresh = []
             if frame != self.written:
                 # An unchanged checkpoint (the final save repeats the engine's last) is not
-                # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum.
-                run_fields.update(checkpoint=frame, counters=checkpoint.counters)
+                # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum. Its
+                # snapshots are stored apart, each once; the checkpoint points to them.
+                stored, fresh = stored_frame(frame, self.stored_snapshots)
+                snapshots_store(self.run_id, fresh)
+                run_fields.update(checkpoint=stored, counters=checkpoint.counters)
             self._renew_lease(**run_fields)
             late: list[SessionMessage] = []
             if ending and self.signals.supplements_added != 0:
@@ -469,6 +478,7 @@ class JournalWriter:
                 frame=frame,
             )
         self.calls = []
+        self.stored_snapshots.update(key for key, _snapshot in fresh)
         self.known.update((row.instance, row.entry_key) for row in [*new_rows, *late])
         self.unlocated.update((row.instance, row.entry_key) for row in late)
         self.written = frame

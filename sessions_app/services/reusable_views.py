@@ -18,7 +18,9 @@ Views are stored by reference (`SessionView.entries`): the handoff summary and o
 that exist nowhere else are stored encrypted, everything else as references to journal records.
 The compaction snapshot a view is saved from holds `JournalReference` rows (one per run of
 consecutive records), written once, so the database keeps what the snapshot and the view refer
-to; a view goes with its run, and so do they. A compaction that only masked saves no view.
+to; a view goes with its run, and so do they. The view refers to its snapshot's stored row
+(`SessionView.snapshot`), which is kept while the view exists. A compaction that only masked
+saves no view.
 Choosing a view reads clear index columns only; only the chosen view is decrypted. The reads
 that choose by this rule (`compliant_view`, `view_derivations`) are in `selectors.views`; saving
 and revoking a view, and turning old references into ranges, are here.
@@ -37,6 +39,7 @@ from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
     MAIN_INSTANCE,
+    CompactionSnapshot,
     JournalReference,
     RunSupplement,
     Session,
@@ -279,6 +282,12 @@ def snapshot_save(
         binding=binding,
         binding_key=binding_key(binding),
         snapshot_revision=revision,
+        # Stored by the same save, before this (`services.snapshots`).
+        snapshot_id=CompactionSnapshot.objects.filter(
+            run_id=run_id, instance=frame["instance"], revision=revision
+        )
+        .values_list("pk", flat=True)
+        .first(),
     )
     # The view writes no references of its own: its run's snapshot holds them (see above).
     return view.revision, None

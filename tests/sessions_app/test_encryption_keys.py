@@ -95,6 +95,7 @@ def test_every_encrypted_column_is_covered():
         "models_app.ModelConnection.api_key",
         "models_app.ModelConnection.previous_api_keys",
         "models_app.ToolServer.headers",
+        "sessions_app.CompactionSnapshot.snapshot",
         "sessions_app.ModelCall.response",
         "sessions_app.Run.answer",
         "sessions_app.Run.approval_decisions",
