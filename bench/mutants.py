@@ -1906,6 +1906,37 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_compaction_snapshots.py::test_a_snapshot_a_view_refers_to_is_kept_until_its_session_goes",
         ),
     ),
+    Mutant(
+        "a projection point carries the plan decided before it",
+        "point_forgets_plan",
+        "agentloom/engine/_projection.py",
+        " = point.plan, point.plan_text, point.plan_known\n",
+        " = None, None, False\n",
+        (
+            "tests/engine/test_projection_points.py::test_a_point_carries_the_plan_set_before_it_by_reference",
+            "tests/sessions_app/test_projection_points.py::test_a_load_from_a_point_under_update_plan_reads_only_the_records_after_it",
+        ),
+    ),
+    Mutant(
+        "a plan result answered again without a plan leaves the plan to the records",
+        "point_plan_never_superseded",
+        "agentloom/engine/_projection.py",
+        "        elif self.plan is not None and self.plan[1:] == key:",
+        "        elif False:",
+        (
+            "tests/engine/test_projection_points.py::test_a_plan_result_answered_again_without_a_plan_leaves_the_plan_to_the_records",
+        ),
+    ),
+    Mutant(
+        "a projection point follows the update_plan calls it shows",
+        "point_forgets_plan_calls",
+        "agentloom/engine/_projection.py",
+        "        self.plan_calls = set(point.plan_calls)\n",
+        "        self.plan_calls = set()\n",
+        (
+            "tests/engine/test_projection_points.py::test_a_point_stored_before_it_carried_the_plan_still_reads",
+        ),
+    ),
 )
 
 

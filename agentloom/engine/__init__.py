@@ -165,6 +165,7 @@ from agentloom.engine._projection import (
     ReusableView,
     block_excerpts,
     inherited_plan,
+    inherited_plan_set,
     is_run_note,
     project_history,
 )
@@ -298,6 +299,7 @@ __all__ = [  # noqa: RUF022
     "ReusableView",
     "block_excerpts",
     "inherited_plan",
+    "inherited_plan_set",
     "is_run_note",
     "project_history",
     # _protocol

@@ -39,6 +39,14 @@ stay in the history the next run inherits (a failure or a cancellation is histor
 model reads that `update_plan` call and its result there, and the plan it is given must be the
 one that history shows. A call answered `cancelled` (never run), `unknown` or
 with an error set no plan and does not count. A resumed run keeps its checkpoint's plan.
+
+A point carries the plan decided so far (`ProjectionPoint.plan`), so a run resuming from it reads
+no record before the point to find its plan: the projector follows the `update_plan` calls it
+shows and the results that answer them, in session order, as `inherited_plan` reads them newest
+first. A result is matched with the latest call of its run and id before it, and of the results
+matched with one call only the newest counts: when a newer result of the call that set the plan
+sets none, the plan is no longer known from the point alone, and the records are read again
+(`plan_known` is False) until a later result sets one.
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ from agentloom.engine._protocol import (
 from agentloom.engine._records import LEGACY_KEY_PREFIX, MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
 from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
-from agentloom.engine._tools import PLAN_UPDATED, plan_set_by
+from agentloom.engine._tools import PLAN_UPDATED, UpdatePlanTool, plan_set_by
 
 # The call ids the engine gives a main-instance run's calls: unique in the session.
 _RUN_CALL_ID = re.compile(r"r\d+-\d+-\d+")
@@ -77,6 +85,7 @@ __all__ = [
     "ReusableView",
     "block_excerpts",
     "inherited_plan",
+    "inherited_plan_set",
     "is_adopted_feedback",
     "project_history",
 ]
@@ -149,6 +158,9 @@ class ProjectedHistory:
     # The plan the inherited records last set (`inherited_plan`); a run of rendering 4 starts
     # with it.
     plan: str | None = None
+    # False when the plan could not be decided from a point alone (see the module docstring):
+    # the caller reads the records after the view (`inherited_plan`).
+    plan_known: bool = True
     # The projector's state after the last record, before the end closed what was open (made
     # when `project_history` is asked to keep it): a later projection resumes from it.
     point: ProjectionPoint | None = None
@@ -212,6 +224,18 @@ class ProjectionPoint:
     answered: set[tuple[Any, str]]
     shown_ids: set[str]
     excerpts: dict[int, int]
+    # The plan decided by the records after the view (see the module docstring): the result
+    # that set the newest plan, as (seq, run, call id), and its plan; None when none set one.
+    # `plan_known` is False when it must be read from the records; `plan_calls` are the calls
+    # whose latest assistant record names `update_plan`, by (run, call id).
+    plan: tuple[int, Any, str] | None = None
+    plan_text: str | None = None
+    plan_known: bool = False
+    plan_calls: set[tuple[Any, str]] = field(default_factory=set)
+    # The plan the records up to the view set, once read: (seq of its result, plan), or None
+    # (none set one); `view_plan_known` is False until it was read.
+    view_plan: tuple[int, str] | None = None
+    view_plan_known: bool = False
 
     def stored(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Return (body, inline messages): origins by reference, made messages inline."""
@@ -243,7 +267,12 @@ class ProjectionPoint:
             ],
             "ids": sorted(self.shown_ids),
             "ex": [[seq, chars] for seq, chars in self.excerpts.items()],
+            "pc": [list(call) for call in sorted(self.plan_calls, key=repr)],
         }
+        if self.plan_known:
+            body["pl"] = None if self.plan is None else list(self.plan)
+        if self.view_plan_known:
+            body["pv"] = None if self.view_plan is None else self.view_plan[0]
         return body, inline
 
     @classmethod
@@ -254,7 +283,11 @@ class ProjectionPoint:
         records: Mapping[int, dict[str, Any]],
     ) -> ProjectionPoint:
         """Return the point `stored` gave, its references materialised from `records` (seq ->
-        journal message)."""
+        journal message).
+
+        A point stored before it carried the plan reads with the plan not known (the records are
+        read), its `update_plan` calls taken from the calls it shows.
+        """
 
         def made(entry: dict[str, Any]) -> tuple[dict[str, Any], Origin]:
             if "i" in entry:
@@ -264,6 +297,12 @@ class ProjectionPoint:
         shown = [made(entry) for entry in body["e"]]
         group = body["g"]
         calls = {(run, call): (rewritten, name) for run, call, rewritten, name, _ in body["c"]}
+        if "pc" in body:
+            plan_calls = {(run, call) for run, call in body["pc"]}
+        else:
+            plan_calls = {key for key, (_, name) in calls.items() if name == UpdatePlanTool.name}
+        plan = body.get("pl")
+        view_plan = body.get("pv")
         return cls(
             watermark=body["w"],
             user_turns=body["u"],
@@ -279,12 +318,28 @@ class ProjectionPoint:
             answered={(run, call) for run, call, _, _, answered in body["c"] if answered},
             shown_ids=set(body["ids"]),
             excerpts={seq: chars for seq, chars in body["ex"]},
+            plan=None if plan is None else (plan[0], plan[1], plan[2]),
+            plan_text=None if plan is None else _plan_in(records[plan[0]]),
+            plan_known="pl" in body,
+            plan_calls=plan_calls,
+            view_plan=None if view_plan is None else (view_plan, _plan_in(records[view_plan])),
+            view_plan_known="pv" in body,
         )
 
     @staticmethod
     def references(body: Mapping[str, Any]) -> list[int]:
-        """Return the session seqs a stored point refers to."""
-        return [entry["s"] for part in ("e", "d") for entry in body[part] if "s" in entry]
+        """Return the session seqs a stored point refers to (its plans' results included)."""
+        seqs = [entry["s"] for part in ("e", "d") for entry in body[part] if "s" in entry]
+        if body.get("pl") is not None:
+            seqs.append(body["pl"][0])
+        if body.get("pv") is not None:
+            seqs.append(body["pv"])
+        return seqs
+
+
+def _plan_in(message: dict[str, Any]) -> str | None:
+    """Return the plan an `update_plan` result message set."""
+    return plan_set_by(UpdatePlanTool.name, message_text(message))
 
 
 class _Projector:
@@ -318,6 +373,13 @@ class _Projector:
         self.answered: set[tuple[Any, str]] = set()
         # How many messages came from the view (they are not part of a point).
         self.base = len(self.out)
+        # The plan decided so far (see the module docstring and `ProjectionPoint`).
+        self.plan: tuple[int, Any, str] | None = None
+        self.plan_text: str | None = None
+        self.plan_known = True
+        self.plan_calls: set[tuple[Any, str]] = set()
+        self.view_plan: tuple[int, str] | None = None
+        self.view_plan_known = False
 
     def resume(self, point: ProjectionPoint) -> None:
         """Continue from `point` (the view's messages already shown): copy its state in.
@@ -347,6 +409,9 @@ class _Projector:
         self.answered = set(point.answered)
         self.shown_ids = set(point.shown_ids)
         self.decided.update(point.excerpts)
+        self.plan, self.plan_text, self.plan_known = point.plan, point.plan_text, point.plan_known
+        self.plan_calls = set(point.plan_calls)
+        self.view_plan, self.view_plan_known = point.view_plan, point.view_plan_known
 
     def point(self, history: ProjectedHistory) -> ProjectionPoint:
         """Return the state after the records projected so far (before the end's close)."""
@@ -375,6 +440,12 @@ class _Projector:
             answered=set(self.answered),
             shown_ids=set(self.shown_ids),
             excerpts=dict(self.decided),
+            plan=self.plan,
+            plan_text=self.plan_text,
+            plan_known=self.plan_known,
+            plan_calls=set(self.plan_calls),
+            view_plan=self.view_plan,
+            view_plan_known=self.view_plan_known,
         )
 
     def emit(self, message: dict[str, Any], origin: Origin) -> None:
@@ -504,7 +575,35 @@ class _Projector:
             prefix = f"[tool result of unknown call {original!r} from run {record.run_id}]\n"
         self.note_of(record, {"s": record.seq, "as": "note", "prefix": prefix, "cap": self.cap})
 
+    def follow_plan(self, record: JournalRecord) -> None:
+        """Follow the plan `record` may set, as `inherited_plan` would decide it."""
+        if record.kind == "assistant":
+            seen: set[tuple[Any, str]] = set()
+            for call in record.message.get("tool_calls") or []:
+                key = (record.run_id, str(call.get("id") or ""))
+                if key in seen:
+                    continue  # the first call of an id is the one its results answer
+                seen.add(key)
+                if str((call.get("function") or {}).get("name") or "") == UpdatePlanTool.name:
+                    self.plan_calls.add(key)
+                else:
+                    self.plan_calls.discard(key)
+            return
+        if record.kind != "tool_result":
+            return
+        text = message_text(record.message)
+        key = (record.run_id, str(record.message.get("tool_call_id") or ""))
+        if not text.startswith(PLAN_UPDATED) or key not in self.plan_calls:
+            return
+        plan = plan_set_by(UpdatePlanTool.name, text)
+        if plan is not None:
+            self.plan, self.plan_text, self.plan_known = (record.seq, *key), plan, True
+        elif self.plan is not None and self.plan[1:] == key:
+            # A newer result of the call that set the plan sets none: read the records.
+            self.plan, self.plan_text, self.plan_known = None, None, False
+
     def add(self, record: JournalRecord) -> None:
+        self.follow_plan(record)
         kind = record.kind
         if self.rules.reads_adopted_feedback and is_adopted_feedback(record):
             kind = "feedback"
@@ -572,9 +671,17 @@ def inherited_plan(newest_first: Iterable[JournalRecord]) -> str | None:
     after the runs that followed it). Records are read only until that is decided, so a caller
     can pass a lazy reverse scan of the journal; see the module docstring for the rule.
     """
+    found = inherited_plan_set(newest_first)
+    return found[1] if found is not None else None
+
+
+def inherited_plan_set(
+    newest_first: Iterable[JournalRecord],
+) -> tuple[tuple[int, Any, str], str] | None:
+    """`inherited_plan`, with the result that set it: ((seq, run, call id), plan), or None."""
     # Results that may have set a plan, by (run, call id), until their call is found.
     waiting: dict[tuple[Any, str], tuple[int, str]] = {}
-    found: tuple[int, str] | None = None
+    found: tuple[tuple[int, Any, str], str] | None = None
     for record in newest_first:
         if record.instance != MAIN_INSTANCE:
             continue
@@ -585,28 +692,30 @@ def inherited_plan(newest_first: Iterable[JournalRecord]) -> str | None:
                 waiting.setdefault(call, (record.seq, text))
         elif record.kind == "assistant":
             for candidate in _plans_set(record, waiting):
-                if found is None or candidate[0] > found[0]:
+                if found is None or candidate[0][0] > found[0][0]:
                     found = candidate
-        if found is not None and all(seq < found[0] for seq, _ in waiting.values()):
+        if found is not None and all(seq < found[0][0] for seq, _ in waiting.values()):
             # Every record still unread is older than the plan found.
-            return found[1]
-    return found[1] if found is not None else None
+            return found
+    return found
 
 
 def _plans_set(
     record: JournalRecord, waiting: dict[tuple[Any, str], tuple[int, str]]
-) -> list[tuple[int, str]]:
-    """Return (seq, plan) of each waiting result that set a plan by one of `record`'s calls.
+) -> list[tuple[tuple[int, Any, str], str]]:
+    """Return ((seq, run, call id), plan) of each waiting result that set a plan by one of
+    `record`'s calls.
 
     The results answering its calls stop waiting, whether they set a plan or not.
     """
     plans = []
     for call in record.message.get("tool_calls") or []:
-        result = waiting.pop((record.run_id, str(call.get("id") or "")), None)
+        key = (record.run_id, str(call.get("id") or ""))
+        result = waiting.pop(key, None)
         if result is not None:
             plan = plan_set_by(str((call.get("function") or {}).get("name") or ""), result[1])
             if plan is not None:
-                plans.append((result[0], plan))
+                plans.append(((result[0], *key), plan))
     return plans
 
 
@@ -633,7 +742,8 @@ def project_history(
     With `point` (a `ProjectionPoint` made after `view`, under the same rules), projection
     resumes from it: `records` are then those after the point's watermark. With `keep_point`,
     `history.point` is the state after the last record, for a later projection to resume from.
-    The plan is then the one `records` set (the caller reads further back when it is None).
+    The plan is then the one the records after the view set, carried by the point; when it is
+    not known from the point (`plan_known` False), the caller reads those records.
     """
     rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
@@ -680,5 +790,8 @@ def project_history(
     if keep_point:
         history.point = projector.point(history)
     projector.close_group()
-    history.plan = inherited_plan(reversed(main))
+    if point is None:
+        history.plan = inherited_plan(reversed(main))
+    else:
+        history.plan, history.plan_known = projector.plan_text, projector.plan_known
     return history

@@ -43,7 +43,7 @@ from agentloom.engine import (
     ReusableView,
     block_excerpts,
     history_judge,
-    inherited_plan,
+    inherited_plan_set,
     project_history,
     rendering_of,
 )
@@ -83,8 +83,21 @@ def plan_as_of(session: Session, *, up_to: int | None, after: int = 0) -> str | 
     Read newest first and only until it is decided. A version without `update_plan` never set
     one (history grants no tool), so its journal is not read at all.
     """
-    if "update_plan" not in (session.agent_version.snapshot.get("tools") or []):
+    if not sets_plans(session):
         return None
+    found = plan_set_as_of(session, up_to=up_to, after=after)
+    return found[1] if found is not None else None
+
+
+def sets_plans(session: Session) -> bool:
+    """Say whether the session's version has `update_plan` (else no record it inherits set one)."""
+    return "update_plan" in (session.agent_version.snapshot.get("tools") or [])
+
+
+def plan_set_as_of(
+    session: Session, *, up_to: int | None, after: int = 0
+) -> tuple[tuple[int, Any, str], str] | None:
+    """`plan_as_of` for any version, with the result that set it (`inherited_plan_set`)."""
     rows = SessionMessage.objects.filter(
         session=session,
         instance=MAIN_INSTANCE,
@@ -93,7 +106,7 @@ def plan_as_of(session: Session, *, up_to: int | None, after: int = 0) -> str | 
     )
     if up_to is not None:
         rows = rows.filter(seq__lte=up_to)
-    return inherited_plan(_journal_records(rows.order_by("-seq")))
+    return inherited_plan_set(_journal_records(rows.order_by("-seq")))
 
 
 def project_after_view(
@@ -195,13 +208,40 @@ def inherited_history(
         point=point,
         keep_point=True,
     )
-    if point is not None:
-        # The plan the records after the view set, as projecting them all would find it.
-        history.plan = plan_as_of(session, up_to=up_to, after=after)
-    if view is not None and history.plan is None and rules.inherits_plan:
-        # No record after the view set a plan: one before it may have (a view holds none).
-        history.plan = plan_as_of(session, up_to=view.watermark)
+    if point is not None and not sets_plans(session):
+        history.plan = None  # as reading the records after the view would find
+    elif point is not None and not history.plan_known:
+        _read_plan_after_view(session, history, after=after, up_to=up_to)
+    if view is not None and history.plan is None and rules.inherits_plan and sets_plans(session):
+        _read_plan_before_view(session, history, view)
     return InheritedHistory(history=history, view=view, binding_key=key, point_row=row)
+
+
+def _read_plan_after_view(
+    session: Session, history: ProjectedHistory, *, after: int, up_to: int | None
+) -> None:
+    """Read the plan the records after the view set, where the point resumed from left it open
+    (see `ProjectionPoint`), and keep it in the point the history carries."""
+    found = plan_set_as_of(session, up_to=up_to, after=after)
+    history.plan, history.plan_known = (found[1] if found else None), True
+    if history.point is not None:
+        history.point.plan = found[0] if found else None
+        history.point.plan_text = found[1] if found else None
+        history.point.plan_known = True
+
+
+def _read_plan_before_view(session: Session, history: ProjectedHistory, view: SessionView) -> None:
+    """Give the history the plan the records up to the view set (no record after it set one),
+    read once per view: the point the history carries keeps it for the next load."""
+    point = history.point
+    if point is not None and point.view_plan_known:
+        before = point.view_plan
+    else:
+        found = plan_set_as_of(session, up_to=view.watermark)
+        before = (found[0][0], found[1]) if found is not None else None
+        if point is not None:
+            point.view_plan, point.view_plan_known = before, True
+    history.plan = before[1] if before is not None else None
 
 
 def projection_point_row(

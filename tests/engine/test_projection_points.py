@@ -3,7 +3,8 @@
 The journals drawn here interleave runs that are resumed later (late and missing results),
 supplements and feedback inside open groups, run notes and states, adopted legacy feedback,
 sub-agent records, engine call ids (kept from rendering 3) and provider ids, large records shown
-as excerpts, and a view the projection starts after.
+as excerpts, `update_plan` calls whose results set a plan or not (answered twice, too), and a view
+the projection starts after.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentloom.engine import (
     JournalRecord,
     ProjectionPoint,
     ReusableView,
+    inherited_plan,
     project_history,
 )
 from agentloom.engine._rendering import CURRENT_RENDERING
@@ -51,10 +53,14 @@ def _run_events(draw, run):
     ids = draw(st.sampled_from(["call_{n}", "r{run}-{step}-{n}", "r1-{step}-{n}"]))
     for step in range(draw(st.integers(0, 3))):
         calls = [ids.format(run=run, step=step, n=n) for n in range(draw(st.integers(0, 3)))]
-        events.append(("assistant", run, calls))
+        names = {call: draw(st.sampled_from(["echo", "update_plan"])) for call in calls}
+        events.append(("assistant", run, [(call, names[call]) for call in calls]))
         answered = draw(st.lists(st.sampled_from(calls), unique=True)) if calls else []
+        # A result given twice (a resumed call), or a plan result of another call.
+        answered += draw(st.lists(st.sampled_from(calls), max_size=1)) if calls else []
         for call_id in answered:
-            events.append(("tool_result", run, (call_id, draw(st.sampled_from([5, 60])))))
+            result = draw(st.sampled_from([5, 60, "plan", "no plan"]))
+            events.append(("tool_result", run, (call_id, result)))
             if draw(st.booleans()):
                 events.append((draw(st.sampled_from(KINDS)), run, step))
     if draw(st.booleans()):
@@ -71,12 +77,15 @@ def _record(kind, run, detail, seq):
         message = {"role": "assistant", "content": None if detail else "answer"}
         if detail:
             message["tool_calls"] = [
-                {"id": c, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
-                for c in detail
+                {"id": c, "type": "function", "function": {"name": name, "arguments": "{}"}}
+                for c, name in detail
             ]
     elif kind == "tool_result":
         call_id, length = detail
-        message = {"role": "tool", "tool_call_id": call_id, "content": f"R{seq} " + "x" * length}
+        content = f"R{seq} " + "x" * length if isinstance(length, int) else "plan updated: 1 steps"
+        if length == "plan":
+            content += f"\n- [ ] PLAN-{seq}"
+        message = {"role": "tool", "tool_call_id": call_id, "content": content}
     elif kind == "status":
         message = {"status": detail, "error": "boom: detail" if detail == "failed" else None}
     elif kind == "feedback" and detail == "stop":
@@ -145,7 +154,10 @@ def test_resuming_from_points_equals_projecting_every_record(
         point = _stored(part.point, rows)
         start = cut
     resumed = project_history(after[start:], view, point=point, **options)
+    # Where the point leaves the plan open, the loader reads the records after the view.
+    plan = resumed.plan if resumed.plan_known else inherited_plan(reversed(after))
 
+    assert plan == whole.plan
     assert json.dumps(resumed.messages) == json.dumps(whole.messages)
     assert resumed.origins == whole.origins
     assert resumed.excerpts == whole.excerpts
@@ -264,3 +276,63 @@ def test_a_stop_note_before_a_point_is_said_by_the_state_after_it():
         _status(3, 1),
     ]
     assert _resumed_at(rows, 2).messages == project_history(rows).messages
+
+
+def _plan_rows(*results):
+    """A run calling `update_plan` once per result, each answered by it."""
+    rows = [JournalRecord(1, 1, "main", "user_input", {"role": "user", "content": "q"})]
+    for n, content in enumerate(results):
+        call = {"id": f"p{n}", "type": "function", "function": {"name": "update_plan"}}
+        rows.append(
+            JournalRecord(
+                len(rows) + 1, 1, "main", "assistant", {"role": "assistant", "tool_calls": [call]}
+            )
+        )
+        result = {"role": "tool", "tool_call_id": f"p{n}", "content": content}
+        rows.append(JournalRecord(len(rows) + 1, 1, "main", "tool_result", result))
+    return rows
+
+
+def test_a_point_carries_the_plan_set_before_it_by_reference():
+    rows = _plan_rows("plan updated: 1 steps\n- [ ] NONCE-PLAN", "ERROR: too long")
+    rows.append(JournalRecord(6, 1, "main", "user_input", {"role": "user", "content": "next"}))
+    part = project_history(rows[:5], keep_point=True)
+    body, _ = part.point.stored()
+    assert body["pl"] == [3, 1, "p0"] and "NONCE-PLAN" not in json.dumps(body)
+
+    resumed = project_history(rows[5:], point=_stored(part.point, rows))
+
+    assert resumed.plan_known and resumed.plan == "- [ ] NONCE-PLAN"
+    assert resumed.plan == project_history(rows).plan
+
+
+def test_a_point_with_no_plan_set_knows_there_is_none():
+    rows = _plan_rows("ERROR: refused")
+    part = project_history(rows[:2], keep_point=True)
+    resumed = project_history(rows[2:], point=_stored(part.point, rows))
+    assert resumed.plan_known and resumed.plan is None
+
+
+def test_a_plan_result_answered_again_without_a_plan_leaves_the_plan_to_the_records():
+    rows = _plan_rows("plan updated: 1 steps\n- [ ] A")
+    again = {"role": "tool", "tool_call_id": "p0", "content": "plan updated: 0 steps"}
+    rows.append(JournalRecord(4, 1, "main", "tool_result", again))
+    part = project_history(rows[:3], keep_point=True)
+    resumed = project_history(rows[3:], point=_stored(part.point, rows))
+    assert not resumed.plan_known
+    assert inherited_plan(reversed(rows)) is None
+
+
+def test_a_point_stored_before_it_carried_the_plan_still_reads():
+    rows = _plan_rows("plan updated: 1 steps\n- [ ] A")
+    rows.append(JournalRecord(4, 1, "main", "user_input", {"role": "user", "content": "next"}))
+    part = project_history(rows[:2], keep_point=True)
+    body, inline = part.point.stored()
+    old = {key: value for key, value in body.items() if key not in ("pl", "pc", "pv")}
+    point = ProjectionPoint.from_stored(old, inline, {row.seq: row.message for row in rows})
+
+    resumed = project_history(rows[2:], point=point)
+
+    assert resumed.messages == project_history(rows).messages
+    # Its `update_plan` calls are those it shows, so a result after it still sets the plan.
+    assert resumed.plan_known and resumed.plan == "- [ ] A"

@@ -12,6 +12,7 @@ import json
 import pytest
 from django.test import override_settings
 
+from agentloom import encryption
 from agentloom.engine import history_judge, rendering_of
 from context_app.engine_adapter import version_binding
 from sessions_app.models import ProjectionPoint, SessionView
@@ -172,3 +173,55 @@ def test_purging_a_session_removes_its_points(alice, gateway, make_demo_session)
     session_delete(user=alice, session=session)
     session_purge(user=alice, session_id=session.pk)
     assert not ProjectionPoint.objects.filter(session_id=session.pk).exists()
+
+
+def _decryptions(monkeypatch, call):
+    """Return what `call()` returns and how many values it decrypted."""
+    decrypted = []
+    decrypt = encryption.decrypt
+
+    def counted(token):
+        decrypted.append(1)
+        return decrypt(token)
+
+    monkeypatch.setattr(encryption, "decrypt", counted)
+    try:
+        result = call()
+    finally:
+        monkeypatch.setattr(encryption, "decrypt", decrypt)
+    return result, len(decrypted)
+
+
+def test_a_load_from_a_point_under_update_plan_reads_only_the_records_after_it(
+    alice, gateway, make_demo_session, monkeypatch
+):
+    # An agent that may set a plan and never does: the plan is decided by the point, so a load
+    # decrypts the records after the point only, however long the session.
+    session = make_demo_session(tools=["update_plan", "echo"])
+    binding = version_binding(session.agent_version)
+    for n in range(30):
+        assert ask(session, alice, f'/tool echo {{"text": "NONCE-{n}"}}').status == "succeeded"
+    loaded, decrypted = _decryptions(monkeypatch, lambda: inherited_history(session, binding))
+
+    assert loaded.point_row is not None and loaded.history.plan is None
+    since = len(main_records_after(session, loaded.point_row.watermark))
+    assert since < 30
+    assert decrypted <= since
+    _same(loaded.history, _journal_projection(session, binding))
+
+
+def test_a_plan_set_before_a_point_is_inherited_from_it(
+    alice, gateway, make_demo_session, monkeypatch
+):
+    session = make_demo_session(tools=["update_plan", "echo"])
+    binding = version_binding(session.agent_version)
+    plan = '/tool update_plan {"steps": [{"step": "find NONCE-PLAN", "status": "pending"}]}'
+    assert ask(session, alice, plan).status == "succeeded"
+    for n in range(12):
+        assert ask(session, alice, f'/tool echo {{"text": "NONCE-{n}"}}').status == "succeeded"
+    DECRYPTED_POINTS.clear()
+    loaded, _ = _decryptions(monkeypatch, lambda: inherited_history(session, binding))
+
+    assert loaded.point_row is not None and loaded.point_row.watermark > 3
+    assert "NONCE-PLAN" in loaded.history.plan
+    assert loaded.history.plan == _journal_projection(session, binding).plan
