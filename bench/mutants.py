@@ -1733,7 +1733,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    connection = version_connection(version)",
         "    connection = False",
         (
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
         ),
     ),
     Mutant(
@@ -1864,6 +1864,34 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if True:",
         (
             "tests/sessions_app/test_projection_points.py::test_a_new_run_resumes_from_the_point_and_inherits_what_the_journal_projects",
+        ),
+    ),
+    Mutant(
+        "the spend record counts the calls of every save, the run's ending included",
+        "usage_skips_the_ending_save",
+        "sessions_app/services/journal.py",
+        "        if not self.calls and not ending:\n",
+        "        if not self.calls or ending:\n",
+        (
+            "tests/sessions_app/test_usage.py::test_the_record_equals_the_calls_sums_and_survives_a_purge",
+        ),
+    ),
+    Mutant(
+        "the spend record's day is the space's",
+        "usage_day_in_utc",
+        "sessions_app/services/usage.py",
+        "        return (now or timezone.now()).astimezone(zone).date()",
+        "        return (now or timezone.now()).astimezone(datetime.UTC).date()",
+        ("tests/sessions_app/test_usage.py::test_the_day_follows_the_space_zone",),
+    ),
+    Mutant(
+        "the spend record counts cached input tokens",
+        "usage_forgets_cached_tokens",
+        "sessions_app/services/usage.py",
+        "        self.cached_tokens += call.cached_tokens or 0\n",
+        "        self.cached_tokens += 0\n",
+        (
+            "tests/sessions_app/test_usage.py::test_the_record_equals_the_calls_sums_and_survives_a_purge",
         ),
     ),
 )

@@ -192,7 +192,9 @@ def _start(run_id: int, owner: str):
     """
     if not run_claim(run_id=run_id, owner=owner):
         return "not claimed"
-    run = Run.objects.select_related("session", "session__agent_version").get(pk=run_id)
+    run = Run.objects.select_related("session", "session__agent_version", "session__space").get(
+        pk=run_id
+    )
     if run.checkpoint is not None and is_legacy_checkpoint(run.checkpoint):
         adopt_legacy_run(run)  # journal what survives before the engine continues the frame
         run.refresh_from_db(fields=["checkpoint"])

@@ -54,6 +54,7 @@ from sessions_app.models import (
 from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
+from sessions_app.services.usage import UsageOwner, compaction_counts, usage_add
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
 
@@ -287,6 +288,13 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
     }
 
 
+def _compaction_log(frame: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Return the main instance's compaction log rows of a checkpoint frame."""
+    state = (frame or {}).get("state") if isinstance(frame, dict) else None
+    log = (state or {}).get("compaction_log") if isinstance(state, dict) else None
+    return log if isinstance(log, list) else []
+
+
 class JournalWriter:
     """Syncs one run's checkpoints into the journal for the worker holding its lease.
 
@@ -304,6 +312,10 @@ class JournalWriter:
             cancel_requested=run.cancel_requested, supplements_added=run.supplements_added
         )
         self.calls: list[ModelCall] = []
+        self._run = run
+        self._owner: UsageOwner | None = None
+        # Compaction log rows counted in the spend record (those of earlier attempts were).
+        self.compactions_counted = len(_compaction_log(run.checkpoint))
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -319,6 +331,13 @@ class JournalWriter:
             self.known.add((instance, entry_key))
             if local_seq is None:
                 self.unlocated.add((instance, entry_key))
+
+    @property
+    def owner(self) -> UsageOwner:
+        """Return whose usage the run's calls are (read with the run, or once when first needed)."""
+        if self._owner is None:
+            self._owner = UsageOwner.of_run(self._run)
+        return self._owner
 
     def add_call(self, call: ModelCall) -> None:
         """Keep a model call's row (unsaved) for the next save to record."""
@@ -349,6 +368,7 @@ class JournalWriter:
             for call in self.calls:
                 call.discarded = call.discarded or not held
             ModelCall.objects.bulk_create(self.calls)
+            usage_add(owner=self.owner, calls=self.calls)
         self.calls = []
 
     def _renew_lease(self, **fields: Any) -> None:
@@ -393,6 +413,23 @@ class JournalWriter:
             RunSupplement.objects.filter(
                 run_id=self.run_id, pk__in=ids, consumed_at__isnull=True
             ).update(consumed_at=timezone.now())
+
+    def _record_usage(self, frame: dict[str, Any], ending: dict[str, Any]) -> None:
+        """Add the save's calls, the run's end and new compaction stages to the spend record.
+
+        Compaction stages without a call or an ending to go with wait for the next save that
+        writes one (the run's ending always does): a save adds no statement of its own for them.
+        """
+        log = _compaction_log(frame)
+        if not self.calls and not ending:
+            return
+        usage_add(
+            owner=self.owner,
+            calls=self.calls,
+            ended=ending.get("status"),
+            compactions=compaction_counts(log[self.compactions_counted :]),
+        )
+        self.compactions_counted = len(log)
 
     def _record_calls(self, new_rows: list[SessionMessage]) -> None:
         """Record the calls made since the last save; an answer this save journaled is referred
@@ -462,6 +499,7 @@ class JournalWriter:
                 forget_run(self.run_id)
             result.inserted = len(new_rows) + len(late)
             self._record_calls(new_rows)
+            self._record_usage(frame, ending)
             result.view_revision, result.view_refusal = snapshot_save(
                 run_id=self.run_id,
                 session_id=self.session_id,
