@@ -1894,6 +1894,22 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_usage.py::test_the_record_equals_the_calls_sums_and_survives_a_purge",
         ),
     ),
+    Mutant(
+        "/metrics answers only the bearer of its token",
+        "metrics_without_token",
+        "sessions_app/metrics.py",
+        '    if scheme.lower() != "bearer" or not hmac.compare_digest(',
+        "    if False and hmac.compare_digest(",
+        ("tests/sessions_app/test_metrics.py::test_metrics_refuse_a_scrape_without_the_token",),
+    ),
+    Mutant(
+        "a metric label is bounded: a name outside the allowed ones is other",
+        "metrics_label_unbounded",
+        "agentloom/metrics.py",
+        "    if allowed is not None and text not in allowed:",
+        "    if False:",
+        ("tests/sessions_app/test_metrics.py::test_a_tool_outside_the_version_is_other",),
+    ),
 )
 
 

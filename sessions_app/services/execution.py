@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agentloom import metrics
 from agentloom.engine import (
     EngineHooks,
     LeaseLostError,
@@ -54,6 +55,7 @@ from sessions_app.services.projection_points import new_run_history
 from sessions_app.services.renewer import RunLease, renewer
 from sessions_app.services.runs import run_claim, supplements_close, supplements_take
 from sessions_app.services.slots import database_slots
+from sessions_app.services.usage import reasoning_tokens
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,24 @@ def _model_call_row(run_id: int, call: Any, price: PriceInForce | None = None) -
         discarded=cancelled,
         cost_incomplete=cancelled,
     )
+
+
+def _count_call(labels: tuple[str, str], row: ModelCall) -> None:
+    """Count a model call in the metrics as it returns (billed, whatever becomes of its save)."""
+    provider, model = labels
+    purpose = metrics.label(row.purpose)
+    outcome = "error" if row.error else "ok"
+    metrics.model_calls.labels(provider, model, purpose, outcome).inc()
+    metrics.model_call_seconds.labels(provider, model, purpose).observe(row.latency_ms / 1000)
+    tokens = {
+        "input": row.reported_prompt_tokens,
+        "cached": row.cached_tokens,
+        "output": row.reported_completion_tokens,
+        "reasoning": reasoning_tokens(row.usage),
+    }
+    for kind, count in tokens.items():
+        if count:
+            metrics.model_tokens.labels(provider, model, kind).inc(count)
 
 
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
@@ -279,9 +299,14 @@ def _hooks(
 
     deltas = DeltaPublisher(run_id)
 
+    budget = version.snapshot.get("budget") or {}
+    call_labels = (metrics.label(budget.get("provider")), metrics.label(budget.get("model_id")))
+
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
-        writer.add_call(_model_call_row(run_id, call, price(call)))
+        row = _model_call_row(run_id, call, price(call))
+        writer.add_call(row)
+        _count_call(call_labels, row)
         # The run's signals are as old as its last write, from before the call: renewing the
         # lease reads them again, in this slot, for the cancel check that follows the answer.
         writer.renew()

@@ -41,6 +41,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from agentloom import metrics
 from agentloom.engine import USER_INPUT_KEY, Checkpoint, LeaseLostError, status_key
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import (
@@ -288,6 +289,18 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
     }
 
 
+def _count_ending(run: Run, ending: dict[str, Any], stages: list[tuple[str, str]]) -> None:
+    """Count a run's end and its compaction stages in the metrics (once they committed)."""
+    for stage, outcome in stages:
+        metrics.compactions.labels(metrics.label(stage), metrics.label(outcome)).inc()
+    status = ending.get("status")
+    if status:
+        metrics.runs_finished.labels(status).inc()
+        if run.started_at is not None:
+            seconds = (ending["finished_at"] - run.started_at).total_seconds()
+            metrics.run_seconds.labels(status).observe(max(0.0, seconds))
+
+
 def _compaction_log(frame: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Return the main instance's compaction log rows of a checkpoint frame."""
     state = (frame or {}).get("state") if isinstance(frame, dict) else None
@@ -316,6 +329,8 @@ class JournalWriter:
         self._owner: UsageOwner | None = None
         # Compaction log rows counted in the spend record (those of earlier attempts were).
         self.compactions_counted = len(_compaction_log(run.checkpoint))
+        # The names of the tool calls made, by (instance, call id), until their results come.
+        self.tool_names: dict[tuple[str, Any], Any] = {}
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -423,13 +438,49 @@ class JournalWriter:
         log = _compaction_log(frame)
         if not self.calls and not ending:
             return
+        rows = log[self.compactions_counted :]
         usage_add(
             owner=self.owner,
             calls=self.calls,
             ended=ending.get("status"),
-            compactions=compaction_counts(log[self.compactions_counted :]),
+            compactions=compaction_counts(rows),
         )
         self.compactions_counted = len(log)
+        stages = [(row.get("stage") or "summary", row.get("outcome") or "") for row in rows]
+        transaction.on_commit(lambda: _count_ending(self._run, ending, stages))
+
+    def _count_tools(self, checkpoint: Checkpoint) -> None:
+        """Count the tool results this save journals, by tool and outcome (after it commits)."""
+        counted = []
+        for instance, record in checkpoint.records:
+            message = record.message if isinstance(record.message, dict) else {}
+            if record.kind == SessionMessage.Kind.ASSISTANT:
+                for call in message.get("tool_calls") or []:
+                    if isinstance(call, dict):
+                        name = (call.get("function") or {}).get("name")
+                        self.tool_names[(instance, call.get("id"))] = name
+            elif record.kind == SessionMessage.Kind.TOOL_RESULT:
+                name = self.tool_names.pop((instance, message.get("tool_call_id")), None)
+                failed = str(message.get("content") or "").startswith("ERROR: ")
+                counted.append((name, "error" if failed else "ok"))
+        if counted:
+            allowed = self.allowed_tools
+            transaction.on_commit(
+                lambda: [
+                    metrics.tool_calls.labels(metrics.label(name, allowed), outcome).inc()
+                    for name, outcome in counted
+                ]
+            )
+
+    @property
+    def allowed_tools(self) -> set[str]:
+        snapshot = self._run.session.agent_version.snapshot or {}
+        names = {str(tool) for tool in snapshot.get("tools") or [] if isinstance(tool, str)}
+        return names | {
+            f"delegate_{agent.get('name')}"
+            for agent in snapshot.get("sub_agents") or []
+            if isinstance(agent, dict)
+        }
 
     def _record_calls(self, new_rows: list[SessionMessage]) -> None:
         """Record the calls made since the last save; an answer this save journaled is referred
@@ -500,6 +551,7 @@ class JournalWriter:
             result.inserted = len(new_rows) + len(late)
             self._record_calls(new_rows)
             self._record_usage(frame, ending)
+            self._count_tools(checkpoint)
             result.view_revision, result.view_refusal = snapshot_save(
                 run_id=self.run_id,
                 session_id=self.session_id,
