@@ -174,6 +174,13 @@ RATE_LIMITS = {
 # cache with a lease per stream (agentloom/ratelimit.py).
 EVENT_STREAMS_PER_USER = env_int("EVENT_STREAMS_PER_USER", 10, minimum=1)
 
+# OpenTelemetry traces (agentloom/tracing.py): off unless an OTLP/HTTP endpoint is named, by the
+# standard variables (the traces one whole, or the base one with /v1/traces added).
+_OTLP_BASE = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or ""
+TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "") or (
+    _OTLP_BASE.rstrip("/") + "/v1/traces" if _OTLP_BASE else ""
+)
+
 # Prometheus metrics at /metrics (agentloom/metrics.py): off without a token. With one, every
 # process writes its counts under METRICS_DIR (prometheus_client's multiprocess mode, chosen when
 # it is first imported, so it is set here) and a scrape must send `Authorization: Bearer <token>`.

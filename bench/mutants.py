@@ -1910,6 +1910,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if False:",
         ("tests/sessions_app/test_metrics.py::test_a_tool_outside_the_version_is_other",),
     ),
+    Mutant(
+        "no message content in a span unless its capture is asked for",
+        "trace_content_always",
+        "sessions_app/services/execution.py",
+        '    if tracing.capture_content() and response.get("message"):',
+        '    if response.get("message"):',
+        ("tests/sessions_app/test_tracing.py::test_no_content_reaches_a_span_unless_asked",),
+    ),
 )
 
 
