@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import QuerySet, Sum
 
 from agentloom.spaces.models import Membership, Space
 from agentloom.spaces.selectors import require_member
@@ -34,7 +34,8 @@ FIGURES = (
     "compactions_failed",
     "unpriced_calls",
 )
-GROUPS = ("agent", "model", "member")
+# In the order of the record's key columns (agent_id, member_id, model).
+GROUPS = ("agent", "member", "model")
 # The longest range one page reads (a year and a day: a leap year whole).
 MAX_DAYS = 366
 
@@ -67,14 +68,33 @@ def _figures(row: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def _costs(rows: QuerySet[UsageDay], key: str | None) -> dict[Any, dict[str, Decimal]]:
-    """Return the cost by currency (priced calls only), per `key` value (or under None)."""
-    fields = [key, "currency"] if key else ["currency"]
-    found: dict[Any, dict[str, Decimal]] = {}
-    for row in rows.exclude(currency="").values(*fields).annotate(amount=Sum("cost")):
-        costs = found.setdefault(row[key] if key else None, {})
-        costs[row["currency"]] = Decimal(row["amount"] or 0)
+def _grouped(rows: QuerySet[UsageDay], *columns: str) -> dict[Any, dict[str, Any]]:
+    """Return the figures summed per value of `columns` (a tuple of them when several), each
+    with its cost by currency, in one query (priced calls only make a cost)."""
+    sums = {name: Sum(name) for name in FIGURES}
+    found: dict[Any, dict[str, Any]] = {}
+    query = rows.values(*columns, "currency").annotate(**sums, amount=Sum("cost")).order_by()
+    for row in query:
+        key = row[columns[0]] if len(columns) == 1 else tuple(row[name] for name in columns)
+        item = found.setdefault(key, {name: 0 for name in FIGURES} | {"cost": {}})
+        for name in FIGURES:
+            item[name] += int(row[name] or 0)
+        if row["currency"]:
+            costs = item["cost"]
+            costs[row["currency"]] = costs.get(row["currency"], Decimal(0)) + Decimal(
+                row["amount"] or 0
+            )
     return found
+
+
+def _added(items: list[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {name: 0 for name in FIGURES} | {"cost": {}}
+    for item in items:
+        for name in FIGURES:
+            total[name] += item[name]
+        for currency, amount in item["cost"].items():
+            total["cost"][currency] = total["cost"].get(currency, Decimal(0)) + amount
+    return total
 
 
 def _labels(group: str, ids: list[Any]) -> dict[Any, str]:
@@ -92,39 +112,33 @@ def usage_report(*, user, space: Space, span: UsageRange) -> dict[str, Any]:
     """Return the space's usage over `span` as `user` may see it: totals, each day's figures
     and the figures by agent, model and member, each with its cost by currency."""
     rows = usage_rows(user=user, space=space).filter(day__range=(span.start, span.end))
-    sums = {name: Sum(name) for name in FIGURES}
-    total = rows.aggregate(**sums)
-    by_day = {row["day"]: row for row in rows.values("day").annotate(**sums)}
-    day_costs = _costs(rows, "day")
-    days = [
-        {
-            "day": day,
-            **_figures(by_day.get(day, {})),
-            "cost": day_costs.get(day, {}),
-        }
-        for day in span.days()
-    ]
+    by_day = _grouped(rows, "day")
+    empty = {name: 0 for name in FIGURES} | {"cost": {}}
+    days = []
+    for day in span.days():
+        found = by_day.get(day, empty)
+        days.append({"day": day, **_figures(found), "cost": found["cost"]})
+    # One query for the three breakdowns: a space has few (agent, member, model) keys.
+    keys = _grouped(rows, "agent_id", "member_id", "model")
     groups = {}
-    for group in GROUPS:
-        column = {"agent": "agent_id", "member": "member_id", "model": "model"}[group]
-        found = list(rows.values(column).annotate(**sums, keys=Count("id")).order_by(column))
-        labels = _labels(group, [row[column] for row in found])
-        costs = _costs(rows, column)
+    for position, group in enumerate(GROUPS):
+        parts: dict[Any, list[dict[str, Any]]] = {}
+        for key, item in keys.items():
+            parts.setdefault(key[position], []).append(item)
+        found = {value: _added(items) for value, items in parts.items()}
+        labels = _labels(group, list(found))
         groups[group] = sorted(
             (
-                {
-                    "label": labels[row[column]],
-                    **_figures(row),
-                    "cost": costs.get(row[column], {}),
-                }
-                for row in found
+                {"label": labels[value], **_figures(item), "cost": item["cost"]}
+                for value, item in found.items()
             ),
             key=lambda item: (-item["input_tokens"] - item["output_tokens"], item["label"]),
         )
+    total = _added(list(by_day.values()))
     return {
         "space": space,
         "span": span,
-        "total": {**_figures(total), "cost": _costs(rows, None).get(None, {})},
+        "total": {**_figures(total), "cost": total["cost"]},
         "days": days,
         "groups": groups,
     }
