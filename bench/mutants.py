@@ -1918,6 +1918,16 @@ MUTANTS: tuple[Mutant, ...] = (
         '    if response.get("message"):',
         ("tests/sessions_app/test_tracing.py::test_no_content_reaches_a_span_unless_asked",),
     ),
+    Mutant(
+        "a run past a spend limit is refused",
+        "spend_limit_ignored",
+        "sessions_app/services/usage.py",
+        "        if spent > 0 and spent >= limit.amount:\n            raise",
+        "        if False:\n            raise",
+        (
+            "tests/sessions_app/test_usage.py::test_a_spend_limit_refuses_a_run_past_it_and_warns_near_it",
+        ),
+    ),
 )
 
 

@@ -19,8 +19,11 @@ def validate_time_zone(value: str) -> None:
 
 class Space(models.Model):
     name = models.CharField(max_length=120)
-    # The zone a space's days are counted in: its usage is summed by the day it had here.
-    time_zone = models.CharField(max_length=64, default="UTC", validators=[validate_time_zone])
+    # The zone a space's days are counted in (empty: UTC): its usage is summed by the day it had
+    # here.
+    time_zone = models.CharField(
+        max_length=64, blank=True, default="UTC", validators=[validate_time_zone]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

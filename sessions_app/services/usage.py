@@ -21,9 +21,12 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
+from django.db.models import Q, Sum
 from django.utils import timezone
 
-from sessions_app.models import ModelCall, Run, UsageDay
+from agentloom.errors import SpendLimitReached
+from models_app.models import SpendLimit
+from sessions_app.models import ModelCall, Run, Session, UsageDay
 
 # The outcome columns of a run's end, by its terminal status.
 RUN_OUTCOMES = {
@@ -193,3 +196,55 @@ def _upsert(owner: UsageOwner, day: datetime.date, totals: dict[str, UsageCounts
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def _limit_scope(limit: SpendLimit) -> str:
+    parts = []
+    if limit.agent_id:
+        parts.append("this agent's")
+    if limit.member_id:
+        parts.append("your")
+    return " and ".join(parts) or "this space's"
+
+
+def spend_check(*, session: Session) -> list[str]:
+    """Refuse a new run of `session` past a spend limit that applies to it (`SpendLimitReached`);
+    return the warnings of the limits past their warning share.
+
+    A limit applies to the space's, its agent's or its member's spend this calendar month (in
+    the space's time zone), in the limit's currency, as the spend record counts it.
+    """
+    limits = list(
+        SpendLimit.objects.filter(space_id=session.space_id)
+        .filter(Q(agent_id=0) | Q(agent_id=session.agent_id))
+        .filter(Q(member__isnull=True) | Q(member_id=session.created_by_id))
+    )
+    if not limits:
+        return []
+    today = UsageOwner(session.space_id, session.space.time_zone, 0, 0, "").today()
+    month = UsageDay.objects.filter(
+        space_id=session.space_id, day__gte=today.replace(day=1), day__lte=today
+    )
+    warnings = []
+    for limit in limits:
+        rows = month.filter(currency=limit.currency)
+        if limit.agent_id:
+            rows = rows.filter(agent_id=limit.agent_id)
+        if limit.member_id:
+            rows = rows.filter(member_id=limit.member_id)
+        spent = rows.aggregate(spent=Sum("cost"))["spent"] or Decimal(0)
+        scope = _limit_scope(limit)
+        # Reached once the month's spend in the limit's currency is at it (a limit of 0: after
+        # the first spend); spend in another currency never reaches it.
+        if spent > 0 and spent >= limit.amount:
+            raise SpendLimitReached(
+                f"The spend limit of {scope} usage is reached: {spent:.2f} of "
+                f"{limit.amount:.2f} {limit.currency} this month. An admin of the space can "
+                "raise it; no new question is taken until then."
+            )
+        if spent > 0 and spent >= limit.amount * Decimal(str(limit.warn_share)):
+            warnings.append(
+                f"{spent / limit.amount:.0%} of the spend limit of {scope} usage "
+                f"({limit.amount:.2f} {limit.currency} a month) is used."
+            )
+    return warnings

@@ -133,3 +133,42 @@ def test_compaction_stages_are_counted_by_stage_and_outcome():
         {"outcome": "skipped", "reason": "throttled"},
     ]
     assert compaction_counts(rows) == {"summaries": 2, "maskings": 1, "compactions_failed": 1}
+
+
+def _limit(session, amount: str, **fields):
+    from models_app.models import SpendLimit
+
+    return SpendLimit.objects.create(
+        space_id=session.space_id, currency="USD", amount=Decimal(amount), **fields
+    )
+
+
+def test_a_spend_limit_refuses_a_run_past_it_and_warns_near_it(alice, make_demo_session, priced):
+    from agentloom.errors import SpendLimitReached
+    from sessions_app.services.runs import run_ask
+
+    session = make_demo_session()
+    _limit(session, "0.07", agent_id=session.agent_id, warn_share=0.4)
+    first = ask(session, alice, "one")
+    assert first.status == Run.Status.SUCCEEDED
+    second = run_ask(user=alice, session=session, question="two")
+    assert second.spend_warnings == [
+        "53% of the spend limit of this agent's usage (0.07 USD a month) is used."
+    ]
+    from sessions_app.services.execution import run_execute
+
+    run_execute(run_id=second.pk)
+    with pytest.raises(SpendLimitReached, match=r"0\.07 of 0\.07 USD this month"):
+        run_ask(user=alice, session=session, question="three")
+
+
+def test_a_limit_of_another_member_or_currency_does_not_apply(
+    alice, carol, make_demo_session, priced
+):
+    session = make_demo_session()
+    from models_app.models import SpendLimit
+
+    _limit(session, "0", member=carol)
+    SpendLimit.objects.create(space_id=session.space_id, currency="CNY", amount=Decimal("0"))
+    assert ask(session, alice, "one").status == Run.Status.SUCCEEDED
+    assert ask(session, alice, "two").status == Run.Status.SUCCEEDED

@@ -15,6 +15,7 @@ class Migration(migrations.Migration):
             model_name="space",
             name="time_zone",
             field=models.CharField(
+                blank=True,
                 default="UTC",
                 max_length=64,
                 validators=[agentloom.spaces.models.validate_time_zone],
