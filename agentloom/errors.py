@@ -46,6 +46,12 @@ class Conflict(ApplicationError):
     status = 409
 
 
+class SpendLimitReached(ApplicationError):
+    """A spend limit of the space, the agent or the member is reached: no new run this month."""
+
+    status = 403
+
+
 class UpstreamError(ApplicationError):
     """A model provider failed; the detail is our own text."""
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.core.cache import cache
 
+from agentloom import metrics
 from agentloom.errors import RateLimited
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def limit(scope: str, key: object, *, what: str) -> None:
         log.warning("rate limit %s not checked: the cache did not answer", scope, exc_info=True)
         return
     if count > rate.count:
+        metrics.rate_limit_refusals.labels(scope).inc()
         retry_after = max(1, math.ceil((window + 1) * rate.seconds - now))
         raise RateLimited(
             f"Too many {what}: at most {rate.count} per {rate.period}. "
@@ -145,6 +147,7 @@ def lease(scope: str, user_id: int, *, bound: int, what: str, resume: str = "") 
         log.warning("lease %s not counted: the cache did not answer", scope, exc_info=True)
         return Lease(None, token)
     if taken is None:
+        metrics.rate_limit_refusals.labels(scope).inc()
         raise RateLimited(
             f"Too many open {what}: at most {bound} per user. Close one, or try again in "
             f"{LEASE_SECONDS} s.",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 from agentloom.config import (
     cache_from_url,
@@ -170,6 +173,24 @@ RATE_LIMITS = {
 # Events streams (`GET /api/v1/runs/{id}/events`) one user holds open at once, counted in the
 # cache with a lease per stream (agentloom/ratelimit.py).
 EVENT_STREAMS_PER_USER = env_int("EVENT_STREAMS_PER_USER", 10, minimum=1)
+
+# OpenTelemetry traces (agentloom/tracing.py): off unless an OTLP/HTTP endpoint is named, by the
+# standard variables (the traces one whole, or the base one with /v1/traces added).
+_OTLP_BASE = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or ""
+TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "") or (
+    _OTLP_BASE.rstrip("/") + "/v1/traces" if _OTLP_BASE else ""
+)
+
+# Prometheus metrics at /metrics (agentloom/metrics.py): off without a token. With one, every
+# process writes its counts under METRICS_DIR (prometheus_client's multiprocess mode, chosen when
+# it is first imported, so it is set here) and a scrape must send `Authorization: Bearer <token>`.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "") or ""
+METRICS_DIR = Path(env_str("METRICS_DIR", str(VAR_DIR / "metrics")))
+if METRICS_TOKEN:
+    if len(METRICS_TOKEN) < 16:
+        raise ImproperlyConfigured("METRICS_TOKEN must be at least 16 characters")
+    METRICS_DIR.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
 
 # Web server processes `python -m agentloom.serve` starts (agentloom/serve.py).
 WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1)

@@ -6,6 +6,7 @@ from django.http import JsonResponse
 from django.urls import include, path
 
 from agentloom.security import DocsView, SchemaView
+from sessions_app.metrics import metrics_view
 
 
 def healthz(request):
@@ -19,6 +20,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/", include("agentloom.api_urls")),
     # Behind login when DEBUG is off (agentloom/security.py).
     path("api/schema/", SchemaView.as_view(), name="api-schema"),

@@ -1733,7 +1733,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    connection = version_connection(version)",
         "    connection = False",
         (
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
         ),
     ),
     Mutant(
@@ -1935,6 +1935,68 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self.plan_calls = set()\n",
         (
             "tests/engine/test_projection_points.py::test_a_point_stored_before_it_carried_the_plan_still_reads",
+        ),
+    ),
+    Mutant(
+        "the spend record counts the calls of every save, the run's ending included",
+        "usage_skips_the_ending_save",
+        "sessions_app/services/journal.py",
+        "        if not self.calls and not ending:\n",
+        "        if not self.calls or ending:\n",
+        (
+            "tests/sessions_app/test_usage.py::test_the_record_equals_the_calls_sums_and_survives_a_purge",
+        ),
+    ),
+    Mutant(
+        "the spend record's day is the space's",
+        "usage_day_in_utc",
+        "sessions_app/services/usage.py",
+        "        return (now or timezone.now()).astimezone(zone).date()",
+        "        return (now or timezone.now()).astimezone(datetime.UTC).date()",
+        ("tests/sessions_app/test_usage.py::test_the_day_follows_the_space_zone",),
+    ),
+    Mutant(
+        "the spend record counts cached input tokens",
+        "usage_forgets_cached_tokens",
+        "sessions_app/services/usage.py",
+        "        self.cached_tokens += call.cached_tokens or 0\n",
+        "        self.cached_tokens += 0\n",
+        (
+            "tests/sessions_app/test_usage.py::test_the_record_equals_the_calls_sums_and_survives_a_purge",
+        ),
+    ),
+    Mutant(
+        "/metrics answers only the bearer of its token",
+        "metrics_without_token",
+        "sessions_app/metrics.py",
+        '    if scheme.lower() != "bearer" or not hmac.compare_digest(',
+        "    if False and hmac.compare_digest(",
+        ("tests/sessions_app/test_metrics.py::test_metrics_refuse_a_scrape_without_the_token",),
+    ),
+    Mutant(
+        "a metric label is bounded: a name outside the allowed ones is other",
+        "metrics_label_unbounded",
+        "agentloom/metrics.py",
+        "    if allowed is not None and text not in allowed:",
+        "    if False:",
+        ("tests/sessions_app/test_metrics.py::test_a_tool_outside_the_version_is_other",),
+    ),
+    Mutant(
+        "no message content in a span unless its capture is asked for",
+        "trace_content_always",
+        "sessions_app/services/execution.py",
+        '    if tracing.capture_content() and response.get("message"):',
+        '    if response.get("message"):',
+        ("tests/sessions_app/test_tracing.py::test_no_content_reaches_a_span_unless_asked",),
+    ),
+    Mutant(
+        "a run past a spend limit is refused",
+        "spend_limit_ignored",
+        "sessions_app/services/usage.py",
+        "        if spent > 0 and spent >= limit.amount:\n            raise",
+        "        if False:\n            raise",
+        (
+            "tests/sessions_app/test_usage.py::test_a_spend_limit_refuses_a_run_past_it_and_warns_near_it",
         ),
     ),
 )

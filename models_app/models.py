@@ -1,5 +1,6 @@
 """Model connections: a provider endpoint, its encrypted key and the model budget."""
 
+from django.conf import settings
 from django.db import models
 
 from agentloom.fields import EncryptedJSONField, EncryptedTextField
@@ -148,3 +149,41 @@ class ToolServer(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SpendLimit(models.Model):
+    """How much a space may spend on models in a calendar month of its time zone, in one
+    currency: the whole space's, one agent's (`agent_id`) or one member's, or both.
+
+    A question past the limit is refused; one past `warn_share` of it is taken with a warning.
+    The spend is read from the record of usage (`sessions_app.services.usage`).
+    """
+
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="spend_limits")
+    # 0: every agent of the space (an agent's id otherwise; agents live above this app).
+    agent_id = models.PositiveBigIntegerField(default=0)
+    member = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="spend_limits",
+        help_text="Empty: every member.",
+    )
+    currency = models.CharField(max_length=3)
+    amount = models.DecimalField(max_digits=18, decimal_places=4)
+    warn_share = models.FloatField(default=0.8)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="spend_limit_amount"),
+            models.CheckConstraint(
+                condition=models.Q(warn_share__gt=0, warn_share__lte=1),
+                name="spend_limit_warn_share",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.amount} {self.currency} a month in {self.space}"

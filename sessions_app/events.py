@@ -47,6 +47,7 @@ from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
+from agentloom import metrics
 from agentloom.api import object_id
 from agentloom.errors import NotFound, RateLimited
 from agentloom.ratelimit import Lease, lease
@@ -141,6 +142,7 @@ class RunFeed:
             give_back_pooled_connection()
 
     def frames(self) -> Iterator[str]:
+        metrics.event_streams_open.inc()
         try:
             yield "retry: 1000\n\n"
             while True:
@@ -150,9 +152,11 @@ class RunFeed:
                     return
                 time.sleep(POLL_SECONDS)
         finally:
+            metrics.event_streams_open.dec()
             self.lease.release()
 
     async def aframes(self) -> AsyncIterator[str]:
+        metrics.event_streams_open.inc()
         try:
             yield "retry: 1000\n\n"
             while True:
@@ -163,6 +167,7 @@ class RunFeed:
                     return
                 await asyncio.sleep(POLL_SECONDS)
         finally:
+            metrics.event_streams_open.dec()
             self.lease.release()
 
 

@@ -514,3 +514,52 @@ class RunDelta(models.Model):
 
     def __str__(self) -> str:
         return f"Delta {self.pk} of run {self.run_id}"
+
+
+class UsageDay(models.Model):
+    """The spend record: a space's model calls and runs summed by day, agent, member, model and
+    price currency (`sessions_app.services.usage`).
+
+    Written in the transaction that records the calls, so it agrees with them, and never
+    deleted with the sessions it counts: agent, member and model are plain values, not keys.
+    `day` is the day in the space's time zone when the calls were recorded.
+    """
+
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    agent_id = models.PositiveBigIntegerField()
+    member_id = models.PositiveBigIntegerField()
+    model = models.CharField(max_length=200, blank=True, default="")
+    # Empty: the calls' prices were unknown (and runs' outcomes, which have no currency).
+    currency = models.CharField(max_length=3, blank=True, default="")
+    calls = models.PositiveBigIntegerField(default=0)
+    failed_calls = models.PositiveBigIntegerField(default=0)
+    compaction_calls = models.PositiveBigIntegerField(default=0)
+    # Calls answered without usage: their tokens are unknown, not zero.
+    unreported_calls = models.PositiveBigIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=24, decimal_places=8, default=Decimal(0))
+    # Calls whose cost is unknown (no prices, or usage missing): `cost` is then a lower bound.
+    unpriced_calls = models.PositiveBigIntegerField(default=0)
+    runs_succeeded = models.PositiveBigIntegerField(default=0)
+    runs_failed = models.PositiveBigIntegerField(default=0)
+    runs_cancelled = models.PositiveBigIntegerField(default=0)
+    # Compaction stages that changed the context (a summary, a masking) and attempts that failed.
+    summaries = models.PositiveBigIntegerField(default=0)
+    maskings = models.PositiveBigIntegerField(default=0)
+    compactions_failed = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["space_id", "day"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["space", "day", "agent_id", "member_id", "model", "currency"],
+                name="unique_usage_day",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Usage of space {self.space_id} on {self.day}"

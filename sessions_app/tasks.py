@@ -49,13 +49,16 @@ def _hand_back(task, run_id: int, deployment: str) -> str:
 @shared_task(name="sessions_app.tasks.sweep_expired_leases", ignore_result=True)
 def sweep_expired_leases() -> list[int]:
     """Mark runs whose worker died `failed` (worker_lost) so they can be resumed."""
+    from agentloom import metrics
     from sessions_app.services.approvals import sweep_expired_approvals
     from sessions_app.services.runs import sweep_expired_leases as sweep
 
     swept = sweep()
+    metrics.lease_sweeps.labels("lease").inc(len(swept))
     if swept:
         log.warning("marked %d run(s) failed after their lease expired: %s", len(swept), swept)
     expired = sweep_expired_approvals()
+    metrics.lease_sweeps.labels("approval").inc(len(expired))
     if expired:
         log.warning("cancelled %d run(s) whose approval wait expired: %s", len(expired), expired)
     return swept + expired

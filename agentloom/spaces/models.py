@@ -1,11 +1,29 @@
 """Spaces are the tenants: every agent, connection and session belongs to one."""
 
+import zoneinfo
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+
+def validate_time_zone(value: str) -> None:
+    """Raise ValidationError unless `value` names an IANA time zone (`Europe/Berlin`, `UTC`)."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValidationError(
+            f"{value!r} is not a known time zone (an IANA name such as UTC)."
+        ) from None
 
 
 class Space(models.Model):
     name = models.CharField(max_length=120)
+    # The zone a space's days are counted in (empty: UTC): its usage is summed by the day it had
+    # here.
+    time_zone = models.CharField(
+        max_length=64, blank=True, default="UTC", validators=[validate_time_zone]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -65,7 +65,9 @@ def ask(request, session_id: int):
     form = AskForm(request.POST)
     if not form.is_valid():
         raise InvalidInput(form.errors["question"][0], field="question")
-    run_ask(user=request.user, session=session, question=form.cleaned_data["question"])
+    run = run_ask(user=request.user, session=session, question=form.cleaned_data["question"])
+    for warning in run.spend_warnings:
+        messages.warning(request, warning)
     return redirect("console-chat", session_id=session.pk)
 
 

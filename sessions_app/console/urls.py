@@ -3,7 +3,7 @@
 from django.urls import path, register_converter
 
 from agentloom.api import MAX_ID
-from sessions_app.console import actions, fragments, pages
+from sessions_app.console import actions, fragments, pages, usage
 
 
 class ObjectIdConverter:
@@ -25,6 +25,7 @@ register_converter(ObjectIdConverter, "pk")
 
 urlpatterns = [
     path("", pages.home, name="home"),
+    path("usage/", usage.usage, name="console-usage"),
     path("sessions/new/", actions.session_new, name="console-session-new"),
     path("sessions/table/", fragments.home_sessions, name="console-home-sessions"),
     path("sessions/<pk:session_id>/", pages.chat, name="console-chat"),

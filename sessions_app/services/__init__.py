@@ -15,6 +15,8 @@ Reads live in `sessions_app.selectors`.
   reusable view), saving views and revoking them with what derives from them;
 - `journal`: an engine checkpoint turned into ordered, encrypted, idempotent journal rows, and
   the lock order (session, then run);
+- `usage`: the spend record: calls and run outcomes summed by day (the space's), agent, member,
+  model and currency in the transaction that records them, kept when sessions are purged;
 - `execution`: one run on a worker: its lease, the engine, every step journaled;
 - `renewer`: the process's lease renewer: the heartbeat and the cancel relay of all its runs;
 - `slots`: how many of a worker process's runs use the database at once;

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agentloom import metrics, tracing
 from agentloom.engine import (
     EngineHooks,
     LeaseLostError,
@@ -54,6 +55,7 @@ from sessions_app.services.projection_points import new_run_history
 from sessions_app.services.renewer import RunLease, renewer
 from sessions_app.services.runs import run_claim, supplements_close, supplements_take
 from sessions_app.services.slots import database_slots
+from sessions_app.services.usage import reasoning_tokens
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,61 @@ def _model_call_row(run_id: int, call: Any, price: PriceInForce | None = None) -
     )
 
 
+def _run_span(run: Run) -> tuple[str, dict[str, Any]]:
+    """Return the name and attributes of a run's `invoke_agent` span (no content)."""
+    agent = run.session.agent.name
+    return f"invoke_agent {agent}".strip(), {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent or None,
+        "gen_ai.agent.id": str(run.session.agent_id),
+        "gen_ai.conversation.id": str(run.session_id),
+        "agentloom.run.id": run.pk,
+        "agentloom.run.number": run.number,
+        "agentloom.run.attempt": run.attempt,
+    }
+
+
+def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: int) -> None:
+    """Record a model call's `chat` span, ended now after its latency."""
+    provider, model = labels
+    response = call.response if isinstance(call.response, dict) else {}
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
+        "gen_ai.response.model": response.get("model"),
+        "gen_ai.response.id": response.get("id"),
+        "gen_ai.conversation.id": str(session_id),
+        "gen_ai.usage.input_tokens": row.reported_prompt_tokens,
+        "gen_ai.usage.output_tokens": row.reported_completion_tokens,
+        "gen_ai.usage.cache_read.input_tokens": row.cached_tokens,
+        "gen_ai.usage.reasoning.output_tokens": reasoning_tokens(row.usage),
+        "agentloom.call.purpose": row.purpose,
+    }
+    if tracing.capture_content() and response.get("message"):
+        attributes["gen_ai.output.messages"] = tracing.content_attribute(response["message"])
+    error = row.error.split(":", 1)[0][:60] if row.error else None
+    tracing.ended_span(f"chat {model}", attributes, seconds=row.latency_ms / 1000, error=error)
+
+
+def _count_call(labels: tuple[str, str], row: ModelCall) -> None:
+    """Count a model call in the metrics as it returns (billed, whatever becomes of its save)."""
+    provider, model = labels
+    purpose = metrics.label(row.purpose)
+    outcome = "error" if row.error else "ok"
+    metrics.model_calls.labels(provider, model, purpose, outcome).inc()
+    metrics.model_call_seconds.labels(provider, model, purpose).observe(row.latency_ms / 1000)
+    tokens = {
+        "input": row.reported_prompt_tokens,
+        "cached": row.cached_tokens,
+        "output": row.reported_completion_tokens,
+        "reasoning": reasoning_tokens(row.usage),
+    }
+    for kind, count in tokens.items():
+        if count:
+            metrics.model_tokens.labels(provider, model, kind).inc(count)
+
+
 def _fail_without_engine(run: Run, owner: str, error: str) -> None:
     """End a claimed run that could not even start an engine (its journal gets a status)."""
     with transaction.atomic():
@@ -140,7 +197,10 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         return started
     engine, run, writer, begin = started
     try:
-        outcome = begin(engine)
+        with tracing.span_from(*_run_span(run)) as span:
+            outcome = begin(engine)
+            if span is not None:
+                span.set_attribute("agentloom.run.status", str(outcome.status))
     except (LeaseLost, LeaseLostError):
         log.warning("run %s: lease lost, stopping without further writes", run_id)
         with database_slots.held():
@@ -192,7 +252,9 @@ def _start(run_id: int, owner: str):
     """
     if not run_claim(run_id=run_id, owner=owner):
         return "not claimed"
-    run = Run.objects.select_related("session", "session__agent_version").get(pk=run_id)
+    run = Run.objects.select_related(
+        "session", "session__agent_version", "session__space", "session__agent"
+    ).get(pk=run_id)
     if run.checkpoint is not None and is_legacy_checkpoint(run.checkpoint):
         adopt_legacy_run(run)  # journal what survives before the engine continues the frame
         run.refresh_from_db(fields=["checkpoint"])
@@ -277,9 +339,16 @@ def _hooks(
 
     deltas = DeltaPublisher(run_id)
 
+    budget = version.snapshot.get("budget") or {}
+    call_labels = (metrics.label(budget.get("provider")), metrics.label(budget.get("model_id")))
+
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
-        writer.add_call(_model_call_row(run_id, call, price(call)))
+        row = _model_call_row(run_id, call, price(call))
+        writer.add_call(row)
+        _count_call(call_labels, row)
+        if tracing.configured():
+            _trace_call(call_labels, call, row, run.session_id)
         # The run's signals are as old as its last write, from before the call: renewing the
         # lease reads them again, in this slot, for the cancel check that follows the answer.
         writer.renew()

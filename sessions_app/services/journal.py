@@ -42,6 +42,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from agentloom import metrics, tracing
 from agentloom.engine import USER_INPUT_KEY, Checkpoint, LeaseLostError, status_key
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import (
@@ -57,6 +58,7 @@ from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
 from sessions_app.services.snapshots import snapshots_store, stored_frame
+from sessions_app.services.usage import UsageOwner, compaction_counts, usage_add
 
 SUPPLEMENT_KEY_PREFIX = "supplement:"
 
@@ -290,6 +292,41 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
     }
 
 
+def _trace_tool(name, call_id, failed: bool, asked, answered, allowed: set[str]) -> None:
+    """Record a tool call's `execute_tool` span, from its request's record to its result's."""
+    tool = metrics.label(name, allowed)
+    start, end = _record_time(asked), _record_time(answered)
+    tracing.ended_span(
+        f"execute_tool {tool}",
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": str(call_id or "")[:100] or None,
+        },
+        seconds=max(0.0, (end - start).total_seconds()),
+        error="tool_error" if failed else None,
+    )
+
+
+def _count_ending(run: Run, ending: dict[str, Any], stages: list[tuple[str, str]]) -> None:
+    """Count a run's end and its compaction stages in the metrics (once they committed)."""
+    for stage, outcome in stages:
+        metrics.compactions.labels(metrics.label(stage), metrics.label(outcome)).inc()
+    status = ending.get("status")
+    if status:
+        metrics.runs_finished.labels(status).inc()
+        if run.started_at is not None:
+            seconds = (ending["finished_at"] - run.started_at).total_seconds()
+            metrics.run_seconds.labels(status).observe(max(0.0, seconds))
+
+
+def _compaction_log(frame: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Return the main instance's compaction log rows of a checkpoint frame."""
+    state = (frame or {}).get("state") if isinstance(frame, dict) else None
+    log = (state or {}).get("compaction_log") if isinstance(state, dict) else None
+    return log if isinstance(log, list) else []
+
+
 class JournalWriter:
     """Syncs one run's checkpoints into the journal for the worker holding its lease.
 
@@ -309,6 +346,12 @@ class JournalWriter:
         self.calls: list[ModelCall] = []
         # The snapshots stored for the run: the ones its stored checkpoint points to.
         self.stored_snapshots = pointed_snapshots(run.checkpoint)
+        self._run = run
+        self._owner: UsageOwner | None = None
+        # Compaction log rows counted in the spend record (those of earlier attempts were).
+        self.compactions_counted = len(_compaction_log(run.checkpoint))
+        # The names of the tool calls made, by (instance, call id), until their results come.
+        self.tool_names: dict[tuple[str, Any], Any] = {}
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -324,6 +367,13 @@ class JournalWriter:
             self.known.add((instance, entry_key))
             if local_seq is None:
                 self.unlocated.add((instance, entry_key))
+
+    @property
+    def owner(self) -> UsageOwner:
+        """Return whose usage the run's calls are (read with the run, or once when first needed)."""
+        if self._owner is None:
+            self._owner = UsageOwner.of_run(self._run)
+        return self._owner
 
     def add_call(self, call: ModelCall) -> None:
         """Keep a model call's row (unsaved) for the next save to record."""
@@ -354,6 +404,7 @@ class JournalWriter:
             for call in self.calls:
                 call.discarded = call.discarded or not held
             ModelCall.objects.bulk_create(self.calls)
+            usage_add(owner=self.owner, calls=self.calls)
         self.calls = []
 
     def _renew_lease(self, **fields: Any) -> None:
@@ -398,6 +449,75 @@ class JournalWriter:
             RunSupplement.objects.filter(
                 run_id=self.run_id, pk__in=ids, consumed_at__isnull=True
             ).update(consumed_at=timezone.now())
+
+    def _record_usage(self, frame: dict[str, Any], ending: dict[str, Any]) -> None:
+        """Add the save's calls, the run's end and new compaction stages to the spend record.
+
+        Compaction stages without a call or an ending to go with wait for the next save that
+        writes one (the run's ending always does): a save adds no statement of its own for them.
+        """
+        log = _compaction_log(frame)
+        if not self.calls and not ending:
+            return
+        rows = log[self.compactions_counted :]
+        usage_add(
+            owner=self.owner,
+            calls=self.calls,
+            ended=ending.get("status"),
+            compactions=compaction_counts(rows),
+        )
+        self.compactions_counted = len(log)
+        stages = [(row.get("stage") or "summary", row.get("outcome") or "") for row in rows]
+        if tracing.configured():
+            for row in rows:
+                tracing.ended_span(
+                    "agentloom.compaction",
+                    {
+                        "agentloom.compaction.stage": row.get("stage") or "summary",
+                        "agentloom.compaction.outcome": row.get("outcome"),
+                        "agentloom.compaction.reason": row.get("reason"),
+                        "agentloom.compaction.tokens_before": row.get("before"),
+                        "agentloom.compaction.tokens_after": row.get("after"),
+                    },
+                    seconds=0,
+                )
+        transaction.on_commit(lambda: _count_ending(self._run, ending, stages))
+
+    def _count_tools(self, checkpoint: Checkpoint) -> None:
+        """Count the tool results this save journals, by tool and outcome (after it commits)."""
+        counted = []
+        for instance, record in checkpoint.records:
+            message = record.message if isinstance(record.message, dict) else {}
+            if record.kind == SessionMessage.Kind.ASSISTANT:
+                for call in message.get("tool_calls") or []:
+                    if isinstance(call, dict):
+                        name = (call.get("function") or {}).get("name")
+                        self.tool_names[(instance, call.get("id"))] = (name, record.at)
+            elif record.kind == SessionMessage.Kind.TOOL_RESULT:
+                call_id = message.get("tool_call_id")
+                name, asked = self.tool_names.pop((instance, call_id), (None, None))
+                failed = str(message.get("content") or "").startswith("ERROR: ")
+                counted.append((name, "error" if failed else "ok"))
+                if tracing.configured():
+                    _trace_tool(name, call_id, failed, asked, record.at, self.allowed_tools)
+        if counted:
+            allowed = self.allowed_tools
+            transaction.on_commit(
+                lambda: [
+                    metrics.tool_calls.labels(metrics.label(name, allowed), outcome).inc()
+                    for name, outcome in counted
+                ]
+            )
+
+    @property
+    def allowed_tools(self) -> set[str]:
+        snapshot = self._run.session.agent_version.snapshot or {}
+        names = {str(tool) for tool in snapshot.get("tools") or [] if isinstance(tool, str)}
+        return names | {
+            f"delegate_{agent.get('name')}"
+            for agent in snapshot.get("sub_agents") or []
+            if isinstance(agent, dict)
+        }
 
     def _record_calls(self, new_rows: list[SessionMessage]) -> None:
         """Record the calls made since the last save; an answer this save journaled is referred
@@ -471,6 +591,8 @@ class JournalWriter:
                 forget_run(self.run_id)
             result.inserted = len(new_rows) + len(late)
             self._record_calls(new_rows)
+            self._record_usage(frame, ending)
+            self._count_tools(checkpoint)
             result.view_revision, result.view_refusal = snapshot_save(
                 run_id=self.run_id,
                 session_id=self.session_id,

@@ -33,6 +33,7 @@ from sessions_app.services.journal import (
     supplements_journal,
 )
 from sessions_app.services.legacy import adopt_legacy_run, adopt_unjournaled_runs
+from sessions_app.services.usage import spend_check
 
 MAX_QUESTION_CHARS = 100_000
 MAX_SUPPLEMENT_CHARS = 20_000
@@ -189,10 +190,14 @@ def run_ask(*, user, session: Session, question) -> Run:
         raise NotFound("Not found.")
     limit("runs_per_session", session.pk, what="questions in this session")
     limit("runs_per_user", user.pk, what="questions")
+    # Past a spend limit the question is refused; near one it is taken with a warning.
+    warnings = spend_check(session=session)
     question = redactor_for(session.agent_version).text(question)
     _refuse_oversized(session.agent_version, question, field="question", what="question")
     with transaction.atomic(durable=True):
-        return _run_create(session, question)
+        run = _run_create(session, question)
+    run.spend_warnings = warnings
+    return run
 
 
 def _run_create(session: Session, question: str) -> Run:

@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import connection
 
+from agentloom import metrics
+
 Result = TypeVar("Result")
 
 
@@ -69,6 +71,7 @@ class DatabaseSlots:
             with self._guard:
                 self._busy += 1
                 self.peak = max(self.peak, self._busy)
+            metrics.database_slots_in_use.inc()
         self._local.depth = depth + 1
         try:
             yield
@@ -83,6 +86,7 @@ class DatabaseSlots:
         finally:
             with self._guard:
                 self._busy -= 1
+            metrics.database_slots_in_use.dec()
             self._slots().release()
 
     def wrap(self, function: Callable[..., Result]) -> Callable[..., Result]:

@@ -1,0 +1,137 @@
+"""OpenTelemetry traces of runs, in the GenAI semantic conventions; off unless configured.
+
+Conventions implemented: open-telemetry/semantic-conventions-genai at commit
+55a32cddb97d99cec08d5ee081e74206a0636041 (schema 1.42.0; every `gen_ai.*` attribute used here is
+at Development status there). Spans:
+
+- `invoke_agent {agent}` per run execution: `gen_ai.operation.name`, `gen_ai.agent.name`,
+  `gen_ai.agent.id`, `gen_ai.conversation.id` (the session), `agentloom.run.number`, the status;
+- `chat {model}` per model call: provider, request and response model, `gen_ai.response.id`,
+  `gen_ai.usage.input_tokens`, `…output_tokens`, `…cache_read.input_tokens`,
+  `…reasoning.output_tokens`, `agentloom.call.purpose`, `error.type` when it failed;
+- `execute_tool {tool}` per tool call: `gen_ai.tool.name` (a tool the version lists, else
+  `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
+- `agentloom.compaction` per compaction stage: `agentloom.compaction.stage`, `…outcome`,
+  `…tokens_before`, `…tokens_after`.
+
+Parents: the web request (Django's instrumentation) → the Celery task (Celery's, which carries the
+trace context in the task's headers) → `invoke_agent` → its calls, tools and stages.
+
+Rule: no message content unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true; then
+only the model's answers (`gen_ai.output.messages`), as the journal holds them: redacted.
+
+Off (no endpoint set), `tracer()` is None and callers skip every span: nothing is imported and
+nothing is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = [
+    "capture_content",
+    "configure",
+    "configured",
+    "content_attribute",
+    "ended_span",
+    "span_from",
+    "tracer",
+]
+
+_TRACER: Any = None
+CONVENTIONS_COMMIT = "55a32cddb97d99cec08d5ee081e74206a0636041"
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.42.0"
+
+
+def tracer() -> Any:
+    """Return the tracer, or None when tracing is off."""
+    return _TRACER
+
+
+def configured() -> bool:
+    return _TRACER is not None
+
+
+def capture_content() -> bool:
+    """Return whether message content goes into spans (the GenAI conventions' setting)."""
+    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return value.strip().lower() in ("true", "1", "yes")
+
+
+def configure(*, endpoint: str | None = None, exporter: Any = None, service: str = "agentloom"):
+    """Switch tracing on: spans to the OTLP/HTTP `endpoint` (batched), or to `exporter` as they
+    end (tests hand an in-memory one). Return the tracer provider."""
+    global _TRACER
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    _TRACER = provider.get_tracer("agentloom", schema_url=SCHEMA_URL)
+    return provider
+
+
+def unconfigure() -> None:
+    """Switch tracing off again (tests)."""
+    global _TRACER
+    _TRACER = None
+
+
+def instrument_frameworks() -> None:
+    """Trace Django's requests and Celery's tasks, so a run's spans have their parents."""
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    provider = _TRACER and getattr(_TRACER, "_tracer_provider", None)
+    DjangoInstrumentor().instrument(tracer_provider=provider)
+    CeleryInstrumentor().instrument(tracer_provider=provider)
+
+
+@contextmanager
+def span_from(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+    """Run the block in a current span `name` (a no-op yielding None when tracing is off)."""
+    if _TRACER is None:
+        yield None
+        return
+    with _TRACER.start_as_current_span(name, attributes=_clean(attributes)) as span:
+        yield span
+
+
+def ended_span(
+    name: str, attributes: dict[str, Any], *, seconds: float, error: str | None = None
+) -> None:
+    """Record a span that ended now after `seconds`, under the current span."""
+    if _TRACER is None:
+        return
+    end = time.time_ns()
+    span = _TRACER.start_span(
+        name, attributes=_clean(attributes), start_time=end - int(max(0.0, seconds) * 1e9)
+    )
+    if error:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_attribute("error.type", error)
+        span.set_status(Status(StatusCode.ERROR))
+    span.end(end_time=end)
+
+
+def content_attribute(message: Any) -> str:
+    """Return an answer as the conventions' `gen_ai.output.messages` value (JSON text)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    parts = [{"type": "text", "content": str(content)}] if content else []
+    return json.dumps([{"role": "assistant", "parts": parts}])
+
+
+def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in attributes.items() if value is not None}

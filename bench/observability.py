@@ -1,0 +1,159 @@
+"""What observing costs: CPU per run with metrics and tracing on against off, and the usage page
+on a year of a busy space.
+
+    .venv/bin/python bench/observability.py                   # SQLite (a scratch file)
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentloom AGENTLOOM_TEST_LEG=postgres \\
+        .venv/bin/python bench/observability.py               # PostgreSQL (its test database)
+
+`test_cpu_per_run`: `RUNS` two-call runs (a tool call, then the answer) of the offline demo model
+with `run_execute` in this process, alternating off (no tracer; the metrics' in-process counters
+count anyway, as they do in every process) and on (metrics, plus every span to an in-memory
+exporter as it ends); prints the median CPU ms of each, after two warm-up runs each.
+
+`test_usage_page`: writes the spend record of `CALLS` model calls over a year (365 days, 5 agents,
+20 members, 2 models, two currencies: one row per key and day) and times the usage page's
+report over the whole year and over 30 days (median of 5), and the page itself (rendered).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+RUNS = int(os.environ.get("OBS_BENCH_RUNS", "30"))
+CALLS = int(os.environ.get("OBS_BENCH_CALLS", "1000000"))
+TWO_CALLS = '/tool echo {"text": "NONCE-7"}'
+if __name__ != "__main__":
+    import pytest
+
+    from tests.conftest import alice, queued_runs  # noqa: F401
+    from tests.sessions_app.conftest import make_demo_session  # noqa: F401
+
+    @pytest.fixture
+    def demo_model():
+        """The offline demo model itself (not the suite's validating double)."""
+        from agentloom.engine import LocalDemoGateway
+        from context_app import engine_adapter
+
+        engine_adapter.set_gateway_factory(lambda version, connection: LocalDemoGateway())
+        yield
+        engine_adapter.set_gateway_factory(None)
+
+
+def test_cpu_per_run(alice, demo_model, make_demo_session):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentloom import tracing
+    from sessions_app.services.execution import run_execute
+    from sessions_app.services.runs import run_ask
+
+    exporter = InMemorySpanExporter()
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    for number in range(2 * (RUNS + 2)):
+        on = number % 2 == 1
+        if on:
+            tracing.configure(exporter=exporter)
+        run = run_ask(user=alice, session=make_demo_session(), question=TWO_CALLS)
+        started = time.process_time()
+        with tracing.span_from("task", {}):
+            assert run_execute(run_id=run.pk) == "succeeded"
+        cpu[on].append((time.process_time() - started) * 1000)
+        tracing.unconfigure()
+    off, on = (statistics.median(cpu[key][2:]) for key in (False, True))
+    print(f"\nCPU ms per two-call run ({RUNS} runs each, median after 2 warm-up runs)")
+    print(f"  off: {off:.2f}   on (metrics + spans to memory): {on:.2f}   +{(on / off - 1):.1%}")
+    print(f"  spans exported: {len(exporter.get_finished_spans())}")
+
+
+def test_usage_page(alice, client):
+    from agentloom.spaces.models import Space
+    from sessions_app.models import UsageDay
+    from sessions_app.selectors.usage import UsageRange, usage_report
+    from tests.factories import make_space
+
+    space = make_space(admin=alice)
+    keys = [
+        (agent, member, model, currency)
+        for agent in range(1, 6)
+        for member in range(1, 21)
+        for model, currency in (("gpt-5.4", "USD"), ("deepseek-v4", "CNY"))
+    ]
+    end = datetime.date(2026, 12, 31)
+    count = 365 * len(keys)
+    per_row, extra = max(1, CALLS // count), CALLS % count
+    rows = [
+        UsageDay(
+            space=space,
+            day=end - datetime.timedelta(days=day),
+            agent_id=agent,
+            member_id=alice.pk if member == 1 else 10_000 + member,
+            model=model,
+            currency=currency,
+            calls=per_row,
+            input_tokens=per_row * 9_000,
+            cached_tokens=per_row * 6_000,
+            output_tokens=per_row * 800,
+            cost=Decimal("0.0123") * per_row,
+            runs_succeeded=per_row // 2,
+        )
+        for day in range(365)
+        for agent, member, model, currency in keys
+    ]
+    for row in rows[:extra]:  # the calls that do not divide evenly
+        row.calls += 1
+    UsageDay.objects.bulk_create(rows, batch_size=5_000)
+    Space.objects.filter(pk=space.pk).update(time_zone="Europe/Berlin")
+    space.refresh_from_db()
+    total = sum(row.calls for row in rows)
+    year = UsageRange(end - datetime.timedelta(days=365), end)
+    month = UsageRange(end - datetime.timedelta(days=29), end)
+    timings = {}
+    for name, span in (("year", year), ("30 days", month)):
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            report = usage_report(user=alice, space=space, span=span)
+            times.append((time.perf_counter() - started) * 1000)
+        timings[name] = statistics.median(times)
+        if name == "year":
+            assert report["total"]["calls"] == total
+    client.force_login(alice)
+    query = {"space": space.pk, "start": year.start.isoformat(), "end": year.end.isoformat()}
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        assert client.get("/usage/", query).status_code == 200
+        times.append((time.perf_counter() - started) * 1000)
+    print(f"\nusage page: {total:,} model calls in {len(rows):,} record rows (a year)")
+    for name, value in timings.items():
+        print(f"  report over {name}: {value:.0f} ms (median of 5)")
+    print(f"  the page over the year, rendered: {statistics.median(times):.0f} ms (median of 5)")
+
+
+if __name__ == "__main__":
+    import pytest
+
+    root = Path(__file__).resolve().parents[1]
+    os.chdir(root)
+    sys.path.insert(0, str(root))
+    os.environ.setdefault("TEST_SQLITE_NAME", "/tmp/agentloom-observability.sqlite3")
+    sys.exit(
+        pytest.main(
+            [
+                "-q",
+                "-s",
+                "-p",
+                "no:cacheprovider",
+                "--rootdir",
+                str(root),
+                "-c",
+                str(root / "pyproject.toml"),
+                __file__,
+            ]
+        )
+    )

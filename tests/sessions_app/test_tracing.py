@@ -1,0 +1,79 @@
+"""Traces of a run in the GenAI conventions, against an in-memory exporter: their spans, parents
+and attributes, and no content unless asked for."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agentloom import tracing
+from sessions_app.models import Run
+from tests.factories import ask
+
+pytestmark = pytest.mark.django_db
+
+NONCE = "NONCE-trace-7d21"
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    tracing.configure(exporter=exporter)
+    yield exporter
+    tracing.unconfigure()
+
+
+def _traced_run(session, alice):
+    with tracing.span_from("request", {}):
+        return ask(session, alice, f'/tool echo {{"text": "{NONCE}"}} {NONCE}')
+
+
+def test_a_run_is_a_tree_of_agent_chat_and_tool_spans(alice, gateway, make_demo_session, spans):
+    session = make_demo_session()
+    run = _traced_run(session, alice)
+    assert run.status == Run.Status.SUCCEEDED
+    found = {span.name: span for span in spans.get_finished_spans()}
+    agent = found["invoke_agent Demo"]
+    chats = [span for span in spans.get_finished_spans() if span.name.startswith("chat ")]
+    tool = found["execute_tool echo"]
+    assert agent.parent.span_id == found["request"].context.span_id
+    assert len(chats) == 2
+    assert {span.parent.span_id for span in [*chats, tool]} == {agent.context.span_id}
+    assert agent.attributes["gen_ai.conversation.id"] == str(session.pk)
+    assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+    chat = chats[0].attributes
+    assert chat["gen_ai.operation.name"] == "chat" and chat["gen_ai.provider.name"] == "local"
+    assert chat["gen_ai.conversation.id"] == str(session.pk)
+    assert tool.attributes["gen_ai.tool.name"] == "echo"
+
+
+def test_no_content_reaches_a_span_unless_asked(
+    alice, gateway, make_demo_session, spans, monkeypatch
+):
+    _traced_run(make_demo_session(), alice)
+    text = repr([(span.name, dict(span.attributes)) for span in spans.get_finished_spans()])
+    assert NONCE not in text
+    spans.clear()
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    _traced_run(make_demo_session(), alice)
+    answers = [
+        span.attributes.get("gen_ai.output.messages", "") for span in spans.get_finished_spans()
+    ]
+    assert any(NONCE in answer for answer in answers)
+
+
+def test_a_key_in_an_answer_is_redacted_even_when_content_is_captured(
+    alice, gateway, make_demo_session, spans, monkeypatch
+):
+    from tests.sessions_app.conftest import SECRET
+
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    ask(make_demo_session(), alice, "[leak-key] tell me")
+    text = repr([dict(span.attributes) for span in spans.get_finished_spans()])
+    assert "gen_ai.output.messages" in text and SECRET not in text
+
+
+def test_tracing_off_makes_no_span(alice, gateway, make_demo_session):
+    assert tracing.tracer() is None
+    with tracing.span_from("request", {}) as span:
+        assert span is None
