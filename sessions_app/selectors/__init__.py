@@ -14,4 +14,5 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `context`: a run's view measured against its budget, its compactions, calibration starts.
 - `costs`: the cost of a model call, a run and a session.
 - `approvals`: the calls a run still waits on, and the decisions taken so far.
+- `resources`: the resource URIs a session's tool results named (what `read_resource` may read).
 """
