@@ -1999,6 +1999,46 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_usage.py::test_a_spend_limit_refuses_a_run_past_it_and_warns_near_it",
         ),
     ),
+    Mutant(
+        "read_resource reads only a URI the same server named or lists",
+        "resource_uri_from_text_accepted",
+        "agentloom/toolservers/_resources.py",
+        "        if uri not in source.offered():\n",
+        "        if False:\n",
+        (
+            "tests/sessions_app/test_tool_server_resources.py::test_a_uri_never_offered_is_refused_without_a_request[2026]",
+        ),
+    ),
+    Mutant(
+        "a URI another server's result named is not offered",
+        "resource_uri_from_another_server_accepted",
+        "sessions_app/selectors/resources.py",
+        '        if called.get(str(message.get("tool_call_id"))) not in tool_names:\n',
+        "        if False:\n",
+        (
+            "tests/sessions_app/test_tool_server_resources.py::test_a_uri_another_server_named_is_refused_without_a_request[2026]",
+        ),
+    ),
+    Mutant(
+        "a call that sees the server's tools changed marks the listing stale",
+        "listing_never_marked_stale",
+        "models_app/services/tool_servers.py",
+        "    if not (notified or (listed and _listing_differs(server.tools or [], listed))):\n",
+        "    if True:\n",
+        (
+            "tests/sessions_app/test_tool_server_resources.py::test_a_changed_list_marks_the_listing_stale_and_frozen_tools_keep_working[2026]",
+        ),
+    ),
+    Mutant(
+        "notifications/tools/list_changed marks the listing stale at once",
+        "list_changed_notification_ignored",
+        "agentloom/toolservers/_client.py",
+        "            self.tools_changed = True\n",
+        "            self.tools_changed = False\n",
+        (
+            "tests/sessions_app/test_tool_server_resources.py::test_a_changed_list_marks_the_listing_stale_and_frozen_tools_keep_working[2025]",
+        ),
+    ),
 )
 
 

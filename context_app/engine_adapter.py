@@ -62,7 +62,12 @@ from agentloom.providers import (
     retirement_of,
 )
 from context_app.models import AgentVersion
-from context_app.services.server_tools import Held, server_tools_of
+from context_app.services.server_tools import (
+    Held,
+    NamedUris,
+    read_resource_tool,
+    server_tools_of,
+)
 from models_app.models import ModelConnection
 from models_app.services.redaction import redaction_secrets
 
@@ -382,6 +387,9 @@ def offered_tools(snapshot: dict[str, Any], *, reading: bool = True) -> list[dic
     available = builtin_tools()
     tools = [available[name] for name in snapshot.get("tools") or [] if name in available]
     tools.extend(server_tools_of(snapshot))
+    reader = read_resource_tool(snapshot)
+    if reader is not None:
+        tools.append(reader)
     for sub in snapshot.get("sub_agents") or []:
         # Only the schema is needed here; the runner or reader is never called.
         tools.append(DelegateTool(SubAgent.from_dict(sub), lambda _sub, _task: ""))
@@ -528,12 +536,14 @@ def build_engine(
     record_store: RecordStore | None = None,
     held: Held | None = None,
     connection: ModelConnection | bool | None = False,
+    named_uris: NamedUris | None = None,
 ) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
     `record_store` is where the run's by-reference checkpoints find the records they refer to;
     `held` wraps the database reads its tools make during the run, as it wraps the hooks;
-    `connection` is the version's connection row as the run read it (`version_connection`).
+    `connection` is the version's connection row as the run read it (`version_connection`);
+    `named_uris` finds the resource URIs a server's results named in the run's session.
     """
     snapshot = version.snapshot
     connection = _live_connection(snapshot, connection)
@@ -541,11 +551,13 @@ def build_engine(
     policy, budget, estimator = run_measures(
         snapshot, counter=server_counter(snapshot, connection), connection=connection
     )
+    reader = read_resource_tool(snapshot, named=named_uris, held=held)
     return create_engine(
         gateway,
         [
             *(name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES),
             *server_tools_of(snapshot, held=held),
+            *([reader] if reader is not None else []),
         ],
         ContextBinding(policy, budget, estimator, large_records=snapshot.get("large_records")),
         hooks=hooks,

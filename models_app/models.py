@@ -123,7 +123,10 @@ class ToolServer(models.Model):
 
     `headers` (sent with every request, such as an `Authorization` header) are encrypted like API
     keys and never shown; `tools` is the server's listing as last refreshed; `approval` is the
-    default of its tools: `always` (a person approves each call) or `never`.
+    default of its tools: `always` (a person approves each call) or `never`. `declares_resources`
+    and `resources` are what the server said of its resources at that refresh;
+    `listing_stale_since` is set when a call saw the server's tools differ from the stored listing
+    (or the server said they changed), and cleared by the next refresh.
     """
 
     class Approval(models.TextChoices):
@@ -136,8 +139,11 @@ class ToolServer(models.Model):
     url = models.URLField(max_length=500)
     headers = EncryptedJSONField(blank=True, default=dict)
     tools = models.JSONField(blank=True, default=list)
+    declares_resources = models.BooleanField(default=False)
+    resources = models.JSONField(blank=True, default=list)
     protocol_version = models.CharField(max_length=20, blank=True)
     listed_at = models.DateTimeField(null=True, blank=True)
+    listing_stale_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

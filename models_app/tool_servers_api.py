@@ -32,6 +32,13 @@ class ListedToolSerializer(serializers.Serializer):
     )
 
 
+class ListedResourceSerializer(serializers.Serializer):
+    uri = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    mime_type = serializers.CharField()
+
+
 class ToolServerSerializer(serializers.Serializer):
     """A tool server; header values are never returned, only their names."""
 
@@ -49,6 +56,16 @@ class ToolServerSerializer(serializers.Serializer):
         help_text="The MCP revision the server spoke at the last refresh (empty before)."
     )
     listed_at = serializers.DateTimeField(allow_null=True)
+    listing_stale_since = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Set when a run saw the server's tools differ from this listing (or the "
+        "server said they changed); cleared by the next refresh.",
+    )
+    declares_resources = serializers.BooleanField(
+        help_text="The server declared resources at the last refresh: agents using its tools "
+        "get the built-in `read_resource`."
+    )
+    resources = ListedResourceSerializer(many=True, help_text="Its resources as last listed.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

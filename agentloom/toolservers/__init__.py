@@ -13,20 +13,36 @@ Where each rule lives:
   the schema-drift check before every call.
 - `_results`: the text the model reads of a result (non-text blocks as one-line placeholders).
 - `_tool`: the engine `Tool` of one server tool, `<server>__<tool>`.
+- `_resources`: the built-in `read_resource` tool: which URIs a run may read (those a result of
+  the same server named, or the server lists), nothing sent for any other.
 """
 
 from agentloom.toolservers._client import (
     DEFAULT_RETRY,
     CallOutcome,
+    ListedResource,
     ListedTool,
+    ResourceOutcome,
     RetryRule,
     ServerAddress,
     ToolListing,
     call_tool,
     list_tools,
+    read_resource,
 )
 from agentloom.toolservers._errors import ToolServerError
-from agentloom.toolservers._results import block_placeholder, result_text
+from agentloom.toolservers._resources import (
+    MAX_URI_CHARS,
+    READ_RESOURCE,
+    ReadResourceTool,
+    ResourceSource,
+)
+from agentloom.toolservers._results import (
+    block_placeholder,
+    named_uris,
+    resource_text,
+    result_text,
+)
 from agentloom.toolservers._tool import (
     DEFAULT_CALL_SECONDS,
     SEPARATOR,
@@ -40,10 +56,16 @@ __all__ = [
     "DEFAULT_CALL_SECONDS",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_RETRY",
+    "MAX_URI_CHARS",
+    "READ_RESOURCE",
     "SEPARATOR",
     "CallOutcome",
     "GuardedAsyncTransport",
+    "ListedResource",
     "ListedTool",
+    "ReadResourceTool",
+    "ResourceOutcome",
+    "ResourceSource",
     "RetryRule",
     "ServerAddress",
     "ServerTool",
@@ -54,5 +76,8 @@ __all__ = [
     "failure_reason",
     "list_tools",
     "model_tool_name",
+    "named_uris",
+    "read_resource",
+    "resource_text",
     "result_text",
 ]

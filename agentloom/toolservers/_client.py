@@ -11,6 +11,12 @@ connection opened, nothing is retried: a `tools/call` may have had its effects.
 
 A call compares the tool's input schema listed by the server with the schema frozen at publish
 before sending `tools/call`; when they differ, nothing is sent and the call fails naming the tool.
+The listing it saw comes back with its result, and whether the server said during the call that
+its tools changed (`notifications/tools/list_changed`): the console marks the stored listing stale.
+
+A listing also says whether the server declares resources, and lists them; `read_resource` reads
+one URI (`resources/read`) under the same guard, cap and time limit as a call. Which URIs a run may
+read is decided before it is called (`agentloom.toolservers._resources`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
+import mcp.types as mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -40,12 +48,15 @@ from agentloom.toolservers._transport import (
 
 __all__ = [
     "CallOutcome",
+    "ListedResource",
     "ListedTool",
+    "ResourceOutcome",
     "RetryRule",
     "ServerAddress",
     "ToolListing",
     "call_tool",
     "list_tools",
+    "read_resource",
 ]
 
 T = TypeVar("T")
@@ -113,18 +124,54 @@ class ListedTool:
 
 
 @dataclass(frozen=True)
+class ListedResource:
+    uri: str
+    name: str
+    description: str = ""
+    mime_type: str = ""
+
+
+@dataclass(frozen=True)
 class ToolListing:
+    """A server's tools; `declares_resources` when its capabilities name resources, and then
+    the resources it lists."""
+
     protocol_version: str
     tools: tuple[ListedTool, ...]
+    declares_resources: bool = False
+    resources: tuple[ListedResource, ...] = ()
 
 
 @dataclass(frozen=True)
 class CallOutcome:
     """A finished `tools/call`: the whole result as JSON (`content`, `structuredContent`,
-    `isError`, `_meta`) and the protocol revision the session spoke."""
+    `isError`, `_meta`) and the protocol revision the session spoke; the tools the server listed
+    before the call, and whether it said during the call that they changed."""
 
     protocol_version: str
     result: dict[str, Any]
+    listed: tuple[ListedTool, ...] = ()
+    tools_changed: bool = False
+
+
+@dataclass(frozen=True)
+class ResourceOutcome:
+    """A finished `resources/read`: its whole result as JSON (`contents`)."""
+
+    protocol_version: str
+    result: dict[str, Any]
+
+
+class _Notices:
+    """What the server said on its own during one session (only list changes are kept)."""
+
+    def __init__(self) -> None:
+        self.tools_changed = False
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.tools_changed = True
+        await anyio.lowlevel.checkpoint()
 
 
 def list_tools(
@@ -132,8 +179,38 @@ def list_tools(
 ) -> ToolListing:
     """Return the server's tools, or raise `ToolServerError`."""
 
-    async def work(client: Client) -> ToolListing:
-        return ToolListing(client.protocol_version, tuple(await _all_tools(client)))
+    async def work(client: Client, _notices: _Notices) -> ToolListing:
+        tools = tuple(await _all_tools(client))
+        declares = client.server_capabilities.resources is not None
+        resources = tuple(await _all_resources(client)) if declares else ()
+        return ToolListing(client.protocol_version, tools, declares, resources)
+
+    return _with_retries(server, work, timeout=timeout, cancelled=cancelled)
+
+
+def read_resource(
+    server: ServerAddress,
+    uri: str,
+    *,
+    timeout: float,
+    cancelled: threading.Event | None = None,
+) -> ResourceOutcome:
+    """Read resource `uri` and return its whole result, or raise `ToolServerError`."""
+
+    async def work(client: Client, _notices: _Notices) -> ResourceOutcome:
+        try:
+            result = await client.read_resource(uri, cache_mode="bypass")
+        except MCPError as error:
+            raise _mcp_error(error, before_call=False) from None
+        except ValidationError:
+            raise ToolServerError(
+                "protocol",
+                "The tool server's answer is not a valid MCP resource.",
+                before_call=False,
+            ) from None
+        payload = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        payload.pop("resultType", None)
+        return ResourceOutcome(client.protocol_version, payload)
 
     return _with_retries(server, work, timeout=timeout, cancelled=cancelled)
 
@@ -154,8 +231,9 @@ def call_tool(
     stops it (raising `ToolServerError("cancelled")`).
     """
 
-    async def work(client: Client) -> CallOutcome:
-        listed = {tool.name: tool for tool in await _all_tools(client)}
+    async def work(client: Client, notices: _Notices) -> CallOutcome:
+        listing = tuple(await _all_tools(client))
+        listed = {tool.name: tool for tool in listing}
         if name not in listed:
             raise ToolServerError("unknown_tool", f"The tool server no longer offers {name!r}.")
         if expected_schema is not None and listed[name].input_schema != expected_schema:
@@ -178,7 +256,7 @@ def call_tool(
             ) from None
         payload = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         payload.pop("resultType", None)
-        return CallOutcome(client.protocol_version, payload)
+        return CallOutcome(client.protocol_version, payload, listing, notices.tools_changed)
 
     return _with_retries(server, work, timeout=timeout, cancelled=cancelled)
 
@@ -202,9 +280,32 @@ async def _all_tools(client: Client) -> list[ListedTool]:
     return tools
 
 
+async def _all_resources(client: Client) -> list[ListedResource]:
+    resources: list[ListedResource] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        page = await client.list_resources(cursor=cursor, cache_mode="bypass")
+        resources.extend(
+            ListedResource(
+                uri=str(resource.uri),
+                name=resource.name,
+                description=resource.description or "",
+                mime_type=resource.mime_type or "",
+            )
+            for resource in page.resources
+        )
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return resources
+
+
+Work = Callable[[Client, _Notices], Awaitable[T]]
+
+
 def _with_retries(
     server: ServerAddress,
-    work: Callable[[Client], Awaitable[T]],
+    work: Work[T],
     *,
     timeout: float,
     cancelled: threading.Event | None,
@@ -229,7 +330,7 @@ def _with_retries(
 
 def _run_once(
     server: ServerAddress,
-    work: Callable[[Client], Awaitable[T]],
+    work: Work[T],
     *,
     deadline: float,
     cancelled: threading.Event | None,
@@ -250,8 +351,9 @@ def _run_once(
         )
         async with http:
             stream = streamable_http_client(server.url, http_client=http)
-            async with Client(stream, mode="auto", cache=None) as client:
-                return await work(client)
+            notices = _Notices()
+            async with Client(stream, mode="auto", cache=None, message_handler=notices) as client:
+                return await work(client, notices)
 
     async def main() -> T:
         outcome: list[T] = []

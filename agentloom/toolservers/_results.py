@@ -5,6 +5,9 @@ every other block as a one-line placeholder naming its type and size (an image, 
 embedded resource, a resource link). A result with no text block but `structuredContent` shows
 that as JSON. Large results then follow the large-record rules of the engine (an excerpt and a
 reference that `read_record` reads).
+
+A result names a resource by a resource link or an embedded resource block (`named_uris`); what
+`read_resource` returns reads the same way (`resource_text`): text contents, blobs as one line.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import binascii
 import json
 from typing import Any
 
-__all__ = ["block_placeholder", "result_text"]
+__all__ = ["block_placeholder", "named_uris", "resource_text", "result_text"]
 
 
 def _decoded_size(data: Any) -> int:
@@ -55,3 +58,33 @@ def result_text(result: dict[str, Any]) -> str:
     if not has_text and result.get("structuredContent") is not None:
         parts.append(json.dumps(result["structuredContent"], ensure_ascii=False, sort_keys=True))
     return "\n".join(parts) if parts else "(the tool returned no content)"
+
+
+def named_uris(result: dict[str, Any]) -> set[str]:
+    """Return the resource URIs a `tools/call` result names (links and embedded resources)."""
+    uris: set[str] = set()
+    for block in result.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "resource_link" and isinstance(block.get("uri"), str):
+            uris.add(block["uri"])
+        elif block.get("type") == "resource":
+            uri = (block.get("resource") or {}).get("uri")
+            if isinstance(uri, str):
+                uris.add(uri)
+    return uris
+
+
+def resource_text(result: dict[str, Any]) -> str:
+    """Return the text the model reads of a `resources/read` result."""
+    parts = []
+    for contents in result.get("contents") or []:
+        if not isinstance(contents, dict):
+            continue
+        if "text" in contents:
+            parts.append(str(contents["text"]))
+        else:
+            mime = contents.get("mimeType") or "unknown type"
+            size = _decoded_size(contents.get("blob"))
+            parts.append(f"[blob: {contents.get('uri', '?')}, {mime}, {size:,} bytes]")
+    return "\n".join(parts) if parts else "(the resource has no contents)"

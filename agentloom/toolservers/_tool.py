@@ -3,7 +3,9 @@
 The engine hands it the checked arguments and a `ToolContext`; it calls the server under the
 per-tool time limit, stops when the context's cancellation signal is set, and returns the text
 for the model with the whole result as the journal's detail. `isError` and protocol failures are
-tool errors the model is told about, never an exception out of the engine.
+tool errors the model is told about, never an exception out of the engine. What the server listed
+before the call, and whether it said its tools changed, goes to `on_listing` (the console's
+stale mark); a failure there never fails the call.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentloom.engine import Tool, ToolCancelled, ToolContext, ToolError, ToolOutput
-from agentloom.toolservers._client import ServerAddress, call_tool
+from agentloom.toolservers._client import ListedTool, ServerAddress, call_tool
 from agentloom.toolservers._errors import ToolServerError
 from agentloom.toolservers._results import result_text
 
@@ -48,6 +50,7 @@ class ServerTool(Tool):
         address: Callable[[], ServerAddress],
         call_seconds: float = DEFAULT_CALL_SECONDS,
         needs_approval: bool = False,
+        on_listing: Callable[[tuple[ListedTool, ...], bool], None] | None = None,
     ):
         self.name = name
         self.tool = tool
@@ -56,6 +59,7 @@ class ServerTool(Tool):
         self._address = address
         self._call_seconds = call_seconds
         self.needs_approval = needs_approval
+        self._on_listing = on_listing
 
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
         return self.run_in(arguments, ToolContext())
@@ -78,6 +82,8 @@ class ServerTool(Tool):
             raise ToolError(
                 f"{self.name}: {error.message}" + ("" if error.before_call else _MAY_HAVE_RUN)
             ) from None
+        if self._on_listing is not None:
+            self._on_listing(outcome.listed, outcome.tools_changed)
         text = result_text(outcome.result)
         detail = {"mcp": {"protocol_version": outcome.protocol_version, **outcome.result}}
         failed = bool(outcome.result.get("isError"))

@@ -35,6 +35,7 @@ from context_app.selectors import PUBLISHED_FIELDS
 from context_app.services.server_tools import (
     clean_approval,
     clean_server_tool_names,
+    frozen_resource_servers,
     frozen_server_tools,
 )
 from models_app.models import ModelConnection
@@ -238,13 +239,16 @@ def version_snapshot(agent: Agent) -> dict[str, Any]:
     """Return the frozen snapshot of `agent` as it is now: what a published version runs with,
     whatever the agent, its connection or its tool servers become later."""
     connection = agent.model_connection
+    server_tools = frozen_server_tools(agent.space_id, list(agent.tools), agent.approval)
     return {
         "format": SNAPSHOT_FORMAT,
         "agent": {"id": agent.pk, "name": agent.name},
         "system_prompt": agent.system_prompt,
         "tools": list(agent.tools),
         # Each chosen tool-server tool as listed at publish (context_app.services.server_tools).
-        "server_tools": frozen_server_tools(agent.space_id, list(agent.tools), agent.approval),
+        "server_tools": server_tools,
+        # Those tools' servers that declare resources: the version offers `read_resource`.
+        "resource_servers": frozen_resource_servers(server_tools),
         "sub_agents": [dict(sub) for sub in agent.sub_agents],
         "verify_completion": agent.verify_completion,
         "budget": {

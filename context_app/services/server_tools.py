@@ -12,6 +12,13 @@ and headers live (a rotated credential works for old versions); a deleted server
 calls fail as tool errors. That read is the run's database work like any other: the worker wraps
 it (`held`) so that it takes one of its database slots and gives the connection back before the
 call, which may last `TOOL_CALL_SECONDS` and holds no connection.
+
+Resources: publishing also freezes which of those servers declare resources
+(`resource_servers`); a version with any gets the built-in `read_resource`
+(`agentloom.toolservers._resources` holds the rule). The URIs it may read of a server are those
+its results named in the session (the run says how to find them: `NamedUris`) and those the
+server listed at its last refresh. What a call saw of a server's tools goes to
+`tool_server_listing_seen`, which marks a changed listing stale in the console.
 """
 
 from __future__ import annotations
@@ -22,20 +29,32 @@ from typing import Any
 from django.conf import settings
 
 from agentloom.errors import InvalidInput
-from agentloom.toolservers import SEPARATOR, ServerAddress, ServerTool, ToolServerError
+from agentloom.toolservers import (
+    SEPARATOR,
+    ListedTool,
+    ReadResourceTool,
+    ResourceSource,
+    ServerAddress,
+    ServerTool,
+    ToolServerError,
+)
 from models_app.models import ToolServer
 from models_app.selectors import tool_servers_of_space
-from models_app.services.tool_servers import server_address
+from models_app.services.tool_servers import server_address, tool_server_listing_seen
 
-# What the worker wraps a run's database reads in (`database_slots.wrap`).
-Held = Callable[[Callable[[], ServerAddress]], Callable[[], ServerAddress]]
+# What the worker wraps a run's database work in (`database_slots.wrap`).
+Held = Callable[[Callable[..., Any]], Callable[..., Any]]
+# The URIs the results of the given tools (a server's model-facing names) named in the session.
+NamedUris = Callable[[frozenset[str]], set[str]]
 
 __all__ = [
     "Held",
     "choosable_server_tools",
     "clean_approval",
     "clean_server_tool_names",
+    "frozen_resource_servers",
     "frozen_server_tools",
+    "read_resource_tool",
     "server_tools_of",
 ]
 
@@ -117,6 +136,17 @@ def frozen_server_tools(
     return frozen
 
 
+def frozen_resource_servers(server_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the snapshot entries of the servers among `server_tools` that declare resources
+    (as last listed): `{server_id, server}` each, in the order of the tools."""
+    ids = list(dict.fromkeys(entry["server_id"] for entry in server_tools))
+    declaring = set(
+        ToolServer.objects.filter(pk__in=ids, declares_resources=True).values_list("pk", flat=True)
+    )
+    names = {entry["server_id"]: entry["server"] for entry in server_tools}
+    return [{"server_id": pk, "server": names[pk]} for pk in ids if pk in declaring]
+
+
 def _address_of(server_id: int, held: Held | None) -> Callable[[], ServerAddress]:
     def address() -> ServerAddress:
         server = ToolServer.objects.filter(pk=server_id).first()
@@ -127,9 +157,16 @@ def _address_of(server_id: int, held: Held | None) -> Callable[[], ServerAddress
     return held(address) if held is not None else address
 
 
+def _listing_seen(server_id: int, held: Held | None):
+    def seen(listed: tuple[ListedTool, ...], notified: bool) -> None:
+        tool_server_listing_seen(server_id=server_id, listed=listed, notified=notified)
+
+    return held(seen) if held is not None else seen
+
+
 def server_tools_of(snapshot: dict[str, Any], *, held: Held | None = None) -> list[ServerTool]:
     """Return the engine tools of a version's frozen server tools; `held` wraps each read of a
-    server's address (a run's database slot)."""
+    server's address and each report of its listing (a run's database slot)."""
     return [
         ServerTool(
             name=entry["name"],
@@ -139,6 +176,42 @@ def server_tools_of(snapshot: dict[str, Any], *, held: Held | None = None) -> li
             address=_address_of(entry["server_id"], held),
             call_seconds=settings.TOOL_CALL_SECONDS,
             needs_approval=bool(entry.get("approval")),
+            on_listing=_listing_seen(entry["server_id"], held),
         )
         for entry in snapshot.get("server_tools") or []
     ]
+
+
+def _offered_uris(
+    server_id: int, tool_names: frozenset[str], named: NamedUris | None, held: Held | None
+) -> Callable[[], set[str]]:
+    def offered() -> set[str]:
+        listed = ToolServer.objects.filter(pk=server_id).values_list("resources", flat=True)
+        uris = {str(entry.get("uri")) for entry in (listed.first() or [])}
+        return uris | (named(tool_names) if named is not None else set())
+
+    return held(offered) if held is not None else offered
+
+
+def read_resource_tool(
+    snapshot: dict[str, Any], *, named: NamedUris | None = None, held: Held | None = None
+) -> ReadResourceTool | None:
+    """Return the version's `read_resource` tool, or None when none of its servers declared
+    resources at publish. `named` finds the URIs a server's results named in the run's session
+    (without it, only listed URIs are offered)."""
+    servers = snapshot.get("resource_servers") or []
+    if not servers:
+        return None
+    tools = snapshot.get("server_tools") or []
+    sources = []
+    for entry in servers:
+        server_id = entry["server_id"]
+        names = frozenset(tool["name"] for tool in tools if tool["server_id"] == server_id)
+        sources.append(
+            ResourceSource(
+                server=entry["server"],
+                address=_address_of(server_id, held),
+                offered=_offered_uris(server_id, names, named, held),
+            )
+        )
+    return ReadResourceTool(sources, call_seconds=settings.TOOL_CALL_SECONDS)

@@ -17,7 +17,7 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_scoping import ServiceForm, ServiceWritesAdmin
@@ -117,7 +117,15 @@ class ToolServerForm(ServiceForm):
 class ToolServerAdmin(ServiceWritesAdmin):
     form = ToolServerForm
     change_form_template = "admin/models_app/toolserver/change_form.html"
-    list_display = ["name", "space", "url", "protocol_version", "tool_count", "listed_at"]
+    list_display = [
+        "name",
+        "space",
+        "url",
+        "protocol_version",
+        "tool_count",
+        "listed_at",
+        "listing_state",
+    ]
     search_fields = ["name", "url"]
     actions = ["list_tools"]
 
@@ -129,11 +137,29 @@ class ToolServerAdmin(ServiceWritesAdmin):
         fields += ["headers_text", "clear_headers"] if editable else []
         return [
             (None, {"fields": [*fields, "header_names"]}),
-            ("Tools", {"fields": ["protocol_version", "listed_at", "listed_tools"]}),
+            (
+                "Tools",
+                {
+                    "fields": [
+                        "protocol_version",
+                        "listed_at",
+                        "listing_state",
+                        "listed_tools",
+                        "listed_resources",
+                    ]
+                },
+            ),
         ]
 
     def get_readonly_fields(self, request, obj=None):
-        shown = ["header_names", "protocol_version", "listed_at", "listed_tools"]
+        shown = [
+            "header_names",
+            "protocol_version",
+            "listed_at",
+            "listing_state",
+            "listed_tools",
+            "listed_resources",
+        ]
         return ["space", *shown] if obj is not None else []
 
     @admin.display(description="Tools")
@@ -155,6 +181,40 @@ class ToolServerAdmin(ServiceWritesAdmin):
             (
                 (entry["model_name"], entry.get("description") or "", entry.get("unavailable", ""))
                 for entry in obj.tools
+            ),
+        )
+
+    @admin.display(description="Listing")
+    def listing_state(self, obj):
+        if obj.listing_stale_since is None:
+            return "current" if obj.listed_at else "not listed"
+        return format_html(
+            "<strong>stale since {}</strong>: the server's tools changed since they were "
+            "listed; list them again to choose new ones (published versions keep the tools "
+            "they froze)",
+            obj.listing_stale_since.strftime("%Y-%m-%d %H:%M UTC"),
+        )
+
+    @admin.display(description="Resources")
+    def listed_resources(self, obj):
+        if not obj.declares_resources:
+            return "The server declares no resources."
+        if not obj.resources:
+            return (
+                "The server declares resources and lists none; agents read those its tool "
+                "results name (read_resource)."
+            )
+        return format_html_join(
+            "",
+            "<p><code>{}</code> {} — {} {}</p>",
+            (
+                (
+                    entry.get("uri", ""),
+                    entry.get("name", ""),
+                    entry.get("description") or "",
+                    f"({entry['mime_type']})" if entry.get("mime_type") else "",
+                )
+                for entry in obj.resources
             ),
         )
 

@@ -5,10 +5,17 @@ write-only: encrypted like API keys, never returned or shown, and their values a
 everything a run of the space writes (`tool_server_secrets`). A URL change that does not send
 headers again drops the stored ones, so credentials never follow a server to another address.
 
-"List tools" (`tool_server_refresh`) asks the server for its tools and stores the listing; a
+"List tools" (`tool_server_refresh`) asks the server for its tools (and, when it declares
+resources, its resources) and stores the listing; a
 failure is a `ToolServerUnavailable` (502) with a fixed message and changes nothing stored. A
 registration lists the tools at once (`tool_server_list_new`, once the registration committed); a
 server that does not answer is registered all the same, and the caller says why it is not listed.
+
+A run's call to a server tool reports the tools the server listed before the call and whether it
+said they changed (`notifications/tools/list_changed`); `tool_server_listing_seen` marks the
+stored listing stale when either is so. Published versions keep their frozen schemas (a call
+whose schema drifted stays a tool error naming the tool); the console shows the mark until the
+next refresh.
 
 The writes are durable actions (`transaction.atomic(durable=True)`): one outermost transaction,
 committed when it returns, and an error inside another atomic block. Each `<action>_nested` is
@@ -19,6 +26,7 @@ which Django runs in one transaction.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +47,7 @@ from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import require_space_admin
 from agentloom.toolservers import (
     SEPARATOR,
+    ListedTool,
     ServerAddress,
     ToolServerError,
     list_tools,
@@ -57,6 +66,7 @@ __all__ = [
     "tool_server_delete",
     "tool_server_delete_nested",
     "tool_server_list_new",
+    "tool_server_listing_seen",
     "tool_server_refresh",
     "tool_server_update",
     "tool_server_update_nested",
@@ -192,6 +202,8 @@ def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
             server.headers = {}
         if url != server.url:
             server.tools, server.protocol_version, server.listed_at = [], "", None
+            server.declares_resources, server.resources = False, []
+            server.listing_stale_since = None
         server.url = url
     if "headers" in changes:
         server.headers = _clean_headers(changes["headers"])
@@ -315,10 +327,62 @@ def tool_server_refresh(*, user, server: ToolServer) -> ToolServer:
         if current.url != server.url:
             raise InvalidInput("The server's URL changed while its tools were listed.", field="url")
         current.tools = tools
+        current.declares_resources = listing.declares_resources
+        current.resources = [
+            {
+                "uri": resource.uri,
+                "name": resource.name,
+                "description": resource.description,
+                "mime_type": resource.mime_type,
+            }
+            for resource in listing.resources
+        ]
         current.protocol_version = listing.protocol_version
         current.listed_at = timezone.now()
-        current.save(update_fields=["tools", "protocol_version", "listed_at", "updated_at"])
+        current.listing_stale_since = None
+        current.save(
+            update_fields=[
+                "tools",
+                "declares_resources",
+                "resources",
+                "protocol_version",
+                "listed_at",
+                "listing_stale_since",
+                "updated_at",
+            ]
+        )
     return current
+
+
+def _listing_differs(stored: list[dict[str, Any]], listed: tuple[ListedTool, ...]) -> bool:
+    def shape(name: str, description: str, schema: Any) -> tuple[str, str, str]:
+        return name, description or "", json.dumps(schema or {}, sort_keys=True)
+
+    kept = {shape(e["name"], e.get("description", ""), e.get("input_schema")) for e in stored}
+    seen = {shape(tool.name, tool.description, tool.input_schema) for tool in listed}
+    return kept != seen
+
+
+def tool_server_listing_seen(
+    *, server_id: int, listed: tuple[ListedTool, ...], notified: bool
+) -> bool:
+    """Mark the server's stored listing stale when a run's call saw other tools listed, or the
+    server said its tools changed; return whether it is marked. A server never listed, or
+    already marked, is left as it is."""
+    server = (
+        ToolServer.objects.filter(pk=server_id, listed_at__isnull=False)
+        .only("pk", "tools", "listing_stale_since")
+        .first()
+    )
+    if server is None or server.listing_stale_since is not None:
+        return server is not None
+    if not (notified or (listed and _listing_differs(server.tools or [], listed))):
+        return False
+    now = timezone.now()
+    ToolServer.objects.filter(pk=server_id, listing_stale_since__isnull=True).update(
+        listing_stale_since=now, updated_at=now
+    )
+    return True
 
 
 def tool_server_list_new(*, user, server: ToolServer) -> tuple[ToolServer, str]:

@@ -16,4 +16,5 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `approvals`: the calls a run still waits on, and the decisions taken so far.
 - `usage`: the spend record over a range of a space's days, as its reader may see it (admins:
   every member's usage; members: their own).
+- `resources`: the resource URIs a session's tool results named (what `read_resource` may read).
 """

@@ -42,6 +42,7 @@ from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore, run_checkpoint
 from sessions_app.selectors.context import last_reported_call, recent_ratio
+from sessions_app.selectors.resources import resource_uris_named
 from sessions_app.services.journal import (
     JournalWriter,
     LeaseLost,
@@ -268,6 +269,7 @@ def _start(run_id: int, owner: str):
             record_store=SlottedStore(JournalStore(run)),
             held=database_slots.wrap,
             connection=connection,
+            named_uris=lambda names: resource_uris_named(run.session_id, names),
         )
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)

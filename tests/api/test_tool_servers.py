@@ -26,6 +26,9 @@ SERVER_FIELDS = {
     "tools",
     "protocol_version",
     "listed_at",
+    "listing_stale_since",
+    "declares_resources",
+    "resources",
     "created_at",
     "updated_at",
 }

@@ -96,6 +96,7 @@ NOT_ACTIONS = {
     "clean_sub_agent": VALIDATES,
     "connection_validate": VALIDATES,
     "tool_server_validate": VALIDATES,
+    "tool_server_listing_seen": WORKER,
     "draft_validate": VALIDATES,
     "connection_test": OUTBOUND,
     "models_discover": OUTBOUND,

@@ -5,7 +5,11 @@ builds the server the tool-server tests talk to: a text tool, a `structuredConte
 image block, a slow tool, a failing tool (`isError`) and a 40,000-character result; `Calls`
 records what it was asked. `drift=True` lists another input schema for `greet`. `era` picks the
 protocol it answers: `"2026"` (both eras, as the SDK serves), or `"2025"` (the `initialize`
-handshake only, as servers built before the 2026-07-28 revision).
+handshake only, as servers built before the 2026-07-28 revision). `resources=True` adds resources
+(a listed text note, text reports and pictures behind templates, so never listed) and `linker`,
+a tool whose result links a report and embeds a picture; `Calls.reads` records each read.
+`changing=True` adds `grow`, a tool that adds a tool and says so
+(`notifications/tools/list_changed`, on the SSE answer of the call: `json_response=False`).
 """
 
 from __future__ import annotations
@@ -20,9 +24,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.types import (
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+)
 
 BIG_RESULT_CHARS = 40_000
 PNG_BYTES = base64.b64decode(
@@ -36,11 +47,81 @@ class Calls:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.headers: list[dict[str, str]] = []
+        self.reads: list[str] = []
         self.started = threading.Event()
 
 
-def tool_server(calls: Calls, *, name: str = "demo", drift: bool = False) -> MCPServer:
+NOTE_URI = "demo://notes/readme"
+NOTE_TEXT = "the readme of NONCE-NOTE-31"
+
+
+def _add_resources(server: MCPServer, calls: Calls) -> None:
+    @server.resource(NOTE_URI, name="readme", description="The readme.", mime_type="text/plain")
+    def readme() -> str:
+        calls.reads.append(NOTE_URI)
+        return NOTE_TEXT
+
+    @server.resource("demo://report/{number}", mime_type="text/plain")
+    def report(number: str) -> str:
+        calls.reads.append(f"demo://report/{number}")
+        return f"report {number}: NONCE-REPORT-{number}"
+
+    @server.resource("demo://pixel/{number}", mime_type="image/png")
+    def pixel(number: str) -> bytes:
+        calls.reads.append(f"demo://pixel/{number}")
+        return PNG_BYTES
+
+    @server.tool(description="Link a report and embed a picture.")
+    def linker(number: int) -> CallToolResult:
+        calls.calls.append(("linker", {"number": number}))
+        return CallToolResult(
+            content=[
+                TextContent(type="text", text=f"report {number} is ready"),
+                ResourceLink(
+                    type="resource_link", uri=f"demo://report/{number}", name=f"report {number}"
+                ),
+                EmbeddedResource(
+                    type="resource",
+                    resource=BlobResourceContents(
+                        uri=f"demo://pixel/{number}",
+                        mime_type="image/png",
+                        blob=base64.b64encode(PNG_BYTES).decode(),
+                    ),
+                ),
+            ]
+        )
+
+
+def _add_growth(server: MCPServer, calls: Calls) -> None:
+    @server.tool(description="Add a tool, and say the list changed.")
+    async def grow(ctx: Context) -> str:
+        calls.calls.append(("grow", {}))
+
+        def fresh() -> str:
+            return "fresh"
+
+        if "fresh" not in {tool.name for tool in await server.list_tools()}:
+            server.add_tool(fresh, description="A tool added while serving.")
+        if ctx.protocol_version and ctx.protocol_version.startswith("2025"):
+            await ctx.session.send_tool_list_changed()
+        else:
+            await ctx.notify_tools_changed()
+        return "grown"
+
+
+def tool_server(
+    calls: Calls,
+    *,
+    name: str = "demo",
+    drift: bool = False,
+    resources: bool = False,
+    changing: bool = False,
+) -> MCPServer:
     server = MCPServer(name, log_level="WARNING")
+    if resources:
+        _add_resources(server, calls)
+    if changing:
+        _add_growth(server, calls)
 
     if drift:
 
@@ -139,13 +220,20 @@ def _recording(app, calls: Calls):
     return wrapped
 
 
-def mcp_app(calls: Calls, *, era: str = "2026", name: str = "demo", drift: bool = False):
+def mcp_app(
+    calls: Calls,
+    *,
+    era: str = "2026",
+    name: str = "demo",
+    drift: bool = False,
+    resources: bool = False,
+    changing: bool = False,
+):
     """Return the ASGI app of the test tool server, at path `/mcp`."""
     # Tests reach it by other host names too (a stub resolver), so no Host-header check.
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app = tool_server(calls, name=name, drift=drift).streamable_http_app(
-        json_response=True, transport_security=security
-    )
+    server = tool_server(calls, name=name, drift=drift, resources=resources, changing=changing)
+    app = server.streamable_http_app(json_response=not changing, transport_security=security)
     app = _recording(app, calls)
     return _only_handshake(app) if era == "2025" else app
 
