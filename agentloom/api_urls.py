@@ -18,6 +18,7 @@ from sessions_app.api import (
     RunResumeApi,
     RunSupplementsApi,
     SessionDetailApi,
+    SessionExportApi,
     SessionListCreateApi,
     SessionMessagesApi,
     SessionRunsApi,
@@ -45,6 +46,7 @@ urlpatterns = [
     endpoint("v1/sessions/{id}/runs", SessionRunsApi, "api-session-runs"),
     endpoint("v1/sessions/{id}/messages", SessionMessagesApi, "api-session-messages"),
     endpoint("v1/sessions/{id}/views/", SessionViewsApi, "api-session-views"),
+    endpoint("v1/sessions/{id}/export", SessionExportApi, "api-session-export"),
     endpoint(
         "v1/sessions/{id}/views/{revision}/revoke", SessionViewRevokeApi, "api-session-view-revoke"
     ),

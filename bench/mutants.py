@@ -1866,6 +1866,24 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_projection_points.py::test_a_new_run_resumes_from_the_point_and_inherits_what_the_journal_projects",
         ),
     ),
+    Mutant(
+        "only the creator exports a session",
+        "export_by_anyone",
+        "sessions_app/services/export.py",
+        "    if session.created_by_id != user.pk or session.deleted_at is not None:",
+        "    if session.deleted_at is not None:",
+        ("tests/sessions_app/test_export.py::test_only_the_creator_exports",),
+    ),
+    Mutant(
+        "an export's signature covers every line",
+        "export_signature_skips_records",
+        "sessions_app/services/export.py",
+        "        signer.update(line)\n        yield line",
+        "        if item['type'] != 'record':\n            signer.update(line)\n        yield line",
+        (
+            "tests/sessions_app/test_export.py::test_the_creator_exports_every_record_in_order_signed",
+        ),
+    ),
 )
 
 

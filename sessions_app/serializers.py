@@ -22,6 +22,7 @@ from sessions_app.selectors.journal import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_
 from sessions_app.selectors.runs import model_call_in_flight, run_counters
 from sessions_app.selectors.views import Derivation
 from sessions_app.services.approvals import MAX_NOTE_CHARS
+from sessions_app.services.export import EXPORT_FORMATS
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
 
 # `main`, or a child instance id such as `1.1` (ASCII digits only).
@@ -202,6 +203,18 @@ class JournalQuerySerializer(serializers.Serializer):
         if not re.fullmatch(INSTANCE_PATTERN, value):
             raise serializers.ValidationError("Must be `main` or a child instance id such as 1.1.")
         return value
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    output = serializers.ChoiceField(
+        choices=EXPORT_FORMATS,
+        default="jsonl",
+        help_text="`jsonl`: the whole session, signed (importable); `openai`: the main "
+        "conversation as OpenAI chat messages.",
+    )
+    bodies = serializers.BooleanField(
+        default=False, help_text="Add each model call's response (`jsonl` only)."
+    )
 
 
 class JournalItemSerializer(serializers.Serializer):

@@ -31,6 +31,7 @@ urlpatterns = [
     path("sessions/<pk:session_id>/ask/", actions.ask, name="console-ask"),
     path("sessions/<pk:session_id>/rename/", actions.rename, name="console-session-rename"),
     path("sessions/<pk:session_id>/delete/", actions.delete, name="console-session-delete"),
+    path("sessions/<pk:session_id>/export/", actions.export, name="console-session-export"),
     path("sessions/<pk:session_id>/state/", fragments.session_state, name="console-session-state"),
     path("sessions/<pk:session_id>/records/", fragments.chat_records, name="console-chat-records"),
     path(

@@ -22,5 +22,7 @@ Reads live in `sessions_app.selectors`.
 - `projection_points`: a new run's history loaded, and the point it reached saved for the next;
 - `checkpoints`: a `format: 1` checkpoint rewritten by reference;
 - `legacy`: runs from before the journal existed adopted, marked `raw_complete: false`;
-- `replay`: a run re-driven from its own recordings and compared with its journal.
+- `replay`: a run re-driven from its own recordings and compared with its journal;
+- `transfer`: the session transfer format (JSON Lines) and its signature, a key of the deployment;
+- `export`: a session's export, its creator's (or an operator's, audited), streamed in batches.
 """
