@@ -19,6 +19,7 @@ from sessions_app.api import (
     RunSupplementsApi,
     SessionDetailApi,
     SessionExportApi,
+    SessionForkApi,
     SessionListCreateApi,
     SessionMessagesApi,
     SessionRunsApi,
@@ -47,6 +48,7 @@ urlpatterns = [
     endpoint("v1/sessions/{id}/messages", SessionMessagesApi, "api-session-messages"),
     endpoint("v1/sessions/{id}/views/", SessionViewsApi, "api-session-views"),
     endpoint("v1/sessions/{id}/export", SessionExportApi, "api-session-export"),
+    endpoint("v1/sessions/{id}/fork", SessionForkApi, "api-session-fork"),
     endpoint(
         "v1/sessions/{id}/views/{revision}/revoke", SessionViewRevokeApi, "api-session-view-revoke"
     ),

@@ -1884,6 +1884,14 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_export.py::test_the_creator_exports_every_record_in_order_signed",
         ),
     ),
+    Mutant(
+        "a fork copies no record past its seq",
+        "fork_copies_past_the_seq",
+        "sessions_app/services/fork.py",
+        "        session=session, instance=MAIN_INSTANCE, seq__lte=seq",
+        "        session=session, instance=MAIN_INSTANCE",
+        ("tests/sessions_app/test_fork.py::test_the_forks_first_run_sees_exactly_the_prefix",),
+    ),
 )
 
 

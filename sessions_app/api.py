@@ -29,6 +29,7 @@ from sessions_app.selectors.views import view_derivations, views_of
 from sessions_app.serializers import (
     ApprovalDecisionSerializer,
     ExportQuerySerializer,
+    ForkSerializer,
     JournalPageSerializer,
     JournalQuerySerializer,
     ModelCallSerializer,
@@ -45,6 +46,7 @@ from sessions_app.serializers import (
 from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.export import session_export
+from sessions_app.services.fork import session_fork
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import (
     run_ask,
@@ -283,6 +285,28 @@ class SessionExportApi(ApiView):
             bodies=query.validated_data["bodies"],
         )
         return export_response(lines, session_id=session.pk, output=output)
+
+
+class SessionForkApi(ApiView):
+    @api_schema(
+        ok=201,
+        response=SessionSerializer,
+        request=ForkSerializer,
+        errors=(404, 409),
+        path_id=SESSION_ID,
+        operation_id="sessions_fork",
+        description="Fork the session at journal record `seq`: a new session of the same "
+        "creator and version whose journal starts with a copy of the main records up to it "
+        "(numbered from 1, each naming its origin seq; an open tool group closed `unknown`). "
+        "400 naming `seq` when no record has it; 409 while a run is active.",
+    )
+    def post(self, request, id):
+        """Fork the session."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        data = ForkSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fork = session_fork(user=request.user, session=session, seq=data.validated_data["seq"])
+        return Response(SessionSerializer(fork).data, status=status.HTTP_201_CREATED)
 
 
 class SessionViewsApi(ApiView):

@@ -177,6 +177,12 @@ class SupplementCreateSerializer(StrictSerializer):
     text = TextField(max_length=MAX_SUPPLEMENT_CHARS)
 
 
+class ForkSerializer(StrictSerializer):
+    seq = serializers.IntegerField(
+        min_value=1, max_value=2**62, help_text="The journal record the fork's copy ends with."
+    )
+
+
 class SupplementSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     position = serializers.IntegerField()

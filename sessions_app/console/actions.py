@@ -26,6 +26,7 @@ from sessions_app.selectors.sessions import (
 )
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.export import EXPORT_FORMATS, session_export
+from sessions_app.services.fork import session_fork
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_ask, session_create, session_rename
 
@@ -116,3 +117,18 @@ def export(request, session_id: int):
         raise NotFound("Not found.")
     lines = session_export(user=request.user, session=session, format=output)
     return export_response(lines, session_id=session.pk, output=output)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat, prefix="Not forked: ")
+def fork(request, session_id: int):
+    """Fork the session at the journal record posted as `seq`, then open the fork's chat."""
+    session = session_get(user=request.user, session_id=session_id)
+    try:
+        seq = int(request.POST.get("seq", ""))
+    except ValueError:
+        raise InvalidInput("Choose a journal record to fork from.", field="seq") from None
+    forked = session_fork(user=request.user, session=session, seq=seq)
+    messages.success(request, f"Forked at record #{seq}: this session continues from there.")
+    return redirect("console-chat", session_id=forked.pk)
