@@ -1892,6 +1892,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        session=session, instance=MAIN_INSTANCE",
         ("tests/sessions_app/test_fork.py::test_the_forks_first_run_sees_exactly_the_prefix",),
     ),
+    Mutant(
+        "an import refuses a file its signature does not cover",
+        "import_accepts_an_altered_file",
+        "sessions_app/services/imports.py",
+        '    if item.get("lines") != signer.lines or not signer.verifies(item.get("hmac", "")):',
+        '    if item.get("lines") != signer.lines:',
+        ("tests/sessions_app/test_import.py::test_altered_files_are_refused_whole_with_the_line",),
+    ),
 )
 
 
