@@ -93,3 +93,23 @@ def test_a_file_of_nothing_is_refused_at_the_size_cap(alice, space, settings):
     assert "empty" in refused.detail
     with pytest.raises(ImportRefused, match="larger than"):
         session_import(user=alice, space=space, stream=io.BufferedReader(Nothing()))
+
+
+def test_the_command_imports_a_file(alice, gateway, make_demo_session, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    session, data = _exported(alice, gateway, make_demo_session)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    out = io.StringIO()
+    call_command("import_session", str(path), by="alice", space=session.space.pk, stdout=out)
+    imported = Session.objects.get(pk=int(out.getvalue().split()[-1]))
+    assert imported.read_only
+    from agentloom.errors import Conflict
+    from sessions_app.services.runs import run_ask
+
+    with pytest.raises(Conflict):
+        run_ask(user=alice, session=imported, question="a read-only session takes no run")
+    path.write_bytes(data.replace(b"NONCE-SECOND", b"NONCE-FORGED"))
+    with pytest.raises(CommandError, match="signature"):
+        call_command("import_session", str(path), by="alice", space=session.space.pk)
