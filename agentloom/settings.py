@@ -283,6 +283,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "sessions_app.tasks.sweep_expired_leases",
         "schedule": 30.0,
     },
+    "apply-retention-rules": {
+        "task": "sessions_app.tasks.apply_retention",
+        "schedule": 3600.0,
+    },
 }
 
 LOGGING = {

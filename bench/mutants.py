@@ -1900,6 +1900,14 @@ MUTANTS: tuple[Mutant, ...] = (
         '    if item.get("lines") != signer.lines:',
         ("tests/sessions_app/test_import.py::test_altered_files_are_refused_whole_with_the_line",),
     ),
+    Mutant(
+        "retention spares a session under legal hold",
+        "retention_ignores_legal_hold",
+        "sessions_app/services/retention.py",
+        "        .filter(space=space, legal_hold=False)",
+        "        .filter(space=space)",
+        ("tests/sessions_app/test_retention.py::test_retention_dry_run_then_real_run",),
+    ),
 )
 
 

@@ -26,5 +26,6 @@ Reads live in `sessions_app.selectors`.
 - `transfer`: the session transfer format (JSON Lines) and its signature, a key of the deployment;
 - `export`: a session's export, its creator's (or an operator's, audited), streamed in batches;
 - `fork`: a new session whose journal starts with a copy of another's main records up to a seq;
-- `imports`: a signed export checked whole, staged hidden in batches, published in one step.
+- `imports`: a signed export checked whole, staged hidden in batches, published in one step;
+- `retention`: a space's retention rule, applied by the beat through the soft delete.
 """
