@@ -262,7 +262,11 @@ class SessionMessagesApi(ApiView):
 class SessionExportApi(ApiView):
     @api_schema(
         ok=200,
-        response={"application/x-ndjson": OpenApiTypes.STR, "application/json": OpenApiTypes.STR},
+        response={
+            "application/x-ndjson": OpenApiTypes.STR,
+            # The OpenAI format: a JSON array of chat messages.
+            "application/json": {"type": "array", "items": {"type": "object"}},
+        },
         errors=(400, 404),
         path_id=SESSION_ID,
         parameters=[ExportQuerySerializer],
