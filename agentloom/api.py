@@ -368,7 +368,13 @@ def api_schema(
     def decorate(method):
         # A write with session (cookie) auth and no CSRF token is refused with 403.
         method_codes = codes | {403} if method.__name__ != "get" else codes
-        responses = {ok: response, **{code: _ERRORS[code] for code in sorted(method_codes)}}
+        # A dict answers `ok` in each of its media types (a download's formats).
+        answers = (
+            {(ok, media): kind for media, kind in response.items()}
+            if isinstance(response, dict)
+            else {ok: response}
+        )
+        responses = {**answers, **{code: _ERRORS[code] for code in sorted(method_codes)}}
         return extend_schema(
             request=request,
             responses=responses,

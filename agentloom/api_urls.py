@@ -18,6 +18,8 @@ from sessions_app.api import (
     RunResumeApi,
     RunSupplementsApi,
     SessionDetailApi,
+    SessionExportApi,
+    SessionForkApi,
     SessionListCreateApi,
     SessionMessagesApi,
     SessionRunsApi,
@@ -45,6 +47,8 @@ urlpatterns = [
     endpoint("v1/sessions/{id}/runs", SessionRunsApi, "api-session-runs"),
     endpoint("v1/sessions/{id}/messages", SessionMessagesApi, "api-session-messages"),
     endpoint("v1/sessions/{id}/views/", SessionViewsApi, "api-session-views"),
+    endpoint("v1/sessions/{id}/export", SessionExportApi, "api-session-export"),
+    endpoint("v1/sessions/{id}/fork", SessionForkApi, "api-session-fork"),
     endpoint(
         "v1/sessions/{id}/views/{revision}/revoke", SessionViewRevokeApi, "api-session-view-revoke"
     ),

@@ -38,6 +38,11 @@ SECRET_KEY_FALLBACKS = env_secret_list("SECRET_KEY_FALLBACKS")
 # `manage.py rotate_encryption_key` has re-encrypted every column under the current key.
 FIELD_ENCRYPTION_KEY = local_secret(VAR_DIR, "FIELD_ENCRYPTION_KEY", debug=DEBUG)
 FIELD_ENCRYPTION_KEY_FALLBACKS = env_secret_list("FIELD_ENCRYPTION_KEY_FALLBACKS")
+# Signs session exports so an import can tell this deployment's files from altered ones; unset,
+# a key derived from the field keys signs (and a file signed under a fallback still verifies).
+SESSION_EXPORT_KEY = env_str("SESSION_EXPORT_KEY", "") or ""
+# The largest session export an import reads (bytes); a larger file is refused before parsing.
+SESSION_IMPORT_MAX_BYTES = env_int("SESSION_IMPORT_MAX_BYTES", 256 * 1024 * 1024, minimum=1024)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -298,6 +303,10 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-expired-run-leases": {
         "task": "sessions_app.tasks.sweep_expired_leases",
         "schedule": 30.0,
+    },
+    "apply-retention-rules": {
+        "task": "sessions_app.tasks.apply_retention",
+        "schedule": 3600.0,
     },
 }
 

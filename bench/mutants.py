@@ -2038,6 +2038,49 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_tool_server_resources.py::test_a_changed_list_marks_the_listing_stale_and_frozen_tools_keep_working[2025]",
         ),
+        ),
+    ),
+    Mutant(
+        "only the creator exports a session",
+        "export_by_anyone",
+        "sessions_app/services/export.py",
+        "    if session.created_by_id != user.pk or session.deleted_at is not None:",
+        "    if session.deleted_at is not None:",
+        ("tests/sessions_app/test_export.py::test_only_the_creator_exports",),
+    ),
+    Mutant(
+        "an export's signature covers every line",
+        "export_signature_skips_records",
+        "sessions_app/services/export.py",
+        "        signer.update(line)\n        yield line",
+        "        if item['type'] != 'record':\n            signer.update(line)\n        yield line",
+        (
+            "tests/sessions_app/test_export.py::test_the_creator_exports_every_record_in_order_signed",
+        ),
+    ),
+    Mutant(
+        "a fork copies no record past its seq",
+        "fork_copies_past_the_seq",
+        "sessions_app/services/fork.py",
+        "        session=session, instance=MAIN_INSTANCE, seq__lte=seq",
+        "        session=session, instance=MAIN_INSTANCE",
+        ("tests/sessions_app/test_fork.py::test_the_forks_first_run_sees_exactly_the_prefix",),
+    ),
+    Mutant(
+        "an import refuses a file its signature does not cover",
+        "import_accepts_an_altered_file",
+        "sessions_app/services/imports.py",
+        '    if item.get("lines") != signer.lines or not signer.verifies(item.get("hmac", "")):',
+        '    if item.get("lines") != signer.lines:',
+        ("tests/sessions_app/test_import.py::test_altered_files_are_refused_whole_with_the_line",),
+    ),
+    Mutant(
+        "retention spares a session under legal hold",
+        "retention_ignores_legal_hold",
+        "sessions_app/services/retention.py",
+        "        .filter(space=space, legal_hold=False)",
+        "        .filter(space=space)",
+        ("tests/sessions_app/test_retention.py::test_retention_dry_run_then_real_run",),
     ),
 )
 

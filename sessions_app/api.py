@@ -7,6 +7,7 @@ a worker does the rest.
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
 from rest_framework.response import Response
@@ -14,6 +15,7 @@ from rest_framework.response import Response
 from agentloom.api import ApiView, api_schema, object_id
 from agentloom.errors import InvalidInput
 from context_app.selectors import agent_get, latest_version, version_get
+from sessions_app.downloads import export_response
 from sessions_app.selectors.context import run_context
 from sessions_app.selectors.journal import journal_page
 from sessions_app.selectors.runs import model_calls_of, run_get, runs_of
@@ -26,6 +28,8 @@ from sessions_app.selectors.sessions import (
 from sessions_app.selectors.views import view_derivations, views_of
 from sessions_app.serializers import (
     ApprovalDecisionSerializer,
+    ExportQuerySerializer,
+    ForkSerializer,
     JournalPageSerializer,
     JournalQuerySerializer,
     ModelCallSerializer,
@@ -41,6 +45,8 @@ from sessions_app.serializers import (
 )
 from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
+from sessions_app.services.export import session_export
+from sessions_app.services.fork import session_fork
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import (
     run_ask,
@@ -251,6 +257,60 @@ class SessionMessagesApi(ApiView):
         query.is_valid(raise_exception=True)
         page = journal_page(session=session, **query.validated_data)
         return Response(journal_page_data(page))
+
+
+class SessionExportApi(ApiView):
+    @api_schema(
+        ok=200,
+        response={
+            "application/x-ndjson": OpenApiTypes.STR,
+            # The OpenAI format: a JSON array of chat messages.
+            "application/json": {"type": "array", "items": {"type": "object"}},
+        },
+        errors=(400, 404),
+        path_id=SESSION_ID,
+        parameters=[ExportQuerySerializer],
+        operation_id="sessions_export",
+        description="Export the session (its creator only): `output=jsonl` streams the signed "
+        "transfer file (header, every journal record in order, runs, compactions, references, "
+        "views, model calls, signature), `output=openai` the main conversation as OpenAI chat "
+        "messages. Every export is recorded.",
+    )
+    def get(self, request, id):
+        """Export the session."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        query = ExportQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        output = query.validated_data["output"]
+        lines = session_export(
+            user=request.user,
+            session=session,
+            format=output,
+            bodies=query.validated_data["bodies"],
+        )
+        return export_response(lines, session_id=session.pk, output=output)
+
+
+class SessionForkApi(ApiView):
+    @api_schema(
+        ok=201,
+        response=SessionSerializer,
+        request=ForkSerializer,
+        errors=(404, 409),
+        path_id=SESSION_ID,
+        operation_id="sessions_fork",
+        description="Fork the session at journal record `seq`: a new session of the same "
+        "creator and version whose journal starts with a copy of the main records up to it "
+        "(numbered from 1, each naming its origin seq; an open tool group closed `unknown`). "
+        "400 naming `seq` when no record has it; 409 while a run is active.",
+    )
+    def post(self, request, id):
+        """Fork the session."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        data = ForkSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fork = session_fork(user=request.user, session=session, seq=data.validated_data["seq"])
+        return Response(SessionSerializer(fork).data, status=status.HTTP_201_CREATED)
 
 
 class SessionViewsApi(ApiView):

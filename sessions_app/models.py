@@ -31,6 +31,16 @@ class Session(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # The next session seq to hand out; read and bumped under SELECT … FOR UPDATE.
     next_seq = models.PositiveBigIntegerField(default=1)
+    # Where the session came from, when it was not opened empty: a fork (`{"kind": "fork",
+    # "session", "seq", "at"}`) or an import (`{"kind": "import", "session", "exported_at",
+    # "exported_by", "agentloom", "at"}`); empty for a session opened here.
+    origin = models.JSONField(default=dict, blank=True)
+    # An imported session bound to no agent version of its space: it is read, never run.
+    read_only = models.BooleanField(default=False)
+    # While an import writes it: hidden from every selector until published in one step.
+    staged = models.BooleanField(default=False)
+    # Exempts the session from its space's retention rule (set by a space admin).
+    legal_hold = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -81,6 +91,9 @@ class Run(models.Model):
     waiting_since = models.DateTimeField(null=True, blank=True)
     # A clear copy of the checkpoint's turn and step counters, so listing runs decrypts nothing.
     counters = models.JSONField(default=dict, blank=True)
+    # The run's number in the session it was copied from (a fork's or an import's runs): such a
+    # run is history only, finished, and never resumed.
+    origin_number = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -142,6 +155,8 @@ class SessionMessage(models.Model):
     # frames find their own records by it); null for rows written outside the engine.
     local_seq = models.PositiveIntegerField(null=True, blank=True)
     message = CompressedEncryptedJSONField()
+    # A fork's copy of its original's record: the record's seq in the original session.
+    origin_seq = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -563,3 +578,34 @@ class UsageDay(models.Model):
 
     def __str__(self) -> str:
         return f"Usage of space {self.space_id} on {self.day}"
+
+
+class SessionExport(models.Model):
+    """The audit row of an export: who took a session's content out, in which format, when.
+
+    Written for every export (the creator's, and a superuser's through `manage.py
+    export_session`); it refers to the session by number only, so it outlives a purge.
+    """
+
+    session_number = models.PositiveBigIntegerField(db_index=True)
+    space = models.ForeignKey(
+        Space, null=True, on_delete=models.SET_NULL, related_name="session_exports"
+    )
+    exported_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="session_exports",
+    )
+    exported_by_username = models.CharField(max_length=150)
+    # `jsonl` (the signed journal) or `openai` (the main conversation as chat messages).
+    format = models.CharField(max_length=16)
+    # True for an operator's export of a session that is not theirs.
+    by_operator = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Export of session {self.session_number} by {self.exported_by_username}"

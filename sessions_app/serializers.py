@@ -22,6 +22,7 @@ from sessions_app.selectors.journal import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_
 from sessions_app.selectors.runs import model_call_in_flight, run_counters
 from sessions_app.selectors.views import Derivation
 from sessions_app.services.approvals import MAX_NOTE_CHARS
+from sessions_app.services.export import EXPORT_FORMATS
 from sessions_app.services.runs import MAX_QUESTION_CHARS, MAX_SUPPLEMENT_CHARS
 
 # `main`, or a child instance id such as `1.1` (ASCII digits only).
@@ -176,6 +177,12 @@ class SupplementCreateSerializer(StrictSerializer):
     text = TextField(max_length=MAX_SUPPLEMENT_CHARS)
 
 
+class ForkSerializer(StrictSerializer):
+    seq = serializers.IntegerField(
+        min_value=1, max_value=2**62, help_text="The journal record the fork's copy ends with."
+    )
+
+
 class SupplementSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     position = serializers.IntegerField()
@@ -202,6 +209,18 @@ class JournalQuerySerializer(serializers.Serializer):
         if not re.fullmatch(INSTANCE_PATTERN, value):
             raise serializers.ValidationError("Must be `main` or a child instance id such as 1.1.")
         return value
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    output = serializers.ChoiceField(
+        choices=EXPORT_FORMATS,
+        default="jsonl",
+        help_text="`jsonl`: the whole session, signed (importable); `openai`: the main "
+        "conversation as OpenAI chat messages.",
+    )
+    bodies = serializers.BooleanField(
+        default=False, help_text="Add each model call's response (`jsonl` only)."
+    )
 
 
 class JournalItemSerializer(serializers.Serializer):

@@ -67,3 +67,11 @@ def sweep_expired_leases() -> list[int]:
 @worker_ready.connect
 def _sweep_on_worker_start(**_kwargs) -> None:
     sweep_expired_leases.delay()
+
+
+@shared_task(name="sessions_app.tasks.apply_retention", ignore_result=True)
+def apply_retention() -> dict[int, list[int]]:
+    """Delete the sessions each space's retention rule removes (soft delete, audited)."""
+    from sessions_app.services.retention import retention_apply
+
+    return retention_apply()

@@ -24,6 +24,17 @@ class Space(models.Model):
     time_zone = models.CharField(
         max_length=64, blank=True, default="UTC", validators=[validate_time_zone]
     )
+    # The retention rule: sessions are deleted this many days after their last run (0: kept).
+    # Who set it and when is kept beside it.
+    retention_days = models.PositiveIntegerField(default=0)
+    retention_set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="retention_rules",
+    )
+    retention_set_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

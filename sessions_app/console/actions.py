@@ -1,4 +1,5 @@
-"""The console's actions: the forms a page posts (new session, ask, rename, delete, revoke).
+"""The console's actions: the forms a page posts (new session, ask, rename, delete, revoke,
+fork) and the export download.
 
 Each calls one service and redirects: to the page it leads to when done, with a message, and
 when the service refuses it (`console_errors`) to the page it came from, with the refusal.
@@ -11,18 +12,21 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from agentloom.errors import InvalidInput, NotFound
 from context_app.selectors import agent_get, latest_version
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import AskForm, NewSessionForm
+from sessions_app.downloads import export_response
 from sessions_app.selectors.sessions import (
     session_for_deletion,
     session_for_revocation,
     session_get,
 )
 from sessions_app.services.deletion import session_delete
+from sessions_app.services.export import EXPORT_FORMATS, session_export
+from sessions_app.services.fork import session_fork
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_ask, session_create, session_rename
 
@@ -102,3 +106,31 @@ def revoke_view(request, session_id: int, revision: int):
     view = view_revoke(user=request.user, session=session, revision=revision)
     messages.success(request, f"View r{view.revision} revoked: new runs no longer use it.")
     return redirect(_next_or_chat(request, session_id=session_id))
+
+
+@require_GET
+@login_required
+@console_errors()
+def export(request, session_id: int):
+    """Download the session's export (`?output=openai` for the OpenAI chat messages)."""
+    session = session_get(user=request.user, session_id=session_id)
+    output = request.GET.get("output", "jsonl")
+    if output not in EXPORT_FORMATS:
+        raise NotFound("Not found.")
+    lines = session_export(user=request.user, session=session, format=output)
+    return export_response(lines, session_id=session.pk, output=output)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat, prefix="Not forked: ")
+def fork(request, session_id: int):
+    """Fork the session at the journal record posted as `seq`, then open the fork's chat."""
+    session = session_get(user=request.user, session_id=session_id)
+    try:
+        seq = int(request.POST.get("seq", ""))
+    except ValueError:
+        raise InvalidInput("Choose a journal record to fork from.", field="seq") from None
+    forked = session_fork(user=request.user, session=session, seq=seq)
+    messages.success(request, f"Forked at record #{seq}: this session continues from there.")
+    return redirect("console-chat", session_id=forked.pk)

@@ -265,7 +265,9 @@ def journal_rows(request, session_id: int):
     if invalid:
         return HttpResponseBadRequest("That filter is not valid.")
     page = journal_records(session, params, previous_run=params["run"])
-    response = render(request, "console/_journal_rows.html", {"records": page["records"]})
+    response = render(
+        request, "console/_journal_rows.html", {"records": page["records"], "session": session}
+    )
     response["X-Next-After"] = str(page["next_after"])
     response["X-Has-More"] = "true" if page["has_more"] else "false"
     return response

@@ -32,6 +32,8 @@ urlpatterns = [
     path("sessions/<pk:session_id>/ask/", actions.ask, name="console-ask"),
     path("sessions/<pk:session_id>/rename/", actions.rename, name="console-session-rename"),
     path("sessions/<pk:session_id>/delete/", actions.delete, name="console-session-delete"),
+    path("sessions/<pk:session_id>/export/", actions.export, name="console-session-export"),
+    path("sessions/<pk:session_id>/fork/", actions.fork, name="console-session-fork"),
     path("sessions/<pk:session_id>/state/", fragments.session_state, name="console-session-state"),
     path("sessions/<pk:session_id>/records/", fragments.chat_records, name="console-chat-records"),
     path(

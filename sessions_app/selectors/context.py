@@ -84,6 +84,13 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
 MARK_FIELDS = ("stage", "journal_seq", "before", "after")
 
 
+def run_compactions(run: Run) -> list[dict[str, Any]]:
+    """Return every compaction attempt of the run with its source ranges (none without a
+    checkpoint)."""
+    loaded = frame_of(run)
+    return _compactions(loaded.to_dict(), run) if loaded is not None else []
+
+
 def compaction_marks(run: Run) -> list[dict[str, Any]]:
     """Return the run's successful compactions as the chat marks them, numbered as on the
     Context page: `{number, stage, journal_seq, before, after}` (journal_seq None: at the start).

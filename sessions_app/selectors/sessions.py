@@ -19,8 +19,8 @@ from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 
 
 def live_sessions() -> QuerySet[Session]:
-    """Return the sessions nobody has deleted."""
-    return Session.objects.filter(deleted_at__isnull=True)
+    """Return the sessions nobody has deleted (an import still being written is not one yet)."""
+    return Session.objects.filter(deleted_at__isnull=True, staged=False)
 
 
 def sessions_for_user(user) -> QuerySet[Session]:

@@ -26,5 +26,10 @@ Reads live in `sessions_app.selectors`.
   to them;
 - `checkpoints`: a `format: 1` checkpoint rewritten by reference;
 - `legacy`: runs from before the journal existed adopted, marked `raw_complete: false`;
-- `replay`: a run re-driven from its own recordings and compared with its journal.
+- `replay`: a run re-driven from its own recordings and compared with its journal;
+- `transfer`: the session transfer format (JSON Lines) and its signature, a key of the deployment;
+- `export`: a session's export, its creator's (or an operator's, audited), streamed in batches;
+- `fork`: a new session whose journal starts with a copy of another's main records up to a seq;
+- `imports`: a signed export checked whole, staged hidden in batches, published in one step;
+- `retention`: a space's retention rule, applied by the beat through the soft delete.
 """

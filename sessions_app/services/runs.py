@@ -209,6 +209,8 @@ def _run_create(session: Session, question: str) -> Run:
             lock_live_session(session.pk)
             if Run.objects.filter(session=session, status__in=Run.ACTIVE_STATUSES).exists():
                 raise Conflict("A run of this session is still active; wait for it or cancel it.")
+            if session.read_only:
+                raise Conflict("This imported session is bound to no agent version: read only.")
             number = (session.runs.aggregate(top=Max("number"))["top"] or 0) + 1
             # The question inherits the journal as it stands now (no run is active), even if
             # it waits in the queue or is cancelled and resumed later.
@@ -243,6 +245,8 @@ def run_resume(*, user, run: Run) -> Run:
     adopt_legacy_run(run)
     lock_live_session(run.session_id)
     run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.origin_number is not None:
+        raise Conflict("This run was copied from another session: it is history, not resumed.")
     if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
         raise Conflict(f"Only a failed or cancelled run can be resumed; this one is {run.status}.")
     if (

@@ -33,6 +33,8 @@ OPERATIONS = [
     ("POST", "/api/v1/sessions/{id}/runs"),
     ("GET", "/api/v1/sessions/{id}/messages"),
     ("GET", "/api/v1/sessions/{id}/views/"),
+    ("GET", "/api/v1/sessions/{id}/export"),
+    ("POST", "/api/v1/sessions/{id}/fork"),
     ("POST", "/api/v1/sessions/{id}/views/{revision}/revoke"),
     ("GET", "/api/v1/runs/{id}/"),
     ("POST", "/api/v1/runs/{id}/supplements"),

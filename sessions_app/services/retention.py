@@ -1,0 +1,80 @@
+"""A space's retention rule: sessions are deleted N days after their last run (0: kept).
+
+A space admin sets the rule (`retention_set`), recorded with who set it and when. The beat
+applies every rule (`retention_apply`) through the existing soft delete (`session_delete`, with
+its `SessionDeletion` audit row, in the name of the admin who set the rule); the operator's
+`purge_deleted_sessions` then removes them as it removes any deleted session. A session with an
+active or waiting run is skipped, as is one under a legal hold; a session's last run is its
+newest run's end (its creation when it never ran).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Max, Q
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from agentloom.errors import ApplicationError, InvalidInput, PermissionDenied
+from agentloom.spaces.models import Membership, Space
+from agentloom.spaces.selectors import require_member
+from sessions_app.models import Run, Session
+from sessions_app.selectors.sessions import live_sessions
+from sessions_app.services.deletion import session_delete
+
+MAX_RETENTION_DAYS = 36_500
+
+
+@transaction.atomic(durable=True)
+def retention_set(*, user, space: Space, days: int) -> Space:
+    """Set the space's rule (a space admin only), recording who set it and when."""
+    if require_member(user, space.pk) != Membership.Role.ADMIN:
+        raise PermissionDenied("Only a space admin sets the retention rule.")
+    if not isinstance(days, int) or not 0 <= days <= MAX_RETENTION_DAYS:
+        raise InvalidInput(f"Days must be 0 to {MAX_RETENTION_DAYS}.", field="retention_days")
+    space.retention_days, space.retention_set_by = days, user
+    space.retention_set_at = timezone.now()
+    space.save(update_fields=["retention_days", "retention_set_by", "retention_set_at"])
+    return space
+
+
+def retention_due(space: Space, *, days: int | None = None, now=None):
+    """Return the space's sessions the rule (or `days`) removes now, oldest first."""
+    days = space.retention_days if days is None else days
+    if not days:
+        return Session.objects.none()
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    return (
+        live_sessions()
+        .filter(space=space, legal_hold=False)
+        .exclude(runs__status__in=Run.ACTIVE_STATUSES)
+        .annotate(
+            last=Greatest(
+                Coalesce(Max("runs__finished_at"), "created_at"),
+                Coalesce(Max("runs__created_at"), "created_at"),
+            )
+        )
+        .filter(Q(last__lt=cutoff))
+        .order_by("last", "pk")
+    )
+
+
+def retention_apply(*, dry_run: bool = False, now=None) -> dict[int, list[int]]:
+    """Delete what every space's rule removes; return `{space: [session, …]}` (none written
+    with `dry_run`)."""
+    done: dict[int, list[int]] = {}
+    for space in Space.objects.filter(retention_days__gt=0).select_related("retention_set_by"):
+        ids = list(retention_due(space, now=now).values_list("pk", flat=True))
+        if dry_run or not ids or space.retention_set_by is None:
+            done[space.pk] = ids if dry_run else []
+            continue
+        done[space.pk] = []
+        for session in Session.objects.filter(pk__in=ids):
+            try:
+                session_delete(user=space.retention_set_by, session=session)
+            except ApplicationError:
+                continue  # a run started meanwhile, or the admin left the space
+            done[space.pk].append(session.pk)
+    return done
