@@ -528,12 +528,14 @@ def build_engine(
     record_store: RecordStore | None = None,
     held: Held | None = None,
     connection: ModelConnection | bool | None = False,
+    cache_key: str | None = None,
 ) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
     `record_store` is where the run's by-reference checkpoints find the records they refer to;
     `held` wraps the database reads its tools make during the run, as it wraps the hooks;
-    `connection` is the version's connection row as the run read it (`version_connection`).
+    `connection` is the version's connection row as the run read it (`version_connection`);
+    `cache_key` goes with each model call (the session's: `EngineConfig.cache_key`).
     """
     snapshot = version.snapshot
     connection = _live_connection(snapshot, connection)
@@ -556,5 +558,6 @@ def build_engine(
             verify_completion=bool(snapshot.get("verify_completion")),
             record_store=record_store,
             calibration=snapshot.get("calibration"),
+            cache_key=cache_key,
         ),
     )

@@ -206,6 +206,7 @@ def _start(run_id: int, owner: str):
             record_store=SlottedStore(JournalStore(run)),
             held=database_slots.wrap,
             connection=connection,
+            cache_key=f"agentloom-session-{run.session_id}",
         )
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)
