@@ -2081,6 +2081,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "        .filter(space=space, legal_hold=False)",
         "        .filter(space=space)",
         ("tests/sessions_app/test_retention.py::test_retention_dry_run_then_real_run",),
+        ),
+    ),
+    Mutant(
+        "OpenAI calls carry the session's prompt_cache_key",
+        "no_prompt_cache_key",
+        "agentloom/providers/chat.py",
+        '            body["prompt_cache_key"] = request.cache_key\n',
+        "            pass\n",
+        (
+            "tests/providers/test_chat.py::test_openai_sends_the_sessions_cache_key_as_prompt_cache_key",
+        ),
+    ),
+    Mutant(
+        "every model call of a run carries the engine's cache key",
+        "engine_drops_cache_key",
+        f"{_ENGINE}/_engine.py",
+        "            request = replace(request, cache_key=self.engine.config.cache_key)\n",
+        "            pass\n",
+        ("tests/engine/test_gateways.py::test_every_model_call_carries_the_engines_cache_key",),
     ),
 )
 

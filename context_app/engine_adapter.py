@@ -537,6 +537,7 @@ def build_engine(
     held: Held | None = None,
     connection: ModelConnection | bool | None = False,
     named_uris: NamedUris | None = None,
+    cache_key: str | None = None,
 ) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
@@ -544,6 +545,7 @@ def build_engine(
     `held` wraps the database reads its tools make during the run, as it wraps the hooks;
     `connection` is the version's connection row as the run read it (`version_connection`);
     `named_uris` finds the resource URIs a server's results named in the run's session.
+    `cache_key` goes with each model call (the session's: `EngineConfig.cache_key`).
     """
     snapshot = version.snapshot
     connection = _live_connection(snapshot, connection)
@@ -568,5 +570,6 @@ def build_engine(
             verify_completion=bool(snapshot.get("verify_completion")),
             record_store=record_store,
             calibration=snapshot.get("calibration"),
+            cache_key=cache_key,
         ),
     )

@@ -238,6 +238,9 @@ class EngineConfig:
     `calibration` (`{"samples": n}`, see `_calibration`) measures triggers in the provider's
     reported tokens; a resumed run follows its checkpoint's binding instead.
 
+    `cache_key` goes with every model call (`ModelRequest.cache_key`): the session's, so that
+    its calls meet one prompt cache where the provider takes a key.
+
     `cancel_poll_seconds` is how often `should_cancel` is asked while a tool or a streamed call
     runs (without a `watch` hook), and `model_call_seconds` the deadline of a model call whose
     gateway names none.
@@ -255,6 +258,7 @@ class EngineConfig:
     calibration: dict[str, Any] | None = None
     cancel_poll_seconds: float = 0.5
     model_call_seconds: float = DEFAULT_MODEL_CALL_SECONDS
+    cache_key: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "secrets", tuple(self.secrets))
@@ -814,6 +818,8 @@ class _Execution:
         """Make the gateway call under a watch; a stream is closed as soon as a cancel is seen."""
         gateway = self.engine.gateway
         deadline = gateway.deadline_seconds or self.engine.config.model_call_seconds
+        if self.engine.config.cache_key is not None:
+            request = replace(request, cache_key=self.engine.config.cache_key)
         if stream is None:
             with self.watch(deadline=deadline):
                 response = gateway.complete(request)

@@ -48,13 +48,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """One chat-completions call: what the model is shown and what it may call."""
+    """One chat-completions call: what the model is shown and what it may call.
+
+    `cache_key` names the session the call belongs to, so that a provider that buckets its
+    prompt cache by a key (OpenAI's `prompt_cache_key`) serves a session's calls from one cache;
+    it is not part of what the model is shown.
+    """
 
     purpose: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     max_output_tokens: int = 4096
     instance: str = "main"
+    cache_key: str | None = None
 
 
 @dataclass

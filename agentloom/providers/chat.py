@@ -367,6 +367,14 @@ class OpenAIChatGateway(OpenAICompatibleChatGateway):
     payload_rules = PayloadRules(output_limit_field="max_completion_tokens")
     default_reasoning = "never"
 
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        """Return the body with the request's cache key as `prompt_cache_key`, which OpenAI
+        uses to route a session's calls to one prompt cache."""
+        body = super().payload(request)
+        if request.cache_key:
+            body["prompt_cache_key"] = request.cache_key
+        return body
+
 
 # DeepSeek's thinking settings, as its "Thinking Mode" guide documents them (OpenAI format):
 # `{"thinking": {"type": "enabled" | "disabled"}}` and `{"reasoning_effort": "low" | "high" |

@@ -343,3 +343,18 @@ def test_a_learned_limit_is_frozen():
                            largest_ok=None)  # fmt: skip
     with pytest.raises(dataclasses.FrozenInstanceError):
         learned.value = "never"
+
+
+def test_every_model_call_carries_the_engines_cache_key():
+    gateway = ScriptedGateway([tool_call_response(("echo", {"text": "hi"})), text_response("done")])
+    engine = make_engine(gateway, cache_key="agentloom-session-3")
+    engine.start(run_number=1, attempt=1, system_prompt="s", question="q", history=None)
+    assert [request.cache_key for request in gateway.requests] == ["agentloom-session-3"] * 2
+
+
+def test_without_a_cache_key_calls_carry_none():
+    gateway = ScriptedGateway([text_response("done")])
+    make_engine(gateway).start(
+        run_number=1, attempt=1, system_prompt="s", question="q", history=None
+    )
+    assert [request.cache_key for request in gateway.requests] == [None]

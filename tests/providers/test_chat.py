@@ -68,6 +68,23 @@ def test_openai_sends_max_completion_tokens_and_no_max_tokens(provider_double):
     assert_valid_request(body)
 
 
+def test_openai_sends_the_sessions_cache_key_as_prompt_cache_key(provider_double):
+    chat = gateway(provider_double)
+    chat.complete(ask(cache_key="agentloom-session-7"))
+    chat.complete(ask())
+    keyed, plain = provider_double.chat_bodies()
+    assert keyed["prompt_cache_key"] == "agentloom-session-7"
+    assert "prompt_cache_key" not in plain
+    assert_valid_request(keyed)
+
+
+@pytest.mark.parametrize("cls", [DeepSeekChatGateway, OpenAICompatibleChatGateway])
+def test_other_providers_send_no_prompt_cache_key(provider_double, cls):
+    gateway(provider_double, cls).complete(ask(cache_key="agentloom-session-7"))
+    [body] = provider_double.chat_bodies()
+    assert "prompt_cache_key" not in body
+
+
 @pytest.mark.parametrize("cls", [DeepSeekChatGateway, OpenAICompatibleChatGateway])
 def test_deepseek_and_compatible_send_max_tokens_clamped_to_the_cap(provider_double, cls):
     chat = gateway(provider_double, cls, output=OutputLimits(16_000, 8_192))

@@ -38,8 +38,10 @@ class UsageGateway(ModelGateway):
 
     def __init__(self, usage):
         self.usage = usage
+        self.requests = []
 
     def complete(self, request):
+        self.requests.append(request)
         return text_response("done", usage=self.usage)
 
 
@@ -69,6 +71,20 @@ def test_reported_and_cached_tokens_are_read_from_both_usage_shapes(
     context = run_context(run)
     assert context["estimator"] == "bytes"
     assert context["last_reported"]["tokens"] == usage["prompt_tokens"]
+
+
+def test_each_session_s_calls_carry_its_own_cache_key(alice, make_demo_session):
+    gateway = UsageGateway(OPENAI_USAGE)
+    engine_adapter.set_gateway_factory(lambda version, connection: gateway)
+    try:
+        first, second = make_demo_session(), make_demo_session()
+        ask(first, alice, "hello")
+        ask(first, alice, "again")
+        ask(second, alice, "hello")
+    finally:
+        engine_adapter.set_gateway_factory(None)
+    keys = [request.cache_key for request in gateway.requests]
+    assert keys == [f"agentloom-session-{first.pk}"] * 2 + [f"agentloom-session-{second.pk}"]
 
 
 def test_a_call_without_usage_reports_nothing_rather_than_zero(
