@@ -69,8 +69,8 @@ Where each rule of the design lives (each module's docstring states its rules):
   replaces them (`static/console/stream.js`);
 - views by reference and the one definition of each view transform: `_refs`; rendering versions:
   `_rendering`; compaction versions (the procedure a checkpoint's binding names):
-  `_compaction_versions`; the checkpoint frame: `_frame`; records and entry keys: `_records`; the lease
-  heartbeat and cancellation relay: `_watch`.
+  `_compaction_versions`; the checkpoint frame: `_frame`; records and entry keys: `_records`;
+  the lease heartbeat and cancellation relay: `_watch`.
 """
 
 from agentloom.engine._approval import WAITING_APPROVAL, Decision
