@@ -1876,6 +1876,24 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_compaction_versions.py::test_a_resumed_checkpoint_keeps_the_version_it_was_made_with",
         ),
     ),
+    Mutant(
+        "an identifier keeps its unit (numbers with units are kept whole)",
+        "identifier_drops_unit",
+        f"{_ENGINE}/_identifiers.py",
+        "for part in (_QUOTED, _URL, _UUID, _PATH, _MONEY, _UNIT, _VERSION, _HEX, _CODE, _ID)",
+        "for part in (_QUOTED, _URL, _UUID, _PATH, _MONEY, _VERSION, _HEX, _CODE, _ID)",
+        ("tests/engine/test_identifiers.py::test_identifiers_of_real_looking_text",),
+    ),
+    Mutant(
+        "a history search matches Chinese text by character bigrams",
+        "no_cjk_bigrams",
+        f"{_ENGINE}/_identifiers.py",
+        "            found[run[start : start + 2]] = None",
+        "            pass",
+        (
+            "tests/engine/test_identifiers.py::test_terms_hold_words_identifiers_and_chinese_bigrams",
+        ),
+    ),
 )
 
 
