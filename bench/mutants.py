@@ -1894,6 +1894,26 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_identifiers.py::test_terms_hold_words_identifiers_and_chinese_bigrams",
         ),
     ),
+    Mutant(
+        "the kept-verbatim section stays within its limit",
+        "kept_verbatim_unbounded",
+        f"{_ENGINE}/_identifiers.py",
+        "        if used + 1 + len(line) > room:",
+        "        if False:",
+        (
+            "tests/engine/test_identifiers.py::test_the_section_stays_within_its_limit_and_names_what_did_not_fit",
+        ),
+    ),
+    Mutant(
+        "identifiers the summary already holds are not added again",
+        "kept_verbatim_repeats_kept",
+        f"{_ENGINE}/_identifiers.py",
+        "    missing = [item for item in found.items() if item[0] not in summary]",
+        "    missing = list(found.items())",
+        (
+            "tests/engine/test_identifiers.py::test_a_summary_missing_identifiers_gets_them_with_context_and_reference",
+        ),
+    ),
 )
 
 

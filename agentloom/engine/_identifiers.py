@@ -13,6 +13,7 @@ the character bigrams of Chinese, Japanese and Korean runs (which have no spaces
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _QUOTED = r"\"[^\"\n]{2,200}\"|'[^'\n]{2,200}'|`[^`\n]{1,200}`|“[^”\n]{1,200}”|「[^」\n]{1,200}」"
 _URL = r"[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{}，。、]+"
@@ -69,7 +70,7 @@ def _plausible(span: str) -> bool:
     if _HEX_ONLY.fullmatch(span):
         return any(character.isdigit() for character in span)
     if re.fullmatch(
-        r"[A-Za-z]{1,5}-?\d{3,6}|E[A-Za-z_]{3,}|[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+", span
+        r"[A-Z]{1,5}-?\d{3,6}|E[A-Z_]{3,}|[A-Z][A-Z0-9]*_[A-Z0-9_]+", span, re.IGNORECASE
     ):
         return bool(_CASED.fullmatch(span)) or ("_" in span and span.islower())
     return len(span) > 1
@@ -90,3 +91,77 @@ def terms(text: str) -> list[str]:
         for start in range(len(run) - 1):
             found[run[start : start + 2]] = None
     return [term for term in found if term]
+
+
+_TAIL = "- more in "
+_TAIL_ROOM = 200
+KEPT_HEADER = (
+    "Kept verbatim (identifiers of the replaced records; cite a reference to read it back):"
+)
+
+
+@dataclass(frozen=True)
+class KeptVerbatim:
+    """What a summary kept of the identifiers of the material it replaces, and what was added.
+
+    `section` is the text to append to the summary ("" when nothing is missing); `found` counts the
+    identifiers of the material, `kept` those the summary already holds, `added` those `section`
+    lists (the rest did not fit and are named by reference in its last line).
+    """
+
+    section: str
+    found: int
+    kept: int
+    added: int
+
+
+def kept_verbatim(summary: str, sources: list[tuple[str, str]], limit: int) -> KeptVerbatim:
+    """Check the identifiers of `sources` ((reference, text) pairs, oldest first) against `summary`.
+
+    Those missing are listed verbatim with a few words of context and their reference, the latest
+    record first (the latest value of a fact matters most), in at most `limit` characters; what
+    does not fit is named by its references in the last line, so the section never outgrows its
+    room.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for reference, text in reversed(sources):
+        for identifier in identifiers(text):
+            if identifier not in found:
+                found[identifier] = (reference, _context(text, identifier))
+    missing = [item for item in found.items() if item[0] not in summary]
+    kept = len(found) - len(missing)
+    if not missing or limit <= len(KEPT_HEADER):
+        return KeptVerbatim("", len(found), kept, 0)
+    lines = [KEPT_HEADER]
+    used = len(KEPT_HEADER)
+    # Room is kept for the last line that names, by reference, what did not fit.
+    room = limit - min(_TAIL_ROOM, limit // 4)
+    left_out: dict[str, None] = {}
+    for identifier, (reference, context) in missing:
+        line = f"- {identifier} ({reference}): {context}"
+        if used + 1 + len(line) > room:
+            left_out[reference] = None
+            continue
+        lines.append(line)
+        used += 1 + len(line)
+    if left_out:
+        lines.append(_tail(left_out, limit - used - 1))
+    added = sum(1 for line in lines[1:] if not line.startswith(_TAIL))
+    if not added:
+        return KeptVerbatim("", len(found), kept, 0)
+    return KeptVerbatim("\n".join(line for line in lines if line), len(found), kept, added)
+
+
+def _context(text: str, identifier: str, words: int = 4) -> str:
+    start = text.find(identifier)
+    before = text[:start].split()[-words:]
+    after = text[start + len(identifier) :].split()[:words]
+    return " ".join([*before, identifier, *after])[:160]
+
+
+def _tail(references: dict[str, None], room: int) -> str:
+    text = _TAIL + ", ".join(references)
+    if len(text) <= room:
+        return text
+    cut = text[: max(room - 1, 0)].rsplit(",", 1)[0]
+    return cut + "…" if len(cut) > len(_TAIL) and len(cut) + 1 <= room else ""

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentloom.engine._identifiers import identifiers, terms
+from agentloom.engine._identifiers import KEPT_HEADER, identifiers, kept_verbatim, terms
 
 TABLE = [
     (
@@ -42,3 +42,30 @@ def test_terms_hold_words_identifiers_and_chinese_bigrams():
     found = terms("服务器预算 500元 in /srv/x.py")
     assert {"500元", "/srv/x.py", "in", "服务", "务器", "器预", "预算"} <= set(found)
     assert "服务器预算" not in found
+
+
+def test_a_summary_missing_identifiers_gets_them_with_context_and_reference():
+    sources = [
+        ("s:4", "Config lives in /srv/app/config.yaml, port 8160 ms timeout"),
+        ("s:9", "Budget raised to $1,250.00 after review"),
+    ]
+    kept = kept_verbatim("Config is in /srv/app/config.yaml.", sources, 1000)
+    assert (kept.found, kept.kept, kept.added) == (3, 1, 2)
+    assert kept.section.startswith(KEPT_HEADER)
+    assert "- $1,250.00 (s:9): Budget raised to $1,250.00 after review" in kept.section
+    assert "- 8160 ms (s:4):" in kept.section
+    # The latest record comes first.
+    assert kept.section.index("$1,250.00") < kept.section.index("8160 ms")
+
+
+def test_the_section_stays_within_its_limit_and_names_what_did_not_fit():
+    sources = [(f"s:{seq}", f"file /data/part-{seq:04d}.csv written") for seq in range(1, 60)]
+    kept = kept_verbatim("", sources, 300)
+    assert len(kept.section) <= 300
+    assert 0 < kept.added < 59
+    assert kept.section.splitlines()[-1].startswith("- more in s:")
+
+
+def test_nothing_is_added_when_the_summary_keeps_every_identifier():
+    kept = kept_verbatim("See /a/b.py and E1234.", [("s:1", "edit /a/b.py, got E1234")], 500)
+    assert (kept.section, kept.found, kept.kept, kept.added) == ("", 2, 2, 0)
