@@ -2101,6 +2101,46 @@ MUTANTS: tuple[Mutant, ...] = (
         "            pass\n",
         ("tests/engine/test_gateways.py::test_every_model_call_carries_the_engines_cache_key",),
     ),
+        ),
+    ),
+    Mutant(
+        "an identifier keeps its unit (numbers with units are kept whole)",
+        "identifier_drops_unit",
+        f"{_ENGINE}/_identifiers.py",
+        "for part in (_QUOTED, _URL, _UUID, _PATH, _MONEY, _UNIT, _VERSION, _HEX, _CODE, _ID)",
+        "for part in (_QUOTED, _URL, _UUID, _PATH, _MONEY, _VERSION, _HEX, _CODE, _ID)",
+        ("tests/engine/test_identifiers.py::test_identifiers_of_real_looking_text",),
+    ),
+    Mutant(
+        "a history search matches Chinese text by character bigrams",
+        "no_cjk_bigrams",
+        f"{_ENGINE}/_identifiers.py",
+        "            found[run[start : start + 2]] = None",
+        "            pass",
+        (
+            "tests/engine/test_identifiers.py::test_terms_hold_words_identifiers_and_chinese_bigrams",
+        ),
+    ),
+    Mutant(
+        "the kept-verbatim section stays within its limit",
+        "kept_verbatim_unbounded",
+        f"{_ENGINE}/_identifiers.py",
+        "        if used + 1 + len(line) > room:",
+        "        if False:",
+        (
+            "tests/engine/test_identifiers.py::test_the_section_stays_within_its_limit_and_names_what_did_not_fit",
+        ),
+    ),
+    Mutant(
+        "identifiers the summary already holds are not added again",
+        "kept_verbatim_repeats_kept",
+        f"{_ENGINE}/_identifiers.py",
+        "    missing = [item for item in found.items() if item[0] not in summary]",
+        "    missing = list(found.items())",
+        (
+            "tests/engine/test_identifiers.py::test_a_summary_missing_identifiers_gets_them_with_context_and_reference",
+        ),
+    ),
 )
 
 

@@ -70,7 +70,8 @@ Where each rule of the design lives (each module's docstring states its rules):
 - views by reference and the one definition of each view transform: `_refs`; rendering versions:
   `_rendering`; compaction versions (the procedure a checkpoint's binding names):
   `_compaction_versions`; the checkpoint frame: `_frame`; records and entry keys: `_records`;
-  the lease heartbeat and cancellation relay: `_watch`.
+  the lease heartbeat and cancellation relay: `_watch`; identifiers a summary keeps and search
+  terms: `_identifiers`.
 """
 
 from agentloom.engine._approval import WAITING_APPROVAL, Decision

@@ -1,0 +1,167 @@
+"""Identifiers in text: what a summary must keep verbatim and what a history search matches exactly.
+
+`identifiers(text)` finds, in the order they first occur and without repeats, the spans of text
+that a paraphrase loses: quoted strings, URLs, file paths, numbers with their unit (versions,
+money, sizes, durations, percentages), ids and hashes (hex runs, UUIDs, words joined by `_`, `-`
+or digits) and error codes (`E1234`, `HTTP 503`, `ERR_X`). A span inside a longer one (a path
+inside a URL, a number inside a version) is not repeated.
+
+`terms(text)` is what a search indexes and looks up: lower-cased words, each identifier whole, and
+the character bigrams of Chinese, Japanese and Korean runs (which have no spaces between words).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_QUOTED = r"\"[^\"\n]{2,200}\"|'[^'\n]{2,200}'|`[^`\n]{1,200}`|“[^”\n]{1,200}”|「[^」\n]{1,200}」"
+_URL = r"[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{}，。、]+"
+_PATH = r"(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]*)+|[\w.-]+(?:/[\w.@+-]+)+\.\w+|[A-Za-z]:\\[\w.\\ -]+"
+_HEX = r"\b(?:[0-9a-f]{7,}|[0-9A-F]{7,})\b"
+_UUID = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+_MONEY = (
+    r"(?:[$€£¥]|US\$)\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?\b)?"
+    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|CNY|RMB|JPY|元|美元|欧元)"
+)
+_VERSION = r"\bv?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?\b"
+_UNIT = (
+    r"\d[\d,]*(?:\.\d+)?\s?(?:%|‰|°C|°F|(?:ms|µs|us|ns|s|sec|min|h|hrs?|days?|KiB|MiB|GiB|TiB|"
+    r"kB|KB|MB|GB|TB|B|bytes?|Hz|kHz|MHz|GHz|px|pt|em|rem|mm|cm|m|km|kg|g|mg|ml|l|req/s|rps|"
+    r"tokens?|ops/s|k|K|M)\b|个|次|天|小时|分钟|秒|毫秒|人|条|台|年|月|日|号|万|亿)"
+)
+_CODE = (
+    r"\b(?:HTTP\s?[1-5]\d\d|[A-Z]{1,5}-?\d{3,6}|E[A-Z]{2,}[A-Z_]*|ERR_[A-Z0-9_]+"
+    r"|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\b"
+)
+_ID = r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)+\b|\b[a-z]+_[a-z0-9_]+\b"
+_PATTERN = re.compile(
+    "|".join(
+        f"(?:{part})"
+        for part in (_QUOTED, _URL, _UUID, _PATH, _MONEY, _UNIT, _VERSION, _HEX, _CODE, _ID)
+    ),
+    re.IGNORECASE,
+)
+_HEX_ONLY = re.compile(r"[0-9a-fA-F]{7,}")
+_CASED = re.compile(_CODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_TRAILING = ".,;:!?)"
+
+
+def identifiers(text: str) -> list[str]:
+    """The identifiers of `text`, in order of first occurrence, each once (see the module)."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for match in _PATTERN.finditer(text):
+        span = match.group(0)
+        if span[0] not in "\"'`“「":
+            span = span.rstrip(_TRAILING)
+        if not _plausible(span) or span in seen:
+            continue
+        seen.add(span)
+        found.append(span)
+    return found
+
+
+def _plausible(span: str) -> bool:
+    # The case-blind pattern also takes plain words for hex runs and codes: keep a hex run only
+    # with a digit in it, and a code only as written in capitals.
+    if _HEX_ONLY.fullmatch(span):
+        return any(character.isdigit() for character in span)
+    if re.fullmatch(
+        r"[A-Z]{1,5}-?\d{3,6}|E[A-Z_]{3,}|[A-Z][A-Z0-9]*_[A-Z0-9_]+", span, re.IGNORECASE
+    ):
+        return bool(_CASED.fullmatch(span)) or ("_" in span and span.islower())
+    return len(span) > 1
+
+
+def terms(text: str) -> list[str]:
+    """The search terms of `text`: words, identifiers and CJK bigrams, lower-cased."""
+    found: dict[str, None] = {}
+    for identifier in identifiers(text):
+        found[identifier.strip("\"'`“”「」").lower()] = None
+    for word in _WORD.findall(text):
+        if _CJK.fullmatch(word):
+            continue
+        found[word.lower()] = None
+    for run in _CJK.findall(text):
+        if len(run) == 1:
+            found[run] = None
+        for start in range(len(run) - 1):
+            found[run[start : start + 2]] = None
+    return [term for term in found if term]
+
+
+_TAIL = "- more in "
+_TAIL_ROOM = 200
+KEPT_HEADER = (
+    "Kept verbatim (identifiers of the replaced records; cite a reference to read it back):"
+)
+
+
+@dataclass(frozen=True)
+class KeptVerbatim:
+    """What a summary kept of the identifiers of the material it replaces, and what was added.
+
+    `section` is the text to append to the summary ("" when nothing is missing); `found` counts the
+    identifiers of the material, `kept` those the summary already holds, `added` those `section`
+    lists (the rest did not fit and are named by reference in its last line).
+    """
+
+    section: str
+    found: int
+    kept: int
+    added: int
+
+
+def kept_verbatim(summary: str, sources: list[tuple[str, str]], limit: int) -> KeptVerbatim:
+    """Check the identifiers of `sources` ((reference, text) pairs, oldest first) against `summary`.
+
+    Those missing are listed verbatim with a few words of context and their reference, the latest
+    record first (the latest value of a fact matters most), in at most `limit` characters; what
+    does not fit is named by its references in the last line, so the section never outgrows its
+    room.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for reference, text in reversed(sources):
+        for identifier in identifiers(text):
+            if identifier not in found:
+                found[identifier] = (reference, _context(text, identifier))
+    missing = [item for item in found.items() if item[0] not in summary]
+    kept = len(found) - len(missing)
+    if not missing or limit <= len(KEPT_HEADER):
+        return KeptVerbatim("", len(found), kept, 0)
+    lines = [KEPT_HEADER]
+    used = len(KEPT_HEADER)
+    # Room is kept for the last line that names, by reference, what did not fit.
+    room = limit - min(_TAIL_ROOM, limit // 4)
+    left_out: dict[str, None] = {}
+    for identifier, (reference, context) in missing:
+        line = f"- {identifier} ({reference}): {context}"
+        if used + 1 + len(line) > room:
+            left_out[reference] = None
+            continue
+        lines.append(line)
+        used += 1 + len(line)
+    if left_out:
+        lines.append(_tail(left_out, limit - used - 1))
+    added = sum(1 for line in lines[1:] if not line.startswith(_TAIL))
+    if not added:
+        return KeptVerbatim("", len(found), kept, 0)
+    return KeptVerbatim("\n".join(line for line in lines if line), len(found), kept, added)
+
+
+def _context(text: str, identifier: str, words: int = 4) -> str:
+    start = text.find(identifier)
+    before = text[:start].split()[-words:]
+    after = text[start + len(identifier) :].split()[:words]
+    return " ".join([*before, identifier, *after])[:160]
+
+
+def _tail(references: dict[str, None], room: int) -> str:
+    text = _TAIL + ", ".join(references)
+    if len(text) <= room:
+        return text
+    cut = text[: max(room - 1, 0)].rsplit(",", 1)[0]
+    return cut + "…" if len(cut) > len(_TAIL) and len(cut) + 1 <= room else ""

@@ -1,0 +1,71 @@
+"""Identifiers a summary must keep and a history search matches: a table of real-looking inputs."""
+
+import pytest
+
+from agentloom.engine._identifiers import KEPT_HEADER, identifiers, kept_verbatim, terms
+
+TABLE = [
+    (
+        "Saved to /srv/app/config.yaml and ./build/out.tar.gz, see https://example.com/a/b?x=1.",
+        ["/srv/app/config.yaml", "./build/out.tar.gz", "https://example.com/a/b?x=1"],
+    ),
+    (
+        "Upgrade Django to 5.2.1, it costs $1,250.00 a year; latency 350 ms, 12.5% of 4 GiB",
+        ["5.2.1", "$1,250.00", "350 ms", "12.5%", "4 GiB"],
+    ),
+    (
+        "commit 3f9a2c1d9e and id 123e4567-e89b-12d3-a456-426614174000, account acct-42",
+        ["3f9a2c1d9e", "123e4567-e89b-12d3-a456-426614174000", "acct-42"],
+    ),
+    (
+        "failed with HTTP 503 and ERR_CONNECTION_RESET, code E1234; called read_record",
+        ["HTTP 503", "ERR_CONNECTION_RESET", "E1234", "read_record"],
+    ),
+    (
+        '服务器在 2026年 有 3台，预算 500元，延迟 120毫秒，"keep it short"',
+        ["2026年", "3台", "500元", "120毫秒", '"keep it short"'],
+    ),
+    ("The quick brown fox decided to go home", []),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TABLE)
+def test_identifiers_of_real_looking_text(text, expected):
+    assert identifiers(text) == expected
+
+
+def test_an_identifier_stated_twice_is_listed_once():
+    assert identifiers("port 8160 ms then 8160 ms again") == ["8160 ms"]
+
+
+def test_terms_hold_words_identifiers_and_chinese_bigrams():
+    found = terms("服务器预算 500元 in /srv/x.py")
+    assert {"500元", "/srv/x.py", "in", "服务", "务器", "器预", "预算"} <= set(found)
+    assert "服务器预算" not in found
+
+
+def test_a_summary_missing_identifiers_gets_them_with_context_and_reference():
+    sources = [
+        ("s:4", "Config lives in /srv/app/config.yaml, port 8160 ms timeout"),
+        ("s:9", "Budget raised to $1,250.00 after review"),
+    ]
+    kept = kept_verbatim("Config is in /srv/app/config.yaml.", sources, 1000)
+    assert (kept.found, kept.kept, kept.added) == (3, 1, 2)
+    assert kept.section.startswith(KEPT_HEADER)
+    assert "- $1,250.00 (s:9): Budget raised to $1,250.00 after review" in kept.section
+    assert "- 8160 ms (s:4):" in kept.section
+    # The latest record comes first.
+    assert kept.section.index("$1,250.00") < kept.section.index("8160 ms")
+
+
+def test_the_section_stays_within_its_limit_and_names_what_did_not_fit():
+    sources = [(f"s:{seq}", f"file /data/part-{seq:04d}.csv written") for seq in range(1, 60)]
+    kept = kept_verbatim("", sources, 300)
+    assert len(kept.section) <= 300
+    assert 0 < kept.added < 59
+    assert kept.section.splitlines()[-1].startswith("- more in s:")
+
+
+def test_nothing_is_added_when_the_summary_keeps_every_identifier():
+    kept = kept_verbatim("See /a/b.py and E1234.", [("s:1", "edit /a/b.py, got E1234")], 500)
+    assert (kept.section, kept.found, kept.kept, kept.added) == ("", 2, 2, 0)
