@@ -2038,7 +2038,6 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_tool_server_resources.py::test_a_changed_list_marks_the_listing_stale_and_frozen_tools_keep_working[2025]",
         ),
-        ),
     ),
     Mutant(
         "only the creator exports a session",
@@ -2081,7 +2080,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "        .filter(space=space, legal_hold=False)",
         "        .filter(space=space)",
         ("tests/sessions_app/test_retention.py::test_retention_dry_run_then_real_run",),
-        ),
     ),
     Mutant(
         "OpenAI calls carry the session's prompt_cache_key",
@@ -2100,8 +2098,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "            request = replace(request, cache_key=self.engine.config.cache_key)\n",
         "            pass\n",
         ("tests/engine/test_gateways.py::test_every_model_call_carries_the_engines_cache_key",),
-    ),
-        ),
     ),
     Mutant(
         "an identifier keeps its unit (numbers with units are kept whole)",

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("models_app", "0011_connection_learned_limits"),
+        ("models_app", "0012_tool_server_resources"),
         ("spaces", "0007_space_time_zone"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

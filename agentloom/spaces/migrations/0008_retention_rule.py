@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("spaces", "0006_api_tokens"),
+        ("spaces", "0007_space_time_zone"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

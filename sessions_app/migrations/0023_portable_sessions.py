@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0020_projection_points"),
+        ("sessions_app", "0022_usage_days"),
         ("spaces", "0006_api_tokens"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0020_projection_points"),
+        ("sessions_app", "0021_compaction_snapshots"),
         ("spaces", "0007_space_time_zone"),
     ]
 
