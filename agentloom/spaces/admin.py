@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.template.response import TemplateResponse
+from django.utils import timezone
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_scoping import SpaceScopedAdmin
@@ -79,6 +80,8 @@ class SpaceAdmin(SpaceScopedAdmin):
     list_display = ["name", "created_at"]
     search_fields = ["name"]
     inlines = [MembershipInline]
+    # The retention rule is set here; who set it and when are recorded, never typed.
+    readonly_fields = ["retention_set_by", "retention_set_at"]
 
     def has_add_permission(self, request) -> bool:
         # Anyone allowed to add spaces may start one; its creator becomes its admin.
@@ -89,6 +92,8 @@ class SpaceAdmin(SpaceScopedAdmin):
         return self.inlines if obj is not None else []
 
     def save_model(self, request, obj, form, change):
+        if "retention_days" in form.changed_data:
+            obj.retention_set_by, obj.retention_set_at = request.user, timezone.now()
         super().save_model(request, obj, form, change)
         if not change:
             Membership.objects.get_or_create(

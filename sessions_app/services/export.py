@@ -1,6 +1,6 @@
 """Exporting a session: its creator's, or an operator's with an audit row.
 
-Session content belongs to the session's creator (seed §8): only they export it, through the
+Session content belongs to the session's creator: only they export it, through the
 console or the API; an operator exports any session only with `manage.py export_session --by`
 (a superuser), and every export, theirs or the creator's, writes a `SessionExport` row. Two
 formats:

@@ -4,8 +4,8 @@ The fork belongs to the same creator and agent version. Its journal begins with 
 main-instance records up to the chosen seq (any instance's record may be chosen), re-encrypted,
 numbered from 1, each naming its seq in the original (`origin_seq`), under copies of their runs
 (finished, history only: `origin_number`, never resumed); its own runs follow. A tool group
-still open at that seq is closed by the fork with one `status: unknown` result per call (seed
-§3: never assumed done, never re-executed). Being a copy, the fork's journal is read, paged,
+still open at that seq is closed by the fork with one `status: unknown` result per call
+(never assumed done, never re-executed). Being a copy, the fork's journal is read, paged,
 searched, exported and purged on its own: the original may be purged while the fork lives.
 Reusable views are not carried over: the fork's first run projects its copied prefix. Forking
 while a run of the original is active is refused (409).

@@ -203,10 +203,29 @@ def test_foreign_key_choices_stay_in_her_spaces(browser, mallory, mine, theirs):
 
 
 def test_a_staff_space_creator_becomes_its_admin(browser, mallory):
-    response = browser.post("/admin/spaces/space/add/", {"name": "Fresh"})
+    # The fields as the page sends them, defaults included.
+    form = {"name": "Fresh", "time_zone": "UTC", "retention_days": "0"}
+    response = browser.post("/admin/spaces/space/add/", form)
     assert response.status_code == 302
     space = Space.objects.get(name="Fresh")
     assert Membership.objects.get(space=space).user == mallory
+    assert space.retention_set_by is None
+
+
+def test_the_retention_rule_set_in_the_admin_records_who_set_it(browser, mallory):
+    browser.post("/admin/spaces/space/add/", {"name": "Fresh", "retention_days": "0"})
+    space = Space.objects.get(name="Fresh")
+    form = {"name": "Fresh", "time_zone": "UTC", "retention_days": "30"}
+    form.update({"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    response = browser.post(f"/admin/spaces/space/{space.pk}/change/", form)
+    assert response.status_code == 302
+    space.refresh_from_db()
+    assert (space.retention_days, space.retention_set_by) == (30, mallory)
+    assert space.retention_set_at is not None
+    forged = {**form, "retention_days": "30", "retention_set_by": "1"}
+    browser.post(f"/admin/spaces/space/{space.pk}/change/", forged)
+    space.refresh_from_db()
+    assert space.retention_set_by == mallory
 
 
 def test_superusers_see_every_space(mine, theirs):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import io
 import pkgutil
 import re
 import tomllib
@@ -24,6 +25,7 @@ from django.db import transaction
 from agentloom.spaces.models import ApiToken
 from models_app.models import ModelConnection, ToolServer
 from sessions_app.demo import ensure_demo
+from sessions_app.services.export import export_lines
 from tests.factories import make_run, make_session, make_user
 
 # The packages that hold the services' writes, one per app (each stands for all of its modules);
@@ -82,6 +84,14 @@ ACTIONS = {
     "run_cancel": lambda act, w: act(user=w.alice, run=w.run),
     "run_decide": lambda act, w: act(user=w.alice, run=w.run, call_id="c1", decision="allow"),
     "supplement_add": lambda act, w: act(user=w.alice, run=w.run, text="more"),
+    "session_export": lambda act, w: act(user=w.alice, session=w.session),
+    "session_export_by_operator": lambda act, w: act(user=w.root, session_id=w.session.pk),
+    "session_fork": lambda act, w: act(user=w.alice, session=w.session, seq=1),
+    "session_import": lambda act, w: act(
+        user=w.alice,
+        space=w.space,
+        stream=io.BytesIO(b"".join(export_lines(w.session, format="jsonl", exported_by="alice"))),
+    ),
 }
 
 # Service functions that callers use or that are named after an entity, but write nothing a user
@@ -119,6 +129,9 @@ NOT_ACTIONS = {
     "adopt_legacy_runs": "an operator's one-off migration command, not a user's request",
     "migrate_checkpoint": "an operator's one-off migration command, not a user's request",
     "references_migrate_batch": "an operator's one-off migration command, not a user's request",
+    "snapshots_store_batch": "an operator's one-off migration command, not a user's request",
+    "retention_apply": WORKER,
+    "retention_due": READ,
 }
 
 NESTED = "_nested"
