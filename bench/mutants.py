@@ -2137,6 +2137,57 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_identifiers.py::test_a_summary_missing_identifiers_gets_them_with_context_and_reference",
         ),
     ),
+    Mutant(
+        "a summary gets the identifiers it lost appended, citing their records",
+        "summary_keeps_no_identifiers",
+        f"{_ENGINE}/_compaction.py",
+        "        if reference is None:\n            return None\n        sources, carried,",
+        "        if True:\n            return None\n        sources, carried,",
+        (
+            "tests/engine/test_kept_verbatim.py::test_identifiers_a_summary_lost_are_appended_with_references_that_resolve",
+        ),
+    ),
+    Mutant(
+        "the kept section is bounded by the summary's room, never failing a summary that fits",
+        "kept_section_outgrows_the_room",
+        f"{_ENGINE}/_compaction.py",
+        "            if not section or fits(body + section + footer):",
+        "            if True:",
+        (
+            "tests/engine/test_kept_verbatim.py::test_a_summary_that_fills_its_room_still_succeeds_without_the_section",
+            "tests/engine/test_kept_verbatim.py::test_a_section_longer_in_tokens_than_in_characters_is_shrunk_to_its_room",
+        ),
+    ),
+    Mutant(
+        "an identifier kept once keeps its reference in the next summary",
+        "earlier_kept_lines_forgotten",
+        f"{_ENGINE}/_compaction.py",
+        "                    carried.extend(kept)",
+        "                    pass",
+        (
+            "tests/engine/test_kept_verbatim.py::test_an_identifier_kept_once_keeps_its_reference_through_the_next_compaction",
+        ),
+    ),
+    Mutant(
+        "the compactor cites the records a summary replaced",
+        "summary_cites_nothing",
+        f"{_ENGINE}/_compaction.py",
+        '        footer = f"\\n\\n{SOURCES_HEADER}{cited(cited_refs)}" if cited_refs else ""',
+        '        footer = ""',
+        (
+            "tests/engine/test_kept_verbatim.py::test_identifiers_a_summary_lost_are_appended_with_references_that_resolve",
+        ),
+    ),
+    Mutant(
+        "version 1 runs keep the prompt and summaries they had",
+        "version_one_keeps_identifiers",
+        f"{_ENGINE}/_context.py",
+        "                reference=self._reference if self.compaction.kept_verbatim else None,",
+        "                reference=self._reference,",
+        (
+            "tests/engine/test_kept_verbatim.py::test_the_summary_request_asks_for_sections_and_version_1_keeps_its_prompt",
+        ),
+    ),
 )
 
 

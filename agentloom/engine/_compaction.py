@@ -35,6 +35,14 @@ the attempt with its outcome or hands on to the next:
 5. `check` accepts the result only if it is smaller than before and below the trigger;
    `target_reached` says whether it also reached the target.
 
+Under a compaction version that keeps identifiers (`request.kept_verbatim`, version 2 on), the
+summary request asks for fixed sections, and `keep_identifiers` (after `summary_stage`) checks the
+identifiers of the records the summary replaces against it: those it lost are appended verbatim
+with their record references in a bounded "kept verbatim" section, within what is left of the
+summary's room (it never turns a summary that fits into a failure), followed by the references
+of every record summarised (saying that `read_record` reads them back where the version offers
+it). The compaction row counts the identifiers found, kept and added.
+
 Every size of an attempt (before, pinned, masked, the summary's room, after) is measured on what
 the gateway sends for the view (`request.sent`, its payload), the size the triggers fired on.
 
@@ -57,6 +65,8 @@ from agentloom.engine._errors import (
     LeaseLostError,
     ModelCallLimitReached,
 )
+from agentloom.engine._identifiers import cited, kept_verbatim, section_sources
+from agentloom.engine._large import masked
 from agentloom.engine._measure import SUMMARY_RESERVE_SHARE
 from agentloom.engine._policy import SIZE_TRIGGERS, TriggerPolicy
 from agentloom.engine._protocol import (
@@ -83,10 +93,21 @@ SUMMARY_INSTRUCTIONS = (
     "outcomes) and open questions. Never invent anything and never claim an action succeeded "
     "unless the material shows it. Reply with the updated summary as plain text."
 )
+# The sectioned prompt of the versions that keep identifiers.
+SECTIONED_INSTRUCTIONS = (
+    "You write the handoff summary of an AI agent's earlier context, which no longer fits its "
+    "window. Sections: Goals and constraints; Decisions; Artifacts (files, commands, ids); Work "
+    "done and results (errors and unknown outcomes too); Open questions; Next step. Keep names, "
+    "numbers and identifiers as written. Invent nothing; claim no action succeeded unless the "
+    "material shows it. Reply with the summary as plain text."
+)
 HANDOFF_HEADER = (
     f"{HANDOFF_MARK} Earlier context was compacted into this summary by the system; "
     "it is not a new request."
 )
+# The compactor's citation line, and what it adds where the version offers `read_record`.
+SOURCES_HEADER = "Summarised records: "
+READ_BACK_NOTE = " (read_record reads back any record cited in this summary)"
 PLAN_HEADER = "[current plan, kept as written]"
 
 # A turns- or steps-only trigger does not summarise less material than this (estimate units).
@@ -125,6 +146,16 @@ class CompactionRequest:
     # gateway's payload), which every size of the attempt measures, as the triggers do; None:
     # the view itself.
     sent: Callable[[list[dict[str, Any]], list[dict[str, Any]]], tuple[list, list]] | None = None
+    # Returns the record reference of the view message at an index (`s:3`, `r2:5`; an earlier
+    # summary: the references it summarised), or None; with it, the summary keeps identifiers
+    # verbatim and cites its sources (compaction version 2 on). None: version 1.
+    reference: Callable[[int], str | None] | None = None
+    # Whether the version offers `read_record`, so that the citation may say it reads records back.
+    readable: bool = False
+
+    @property
+    def kept_verbatim(self) -> bool:
+        return self.reference is not None
 
 
 @dataclass(frozen=True)
@@ -252,6 +283,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
             attempt.pin()
             or attempt.mask_stage()
             or attempt.summary_stage(self._summarise)
+            or attempt.keep_identifiers()
             or attempt.rebuild()
             or attempt.check()
         )
@@ -272,15 +304,16 @@ class BudgetCompactionPolicy(CompactionPolicy):
         units_per_char = max((full - empty) / max(len(material), 1), 1e-6)
         fragments = _Fragments(texts)
         calls = 0
+        sectioned = request.kept_verbatim
         while not fragments.done and calls < max_calls:
-            probe = self.summary_messages(running, "", limit)
+            probe = self.summary_messages(running, "", limit, sectioned=sectioned)
             room = effective - estimator.upper_bound(probe, []) - SEGMENT_SLACK
             capacity = int(room / units_per_char)
             for _ in range(_SEGMENT_RETRIES):
                 if capacity < MIN_SEGMENT_CHARS:
                     return ("", 0), calls, "summary_request_over_budget"
                 segment, position = fragments.take(capacity)
-                messages = self.summary_messages(running, segment, limit)
+                messages = self.summary_messages(running, segment, limit, sectioned=sectioned)
                 if estimator.upper_bound(messages, []) <= effective:
                     break
                 capacity = int(capacity * 0.7)
@@ -308,12 +341,14 @@ class BudgetCompactionPolicy(CompactionPolicy):
 
     @staticmethod
     def summary_messages(
-        running: str, segment: str, limit: int | None = None
+        running: str, segment: str, limit: int | None = None, *, sectioned: bool = False
     ) -> list[dict[str, Any]]:
-        """Return the messages of one summary request (`limit`: its output limit)."""
+        """Return the messages of one summary request (`limit`: its output limit; `sectioned`:
+        the prompt that asks for fixed sections)."""
         length = f" Keep it under {limit} tokens." if limit is not None else ""
+        instructions = SECTIONED_INSTRUCTIONS if sectioned else SUMMARY_INSTRUCTIONS
         return [
-            {"role": "system", "content": SUMMARY_INSTRUCTIONS + length},
+            {"role": "system", "content": instructions + length},
             {
                 "role": "user",
                 "content": (
@@ -355,6 +390,8 @@ class _Attempt:
         self.room = 0
         self.body = ""
         self.consumed = 0
+        # Found by `keep_identifiers`: identifiers found, kept by the summary and added.
+        self.identifiers: dict[str, int] | None = None
         # Built by `rebuild`.
         self.new_view: list[dict[str, Any]] = []
         self.new_task_index: int | None = None
@@ -490,6 +527,71 @@ class _Attempt:
         self.body, self.consumed = summary
         return None
 
+    def keep_identifiers(self) -> CompactionOutcome | None:
+        """Append what the summary lost of its sources' identifiers, and cite the sources.
+
+        The section takes what is left of the summary's room once the summary is placed, and
+        shrinks until it fits and the new view is still smaller than the old one (to nothing when
+        no room is left): it never fails an attempt that would succeed without it.
+        """
+        request = self.request
+        reference = request.reference
+        if reference is None:
+            return None
+        sources, carried, background, cited_refs = self._identifier_sources(reference)
+        body, estimator = self.body, request.estimator
+
+        def fits(text: str) -> bool:
+            # Within the summary's room, and the new view still smaller than the old one.
+            if _units(text, estimator) > self.room:
+                return False
+            return self.measure(self.assemble(text, self.consumed)[0]) < self.before
+
+        footer = f"\n\n{SOURCES_HEADER}{cited(cited_refs)}" if cited_refs else ""
+        if footer and request.readable:
+            footer += READ_BACK_NOTE
+        if not fits(body + footer):
+            footer = ""  # no room left even for the citation: the summary stays as it is
+        limit = max(self.room - _units(body + footer, estimator) - SEGMENT_SLACK, 0)
+        for _ in range(_SEGMENT_RETRIES):
+            kept = kept_verbatim(body, sources, limit, carried=carried, background=background)
+            section = f"\n\n{kept.section}" if kept.section else ""
+            # Measured as sent: a character may take more than one unit (Chinese text).
+            if not section or fits(body + section + footer):
+                break
+            limit = int(limit * 0.6)
+        else:
+            kept = kept_verbatim(body, sources, 0, carried=carried, background=background)
+            section = ""
+        self.body = body + section + footer
+        self.identifiers = {"found": kept.found, "kept": kept.kept, "added": kept.added}
+        return None
+
+    def _identifier_sources(self, reference: Callable[[int], str | None]):
+        """Return what `keep_identifiers` checks: the summarised records' (reference, text), the
+        kept lines of earlier summaries, those summaries' own text, and every reference cited."""
+        original, units = self.request.messages, self.units
+        sources: list[tuple[str, str]] = []
+        carried: list[tuple[str, str, str]] = []
+        background: list[tuple[str, str]] = []
+        cited_refs: list[str] = []
+        for n in sorted({*self.earlier, *self.material[: self.consumed]}):
+            for index in range(units[n].start, units[n].end):
+                ref = reference(index)
+                if ref is None:
+                    continue
+                cited_refs.append(ref)
+                if n in self.earlier:
+                    # An earlier summary: its kept lines keep their own references.
+                    prose, kept = section_sources(_summary_body(self.view[index]))
+                    carried.extend(kept)
+                    background.append((ref, prose))
+                elif message_text(original[index]) != masked(ref):
+                    # A result an earlier stage masked was not in the material: its stub names
+                    # nothing but the reference, which the citation holds.
+                    sources.append((ref, _source_text(original[index])))
+        return sources, carried, background, cited_refs
+
     def choose_material(self) -> CompactionOutcome | None:
         """Choose the units to summarise and the room left for their summary under the trigger."""
         if self.kept_from == 0:
@@ -559,6 +661,7 @@ class _Attempt:
                 # were, for exact source ranges.
                 "summarised": self.summarised,
                 "masked": sorted(set(self.masked_at) - set(self.summarised)),
+                **({"identifiers": self.identifiers} if self.identifiers is not None else {}),
             },
         )
 
@@ -627,7 +730,23 @@ def _summary_body(message: dict[str, Any]) -> str:
         text = text[len(HANDOFF_HEADER) :]
     elif text.startswith(HANDOFF_MARK):
         text = text[len(HANDOFF_MARK) :]
-    return text.split(f"\n\n{PLAN_HEADER}\n", 1)[0].strip()
+    text = text.split(f"\n\n{PLAN_HEADER}\n", 1)[0]
+    # The compactor's citations are made anew by the next compaction, from its own sources.
+    return text.split(f"\n\n{SOURCES_HEADER}", 1)[0].strip()
+
+
+def _source_text(message: dict[str, Any]) -> str:
+    """Return what a message says, for its identifiers: its text and the calls it makes (tool
+    names and arguments), without the call ids that only pair calls with results."""
+    functions = [call.get("function") or {} for call in tool_calls_of(message)]
+    calls = [f"{function.get('name')}({function.get('arguments')})" for function in functions]
+    return "\n".join([message_text(message), *calls]).strip()
+
+
+def _units(text: str, estimator: TokenEstimator) -> int:
+    """Return the size of `text` as a summary's output, in the estimator's units."""
+    empty = estimator.upper_bound([{"role": "user", "content": ""}], [])
+    return estimator.upper_bound([{"role": "user", "content": text}], []) - empty
 
 
 def _assemble(

@@ -13,6 +13,10 @@ views and projection points are keyed by.
 |---|---|
 | 1 | (the procedure before versions existed) the summary request has its own system prompt and |
 |   | the material re-serialised as one user message, no tools; masking whenever a trigger fires |
+| 2 | the summary prompt asks for fixed sections; before a summary is accepted, the identifiers of |
+|   | the records it replaces that it lost are appended verbatim with their references, within its |
+|   | room ("kept verbatim"), and the compactor cites the records it summarised (saying they can |
+|   | be read back where the version offers `read_record`) |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -43,6 +47,8 @@ class Compaction:
 
     version: int
     changes: str
+    # The summary keeps the identifiers of what it replaces and cites its sources (`_identifiers`).
+    kept_verbatim: bool = False
 
 
 COMPACTIONS: tuple[Compaction, ...] = (
@@ -50,6 +56,12 @@ COMPACTIONS: tuple[Compaction, ...] = (
         1,
         "the summary request has its own system prompt and the material as one user message, "
         "no tools; masking whenever a trigger fires",
+    ),
+    Compaction(
+        2,
+        "a sectioned summary prompt; lost identifiers appended verbatim with their references; "
+        "the summarised records cited",
+        kept_verbatim=True,
     ),
 )
 CURRENT_COMPACTION = COMPACTIONS[-1].version

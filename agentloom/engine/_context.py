@@ -62,6 +62,7 @@ from agentloom.engine._errors import (
 from agentloom.engine._frame import ExecutionState, InstanceFrame, ManagedContext, block_origins
 from agentloom.engine._gate import sent_request
 from agentloom.engine._gateway import PURPOSES, ModelRequest, ModelResponse
+from agentloom.engine._identifiers import cited
 from agentloom.engine._large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
 from agentloom.engine._measure import input_size, measure_context, plan_reserve
 from agentloom.engine._policy import TRIGGER_BUDGET, TriggerPolicy, load_policy
@@ -200,6 +201,29 @@ class ContextManager(abc.ABC):
     @abc.abstractmethod
     def settle_pending(self) -> list[Record]:
         """Answer every pending tool call with an `unknown` result; never re-execute it."""
+
+    def _reference(self, index: int) -> str | None:
+        """Return the reference of the view message at `index` (a summary: what it summarised).
+
+        A record's is `r<run>:<seq>` or `s:<seq>`; a handoff summary cites the span of the records
+        it stood for, so identifiers carried from it keep pointing into the journal.
+        """
+        origin = self.frame.origins[index] if index < len(self.frame.origins) else None
+        if not origin:
+            return None
+        if "own" in origin:
+            return self.ref(origin["own"])
+        if "s" in origin:
+            return origin.get("ref") or f"s:{origin['s']}"
+        earlier = {s["revision"]: s.get("sources") or {} for s in self.frame.compactions}
+        sources = self._sources_at([index], earlier)
+        # Cited by span (first to last of each kind), short enough to repeat on a kept line.
+        spans = [(ranges[0][0], ranges[-1][1], kind) for kind, ranges in sources.items() if ranges]
+        refs = [
+            f"s:{first}–{last}" if kind == "session" else f"{self.ref(first)}–{last}"
+            for first, last, kind in spans
+        ]
+        return cited(refs) or None
 
     def apply_budget(self, budget: ModelBudget) -> None:  # noqa: B027 - optional, no-op default
         """Measure against `budget` from now on: a window the run learned from a refusal.
@@ -816,6 +840,8 @@ class JournalContextManager(ContextManager):
                 summarise=summarise,
                 mask=self._mask if self.large_records is not None else None,
                 sent=self._sent_view,
+                reference=self._reference if self.compaction.kept_verbatim else None,
+                readable=self.large_records is not None,
             )
         )
         self._commit(outcome)
@@ -891,6 +917,9 @@ class JournalContextManager(ContextManager):
                 "stage": outcome.details.get("stage", "summary"),
                 "sources": sources,
             }
+            if "identifiers" in outcome.details:
+                # What the summary kept of its sources' identifiers (compaction version 2 on).
+                metrics["identifiers"] = outcome.details["identifiers"]
         log = frame.state.compaction_log
         if outcome.reason == "throttled" and log and log[-1].get("reason") == "throttled":
             # One row for a stretch of throttled steps, counting them, not one row per step.

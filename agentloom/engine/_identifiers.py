@@ -65,6 +65,11 @@ def identifiers(text: str) -> list[str]:
 
 
 def _plausible(span: str) -> bool:
+    # A quoted span says something only with a word in it (not `": "`).
+    if span[0] in "\"'`“「":
+        inner = span[1:-1].strip()
+        # Not a lone word (a JSON key, a status): words are matched as words.
+        return bool(re.search(r"\w{2}", inner)) and not re.fullmatch(r"[^\W\d]+", inner)
     # The case-blind pattern also takes plain words for hex runs and codes: keep a hex run only
     # with a digit in it, and a code only as written in capitals.
     if _HEX_ONLY.fullmatch(span):
@@ -95,9 +100,15 @@ def terms(text: str) -> list[str]:
 
 _TAIL = "- more in "
 _TAIL_ROOM = 200
-KEPT_HEADER = (
-    "Kept verbatim (identifiers of the replaced records; cite a reference to read it back):"
+KEPT_HEADER = "Kept verbatim (identifiers of the summarised records, with the record of each):"
+_KEPT_LINE = re.compile(
+    r"^- (?P<identifier>.+?) \((?P<ref>(?:s|r[\d.]+):\d[^()]*)\): (?P<context>.*)$"
 )
+# A record reference, or a range of them (`s:3`, `r2:5`, `r2.1:4–9`).
+# What the engine itself writes into views: record references and its own tool-call ids. They
+# name nothing of the work, so a summary need not keep them.
+_INTERNAL = re.compile(r"(?:s|r[\d.]+):\d+|r\d+(?:\.\d+)?-\d+-\d+|read_record")
+_REF_PARTS = re.compile(r"^(?P<prefix>s|r[\d.]+):(?P<seq>\d+)(?:–(?P<last>\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -115,19 +126,27 @@ class KeptVerbatim:
     added: int
 
 
-def kept_verbatim(summary: str, sources: list[tuple[str, str]], limit: int) -> KeptVerbatim:
+def kept_verbatim(
+    summary: str,
+    sources: list[tuple[str, str]],
+    limit: int,
+    *,
+    carried: list[tuple[str, str, str]] = (),
+    background: list[tuple[str, str]] = (),
+) -> KeptVerbatim:
     """Check the identifiers of `sources` ((reference, text) pairs, oldest first) against `summary`.
 
     Those missing are listed verbatim with a few words of context and their reference, the latest
-    record first (the latest value of a fact matters most), in at most `limit` characters; what
-    does not fit is named by its references in the last line, so the section never outgrows its
-    room.
+    record first (the latest value of a fact matters most), then the lines an earlier summary kept
+    (`carried`: identifier, reference, context) and last the identifiers of earlier summaries'
+    own text (`background`, pairs like `sources`), in at most `limit` characters; what does not
+    fit is named by its references in the last line, so the section never outgrows its room.
     """
     found: dict[str, tuple[str, str]] = {}
-    for reference, text in reversed(sources):
-        for identifier in identifiers(text):
-            if identifier not in found:
-                found[identifier] = (reference, _context(text, identifier))
+    _collect(found, sources)
+    for identifier, reference, context in carried:
+        found.setdefault(identifier, (reference, context))
+    _collect(found, background)
     missing = [item for item in found.items() if item[0] not in summary]
     kept = len(found) - len(missing)
     if not missing or limit <= len(KEPT_HEADER):
@@ -152,15 +171,68 @@ def kept_verbatim(summary: str, sources: list[tuple[str, str]], limit: int) -> K
     return KeptVerbatim("\n".join(line for line in lines if line), len(found), kept, added)
 
 
-def _context(text: str, identifier: str, words: int = 4) -> str:
+def _collect(found: dict[str, tuple[str, str]], sources: list[tuple[str, str]]) -> None:
+    """Add the identifiers of `sources` not yet in `found`, the latest source first."""
+    for reference, text in reversed(sources):
+        for identifier in identifiers(text):
+            if identifier not in found and not _INTERNAL.fullmatch(identifier.strip("\"'`")):
+                found[identifier] = (reference, _context(text, identifier))
+
+
+def section_sources(summary: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """Split a summary into its prose and the (identifier, reference, context) of its kept lines.
+
+    A later summary checks its identifiers against both, so a kept identifier keeps citing the
+    record it came from however many summaries later.
+    """
+    prose, _, section = summary.partition(KEPT_HEADER)
+    kept = []
+    for line in section.splitlines():
+        match = _KEPT_LINE.match(line.strip())
+        if match:
+            kept.append((match["identifier"], match["ref"], match["context"]))
+    return prose.strip(), kept
+
+
+def cited(references: list[str]) -> str:
+    """Return `references` (records, ranges or citations of them) as one short citation:
+    each prefix's seqs as ranges (`s:3–7, r2:1–4`); anything else is kept as it is."""
+    seqs: dict[str, list[int]] = {}
+    others: dict[str, None] = {}
+    for reference in references:
+        for part in reference.split(", "):
+            match = _REF_PARTS.match(part)
+            if match:
+                first = int(match["seq"])
+                last = int(match["last"] or first)
+                seqs.setdefault(match["prefix"], []).extend(range(first, last + 1))
+            else:
+                others[part] = None
+    parts: list[str] = []
+    for prefix, numbers in seqs.items():
+        numbers = sorted(set(numbers))
+        start = previous = numbers[0]
+        for number in [*numbers[1:], None]:
+            if number is not None and number == previous + 1:
+                previous = number
+                continue
+            parts.append(
+                f"{prefix}:{start}" if start == previous else f"{prefix}:{start}–{previous}"
+            )
+            if number is not None:
+                start = previous = number
+    return ", ".join([*parts, *others])
+
+
+def _context(text: str, identifier: str, words: int = 3) -> str:
     start = text.find(identifier)
-    before = text[:start].split()[-words:]
-    after = text[start + len(identifier) :].split()[:words]
-    return " ".join([*before, identifier, *after])[:160]
+    before = [word[:30] for word in text[:start].split()[-words:]]
+    after = [word[:30] for word in text[start + len(identifier) :].split()[:words]]
+    return " ".join([*before, identifier, *after])[:120]
 
 
 def _tail(references: dict[str, None], room: int) -> str:
-    text = _TAIL + ", ".join(references)
+    text = _TAIL + cited(list(references))
     if len(text) <= room:
         return text
     cut = text[: max(room - 1, 0)].rsplit(",", 1)[0]

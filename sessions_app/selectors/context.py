@@ -70,6 +70,7 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         item = {name: entry.get(name) for name in COMPACTION_FIELDS}
         item["summary"] = summaries.get(entry.get("revision"))
         item["repeats"] = entry.get("repeats")
+        item["identifiers"] = entry.get("identifiers")
         # The journal record the attempt came after: where the chat marks it.
         item["journal_seq"] = by_local.get(entry.get("covered_seq"))
         sources = entry.get("sources")

@@ -21,14 +21,6 @@ def _start(engine):
     return engine.start(run_number=1, attempt=1, system_prompt="sys", question="q")
 
 
-@pytest.fixture
-def version_two(monkeypatch):
-    """A second procedure beside version 1, as the next version will be."""
-    two = versions.Compaction(2, "a procedure for this test")
-    monkeypatch.setitem(versions._BY_VERSION, 2, two)
-    return two
-
-
 def test_versions_are_numbered_in_order_and_name_what_they_change():
     numbers = [c.version for c in versions.COMPACTIONS]
     assert numbers == list(range(1, len(numbers) + 1))
@@ -44,14 +36,14 @@ def test_an_unknown_version_is_refused():
         compaction_of({"compaction": 99})
 
 
-def test_a_run_records_its_version_in_the_binding_and_version_1_records_none(scripted, version_two):
+def test_a_run_records_its_version_in_the_binding_and_version_1_records_none(scripted):
     one = _start(make_engine(scripted(text_response("a")), compaction=1))
     assert "compaction" not in one.checkpoint.frame["binding"]
     two = _start(make_engine(scripted(text_response("a")), compaction=2))
     assert two.checkpoint.frame["binding"]["compaction"] == 2
 
 
-def test_a_resumed_checkpoint_keeps_the_version_it_was_made_with(scripted, version_two):
+def test_a_resumed_checkpoint_keeps_the_version_it_was_made_with(scripted):
     recorder = Recorder()
     first = _start(
         make_engine(scripted(GatewayError("upstream", "down")), recorder=recorder, compaction=2)

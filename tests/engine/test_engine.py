@@ -16,6 +16,7 @@ from agentloom.engine import (
     builtin_tools,
     iter_frame_records,
 )
+from agentloom.engine._compaction_versions import CURRENT_COMPACTION
 from agentloom.engine._rendering import CURRENT_RENDERING
 from agentloom.engine.testing import ScriptedGateway, text_response, tool_call_response
 from tests.engine.helpers import FakeClock, Recorder, keys, kinds, make_engine
@@ -65,6 +66,7 @@ def test_a_run_journals_each_step_and_saves_the_main_frame_after_each(scripted):
             "config": {"per_request": 16, "per_message": 12, "per_tool": 16},
         },
         "rendering": CURRENT_RENDERING,
+        "compaction": CURRENT_COMPACTION,
     }
 
 
