@@ -1294,7 +1294,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "deltas_kept_after_the_terminal_save",
         "sessions_app/services/journal.py",
         "                forget_run(self.run_id)\n",
-        "",
+        "                pass\n",
         (
             "tests/sessions_app/test_streaming_runs.py::test_a_runs_deltas_are_deleted_when_it_succeeds",
             "tests/api/test_run_events.py::test_a_stream_resumed_after_its_runs_deltas_were_deleted_gets_the_records",
