@@ -295,6 +295,15 @@ class SessionViewSerializer(serializers.Serializer):
         return self._derivation(view).revoked_ancestor
 
 
+class IdentifierCountsSerializer(serializers.Serializer):
+    found = serializers.IntegerField(help_text="Identifiers in the records summarised.")
+    kept = serializers.IntegerField(help_text="Of those, already in the summary as written.")
+    added = serializers.IntegerField(
+        help_text="Appended verbatim with their record references (the rest did not fit and "
+        "are named by reference)."
+    )
+
+
 class CompactionSerializer(serializers.Serializer):
     revision = serializers.IntegerField(
         allow_null=True, help_text="The view revision it produced; null unless it succeeded."
@@ -331,6 +340,11 @@ class CompactionSerializer(serializers.Serializer):
             "Journal seq ranges of tool results this compaction masked to one-line references "
             "(read back with `read_record`)."
         ),
+    )
+    identifiers = IdentifierCountsSerializer(
+        allow_null=True,
+        help_text="What a summary kept of the identifiers of the records it replaced "
+        "(compaction version 2 on; null before, and for masking and attempts that failed).",
     )
 
 

@@ -89,7 +89,9 @@ def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
         # The synthetic frame's records were never journaled, so no range can be named.
         "summarised_ranges": [],
         "masked_ranges": [],
+        "identifiers": succeeded["identifiers"],
     }
+    assert set(succeeded["identifiers"]) == {"found", "kept", "added"}
     assert succeeded["after"] < succeeded["before"]
     assert failed["revision"] is None
     assert (failed["outcome"], failed["reason"], failed["target_reached"]) == (
