@@ -308,6 +308,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "sessions_app.tasks.apply_retention",
         "schedule": 3600.0,
     },
+    "discard-stale-imports": {
+        "task": "sessions_app.tasks.discard_stale_imports",
+        "schedule": 3600.0,
+    },
 }
 
 LOGGING = {

@@ -2188,6 +2188,26 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_kept_verbatim.py::test_the_summary_request_asks_for_sections_and_version_1_keeps_its_prompt",
         ),
     ),
+    Mutant(
+        "an import that stopped half-way is discarded whole once stale",
+        "stopped_import_kept",
+        "sessions_app/services/imports.py",
+        "            if session is not None:\n                session.delete()",
+        "            if session is not None:\n                pass",
+        (
+            "tests/sessions_app/test_import.py::test_an_import_that_stopped_half_way_is_discarded_once_stale",
+        ),
+    ),
+    Mutant(
+        "an import still writing is never discarded",
+        "writing_import_discarded",
+        "sessions_app/services/imports.py",
+        "    cutoff = (now or timezone.now()) - STAGED_MAX_AGE",
+        "    cutoff = (now or timezone.now()) + STAGED_MAX_AGE",
+        (
+            "tests/sessions_app/test_import.py::test_an_import_that_stopped_half_way_is_discarded_once_stale",
+        ),
+    ),
 )
 
 

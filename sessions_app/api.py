@@ -10,11 +10,12 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from agentloom.api import ApiView, api_schema, object_id
 from agentloom.errors import InvalidInput
-from context_app.selectors import agent_get, latest_version, version_get
+from context_app.selectors import agent_get, latest_version, space_get, version_get
 from sessions_app.downloads import export_response
 from sessions_app.selectors.context import run_context
 from sessions_app.selectors.journal import journal_page
@@ -30,6 +31,7 @@ from sessions_app.serializers import (
     ApprovalDecisionSerializer,
     ExportQuerySerializer,
     ForkSerializer,
+    ImportSerializer,
     JournalPageSerializer,
     JournalQuerySerializer,
     ModelCallSerializer,
@@ -47,6 +49,7 @@ from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.export import session_export
 from sessions_app.services.fork import session_fork
+from sessions_app.services.imports import session_import
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import (
     run_ask,
@@ -311,6 +314,38 @@ class SessionForkApi(ApiView):
         data.is_valid(raise_exception=True)
         fork = session_fork(user=request.user, session=session, seq=data.validated_data["seq"])
         return Response(SessionSerializer(fork).data, status=status.HTTP_201_CREATED)
+
+
+class SessionImportApi(ApiView):
+    # The file comes as a multipart upload (streamed to a temporary file past Django's memory
+    # limit); the import reads it line by line and stops at SESSION_IMPORT_MAX_BYTES.
+    parser_classes = [MultiPartParser]
+
+    @api_schema(
+        ok=201,
+        response=SessionSerializer,
+        request={"multipart/form-data": ImportSerializer},
+        errors=(400, 404),
+        operation_id="sessions_import",
+        description="Import a session export into a space of the caller's as a new session of "
+        "theirs, bound to `agent_version` (read only without it). The file is checked whole "
+        "before anything is written: 400 naming `file` with the line and the reason for a file "
+        "that is malformed, inconsistent, over the size cap, altered or signed by another "
+        "deployment. It is written hidden and published in one step.",
+    )
+    def post(self, request):
+        """Import a session."""
+        data = ImportSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = data.validated_data
+        space = space_get(user=request.user, space_id=fields["space"])
+        version = None
+        if "agent_version" in fields:
+            version = version_get(user=request.user, version_id=fields["agent_version"])
+        session = session_import(
+            user=request.user, space=space, stream=fields["file"], agent_version=version
+        )
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
 class SessionViewsApi(ApiView):

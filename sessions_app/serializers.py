@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentloom.api import (
+    MAX_ID,
     QueryIntegerField,
     QueryPositionField,
     StrictSerializer,
@@ -180,6 +181,25 @@ class SupplementCreateSerializer(StrictSerializer):
 class ForkSerializer(StrictSerializer):
     seq = serializers.IntegerField(
         min_value=1, max_value=2**62, help_text="The journal record the fork's copy ends with."
+    )
+
+
+class ImportSerializer(StrictSerializer):
+    file = serializers.FileField(
+        help_text="A session export (JSON Lines, `output=jsonl`) that this deployment signed."
+    )
+    # Form fields arrive as text: ids are read from their digits.
+    space = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ID,
+        help_text="A space of the caller's: the new session goes there.",
+    )
+    agent_version = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ID,
+        required=False,
+        help_text="A version of an agent of that space, which the session runs with; without "
+        "it the session is read only.",
     )
 
 

@@ -75,3 +75,14 @@ def apply_retention() -> dict[int, list[int]]:
     from sessions_app.services.retention import retention_apply
 
     return retention_apply()
+
+
+@shared_task(name="sessions_app.tasks.discard_stale_imports", ignore_result=True)
+def discard_stale_imports() -> list[int]:
+    """Remove the hidden sessions of imports that stopped half-way."""
+    from sessions_app.services.imports import staged_discard
+
+    discarded = staged_discard()
+    if discarded:
+        log.warning("discarded %d stopped import(s): %s", len(discarded), discarded)
+    return discarded

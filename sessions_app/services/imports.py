@@ -11,13 +11,18 @@ writer for its whole length; the last step publishes it. Records keep their seqs
 and messages (export → import → export gives the same records); runs come back finished, as
 copies (`origin_number`), never resumed. Tools come only from the chosen version, so nothing
 imported grants one; views are not imported (a new run projects the imported records).
+
+An import that stopped half-way (its process killed) leaves a staged session nobody sees:
+`staged_discard` removes those older than `STAGED_MAX_AGE` (an import still writing is younger),
+each with its runs and records in one transaction; the hourly `discard_stale_imports` task runs
+it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import IO, Any
 
 from django.conf import settings
@@ -31,6 +36,8 @@ from sessions_app.models import Run, Session, SessionMessage
 from sessions_app.services.transfer import FORMAT, FORMAT_VERSION, LINE_TYPES, Signer
 
 IMPORT_BATCH = 500
+# A staged session this old belongs to an import that stopped: it is discarded.
+STAGED_MAX_AGE = timedelta(hours=6)
 RECORD_KINDS = set(SessionMessage.Kind.values)
 
 
@@ -229,3 +236,18 @@ def _write(batch: list[SessionMessage]) -> None:
     if batch:
         with transaction.atomic(durable=True):
             SessionMessage.objects.bulk_create(batch)
+
+
+def staged_discard(*, now: datetime | None = None) -> list[int]:
+    """Remove the staged sessions of imports that stopped; return their ids."""
+    cutoff = (now or timezone.now()) - STAGED_MAX_AGE
+    stale = list(
+        Session.objects.filter(staged=True, created_at__lt=cutoff).values_list("pk", flat=True)
+    )
+    for session_id in stale:
+        with transaction.atomic(durable=True):
+            # Locked, and checked again: a publish that just happened keeps its session.
+            session = Session.objects.select_for_update().filter(pk=session_id, staged=True).first()
+            if session is not None:
+                session.delete()
+    return stale

@@ -113,3 +113,35 @@ def test_the_command_imports_a_file(alice, gateway, make_demo_session, tmp_path)
     path.write_bytes(data.replace(b"NONCE-SECOND", b"NONCE-FORGED"))
     with pytest.raises(CommandError, match="signature"):
         call_command("import_session", str(path), by="alice", space=session.space.pk)
+
+
+def test_an_import_that_stopped_half_way_is_discarded_once_stale(
+    alice, gateway, make_demo_session, monkeypatch
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.models import SessionMessage
+    from sessions_app.services import imports
+
+    session, data = _exported(alice, gateway, make_demo_session)
+    monkeypatch.setattr(imports, "IMPORT_BATCH", 2)
+    written = imports._write
+
+    def stop_after_the_first_batch(batch):
+        written(batch)
+        raise KeyboardInterrupt  # the process stops here
+
+    monkeypatch.setattr(imports, "_write", stop_after_the_first_batch)
+    with pytest.raises(KeyboardInterrupt):
+        session_import(user=alice, space=session.space, stream=io.BytesIO(data))
+    (staged,) = Session.objects.filter(staged=True)
+    assert SessionMessage.objects.filter(session=staged).count() == 2
+    # A stopped import is kept while it could still be writing, then discarded whole.
+    assert imports.staged_discard() == []
+    later = timezone.now() + imports.STAGED_MAX_AGE + timedelta(minutes=1)
+    assert imports.staged_discard(now=later) == [staged.pk]
+    assert not Session.objects.filter(pk=staged.pk).exists()
+    assert not SessionMessage.objects.filter(session_id=staged.pk).exists()
+    assert Session.objects.filter(pk=session.pk).exists()  # a published session stays
