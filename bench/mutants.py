@@ -2208,6 +2208,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_import.py::test_an_import_that_stopped_half_way_is_discarded_once_stale",
         ),
     ),
+    Mutant(
+        "the demo model neither copies nor answers from what the compactor appended",
+        "demo_echoes_kept_lines",
+        f"{_ENGINE}/_gateway.py",
+        '    return kept.sub("", text)',
+        "    return text",
+        (
+            "tests/engine/test_kept_verbatim.py::test_the_demo_model_reads_and_writes_only_its_own_summary_lines",
+        ),
+    ),
 )
 
 

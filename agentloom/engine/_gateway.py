@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine._budget import LearnedLimit
-from agentloom.engine._compaction import PLAN_HEADER
+from agentloom.engine._compaction import PLAN_HEADER, SOURCES_HEADER
 from agentloom.engine._errors import GatewayError
 from agentloom.engine._gate import PayloadRules, reasoning_required, thinking_on
+from agentloom.engine._identifiers import KEPT_HEADER
 from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text
 
 __all__ = [
@@ -383,11 +384,20 @@ def _directives(question: str) -> list[tuple[str, str]]:
     return calls
 
 
+def _prose(text: str) -> str:
+    """Return a summary's own text without what the compactor appends to it (the identifiers it
+    kept verbatim and its citation line): the demo model reads and writes only its own lines."""
+    kept = re.compile(
+        rf"\n\n(?:{re.escape(KEPT_HEADER)}|{re.escape(SOURCES_HEADER)}).*?(?=\n\n|\Z)", re.S
+    )
+    return kept.sub("", text)
+
+
 def _from_progress(summary: str, asked: list[str]) -> ModelResponse:
     """Answer from a handoff summary: the latest results of the tools the question asked for,
     as an answer from tool results reads; else the summary's most recent facts. The plan a
     summary carries after its body is the plan, not progress."""
-    body = summary.split(f"\n\n{PLAN_HEADER}\n", 1)[0]
+    body = _prose(summary.split(f"\n\n{PLAN_HEADER}\n", 1)[0])
     lines = [line.strip() for line in body.splitlines()[1:] if line.strip()]
     names: dict[str, str] = {}
     results: dict[str, str] = {}
@@ -440,7 +450,9 @@ class LocalDemoGateway(ModelGateway):
         return reply
 
     def _summary(self, request: ModelRequest) -> ModelResponse:
-        text = "\n".join(message_text(m) for m in request.messages if m.get("role") == "user")
+        text = "\n".join(
+            _prose(message_text(m)) for m in request.messages if m.get("role") == "user"
+        )
         seen: set[str] = set()
         # Each fact once, in the most recent record that holds it: the older records are the
         # first to go when room runs out, and must not take a repeated result with them.

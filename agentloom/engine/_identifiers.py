@@ -21,12 +21,12 @@ _PATH = r"(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]*)+|[\w.-]+(?:/[\w.@+-]+)+\.\w+|[A
 _HEX = r"\b(?:[0-9a-f]{7,}|[0-9A-F]{7,})\b"
 _UUID = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
 _MONEY = (
-    r"(?:[$€£¥]|US\$)\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?\b)?"
-    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|CNY|RMB|JPY|元|美元|欧元)"
+    r"(?:[$€£¥]|US\$)\s?\d(?:[\d,]*\d)?(?:\.\d+)?(?:\s?[kKmMbB]n?\b)?"
+    r"|\b\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:USD|EUR|GBP|CNY|RMB|JPY|元|美元|欧元)"
 )
 _VERSION = r"\bv?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?\b"
 _UNIT = (
-    r"\d[\d,]*(?:\.\d+)?\s?(?:%|‰|°C|°F|(?:ms|µs|us|ns|s|sec|min|h|hrs?|days?|KiB|MiB|GiB|TiB|"
+    r"\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:%|‰|°C|°F|(?:ms|µs|us|ns|s|sec|min|h|hrs?|days?|KiB|MiB|GiB|TiB|"
     r"kB|KB|MB|GB|TB|B|bytes?|Hz|kHz|MHz|GHz|px|pt|em|rem|mm|cm|m|km|kg|g|mg|ml|l|req/s|rps|"
     r"tokens?|ops/s|k|K|M)\b|个|次|天|小时|分钟|秒|毫秒|人|条|台|年|月|日|号|万|亿)"
 )

@@ -156,3 +156,26 @@ def test_a_section_longer_in_tokens_than_in_characters_is_shrunk_to_its_room():
     summary = _summary(context)
     assert KEPT_HEADER in summary
     assert outcome.details["identifiers"]["added"] < outcome.details["identifiers"]["found"]
+
+
+def test_the_demo_model_reads_and_writes_only_its_own_summary_lines():
+    # What the compactor appends is the compactor's: the demo model neither copies it into its
+    # next summary nor answers from it (it would echo the lines back into the journal).
+    from agentloom.engine import LocalDemoGateway, ModelRequest
+    from agentloom.engine._compaction import HANDOFF_HEADER, BudgetCompactionPolicy
+
+    running = (
+        "the deploy NONCE-D1 finished\n\n"
+        f"{KEPT_HEADER}\n- /srv/app/build-6.tar.gz (r1:15): wrote /srv/app/build-6.tar.gz\n\n"
+        f"{SOURCES_HEADER}r1:2–15"
+    )
+    messages = BudgetCompactionPolicy.summary_messages(running, "--- next item ---\nNONCE-D2 ok")
+    reply = LocalDemoGateway().complete(ModelRequest(purpose="compaction", messages=messages))
+    text = reply.message["content"]
+    assert "NONCE-D1" in text and "NONCE-D2" in text
+    assert "build-6" not in text and SOURCES_HEADER not in text
+    summary = f"{HANDOFF_HEADER}\n{running}"
+    view = [{"role": "user", "content": "and then?"}, {"role": "user", "content": summary}]
+    answer = LocalDemoGateway().complete(ModelRequest(purpose="action", messages=view))
+    assert "NONCE-D1" in answer.message["content"]
+    assert "build-6" not in answer.message["content"]
