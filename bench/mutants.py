@@ -2218,6 +2218,66 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_kept_verbatim.py::test_the_demo_model_reads_and_writes_only_its_own_summary_lines",
         ),
     ),
+    Mutant(
+        "a summary request on the conversation's prefix carries its tools",
+        "prefix_request_drops_tools",
+        f"{_ENGINE}/_compaction.py",
+        "            reply = request.summarise(messages, self.room, True)",
+        "            reply = request.summarise(messages, self.room)",
+        (
+            "tests/engine/test_prefix_summary.py::test_the_summary_request_extends_the_last_action_request",
+        ),
+    ),
+    Mutant(
+        "a summary request with tools forbids calling them",
+        "prefix_request_may_call_tools",
+        f"{_ENGINE}/_context.py",
+        '            tool_choice="none" if purpose == "compaction" and tools else None,',
+        "            tool_choice=None,",
+        (
+            "tests/engine/test_prefix_summary.py::test_the_summary_request_extends_the_last_action_request",
+        ),
+    ),
+    Mutant(
+        "a reply that calls a tool is not a summary",
+        "tool_calling_summary_accepted",
+        f"{_ENGINE}/_context.py",
+        "            if tool_calls_of(reply):\n                raise EngineError",
+        "            if False:\n                raise EngineError",
+        (
+            "tests/engine/test_prefix_summary.py::test_a_failed_or_tool_calling_prefix_call_falls_back_within_the_call_limit",
+        ),
+    ),
+    Mutant(
+        "a failed prefix request falls back to the segmented one while calls are left",
+        "prefix_failure_ends_the_attempt",
+        f"{_ENGINE}/_compaction.py",
+        "        if failure is not None and left <= 0:",
+        "        if failure is not None:",
+        (
+            "tests/engine/test_prefix_summary.py::test_a_failed_or_tool_calling_prefix_call_falls_back_within_the_call_limit",
+        ),
+    ),
+    Mutant(
+        "the segmented fallback spends only the calls the prefix request left",
+        "fallback_ignores_the_call_limit",
+        f"{_ENGINE}/_compaction.py",
+        "        if failure is not None and left <= 0:",
+        "        if False:",
+        (
+            "tests/engine/test_prefix_summary.py::test_a_failed_or_tool_calling_prefix_call_falls_back_within_the_call_limit",
+        ),
+    ),
+    Mutant(
+        "the demo model summarises only what the prefix request does not keep",
+        "demo_summarises_the_kept_messages",
+        f"{_ENGINE}/_gateway.py",
+        "    above = above[: len(above) - int(kept.group(1))] if kept else above",
+        "    above = above",
+        (
+            "tests/engine/test_prefix_summary.py::test_the_demo_model_summarises_the_conversation_above_the_kept_messages",
+        ),
+    ),
 )
 
 

@@ -361,6 +361,12 @@ class CompactionSerializer(serializers.Serializer):
             "(read back with `read_record`)."
         ),
     )
+    form = serializers.CharField(
+        allow_null=True,
+        help_text="How the summary was asked for: `prefix` (the conversation as last sent, "
+        "instruction last, so that its prefix is cached) or `segmented` (the material in "
+        "segments, where the conversation did not fit); null before compaction version 3.",
+    )
     identifiers = IdentifierCountsSerializer(
         allow_null=True,
         help_text="What a summary kept of the identifiers of the records it replaced "

@@ -35,6 +35,14 @@ the attempt with its outcome or hands on to the next:
 5. `check` accepts the result only if it is smaller than before and below the trigger;
    `target_reached` says whether it also reached the target.
 
+From compaction version 3 (`request.prefix_summary`), `summary_stage` first asks for the summary
+in one request that is the conversation as last sent — the same messages, the same tools with
+`tool_choice: "none"` — followed by the instruction (`PREFIX_INSTRUCTIONS`, which names how many
+of the last messages stay as they are), so that a provider's prompt cache serves its prefix. Only
+when that request does not fit the budget, or its call fails or answers nothing usable, does the
+segmented request above take over, with the calls that are left. The row records which `form`
+made the summary.
+
 Under a compaction version that keeps identifiers (`request.kept_verbatim`, version 2 on), the
 summary request asks for fixed sections, and `keep_identifiers` (after `summary_stage`) checks the
 identifiers of the records the summary replaces against it: those it lost are appended verbatim
@@ -109,6 +117,18 @@ HANDOFF_HEADER = (
 SOURCES_HEADER = "Summarised records: "
 READ_BACK_NOTE = " (read_record reads back any record cited in this summary)"
 PLAN_HEADER = "[current plan, kept as written]"
+# The instruction that ends a summary request made on the conversation's own prefix.
+PREFIX_MARK = "[summary request]"
+PREFIX_INSTRUCTIONS = (
+    f"{PREFIX_MARK} This conversation no longer fits the agent's context window. Write the "
+    "handoff summary of everything above{except_kept}; fold an earlier handoff summary into "
+    "yours. Sections: Goals and constraints; Decisions; Artifacts (files, commands, ids); Work "
+    "done and results (errors and unknown outcomes too); Open questions; Next step. Keep names, "
+    "numbers and identifiers as written. Invent nothing; claim no action succeeded unless the "
+    "conversation shows it. Do not call tools. Reply with the summary as plain text, under "
+    "{limit} tokens."
+)
+PREFIX_EXCEPT = " except its last {kept} messages, which stay as they are after your summary"
 
 # A turns- or steps-only trigger does not summarise less material than this (estimate units).
 MIN_COUNT_TRIGGER_GAIN = 256
@@ -135,10 +155,11 @@ class CompactionRequest:
     policy: TriggerPolicy
     budget: ModelBudget
     estimator: TokenEstimator
-    # Sends the messages as a `compaction` call with an output limit (estimate units) and returns
-    # the reply text; raises EngineError (GatewayError, ContextBudgetExceeded,
-    # ModelCallLimitReached) when nothing usable came back.
-    summarise: Callable[[list[dict[str, Any]], int], str]
+    # Sends the messages as a `compaction` call with an output limit (estimate units), with the
+    # request's tools when asked (and `tool_choice: "none"`), and returns the reply text; raises
+    # EngineError (GatewayError, ContextBudgetExceeded, ModelCallLimitReached) when nothing usable
+    # came back.
+    summarise: Callable[..., str]
     # Returns the one-line stub for the tool result at a view index, or None when it has none;
     # None: no masking stage (versions without a large-record policy).
     mask: Callable[[int], dict[str, Any] | None] | None = None
@@ -152,6 +173,8 @@ class CompactionRequest:
     reference: Callable[[int], str | None] | None = None
     # Whether the version offers `read_record`, so that the citation may say it reads records back.
     readable: bool = False
+    # The summary request is the conversation as sent with the instruction last (version 3 on).
+    prefix_summary: bool = False
 
     @property
     def kept_verbatim(self) -> bool:
@@ -204,10 +227,10 @@ class _Unit:
 
 
 _TASK = "task"
-# The policy's summariser: (request, texts, summary so far, output limit) ->
+# The policy's summariser: (request, texts, summary so far, output limit, calls left) ->
 # ((summary, units fully summarised), calls made, failure reason or None).
 _Summariser = Callable[
-    [CompactionRequest, list[str], str, int], tuple[tuple[str, int], int, str | None]
+    [CompactionRequest, list[str], str, int, int], tuple[tuple[str, int], int, str | None]
 ]
 
 
@@ -289,14 +312,21 @@ class BudgetCompactionPolicy(CompactionPolicy):
         )
 
     def _summarise(
-        self, request: CompactionRequest, texts: list[str], running: str, limit: int
+        self,
+        request: CompactionRequest,
+        texts: list[str],
+        running: str,
+        limit: int,
+        max_calls: int | None = None,
     ) -> tuple[tuple[str, int], int, str | None]:
         """Return ((summary, units fully summarised), calls made, failure reason or None).
 
-        `running` is the earlier summary this one updates; `limit` the output limit of each call.
+        `running` is the earlier summary this one updates; `limit` the output limit of each call;
+        `max_calls` what is left of the policy's calls (all of them by default).
         """
         estimator, effective = request.estimator, request.budget.effective_input_budget
-        max_calls = request.policy.max_compaction_calls
+        if max_calls is None:
+            max_calls = request.policy.max_compaction_calls
         material = "\n".join(texts)
         # Summary requests are sized by the upper bound the hard check will apply to them.
         empty = estimator.upper_bound([{"role": "user", "content": ""}], [])
@@ -390,6 +420,8 @@ class _Attempt:
         self.room = 0
         self.body = ""
         self.consumed = 0
+        # How the summary was asked for: `prefix` (the conversation itself) or `segmented`.
+        self.form: str | None = None
         # Found by `keep_identifiers`: identifiers found, kept by the summary and added.
         self.identifiers: dict[str, int] | None = None
         # Built by `rebuild`.
@@ -513,6 +545,12 @@ class _Attempt:
         ended = self.choose_material()
         if ended is not None:
             return ended
+        failure = self.prefix_summary() if self.request.prefix_summary else None
+        if failure is None and self.form == "prefix":
+            return None
+        left = self.request.policy.max_compaction_calls - self.calls
+        if failure is not None and left <= 0:
+            return self.outcome("failed", failure)
         # Summaries read the units as they were before masking; an earlier summary is the
         # summary so far.
         original, units = self.request.messages, self.units
@@ -521,10 +559,51 @@ class _Attempt:
             for n in self.material
         ]
         running = "\n\n".join(_summary_body(self.view[units[n].start]) for n in self.earlier)
-        summary, self.calls, failure = summarise(self.request, texts, running, self.room)
+        summary, calls, failure = summarise(self.request, texts, running, self.room, left)
+        self.calls += calls
+        self.form = "segmented"
         if failure:
             return self.outcome("failed", failure)
         self.body, self.consumed = summary
+        return None
+
+    def prefix_summary(self) -> str | None:
+        """Summarise in one request: the conversation as last sent, then the instruction.
+
+        The request's messages and tools are the conversation's own, so a provider's prompt
+        cache serves all but the instruction. Returns None when it made the summary (`form` is
+        `prefix`), else why not, for the segmented request to take over: it does not fit the
+        budget (no call made), or the call failed or answered nothing usable.
+        """
+        request, units = self.request, self.units
+        if not self.material:
+            return "nothing_to_send"
+        kept = len(request.messages) - units[self.material[-1]].end
+        instruction = PREFIX_INSTRUCTIONS.format(
+            except_kept=PREFIX_EXCEPT.format(kept=kept) if kept else "", limit=self.room
+        )
+        messages = [*request.messages, {"role": "user", "content": instruction}]
+        try:
+            reply = request.summarise(messages, self.room, True)
+        except LeaseLostError:
+            raise
+        except ContextBudgetExceeded:
+            return "prefix_request_over_budget"
+        except ModelCallLimitReached:
+            return "model_call_limit_reached"
+        except GatewayError as exc:
+            self.calls += 1
+            return f"gateway_error: {exc.kind}"
+        except EngineError as exc:
+            self.calls += 1
+            return f"summary_refused: {type(exc).__name__}"
+        self.calls += 1
+        text = reply.strip()
+        if not text:
+            return "empty_summary"
+        self.body = _clipped(text, self.room, request.estimator)
+        self.consumed = len(self.material)
+        self.form = "prefix"
         return None
 
     def keep_identifiers(self) -> CompactionOutcome | None:
@@ -662,6 +741,7 @@ class _Attempt:
                 "summarised": self.summarised,
                 "masked": sorted(set(self.masked_at) - set(self.summarised)),
                 **({"identifiers": self.identifiers} if self.identifiers is not None else {}),
+                **({"form": self.form} if self.request.prefix_summary else {}),
             },
         )
 

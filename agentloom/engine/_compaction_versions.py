@@ -17,6 +17,9 @@ views and projection points are keyed by.
 |   | the records it replaces that it lost are appended verbatim with their references, within its |
 |   | room ("kept verbatim"), and the compactor cites the records it summarised (saying they can |
 |   | be read back where the version offers `read_record`) |
+| 3 | the summary request is the conversation as last sent (same messages, same tools, with |
+|   | `tool_choice: "none"`) followed by the instruction, so a provider serves its prefix from |
+|   | the prompt cache; the segmented request of version 2 only where that does not fit or fails |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -49,6 +52,8 @@ class Compaction:
     changes: str
     # The summary keeps the identifiers of what it replaces and cites its sources (`_identifiers`).
     kept_verbatim: bool = False
+    # The summary request is the conversation itself with the instruction last (`_compaction`).
+    prefix_summary: bool = False
 
 
 COMPACTIONS: tuple[Compaction, ...] = (
@@ -62,6 +67,13 @@ COMPACTIONS: tuple[Compaction, ...] = (
         "a sectioned summary prompt; lost identifiers appended verbatim with their references; "
         "the summarised records cited",
         kept_verbatim=True,
+    ),
+    Compaction(
+        3,
+        "the summary request is the conversation as sent with the instruction last, its prefix "
+        "cached; the segmented request where it does not fit",
+        kept_verbatim=True,
+        prefix_summary=True,
     ),
 )
 CURRENT_COMPACTION = COMPACTIONS[-1].version

@@ -732,6 +732,8 @@ class JournalContextManager(ContextManager):
             tools=tools,
             max_output_tokens=self.budget.max_output_tokens,
             instance=self.frame.instance,
+            # A summary request on the conversation's prefix carries its tools, not to call them.
+            tool_choice="none" if purpose == "compaction" and tools else None,
         )
         estimate = self.estimator.upper_bound(*self.sent(request))
         reason = budget_refusal(purpose, estimate, self.budget)
@@ -814,8 +816,12 @@ class JournalContextManager(ContextManager):
             self._commit(outcome)
             return outcome
 
-        def summarise(summary_messages: list[dict[str, Any]], limit: int) -> str:
-            prepared = self.prepare("compaction", messages=summary_messages)
+        def summarise(
+            summary_messages: list[dict[str, Any]], limit: int, with_tools: bool = False
+        ) -> str:
+            prepared = self.prepare(
+                "compaction", messages=summary_messages, tools=tools if with_tools else None
+            )
             if prepared.request is None:
                 raise ContextBudgetExceeded(prepared.stop_reason or "")
             if call_model is None:
@@ -824,7 +830,10 @@ class JournalContextManager(ContextManager):
             request = replace(
                 prepared.request, max_output_tokens=min(prepared.request.max_output_tokens, limit)
             )
-            return message_text(call_model(request).message)
+            reply = call_model(request).message
+            if tool_calls_of(reply):
+                raise EngineError("a summary request answered with tool calls")
+            return message_text(reply)
 
         self._masks = {}
         outcome = self.compaction_policy.compact(
@@ -842,6 +851,7 @@ class JournalContextManager(ContextManager):
                 sent=self._sent_view,
                 reference=self._reference if self.compaction.kept_verbatim else None,
                 readable=self.large_records is not None,
+                prefix_summary=self.compaction.prefix_summary,
             )
         )
         self._commit(outcome)
@@ -917,9 +927,11 @@ class JournalContextManager(ContextManager):
                 "stage": outcome.details.get("stage", "summary"),
                 "sources": sources,
             }
-            if "identifiers" in outcome.details:
-                # What the summary kept of its sources' identifiers (compaction version 2 on).
-                metrics["identifiers"] = outcome.details["identifiers"]
+            for key in ("identifiers", "form"):
+                # What the summary kept of its sources' identifiers (compaction version 2 on),
+                # and how it was asked for (version 3 on).
+                if key in outcome.details:
+                    metrics[key] = outcome.details[key]
         log = frame.state.compaction_log
         if outcome.reason == "throttled" and log and log[-1].get("reason") == "throttled":
             # One row for a stretch of throttled steps, counting them, not one row per step.

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloom.engine._budget import LearnedLimit
-from agentloom.engine._compaction import PLAN_HEADER, SOURCES_HEADER
+from agentloom.engine._compaction import PLAN_HEADER, PREFIX_MARK, SOURCES_HEADER
 from agentloom.engine._errors import GatewayError
 from agentloom.engine._gate import PayloadRules, reasoning_required, thinking_on
 from agentloom.engine._identifiers import KEPT_HEADER
-from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text
+from agentloom.engine._protocol import HANDOFF_MARK, REASONING_KEY, message_text, render_message
 
 __all__ = [
     "DEMO_LABEL",
@@ -62,6 +62,9 @@ class ModelRequest:
     max_output_tokens: int = 4096
     instance: str = "main"
     cache_key: str | None = None
+    # Sent with the tools when set: `none` for a summary request that carries the conversation's
+    # own tools (so that its prefix is the conversation's) but must not call them.
+    tool_choice: str | None = None
 
 
 @dataclass
@@ -153,6 +156,8 @@ class ModelGateway(abc.ABC):
         body: dict[str, Any] = {"model": self.model_id, "messages": list(request.messages)}
         if request.tools:
             body["tools"] = list(request.tools)
+            if request.tool_choice:
+                body["tool_choice"] = request.tool_choice
         field = self.payload_rules.output_limit_field if self.payload_rules else "max_tokens"
         body[field] = request.max_output_tokens
         return self.with_reasoning(request, body)
@@ -393,6 +398,22 @@ def _prose(text: str) -> str:
     return kept.sub("", text)
 
 
+def _summary_material(messages: list[dict[str, Any]]) -> str:
+    """Return what a summary request gives to summarise, as the demo model reads it.
+
+    A segmented request's user text; a request on the conversation's prefix, every message above
+    its instruction but the system head and the last ones it says are kept, one record each.
+    """
+    last = message_text(messages[-1]) if messages else ""
+    if not last.startswith(PREFIX_MARK):
+        return "\n".join(_prose(message_text(m)) for m in messages if m.get("role") == "user")
+    kept = re.search(r"except its last (\d+) messages", last)
+    above = messages[:-1]
+    above = above[: len(above) - int(kept.group(1))] if kept else above
+    records = [render_message(m) for m in above if m.get("role") != "system"]
+    return "\n\n".join(_prose(record) for record in records)
+
+
 def _from_progress(summary: str, asked: list[str]) -> ModelResponse:
     """Answer from a handoff summary: the latest results of the tools the question asked for,
     as an answer from tool results reads; else the summary's most recent facts. The plan a
@@ -450,9 +471,7 @@ class LocalDemoGateway(ModelGateway):
         return reply
 
     def _summary(self, request: ModelRequest) -> ModelResponse:
-        text = "\n".join(
-            _prose(message_text(m)) for m in request.messages if m.get("role") == "user"
-        )
+        text = _summary_material(request.messages)
         seen: set[str] = set()
         # Each fact once, in the most recent record that holds it: the older records are the
         # first to go when room runs out, and must not take a repeated result with them.

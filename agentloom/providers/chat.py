@@ -307,6 +307,8 @@ class OpenAICompatibleChatGateway(ModelGateway):
         body: dict[str, Any] = {"model": self.model_id, "messages": list(request.messages)}
         if request.tools:
             body["tools"] = list(request.tools)
+            if request.tool_choice:
+                body["tool_choice"] = request.tool_choice
         body[self.payload_rules.output_limit_field] = self.output_limit(request.max_output_tokens)
         if self.streams:
             body["stream"] = True

@@ -71,6 +71,7 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         item["summary"] = summaries.get(entry.get("revision"))
         item["repeats"] = entry.get("repeats")
         item["identifiers"] = entry.get("identifiers")
+        item["form"] = entry.get("form")
         # The journal record the attempt came after: where the chat marks it.
         item["journal_seq"] = by_local.get(entry.get("covered_seq"))
         sources = entry.get("sources")

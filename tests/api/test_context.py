@@ -90,6 +90,7 @@ def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
         "summarised_ranges": [],
         "masked_ranges": [],
         "identifiers": succeeded["identifiers"],
+        "form": succeeded["form"],
     }
     assert set(succeeded["identifiers"]) == {"found", "kept", "added"}
     assert succeeded["after"] < succeeded["before"]

@@ -26,8 +26,8 @@ def summariser(scripted, text="short summary NONCE-S"):
     return scripted(*[text_response(text)] * 20)
 
 
-def grown_context(groups=10, chars=800, *, calls_per_group=1, policy=None, budget=SMALL):
-    context = new_context(policy=policy or ContextPolicy(), budget=budget)
+def grown_context(groups=10, chars=800, *, calls_per_group=1, policy=None, budget=SMALL, **options):
+    context = new_context(policy=policy or ContextPolicy(), budget=budget, **options)
     for n in range(groups):
         add_group(context, [f"result {n}.{k} " + "z" * chars for k in range(calls_per_group)])
     return context
@@ -136,7 +136,9 @@ def test_no_more_summary_calls_than_the_policy_allows(scripted):
     ],
 )
 def test_a_failed_compaction_keeps_view_sources_and_baselines(scripted, reply, reason):
-    context = grown_context(groups=6)  # above the trigger, within the effective budget
+    # Above the trigger, within the effective budget; the segmented request of version 2 (a
+    # failed request on the conversation's prefix falls back to it: test_prefix_summary.py).
+    context = grown_context(groups=6, compaction=2)
     before = snapshot(context)
 
     prepared = context.prepare("action", call_model=scripted(reply).complete)

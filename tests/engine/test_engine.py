@@ -460,7 +460,8 @@ def test_a_failed_compaction_does_not_stop_the_run(scripted):
     budget = ModelBudget(8_000, 1_000, 0)
     gateway = scripted(UPSTREAM, text_response("answer"))
 
-    outcome = start(make_engine(gateway, budget=budget), history=_history(8))
+    # Version 2: one summary request, which fails (version 3 would fall back to a second one).
+    outcome = start(make_engine(gateway, budget=budget, compaction=2), history=_history(8))
 
     assert outcome.status == "succeeded"
     log = outcome.frame["state"]["compaction_log"]

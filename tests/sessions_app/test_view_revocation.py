@@ -127,6 +127,14 @@ def _inherited_view(run) -> int | None:
     return run.checkpoint["context"]["inherited"]["history"]["view"]
 
 
+@pytest.fixture
+def version_two_summaries(monkeypatch):
+    """The chain of views these tests walk (which runs compact, and so which views exist) is
+    the one version 2's summaries make; the derivation rule is the same under every version."""
+    monkeypatch.setattr("agentloom.engine._compaction_versions.CURRENT_COMPACTION", 2)
+
+
+@pytest.mark.usefixtures("version_two_summaries")
 def test_views_derived_from_a_revoked_view_are_never_chosen(alice, gateway, make_demo_session):
     session = make_demo_session(policy={"user_turns": 1})
     for n in range(6):
@@ -170,6 +178,7 @@ def test_views_derived_from_a_revoked_view_are_never_chosen(alice, gateway, make
     assert replay_run(run9).ok
 
 
+@pytest.mark.usefixtures("version_two_summaries")
 def test_the_api_and_the_context_page_show_views_revoked_by_derivation(
     alice, gateway, make_demo_session, client
 ):

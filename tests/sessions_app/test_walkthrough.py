@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from agentloom.engine import JsonBytesEstimator, ModelBudget, message_text
+from agentloom.engine._protocol import render_message
 from sessions_app.demo import DEMO_AGENT_NAME, DEMO_SUB_AGENTS, DEMO_TOOLS, ensure_demo
 from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
@@ -116,7 +117,9 @@ def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
     # Every summary of the demo model is made of lines of what it summarised (a long line in
     # pieces of at most 300 characters).
     for request, reply in gateway.exchanges("compaction"):
-        given = {line.strip() for m in request.messages for line in message_text(m).splitlines()}
+        # The messages as the summary request shows them (a request on the conversation's
+        # prefix gives the messages themselves, tool calls included).
+        given = {line.strip() for m in request.messages for line in render_message(m).splitlines()}
         body = [line for line in message_text(reply.message).splitlines()[1:] if line]
         invented = [line for line in body if not any(line in whole for whole in given)]
         assert invented == []
