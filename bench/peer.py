@@ -216,7 +216,9 @@ class PeerGateway(ModelGateway):
 # --- one combination, in its own process -----------------------------------------------------
 
 
-def _peer_session(window: int):
+def _peer_session(
+    window: int, provider: str = "local", model_id: str = "local-demo", estimator: str = "bytes"
+):
     from django.contrib.auth import get_user_model
 
     from context_app.services.agents import agent_create, agent_publish
@@ -229,9 +231,13 @@ def _peer_session(window: int):
     connection = ModelConnection.objects.create(
         space=space,
         name="peer",
-        provider="local",
-        model_id="local-demo",
+        provider=provider,
+        model_id=model_id,
+        # Never called: the benchmark's gateway answers (a provider other than `local` is named
+        # for the estimator its models are measured with).
+        base_url="" if provider == "local" else "https://api.openai.com/v1",
         context_window=window,
+        estimator=estimator,
         max_output_tokens=MAX_OUTPUT_TOKENS,
         safety_margin_tokens=SAFETY_MARGIN_TOKENS,
     )
