@@ -2278,6 +2278,26 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/engine/test_prefix_summary.py::test_the_demo_model_summarises_the_conversation_above_the_kept_messages",
         ),
     ),
+    Mutant(
+        "a compaction row records what its own calls cost",
+        "compaction_cost_unrecorded",
+        f"{_ENGINE}/_context.py",
+        "            add_usage(spent, response.usage)\n",
+        "            pass\n",
+        (
+            "tests/engine/test_prefix_summary.py::test_a_compaction_row_records_what_its_calls_cost_and_the_steps_it_came_at",
+        ),
+    ),
+    Mutant(
+        "a compaction's saving ends where the next compaction takes over",
+        "saving_counted_to_the_end",
+        "sessions_app/selectors/context.py",
+        "if position + 1 < len(applied) else now",
+        "if False else now",
+        (
+            "tests/sessions_app/test_compaction_costs.py::test_each_saving_ends_where_the_next_compaction_takes_over",
+        ),
+    ),
 )
 
 

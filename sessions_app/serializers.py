@@ -324,6 +324,13 @@ class IdentifierCountsSerializer(serializers.Serializer):
     )
 
 
+class SpentSerializer(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField(help_text="Prompt tokens its calls were billed.")
+    cached_tokens = serializers.IntegerField(help_text="Of those, served from the prompt cache.")
+    completion_tokens = serializers.IntegerField()
+    unreported = serializers.IntegerField(help_text="Its calls whose provider reported no usage.")
+
+
 class CompactionSerializer(serializers.Serializer):
     revision = serializers.IntegerField(
         allow_null=True, help_text="The view revision it produced; null unless it succeeded."
@@ -366,6 +373,16 @@ class CompactionSerializer(serializers.Serializer):
         help_text="How the summary was asked for: `prefix` (the conversation as last sent, "
         "instruction last, so that its prefix is cached) or `segmented` (the material in "
         "segments, where the conversation did not fit); null before compaction version 3.",
+    )
+    spent = SpentSerializer(
+        allow_null=True,
+        help_text="What this attempt's own calls cost as reported; null without a call.",
+    )
+    saved = serializers.IntegerField(
+        allow_null=True,
+        help_text="What the stage saved so far, computed when read: the units (`before` − "
+        "`after`) it removed times the action requests sent since, until the next compaction. "
+        "Null for attempts that replaced nothing.",
     )
     identifiers = IdentifierCountsSerializer(
         allow_null=True,

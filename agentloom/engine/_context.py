@@ -101,6 +101,7 @@ from agentloom.engine._refs import (
 )
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 from agentloom.engine._server_count import fallback_note, server_estimator_of
+from agentloom.engine._usage import add_usage
 
 __all__ = [
     "THROTTLE_GROWTH_SHARE",
@@ -816,6 +817,9 @@ class JournalContextManager(ContextManager):
             self._commit(outcome)
             return outcome
 
+        # What this attempt's own calls cost, as the provider reported it.
+        spent = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "unreported": 0}
+
         def summarise(
             summary_messages: list[dict[str, Any]], limit: int, with_tools: bool = False
         ) -> str:
@@ -830,7 +834,9 @@ class JournalContextManager(ContextManager):
             request = replace(
                 prepared.request, max_output_tokens=min(prepared.request.max_output_tokens, limit)
             )
-            reply = call_model(request).message
+            response = call_model(request)
+            add_usage(spent, response.usage)
+            reply = response.message
             if tool_calls_of(reply):
                 raise EngineError("a summary request answered with tool calls")
             return message_text(reply)
@@ -854,7 +860,7 @@ class JournalContextManager(ContextManager):
                 prefix_summary=self.compaction.prefix_summary,
             )
         )
-        self._commit(outcome)
+        self._commit(outcome, spent if outcome.calls else None)
         self._throttle_after(outcome, size)
         return outcome
 
@@ -881,11 +887,14 @@ class JournalContextManager(ContextManager):
         elif outcome.succeeded:
             state.compaction_throttle = None
 
-    def _commit(self, outcome: CompactionOutcome) -> None:
+    def _commit(self, outcome: CompactionOutcome, spent: dict[str, int] | None = None) -> None:
         """Adopt a successful compaction and log every attempt; records are never touched.
 
         An attempt logs one row per stage it ran (masking, then summary), each with its own
-        before and after; the snapshot records the exact sources it summarised and masked.
+        before and after and the model steps taken so far (`steps`: what it saved is counted
+        on read, by the action requests that followed); the snapshot records the exact sources
+        it summarised and masked. `spent` is what the attempt's own calls reported (prompt,
+        cached and completion tokens, and how many reported none).
         """
         frame = self.frame
         covered_seq = frame.records[-1].seq if frame.records else 0
@@ -941,6 +950,9 @@ class JournalContextManager(ContextManager):
             ]
             return
         at = iso_utc(self.clock())
+        steps = frame.counters.model_steps
+        if spent is not None:
+            metrics = {**metrics, "spent": dict(spent)}
         rows = []
         stages = outcome.details.get("stages")
         if stages:
@@ -958,10 +970,13 @@ class JournalContextManager(ContextManager):
                     "trigger": list(outcome.triggers),
                     "stage": "masking",
                     "at": at,
+                    "steps": steps,
                 }
             )
             metrics = {**metrics, "before": summary["before"], "stage": "summary"}
-        rows.append({"revision": revision, "covered_seq": covered_seq, **metrics, "at": at})
+        rows.append(
+            {"revision": revision, "covered_seq": covered_seq, **metrics, "at": at, "steps": steps}
+        )
         frame.state.compaction_log = [*log, *rows]
 
     def _sources_at(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "add_usage",
     "cached_prompt_tokens",
     "estimate_error",
     "reported_completion_tokens",
@@ -58,3 +59,15 @@ def estimate_error(estimate: int, reported: int | None) -> float | None:
     if not reported:
         return None
     return (estimate - reported) / reported
+
+
+def add_usage(spent: dict[str, int], usage: dict[str, Any] | None) -> None:
+    """Add one call's reported usage to `spent` (prompt, cached and completion tokens); a call
+    that reported no prompt tokens counts in `unreported`."""
+    prompt = reported_prompt_tokens(usage)
+    if prompt is None:
+        spent["unreported"] += 1
+        return
+    spent["prompt_tokens"] += prompt
+    spent["cached_tokens"] += cached_prompt_tokens(usage) or 0
+    spent["completion_tokens"] += reported_completion_tokens(usage) or 0

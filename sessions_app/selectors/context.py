@@ -72,6 +72,7 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         item["repeats"] = entry.get("repeats")
         item["identifiers"] = entry.get("identifiers")
         item["form"] = entry.get("form")
+        item["spent"] = entry.get("spent")
         # The journal record the attempt came after: where the chat marks it.
         item["journal_seq"] = by_local.get(entry.get("covered_seq"))
         sources = entry.get("sources")
@@ -80,7 +81,28 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         masked = (sources or {}).get("masked")
         item["masked_ranges"] = _session_ranges(masked, by_local) if masked else []
         items.append(item)
+    _add_savings(items, log, (frame.get("context") or {}).get("counters") or {})
     return items
+
+
+def _add_savings(items: list[dict[str, Any]], log: list[dict[str, Any]], counters) -> None:
+    """Set `saved` on each applied stage: the units it removed from the view times the action
+    requests sent with it in force (until the next applied stage, or now), computed on read and
+    never stored. Rows logged before steps were recorded get None."""
+    applied = [
+        n
+        for n, entry in enumerate(log)
+        if entry.get("outcome") in ("succeeded", "applied") and isinstance(entry.get("steps"), int)
+    ]
+    now = counters.get("model_steps")
+    for item in items:
+        item["saved"] = None
+    for position, n in enumerate(applied):
+        entry = log[n]
+        until = log[applied[position + 1]]["steps"] if position + 1 < len(applied) else now
+        removed = (entry.get("before") or 0) - (entry.get("after") or 0)
+        if isinstance(until, int) and removed > 0:
+            items[n]["saved"] = removed * max(until - entry["steps"], 0)
 
 
 MARK_FIELDS = ("stage", "journal_seq", "before", "after")

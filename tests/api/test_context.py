@@ -91,6 +91,8 @@ def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
         "masked_ranges": [],
         "identifiers": succeeded["identifiers"],
         "form": succeeded["form"],
+        "spent": succeeded["spent"],
+        "saved": succeeded["saved"],
     }
     assert set(succeeded["identifiers"]) == {"found", "kept", "added"}
     assert succeeded["after"] < succeeded["before"]

@@ -130,3 +130,24 @@ def test_the_demo_model_summarises_the_conversation_above_the_kept_messages(scri
     # The newest group is kept as it is after the summary, and not repeated in it.
     assert "NONCE-LATEST" not in summary.split("Kept verbatim")[0]
     assert context.frame.messages[-1]["content"].startswith("NONCE-LATEST")
+
+
+def test_a_compaction_row_records_what_its_calls_cost_and_the_steps_it_came_at(scripted):
+    context = _context()
+    usage = {"prompt_tokens": 5_000, "completion_tokens": 90, "prompt_tokens_details": {}}
+    usage["prompt_tokens_details"]["cached_tokens"] = 4_096
+    gateway = scripted(text_response("the summary", usage=usage))
+    steps = context.frame.counters.model_steps
+    assert _prepare(context, gateway).compaction.succeeded
+    row = context.frame.state.compaction_log[-1]
+    assert row["spent"] == {
+        "prompt_tokens": 5_000,
+        "cached_tokens": 4_096,
+        "completion_tokens": 90,
+        "unreported": 0,
+    }
+    assert row["steps"] == steps
+    # A call that reports no usage is counted as such, not as zero tokens.
+    context = _context()
+    assert _prepare(context, scripted(text_response("the summary"))).compaction.succeeded
+    assert context.frame.state.compaction_log[-1]["spent"]["unreported"] == 1
