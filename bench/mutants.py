@@ -2298,6 +2298,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_compaction_costs.py::test_each_saving_ends_where_the_next_compaction_takes_over",
         ),
     ),
+    Mutant(
+        "a run names the trace of its latest execution when tracing is on",
+        "trace_id_forgotten",
+        "sessions_app/services/execution.py",
+        "            if span is not None:\n                _remember_trace(run_id, span)",
+        "            if False:\n                _remember_trace(run_id, span)",
+        (
+            "tests/sessions_app/test_tracing.py::test_a_runs_pages_show_its_trace_id_when_tracing_is_on",
+        ),
+    ),
 )
 
 

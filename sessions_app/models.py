@@ -82,6 +82,8 @@ class Run(models.Model):
     # Null on runs older than the column: their queue is read at every safe point.
     supplements_added = models.PositiveIntegerField(null=True, blank=True, default=0)
     error = models.TextField(blank=True, default="")
+    # The trace of the run's latest execution (32 hex digits) when tracing is on, else empty.
+    trace_id = models.CharField(max_length=32, blank=True, default="")
     # While waiting for approval, and until the run continues: the calls awaiting a decision
     # (`[{call_id, tool, arguments}]`); and every decision made on the run's calls (`{call_id:
     # {approved, note, by, at}}`, kept so a replay decides as the run did). Encrypted: arguments

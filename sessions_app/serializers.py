@@ -131,6 +131,11 @@ class RunSerializer(serializers.Serializer):
         "next safe point, then ends `cancelled`."
     )
     attempt = serializers.IntegerField()
+    trace_id = serializers.CharField(
+        allow_blank=True,
+        help_text="The OpenTelemetry trace of the run's latest execution (32 hex digits) when "
+        "tracing is on; empty otherwise.",
+    )
     counters = serializers.SerializerMethodField()
     model_call_in_flight = serializers.SerializerMethodField(
         help_text="True while the run is running and its next step is a model call: its latest "

@@ -199,6 +199,8 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     engine, run, writer, begin = started
     try:
         with tracing.span_from(*_run_span(run)) as span:
+            if span is not None:
+                _remember_trace(run_id, span)
             outcome = begin(engine)
             if span is not None:
                 span.set_attribute("agentloom.run.status", str(outcome.status))
@@ -227,6 +229,13 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
                 return "lease lost"
     # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status
+
+
+def _remember_trace(run_id: int, span: Any) -> None:
+    """Note the trace of this execution on the run, for its pages (tracing on only)."""
+    trace_id = format(span.get_span_context().trace_id, "032x")
+    with database_slots.held():
+        Run.objects.filter(pk=run_id).update(trace_id=trace_id)
 
 
 def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -> bool:

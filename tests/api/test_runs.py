@@ -21,6 +21,7 @@ RUN_FIELDS = {
     "model_call_in_flight",
     "pending_approvals",
     "attempt",
+    "trace_id",
     "counters",
     "created_at",
     "started_at",

@@ -77,3 +77,24 @@ def test_tracing_off_makes_no_span(alice, gateway, make_demo_session):
     assert tracing.tracer() is None
     with tracing.span_from("request", {}) as span:
         assert span is None
+
+
+def test_a_runs_pages_show_its_trace_id_when_tracing_is_on(
+    alice, gateway, make_demo_session, spans, client
+):
+    session = make_demo_session()
+    run = Run.objects.get(pk=_traced_run(session, alice).pk)
+    (agent,) = [span for span in spans.get_finished_spans() if span.name.startswith("invoke_")]
+    assert run.trace_id == format(agent.context.trace_id, "032x")
+    client.force_login(alice)
+    page = client.get(f"/runs/{run.pk}/context/").content.decode()
+    assert f"<code>{run.trace_id}</code>" in page
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(alice)
+    assert api.get(f"/api/v1/runs/{run.pk}/").json()["trace_id"] == run.trace_id
+    # Off: no trace, nothing written.
+    tracing.unconfigure()
+    untraced = ask(session, alice, "NONCE-untraced")
+    assert Run.objects.get(pk=untraced.pk).trace_id == ""
