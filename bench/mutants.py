@@ -2308,6 +2308,28 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_tracing.py::test_a_runs_pages_show_its_trace_id_when_tracing_is_on",
         ),
     ),
+    Mutant(
+        "a completion keeps the provider's id",
+        "completion_id_dropped",
+        "agentloom/providers/chat.py",
+        "        id=response_id if isinstance(response_id, str) else None,",
+        "        id=None,",
+        (
+            "tests/providers/test_chat.py::test_a_completion_keeps_its_id_and_reads_back_from_what_is_stored",
+        ),
+    ),
+    Mutant(
+        "the engine keeps the provider's completion id for the call's span",
+        "engine_drops_completion_id",
+        f"{_ENGINE}/_engine.py",
+        "        response = replace(response, message=engine.redactor.value(response.message))",
+        (
+            "        response = replace(\n"
+            "            response, message=engine.redactor.value(response.message), id=None\n"
+            "        )"
+        ),
+        ("tests/sessions_app/test_tracing.py::test_a_chat_span_names_the_providers_completion_id",),
+    ),
 )
 
 

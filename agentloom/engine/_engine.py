@@ -733,12 +733,7 @@ class _Execution:
                 self.cancel_seen.set()
                 raise error from None
             raise
-        response = ModelResponse(
-            message=engine.redactor.value(response.message),
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-            model=response.model,
-        )
+        response = replace(response, message=engine.redactor.value(response.message))
         self._report(request, measured, started, response, None)
         self.check_lease()
         self.succeeded(measured)

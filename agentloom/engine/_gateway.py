@@ -75,14 +75,20 @@ class ModelResponse:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     model: str | None = None
+    # The provider's id of the completion (`chatcmpl-…`), where it gives one.
+    id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "message": self.message,
             "usage": self.usage,
             "finish_reason": self.finish_reason,
             "model": self.model,
         }
+        if self.id is not None:
+            # Only when given: responses stored before ids were kept read the same.
+            data["id"] = self.id
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelResponse:
@@ -91,6 +97,7 @@ class ModelResponse:
             usage=data.get("usage"),
             finish_reason=data.get("finish_reason"),
             model=data.get("model"),
+            id=data.get("id"),
         )
 
 

@@ -83,6 +83,7 @@ class StreamAssembly:
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
+        self.id: str | None = None
         self.chunks = 0
         self.done = False
         # Whether any content, reasoning or tool call arrived (what a page could have shown).
@@ -109,6 +110,8 @@ class StreamAssembly:
         self.chunks += 1
         if isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
+        if isinstance(chunk.get("id"), str):
+            self.id = chunk["id"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -180,6 +183,7 @@ class StreamAssembly:
                 for _, call in sorted(self.calls.items())
             ]
         return {
+            "id": self.id,
             "object": "chat.completion",
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],

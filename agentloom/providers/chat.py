@@ -559,7 +559,7 @@ def gateway_for_provider(provider: str, endpoint: ModelEndpoint, **options: Any)
 
 
 def parse_chat_completion(document: Any) -> ModelResponse:
-    """Return the assistant message, usage, finish reason and model of a chat completion.
+    """Return the assistant message, usage, finish reason, model and id of a chat completion.
 
     The message holds `role`, `content` and `tool_calls` only, plus the provider's
     `reasoning_content` whenever the reply has one: every message a run receives is journaled
@@ -588,11 +588,13 @@ def parse_chat_completion(document: Any) -> ModelResponse:
     usage = document.get("usage")
     finish_reason = choice.get("finish_reason")
     model = document.get("model")
+    response_id = document.get("id")
     return ModelResponse(
         message=message,
         usage=usage if isinstance(usage, dict) else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         model=model if isinstance(model, str) else None,
+        id=response_id if isinstance(response_id, str) else None,
     )
 
 

@@ -375,6 +375,9 @@ def test_reply_parsing_tolerates_compatible_servers():
         }
     )
     assert reply.message["content"] == "ab"
+    # No id in the answer: none in what is stored either (responses stored before ids read the
+    # same).
+    assert reply.id is None and "id" not in reply.to_dict()
     [call] = reply.message["tool_calls"]
     assert call["function"]["arguments"] == '{"city": "Oslo"}'
     assert call["id"].startswith("call_") and call["type"] == "function"
@@ -486,3 +489,16 @@ def test_every_gateway_keeps_reasoning_content_and_deepseek_passes_it_back(provi
     )
     assert provider_double.chat_bodies()[-1]["messages"][1]["reasoning_content"]
     assert all(not r.violations for r in provider_double.requests)
+
+
+def test_a_completion_keeps_its_id_and_reads_back_from_what_is_stored():
+    from agentloom.engine import ModelResponse
+
+    document = {
+        "id": "chatcmpl-NONCE-ID",
+        "model": "gpt-4o",
+        "choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    }
+    reply = parse_chat_completion(document)
+    assert reply.id == "chatcmpl-NONCE-ID"
+    assert ModelResponse.from_dict(reply.to_dict()) == reply

@@ -43,6 +43,8 @@ def test_a_streamed_answer_is_requested_with_usage_and_assembled_whole(provider_
     assert reply.message == {"role": "assistant", "content": "The answer is forty-two."}
     assert reply.usage == {"prompt_tokens": 7}
     assert reply.finish_reason == "stop"
+    # The completion's id, as its chunks carry it: what a trace's `gen_ai.response.id` says.
+    assert reply.id == "chatcmpl-double" and reply.to_dict()["id"] == "chatcmpl-double"
     pieces = [content for content, _, _ in collect.deltas]
     assert len(pieces) > 2 and "".join(pieces) == "The answer is forty-two."
 

@@ -98,3 +98,24 @@ def test_a_runs_pages_show_its_trace_id_when_tracing_is_on(
     tracing.unconfigure()
     untraced = ask(session, alice, "NONCE-untraced")
     assert Run.objects.get(pk=untraced.pk).trace_id == ""
+
+
+def test_a_chat_span_names_the_providers_completion_id(alice, make_demo_session, spans):
+    from dataclasses import replace
+
+    from agentloom.engine import LocalDemoGateway
+    from context_app import engine_adapter
+
+    class WithIds(LocalDemoGateway):
+        def complete(self, request, stream=None):
+            return replace(super().complete(request), id="chatcmpl-NONCE-SPAN")
+
+    engine_adapter.set_gateway_factory(lambda version, connection: WithIds())
+    try:
+        _traced_run(make_demo_session(), alice)
+    finally:
+        engine_adapter.set_gateway_factory(None)
+    chats = [span for span in spans.get_finished_spans() if span.name.startswith("chat ")]
+    assert chats and {span.attributes["gen_ai.response.id"] for span in chats} == {
+        "chatcmpl-NONCE-SPAN"
+    }
