@@ -2330,6 +2330,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         ("tests/sessions_app/test_tracing.py::test_a_chat_span_names_the_providers_completion_id",),
     ),
+    Mutant(
+        "only a space admin holds or releases a session",
+        "legal_hold_by_a_member",
+        "sessions_app/services/retention.py",
+        "    if require_member(user, session.space_id) != Membership.Role.ADMIN:",
+        "    if False:",
+        (
+            "tests/foundation/test_admin_scoping.py::test_a_space_admin_holds_and_releases_sessions_in_the_admin",
+        ),
+    ),
 )
 
 

@@ -27,6 +27,7 @@ from sessions_app.models import (
 from sessions_app.selectors.runs import call_responses
 from sessions_app.selectors.sessions import may_delete, sessions_in_reach
 from sessions_app.services.deletion import session_delete, session_delete_nested
+from sessions_app.services.retention import session_legal_hold
 
 
 class SessionScopedAdmin(SpaceScopedAdmin, EncryptedPayloadAdmin):
@@ -60,14 +61,15 @@ class SessionAdmin(SessionScopedAdmin):
         "created_by",
         "created_at",
         "deleted_at",
+        "legal_hold",
         "console",
     ]
-    list_filter = ["space"]
+    list_filter = ["space", "legal_hold"]
     # Titles are encrypted, so a session is found by its number, its creator or its agent.
     search_fields = ["=id", "created_by__username", "agent__name"]
     search_help_text = "Session number, creator's user name or agent name."
     ordering = ["-id"]
-    actions = ["soft_delete"]
+    actions = ["soft_delete", "hold", "release"]
 
     @admin.display(description="Console")
     def console(self, obj):
@@ -115,6 +117,24 @@ class SessionAdmin(SessionScopedAdmin):
             session_delete_nested(user=request.user, session=obj)
         except ApplicationError as error:
             self.message_user(request, f"{obj}: {error.detail}", messages.ERROR)
+
+    @admin.action(description="Put selected sessions on legal hold (retention skips them)")
+    def hold(self, request, queryset):
+        self._legal_hold(request, queryset, hold=True)
+
+    @admin.action(description="Release the legal hold of selected sessions")
+    def release(self, request, queryset):
+        self._legal_hold(request, queryset, hold=False)
+
+    def _legal_hold(self, request, queryset, *, hold: bool) -> None:
+        changed = 0
+        for session in queryset:
+            try:
+                session_legal_hold(user=request.user, session=session, hold=hold)
+                changed += 1
+            except ApplicationError as error:
+                self.message_user(request, f"Session {session.pk}: {error.detail}", messages.ERROR)
+        self.message_user(request, f"{changed} session(s) {'held' if hold else 'released'}.")
 
     @admin.action(description="Delete selected sessions (hide them; purge is separate)")
     def soft_delete(self, request, queryset):

@@ -4,8 +4,9 @@ A space admin sets the rule (`retention_set`), recorded with who set it and when
 applies every rule (`retention_apply`) through the existing soft delete (`session_delete`, with
 its `SessionDeletion` audit row, in the name of the admin who set the rule); the operator's
 `purge_deleted_sessions` then removes them as it removes any deleted session. A session with an
-active or waiting run is skipped, as is one under a legal hold; a session's last run is its
-newest run's end (its creation when it never ran).
+active or waiting run is skipped, as is one under a legal hold (`session_legal_hold`, set and
+released by a space admin); a session's last run is its newest run's end (its creation when it
+never ran).
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def retention_set(*, user, space: Space, days: int) -> Space:
     space.retention_set_at = timezone.now()
     space.save(update_fields=["retention_days", "retention_set_by", "retention_set_at"])
     return space
+
+
+@transaction.atomic(durable=True)
+def session_legal_hold(*, user, session: Session, hold: bool) -> Session:
+    """Put `session` on legal hold (retention skips it) or release it: a space admin only."""
+    if require_member(user, session.space_id) != Membership.Role.ADMIN:
+        raise PermissionDenied("Only a space admin puts a session on legal hold or releases it.")
+    Session.objects.filter(pk=session.pk).update(legal_hold=hold)
+    session.legal_hold = hold
+    return session
 
 
 def retention_due(space: Space, *, days: int | None = None, now=None):

@@ -388,3 +388,21 @@ def test_superusers_manage_users(bob):
     assert client.get("/admin/auth/user/").status_code == 200
     assert client.get(f"/admin/auth/user/{bob.pk}/change/").status_code == 200
     assert client.get("/admin/auth/group/").status_code == 200
+
+
+def test_a_space_admin_holds_and_releases_sessions_in_the_admin(browser, mallory, mine, bob):
+    from agentloom.spaces.models import Membership
+
+    session = mine["session"]
+    changelist = "/admin/sessions_app/session/"
+    browser.post(changelist, {"action": "hold", "_selected_action": [session.pk]})
+    assert Session.objects.get(pk=session.pk).legal_hold
+    browser.post(changelist, {"action": "release", "_selected_action": [session.pk]})
+    assert not Session.objects.get(pk=session.pk).legal_hold
+    # A plain member of the space may see the session but not hold it.
+    Membership.objects.filter(space=session.space, user=mallory).update(role="member")
+    response = browser.post(
+        changelist, {"action": "hold", "_selected_action": [session.pk]}, follow=True
+    )
+    assert b"Only a space admin" in response.content
+    assert not Session.objects.get(pk=session.pk).legal_hold

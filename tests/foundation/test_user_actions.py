@@ -87,6 +87,7 @@ ACTIONS = {
     "session_export": lambda act, w: act(user=w.alice, session=w.session),
     "session_export_by_operator": lambda act, w: act(user=w.root, session_id=w.session.pk),
     "session_fork": lambda act, w: act(user=w.alice, session=w.session, seq=1),
+    "session_legal_hold": lambda act, w: act(user=w.alice, session=w.session, hold=True),
     "session_import": lambda act, w: act(
         user=w.alice,
         space=w.space,
