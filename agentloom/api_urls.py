@@ -23,6 +23,7 @@ from sessions_app.api import (
     SessionImportApi,
     SessionListCreateApi,
     SessionMessagesApi,
+    SessionPinApi,
     SessionRunsApi,
     SessionViewRevokeApi,
     SessionViewsApi,
@@ -51,6 +52,7 @@ urlpatterns = [
     endpoint("v1/sessions/{id}/views/", SessionViewsApi, "api-session-views"),
     endpoint("v1/sessions/{id}/export", SessionExportApi, "api-session-export"),
     endpoint("v1/sessions/{id}/fork", SessionForkApi, "api-session-fork"),
+    endpoint("v1/sessions/{id}/pin", SessionPinApi, "api-session-pin"),
     endpoint(
         "v1/sessions/{id}/views/{revision}/revoke", SessionViewRevokeApi, "api-session-view-revoke"
     ),

@@ -2340,6 +2340,54 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/foundation/test_admin_scoping.py::test_a_space_admin_holds_and_releases_sessions_in_the_admin",
         ),
     ),
+    Mutant(
+        "a run carries the session's pinned instructions after its system prompt",
+        "pins_not_carried",
+        "sessions_app/services/execution.py",
+        'pinned_prompt(version.snapshot.get("system_prompt", ""), run.pinned)',
+        'pinned_prompt(version.snapshot.get("system_prompt", ""), "")',
+        (
+            "tests/sessions_app/test_pinned.py::test_a_pinned_rule_is_in_every_view_word_for_word_after_20_compactions",
+        ),
+    ),
+    Mutant(
+        "a run keeps the pins it was asked with",
+        "pins_read_when_the_run_starts",
+        "sessions_app/services/runs.py",
+        "                pinned=pinned,",
+        '                pinned="",',
+        ("tests/sessions_app/test_pinned.py::test_the_console_pins_from_the_chat_page",),
+    ),
+    Mutant(
+        "pinned instructions count in the room for a question",
+        "pins_outside_the_door",
+        "context_app/engine_adapter.py",
+        '        system_prompt=pinned_prompt(snapshot.get("system_prompt", ""), pinned),',
+        '        system_prompt=snapshot.get("system_prompt", ""),',
+        (
+            "tests/sessions_app/test_pinned.py::test_pins_count_in_the_room_for_a_question_and_too_many_are_refused",
+        ),
+    ),
+    Mutant(
+        "pins that leave less than the floor for a question are refused",
+        "pins_never_refused",
+        "sessions_app/services/runs.py",
+        "    if text and not room.fits:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_pinned.py::test_pins_count_in_the_room_for_a_question_and_too_many_are_refused",
+        ),
+    ),
+    Mutant(
+        "a replay starts with the pins the run was asked with",
+        "replay_without_pins",
+        "sessions_app/services/replay.py",
+        '                run.session.agent_version.snapshot.get("system_prompt", ""), run.pinned',
+        '                run.session.agent_version.snapshot.get("system_prompt", ""), ""',
+        (
+            "tests/sessions_app/test_pinned.py::test_a_pinned_rule_is_in_every_view_word_for_word_after_20_compactions",
+        ),
+    ),
 )
 
 

@@ -441,13 +441,33 @@ def _door_counter(snapshot: dict[str, Any]) -> TokenCounter | None:
     return server_counter(snapshot, connection)
 
 
-def input_check(version: AgentVersion, text: str) -> DoorCheck:
+PINNED_HEADER = "[pinned instructions, kept as written]"
+# The most a session pins (characters); the room for a question decides within it.
+PINNED_MAX_CHARS = 8_000
+
+
+def pinned_prompt(system_prompt: str, pinned: str) -> str:
+    """Return the system prompt a run starts with: the version's, then the session's pinned
+    instructions word for word. The system head is never summarised (compaction pins it), so
+    pinned text is in every view; it counts in the room for a question like the prompt does."""
+    return f"{system_prompt}\n\n{PINNED_HEADER}\n{pinned}" if pinned else system_prompt
+
+
+def pinned_room(version: AgentVersion, pinned: str) -> QuestionRoom:
+    """Return the room for a question `version` leaves with `pinned` after its system prompt."""
+    snapshot = version.snapshot
+    prompt = pinned_prompt(snapshot.get("system_prompt", ""), pinned)
+    return snapshot_question_room({**snapshot, "system_prompt": prompt})
+
+
+def input_check(version: AgentVersion, text: str, pinned: str = "") -> DoorCheck:
     """Return how large `text` is as a question or supplement of `version`, and its limit.
 
     Both are in the unit of the hard check of its runs (`measure_unit`). A `server` version
     counts `text` with the server's tokenizer (one call), the system prompt and the tools with
     the counts kept at publish; when the tokenizer does not answer, `text` is counted in UTF-8
     bytes, never fewer than its tokens. An empty text asks no server (the limit needs none).
+    `pinned`: the session's pinned instructions, which follow the system prompt.
     """
     snapshot = version.snapshot
     counter = _door_counter(snapshot) if text else None
@@ -456,7 +476,7 @@ def input_check(version: AgentVersion, text: str) -> DoorCheck:
         policy=policy,
         budget=budget,
         estimator=estimator,
-        system_prompt=snapshot.get("system_prompt", ""),
+        system_prompt=pinned_prompt(snapshot.get("system_prompt", ""), pinned),
         tools=offered_tools(snapshot),
         text=text,
     )

@@ -35,6 +35,7 @@ from sessions_app.serializers import (
     JournalPageSerializer,
     JournalQuerySerializer,
     ModelCallSerializer,
+    PinSerializer,
     QuestionSerializer,
     RunContextSerializer,
     RunSerializer,
@@ -56,6 +57,7 @@ from sessions_app.services.runs import (
     run_cancel,
     run_resume,
     session_create,
+    session_pin,
     supplement_add,
 )
 
@@ -314,6 +316,28 @@ class SessionForkApi(ApiView):
         data.is_valid(raise_exception=True)
         fork = session_fork(user=request.user, session=session, seq=data.validated_data["seq"])
         return Response(SessionSerializer(fork).data, status=status.HTTP_201_CREATED)
+
+
+class SessionPinApi(ApiView):
+    @api_schema(
+        ok=200,
+        response=SessionSerializer,
+        request=PinSerializer,
+        errors=(400, 404),
+        path_id=SESSION_ID,
+        operation_id="sessions_pin",
+        description="Pin instructions to the session (its creator only; blank unpins): every "
+        "run asked from now on carries them word for word after the system prompt, in every "
+        "view, compactions included; they count in the room for a question (400 naming `text` "
+        "when they would leave less than the floor).",
+    )
+    def post(self, request, id):
+        """Pin instructions."""
+        session = session_get(user=request.user, session_id=object_id(id))
+        data = PinSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        session = session_pin(user=request.user, session=session, text=data.validated_data["text"])
+        return Response(SessionSerializer(session).data)
 
 
 class SessionImportApi(ApiView):

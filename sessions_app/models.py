@@ -41,6 +41,9 @@ class Session(models.Model):
     staged = models.BooleanField(default=False)
     # Exempts the session from its space's retention rule (set by a space admin).
     legal_hold = models.BooleanField(default=False)
+    # Instructions its creator pinned: every run asked from now on carries them word for word
+    # after the system prompt (`engine_adapter.pinned_prompt`). Content, so encrypted.
+    pinned = EncryptedTextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -84,6 +87,9 @@ class Run(models.Model):
     error = models.TextField(blank=True, default="")
     # The trace of the run's latest execution (32 hex digits) when tracing is on, else empty.
     trace_id = models.CharField(max_length=32, blank=True, default="")
+    # The session's pinned instructions when the run was asked: what it starts, resumes and
+    # replays with, whatever is pinned later.
+    pinned = EncryptedTextField(blank=True, default="")
     # While waiting for approval, and until the run continues: the calls awaiting a decision
     # (`[{call_id, tool, arguments}]`); and every decision made on the run's calls (`{call_id:
     # {approved, note, by, at}}`, kept so a replay decides as the run did). Encrypted: arguments

@@ -81,6 +81,10 @@ class SessionSerializer(serializers.Serializer):
     agent = serializers.IntegerField(source="agent_id")
     agent_version = serializers.IntegerField(source="agent_version_id")
     title = serializers.CharField()
+    pinned = serializers.CharField(
+        help_text="Instructions pinned to the session: every run asked since carries them word "
+        "for word after the system prompt (empty: none)."
+    )
     created_at = serializers.DateTimeField()
     cost = serializers.SerializerMethodField(help_text=_COST_HELP)
 
@@ -181,6 +185,14 @@ class QuestionSerializer(StrictSerializer):
 
 class SupplementCreateSerializer(StrictSerializer):
     text = TextField(max_length=MAX_SUPPLEMENT_CHARS)
+
+
+class PinSerializer(StrictSerializer):
+    text = TextField(
+        max_length=8_000,
+        allow_blank=True,
+        help_text="The instructions to pin (blank unpins).",
+    )
 
 
 class ForkSerializer(StrictSerializer):

@@ -1,4 +1,4 @@
-"""The console's actions: the forms a page posts (new session, ask, rename, delete, revoke,
+"""The console's actions: the forms a page posts (new session, ask, rename, pin, delete, revoke,
 fork) and the export download.
 
 Each calls one service and redirects: to the page it leads to when done, with a message, and
@@ -28,7 +28,7 @@ from sessions_app.services.deletion import session_delete
 from sessions_app.services.export import EXPORT_FORMATS, session_export
 from sessions_app.services.fork import session_fork
 from sessions_app.services.reusable_views import view_revoke
-from sessions_app.services.runs import run_ask, session_create, session_rename
+from sessions_app.services.runs import run_ask, session_create, session_pin, session_rename
 
 
 def _home(request, **url_kwargs) -> str:
@@ -83,6 +83,17 @@ def rename(request, session_id: int):
     session = session_get(user=request.user, session_id=session_id)
     session_rename(user=request.user, session=session, title=request.POST.get("title", ""))
     messages.success(request, f"Renamed to “{session}”.")
+    return redirect("console-chat", session_id=session.pk)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat, prefix="Not pinned: ")
+def pin(request, session_id: int):
+    """Pin instructions to one of the caller's sessions (blank unpins), then return to its chat."""
+    session = session_get(user=request.user, session_id=session_id)
+    session = session_pin(user=request.user, session=session, text=request.POST.get("text", ""))
+    messages.success(request, "Pinned." if session.pinned else "Unpinned.")
     return redirect("console-chat", session_id=session.pk)
 
 

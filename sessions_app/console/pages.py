@@ -63,7 +63,7 @@ def _input_limit(session: Session) -> dict[str, Any]:
     what the page says of a blank one."""
     version = session.agent_version
     return {
-        "inputLimit": input_check(version, "").limit,
+        "inputLimit": input_check(version, "", session.pinned).limit,
         # The page counts bytes exactly as the byte estimator does; tokens only approximately.
         "inputUnit": estimator_name((version.snapshot.get("estimator") or {}).get("module_id")),
         "inputLegacy": version.snapshot.get("context_policy") is None,

@@ -31,6 +31,7 @@ urlpatterns = [
     path("sessions/<pk:session_id>/", pages.chat, name="console-chat"),
     path("sessions/<pk:session_id>/ask/", actions.ask, name="console-ask"),
     path("sessions/<pk:session_id>/rename/", actions.rename, name="console-session-rename"),
+    path("sessions/<pk:session_id>/pin/", actions.pin, name="console-session-pin"),
     path("sessions/<pk:session_id>/delete/", actions.delete, name="console-session-delete"),
     path("sessions/<pk:session_id>/export/", actions.export, name="console-session-export"),
     path("sessions/<pk:session_id>/fork/", actions.fork, name="console-session-fork"),

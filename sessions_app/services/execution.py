@@ -32,6 +32,7 @@ from agentloom.providers import PriceInForce
 from context_app.engine_adapter import (
     build_engine,
     estimator_name,
+    pinned_prompt,
     price_for,
     version_binding,
     version_connection,
@@ -295,7 +296,7 @@ def _start(run_id: int, owner: str):
     start = {
         "run_number": run.number,
         "attempt": run.attempt,
-        "system_prompt": version.snapshot.get("system_prompt", ""),
+        "system_prompt": pinned_prompt(version.snapshot.get("system_prompt", ""), run.pinned),
         "question": run.question,
         "history": new_run_history(run.session, binding, as_of=run),
         "calibration_start": (

@@ -52,7 +52,7 @@ from agentloom.engine import (
 )
 from agentloom.errors import ApplicationError
 from agentloom.toolservers import failure_reason
-from context_app.engine_adapter import gateway_for, run_measures, version_binding
+from context_app.engine_adapter import gateway_for, pinned_prompt, run_measures, version_binding
 from context_app.services.server_tools import server_tools_of
 from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionMessage
 from sessions_app.selectors.approvals import decisions_of
@@ -480,7 +480,9 @@ def _run_attempt(
         outcome = engine.start(
             run_number=run.number,
             attempt=attempt.number,
-            system_prompt=run.session.agent_version.snapshot.get("system_prompt", ""),
+            system_prompt=pinned_prompt(
+                run.session.agent_version.snapshot.get("system_prompt", ""), run.pinned
+            ),
             question=run.question,
             history=history_for_new_run(
                 run.session,

@@ -22,7 +22,7 @@ from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
-from context_app.engine_adapter import input_check, redactor_for
+from context_app.engine_adapter import PINNED_MAX_CHARS, input_check, pinned_room, redactor_for
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
 from sessions_app.selectors.journal import journaled_terminal
@@ -104,6 +104,28 @@ def session_rename(*, user, session: Session, title) -> Session:
     return session
 
 
+@transaction.atomic(durable=True)
+def session_pin(*, user, session: Session, text) -> Session:
+    """Pin instructions to the caller's own session (blank: unpin); runs asked from now on
+    carry them word for word. 400 naming `text` when they would leave less room for a question
+    than the floor a version is published with."""
+    text = clean_text(text, field="text", max_chars=PINNED_MAX_CHARS, required=False).strip()
+    if session.created_by_id != user.pk:
+        raise NotFound("Not found.")
+    text = redactor_for(session.agent_version).text(text)
+    room = pinned_room(session.agent_version, text)
+    if text and not room.fits:
+        raise InvalidInput(
+            f"These instructions would leave room for a question of {room.room:,}, below the "
+            f"floor of {room.to_dict()['floor']:,}; shorten them.",
+            field="text",
+        )
+    lock_live_session(session.pk)
+    Session.objects.filter(pk=session.pk).update(pinned=text)
+    session.pinned = text
+    return session
+
+
 def lock_live_session(session_id: int) -> None:
     """Lock the session row for this transaction; NotFound once it has been deleted.
 
@@ -166,9 +188,9 @@ def _queue_deadline():
 # --- asking, resuming, cancelling ------------------------------------------------------------
 
 
-def _refuse_oversized(version, text: str, *, field: str, what: str) -> None:
+def _refuse_oversized(version, text: str, *, field: str, what: str, pinned: str = "") -> None:
     """Refuse an input too large for the run to ever compact below its target (before any write)."""
-    check = input_check(version, text)
+    check = input_check(version, text, pinned)
     if not check.fits:
         raise InvalidInput(
             f"This {what} is estimated at {check.described()} that this agent's context "
@@ -193,7 +215,9 @@ def run_ask(*, user, session: Session, question) -> Run:
     # Past a spend limit the question is refused; near one it is taken with a warning.
     warnings = spend_check(session=session)
     question = redactor_for(session.agent_version).text(question)
-    _refuse_oversized(session.agent_version, question, field="question", what="question")
+    _refuse_oversized(
+        session.agent_version, question, field="question", what="question", pinned=session.pinned
+    )
     with transaction.atomic(durable=True):
         run = _run_create(session, question)
     run.spend_warnings = warnings
@@ -214,13 +238,15 @@ def _run_create(session: Session, question: str) -> Run:
             number = (session.runs.aggregate(top=Max("number"))["top"] or 0) + 1
             # The question inherits the journal as it stands now (no run is active), even if
             # it waits in the queue or is cancelled and resumed later.
-            journaled = Session.objects.values_list("next_seq", flat=True).get(pk=session.pk) - 1
+            # And the instructions pinned now, whatever is pinned while it waits.
+            next_seq, pinned = Session.objects.values_list("next_seq", "pinned").get(pk=session.pk)
             run = Run.objects.create(
                 session=session,
                 number=number,
                 status=Run.Status.QUEUED,
                 question=question,
-                inherited_watermark=journaled,
+                pinned=pinned,
+                inherited_watermark=next_seq - 1,
                 lease_expires_at=_queue_deadline(),
             )
             _title_if_untitled(session, question)
@@ -317,7 +343,9 @@ def supplement_add(*, user, run: Run, text) -> RunSupplement:
     limit("supplements_per_session", run.session_id, what="supplements in this session")
     limit("supplements_per_user", user.pk, what="supplements")
     text = redactor_for(run.session.agent_version).text(text)
-    _refuse_oversized(run.session.agent_version, text, field="text", what="supplement")
+    _refuse_oversized(
+        run.session.agent_version, text, field="text", what="supplement", pinned=run.pinned
+    )
     lock_live_session(run.session_id)
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status == Run.Status.SUCCEEDED or (

@@ -36,6 +36,7 @@ OPERATIONS = [
     ("GET", "/api/v1/sessions/{id}/export"),
     ("POST", "/api/v1/sessions/{id}/fork"),
     ("POST", "/api/v1/sessions/import"),
+    ("POST", "/api/v1/sessions/{id}/pin"),
     ("POST", "/api/v1/sessions/{id}/views/{revision}/revoke"),
     ("GET", "/api/v1/runs/{id}/"),
     ("POST", "/api/v1/runs/{id}/supplements"),

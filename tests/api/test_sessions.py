@@ -15,7 +15,16 @@ def test_open_a_session_of_a_version(api, version, alice):
     response = api.post("/api/v1/sessions/", {"agent_version": version.pk, "title": "T"}, "json")
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"id", "space", "agent", "agent_version", "title", "created_at", "cost"}
+    assert set(body) == {
+        "id",
+        "space",
+        "agent",
+        "agent_version",
+        "title",
+        "pinned",
+        "created_at",
+        "cost",
+    }
     assert (body["agent_version"], body["agent"], body["title"]) == (
         version.pk,
         version.agent_id,

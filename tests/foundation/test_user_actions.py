@@ -88,6 +88,7 @@ ACTIONS = {
     "session_export_by_operator": lambda act, w: act(user=w.root, session_id=w.session.pk),
     "session_fork": lambda act, w: act(user=w.alice, session=w.session, seq=1),
     "session_legal_hold": lambda act, w: act(user=w.alice, session=w.session, hold=True),
+    "session_pin": lambda act, w: act(user=w.alice, session=w.session, text="Be brief."),
     "session_import": lambda act, w: act(
         user=w.alice,
         space=w.space,
