@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+from mcp import types as mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import (
@@ -103,7 +104,12 @@ def _add_growth(server: MCPServer, calls: Calls) -> None:
         if "fresh" not in {tool.name for tool in await server.list_tools()}:
             server.add_tool(fresh, description="A tool added while serving.")
         if ctx.protocol_version and ctx.protocol_version.startswith("2025"):
-            await ctx.session.send_tool_list_changed()
+            # Related to this request, so it goes on the call's own SSE answer, before the
+            # result. (`send_tool_list_changed()` relates it to nothing: the SDK sends it on the
+            # standalone GET stream, and drops it while the client has not opened that one yet.)
+            await ctx.session.send_notification(
+                mcp_types.ToolListChangedNotification(), related_request_id=ctx.request_id
+            )
         else:
             await ctx.notify_tools_changed()
         return "grown"
