@@ -2344,8 +2344,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a run carries the session's pinned instructions after its system prompt",
         "pins_not_carried",
         "sessions_app/services/execution.py",
-        'pinned_prompt(version.snapshot.get("system_prompt", ""), run.pinned)',
-        'pinned_prompt(version.snapshot.get("system_prompt", ""), "")',
+        '"system_prompt": pinned_prompt(version.snapshot, run.pinned),',
+        '"system_prompt": pinned_prompt(version.snapshot, ""),',
         (
             "tests/sessions_app/test_pinned.py::test_a_pinned_rule_is_in_every_view_word_for_word_after_20_compactions",
         ),
@@ -2362,8 +2362,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "pinned instructions count in the room for a question",
         "pins_outside_the_door",
         "context_app/engine_adapter.py",
-        '        system_prompt=pinned_prompt(snapshot.get("system_prompt", ""), pinned),',
-        '        system_prompt=snapshot.get("system_prompt", ""),',
+        "        system_prompt=pinned_prompt(snapshot, pinned),",
+        '        system_prompt=pinned_prompt(snapshot, ""),',
         (
             "tests/sessions_app/test_pinned.py::test_pins_count_in_the_room_for_a_question_and_too_many_are_refused",
         ),
@@ -2382,8 +2382,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a replay starts with the pins the run was asked with",
         "replay_without_pins",
         "sessions_app/services/replay.py",
-        '                run.session.agent_version.snapshot.get("system_prompt", ""), run.pinned',
-        '                run.session.agent_version.snapshot.get("system_prompt", ""), ""',
+        "pinned_prompt(run.session.agent_version.snapshot, run.pinned)",
+        'pinned_prompt(run.session.agent_version.snapshot, "")',
         (
             "tests/sessions_app/test_pinned.py::test_a_pinned_rule_is_in_every_view_word_for_word_after_20_compactions",
         ),

@@ -446,18 +446,19 @@ PINNED_HEADER = "[pinned instructions, kept as written]"
 PINNED_MAX_CHARS = 8_000
 
 
-def pinned_prompt(system_prompt: str, pinned: str) -> str:
-    """Return the system prompt a run starts with: the version's, then the session's pinned
-    instructions word for word. The system head is never summarised (compaction pins it), so
-    pinned text is in every view; it counts in the room for a question like the prompt does."""
+def pinned_prompt(snapshot: dict[str, Any], pinned: str) -> str:
+    """Return the system prompt a run of `snapshot` starts with: the version's, then the
+    session's pinned instructions word for word. The system head is never summarised
+    (compaction pins it), so pinned text is in every view; it counts in the room for a question
+    like the prompt does."""
+    system_prompt = snapshot.get("system_prompt", "")
     return f"{system_prompt}\n\n{PINNED_HEADER}\n{pinned}" if pinned else system_prompt
 
 
 def pinned_room(version: AgentVersion, pinned: str) -> QuestionRoom:
     """Return the room for a question `version` leaves with `pinned` after its system prompt."""
     snapshot = version.snapshot
-    prompt = pinned_prompt(snapshot.get("system_prompt", ""), pinned)
-    return snapshot_question_room({**snapshot, "system_prompt": prompt})
+    return snapshot_question_room({**snapshot, "system_prompt": pinned_prompt(snapshot, pinned)})
 
 
 def input_check(version: AgentVersion, text: str, pinned: str = "") -> DoorCheck:
@@ -476,7 +477,7 @@ def input_check(version: AgentVersion, text: str, pinned: str = "") -> DoorCheck
         policy=policy,
         budget=budget,
         estimator=estimator,
-        system_prompt=pinned_prompt(snapshot.get("system_prompt", ""), pinned),
+        system_prompt=pinned_prompt(snapshot, pinned),
         tools=offered_tools(snapshot),
         text=text,
     )

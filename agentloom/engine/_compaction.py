@@ -545,9 +545,11 @@ class _Attempt:
         ended = self.choose_material()
         if ended is not None:
             return ended
-        failure = self.prefix_summary() if self.request.prefix_summary else None
-        if failure is None and self.form == "prefix":
-            return None
+        failure = None
+        if self.request.prefix_summary:
+            failure = self.prefix_summary()
+            if failure is None:
+                return None
         left = self.request.policy.max_compaction_calls - self.calls
         if failure is not None and left <= 0:
             return self.outcome("failed", failure)
@@ -781,15 +783,10 @@ def _cut_to_fit(assemble, measure, body: str, trigger_at: int):
 
 def _clipped(text: str, limit: int, estimator: TokenEstimator) -> str:
     """Return `text`, or its start with a mark saying it was cut, in at most `limit` units."""
-    empty = estimator.upper_bound([{"role": "user", "content": ""}], [])
-
-    def size(candidate: str) -> int:
-        return estimator.upper_bound([{"role": "user", "content": candidate}], []) - empty
-
-    if size(text) <= limit:
+    if _units(text, estimator) <= limit:
         return text
-    while text and size(text + SUMMARY_CUT) > limit:
-        over = size(text + SUMMARY_CUT) - limit
+    while text and _units(text + SUMMARY_CUT, estimator) > limit:
+        over = _units(text + SUMMARY_CUT, estimator) - limit
         text = text[: max(len(text) - max(over, len(text) // 8), 0)]
     return text + SUMMARY_CUT if text else ""
 

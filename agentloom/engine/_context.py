@@ -203,29 +203,6 @@ class ContextManager(abc.ABC):
     def settle_pending(self) -> list[Record]:
         """Answer every pending tool call with an `unknown` result; never re-execute it."""
 
-    def _reference(self, index: int) -> str | None:
-        """Return the reference of the view message at `index` (a summary: what it summarised).
-
-        A record's is `r<run>:<seq>` or `s:<seq>`; a handoff summary cites the span of the records
-        it stood for, so identifiers carried from it keep pointing into the journal.
-        """
-        origin = self.frame.origins[index] if index < len(self.frame.origins) else None
-        if not origin:
-            return None
-        if "own" in origin:
-            return self.ref(origin["own"])
-        if "s" in origin:
-            return origin.get("ref") or f"s:{origin['s']}"
-        earlier = {s["revision"]: s.get("sources") or {} for s in self.frame.compactions}
-        sources = self._sources_at([index], earlier)
-        # Cited by span (first to last of each kind), short enough to repeat on a kept line.
-        spans = [(ranges[0][0], ranges[-1][1], kind) for kind, ranges in sources.items() if ranges]
-        refs = [
-            f"s:{first}–{last}" if kind == "session" else f"{self.ref(first)}–{last}"
-            for first, last, kind in spans
-        ]
-        return cited(refs) or None
-
     def apply_budget(self, budget: ModelBudget) -> None:  # noqa: B027 - optional, no-op default
         """Measure against `budget` from now on: a window the run learned from a refusal.
 
@@ -648,6 +625,29 @@ class JournalContextManager(ContextManager):
         else:
             found = None
         return message_text(found) if found is not None else None
+
+    def _reference(self, index: int) -> str | None:
+        """Return the reference of the view message at `index` (a summary: what it summarised).
+
+        A record's is `r<run>:<seq>` or `s:<seq>`; a handoff summary cites the span of the records
+        it stood for, so identifiers carried from it keep pointing into the journal.
+        """
+        origin = self.frame.origins[index] if index < len(self.frame.origins) else None
+        if not origin:
+            return None
+        if "own" in origin:
+            return self.ref(origin["own"])
+        if "s" in origin:
+            return origin.get("ref") or f"s:{origin['s']}"
+        earlier = {s["revision"]: s.get("sources") or {} for s in self.frame.compactions}
+        sources = self._sources_at([index], earlier)
+        # Cited by span (first to last of each kind), short enough to repeat on a kept line.
+        spans = [(ranges[0][0], ranges[-1][1], kind) for kind, ranges in sources.items() if ranges]
+        refs = [
+            f"s:{first}–{last}" if kind == "session" else f"{self.ref(first)}–{last}"
+            for first, last, kind in spans
+        ]
+        return cited(refs) or None
 
     def _mask(self, index: int) -> dict[str, Any] | None:
         """Return the one-line stub for the tool result at `index` of the view, if it has one."""

@@ -104,10 +104,10 @@ KEPT_HEADER = "Kept verbatim (identifiers of the summarised records, with the re
 _KEPT_LINE = re.compile(
     r"^- (?P<identifier>.+?) \((?P<ref>(?:s|r[\d.]+):\d[^()]*)\): (?P<context>.*)$"
 )
-# A record reference, or a range of them (`s:3`, `r2:5`, `r2.1:4–9`).
 # What the engine itself writes into views: record references and its own tool-call ids. They
 # name nothing of the work, so a summary need not keep them.
 _INTERNAL = re.compile(r"(?:s|r[\d.]+):\d+|r\d+(?:\.\d+)?-\d+-\d+|read_record")
+# A record reference, or a range of them (`s:3`, `r2:5`, `r2.1:4–9`).
 _REF_PARTS = re.compile(r"^(?P<prefix>s|r[\d.]+):(?P<seq>\d+)(?:–(?P<last>\d+))?$")
 
 

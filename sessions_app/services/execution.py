@@ -296,7 +296,7 @@ def _start(run_id: int, owner: str):
     start = {
         "run_number": run.number,
         "attempt": run.attempt,
-        "system_prompt": pinned_prompt(version.snapshot.get("system_prompt", ""), run.pinned),
+        "system_prompt": pinned_prompt(version.snapshot, run.pinned),
         "question": run.question,
         "history": new_run_history(run.session, binding, as_of=run),
         "calibration_start": (

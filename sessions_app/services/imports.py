@@ -239,15 +239,15 @@ def _write(batch: list[SessionMessage]) -> None:
 
 
 def staged_discard(*, now: datetime | None = None) -> list[int]:
-    """Remove the staged sessions of imports that stopped; return their ids."""
+    """Remove the staged sessions of imports that stopped; return the ids removed."""
     cutoff = (now or timezone.now()) - STAGED_MAX_AGE
-    stale = list(
-        Session.objects.filter(staged=True, created_at__lt=cutoff).values_list("pk", flat=True)
-    )
-    for session_id in stale:
+    stale = Session.objects.filter(staged=True, created_at__lt=cutoff).values_list("pk", flat=True)
+    removed = []
+    for session_id in list(stale):
         with transaction.atomic(durable=True):
             # Locked, and checked again: a publish that just happened keeps its session.
             session = Session.objects.select_for_update().filter(pk=session_id, staged=True).first()
             if session is not None:
                 session.delete()
-    return stale
+                removed.append(session_id)
+    return removed

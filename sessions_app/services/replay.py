@@ -480,9 +480,7 @@ def _run_attempt(
         outcome = engine.start(
             run_number=run.number,
             attempt=attempt.number,
-            system_prompt=pinned_prompt(
-                run.session.agent_version.snapshot.get("system_prompt", ""), run.pinned
-            ),
+            system_prompt=pinned_prompt(run.session.agent_version.snapshot, run.pinned),
             question=run.question,
             history=history_for_new_run(
                 run.session,
