@@ -8,6 +8,8 @@ inside a URL, a number inside a version) is not repeated.
 
 `terms(text)` is what a search indexes and looks up: lower-cased words, each identifier whole, and
 the character bigrams of Chinese, Japanese and Korean runs (which have no spaces between words).
+A span that looks like a credential (a known key prefix, or a long run of mixed-case letters and
+digits) is never a term, so neither the index nor a search can confirm a pasted key.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import re
 from dataclasses import dataclass
 
 _QUOTED = r"\"[^\"\n]{2,200}\"|'[^'\n]{2,200}'|`[^`\n]{1,200}`|“[^”\n]{1,200}”|「[^」\n]{1,200}」"
-_URL = r"[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{}，。、]+"
-_PATH = r"(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]*)+|[\w.-]+(?:/[\w.@+-]+)+\.\w+|[A-Za-z]:\\[\w.\\ -]+"
+_URL = r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{}，。、]+"
+_PATH = (
+    r"(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]*)+|(?<![\w.-])[\w.-]+(?:/[\w.@+-]+)+\.\w+"
+    r"|[A-Za-z]:\\[\w.\\ -]+"
+)
 _HEX = r"\b(?:[0-9a-f]{7,}|[0-9A-F]{7,})\b"
 _UUID = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
 _MONEY = (
@@ -26,15 +31,19 @@ _MONEY = (
 )
 _VERSION = r"\bv?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?\b"
 _UNIT = (
-    r"\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:%|‰|°C|°F|(?:ms|µs|us|ns|s|sec|min|h|hrs?|days?|KiB|MiB|GiB|TiB|"
+    r"(?<![\d,.])\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:%|‰|°C|°F|(?:ms|µs|us|ns|s|sec|min|h|hrs?|days?|KiB|MiB|GiB|TiB|"
     r"kB|KB|MB|GB|TB|B|bytes?|Hz|kHz|MHz|GHz|px|pt|em|rem|mm|cm|m|km|kg|g|mg|ml|l|req/s|rps|"
     r"tokens?|ops/s|k|K|M)\b|个|次|天|小时|分钟|秒|毫秒|人|条|台|年|月|日|号|万|亿)"
 )
+# A code ends where the id ends: `KL-1220-6d81` is one id, not the code `KL-1220` and a tail.
 _CODE = (
     r"\b(?:HTTP\s?[1-5]\d\d|[A-Z]{1,5}-?\d{3,6}|E[A-Z]{2,}[A-Z_]*|ERR_[A-Z0-9_]+"
-    r"|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\b"
+    r"|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\b(?!-\w)"
 )
-_ID = r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)+\b|\b[a-z]+_[a-z0-9_]+\b"
+_ID = (
+    r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)+\b"
+    r"|\b[a-z]+_[a-z0-9_]+\b"
+)
 _PATTERN = re.compile(
     "|".join(
         f"(?:{part})"
@@ -47,6 +56,15 @@ _CASED = re.compile(_CODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TRAILING = ".,;:!?)"
+# Each pattern that starts with a repeated class starts only where such a run starts (the
+# lookbehinds above): tried at every position of a long run, it would take quadratic time, and
+# records of hundreds of thousands of characters are indexed and summarised.
+# Credentials by their published prefixes (OpenAI, Anthropic, GitHub, GitLab, Slack, AWS, Google,
+# Stripe, DeepSeek's `sk-`), and any 24+ character run with upper, lower case and digits.
+_SECRET_PREFIX = re.compile(
+    r"(?:sk|pk|rk)[-_]|ghp_|gho_|ghu_|ghs_|github_pat_|glpat-|xox[abpr]-|akia|asia|aiza"
+)
+_MIXED_RUN = re.compile(r"[A-Za-z0-9_\-+/=]{24,}")
 
 
 def identifiers(text: str) -> list[str]:
@@ -81,13 +99,28 @@ def _plausible(span: str) -> bool:
     return len(span) > 1
 
 
+def secret_like(span: str) -> bool:
+    """Return whether `span` looks like a credential (see the module): never a search term."""
+    if len(span) >= 20 and _SECRET_PREFIX.match(span.lower()):
+        return True
+    for run in _MIXED_RUN.findall(span):
+        if (
+            any(c.isupper() for c in run)
+            and any(c.islower() for c in run)
+            and any(c.isdigit() for c in run)
+        ):
+            return True
+    return False
+
+
 def terms(text: str) -> list[str]:
     """The search terms of `text`: words, identifiers and CJK bigrams, lower-cased."""
     found: dict[str, None] = {}
     for identifier in identifiers(text):
-        found[identifier.strip("\"'`“”「」").lower()] = None
+        if not secret_like(identifier):
+            found[identifier.strip("\"'`“”「」").lower()] = None
     for word in _WORD.findall(text):
-        if _CJK.fullmatch(word):
+        if _CJK.fullmatch(word) or secret_like(word):
             continue
         found[word.lower()] = None
     for run in _CJK.findall(text):

@@ -25,6 +25,10 @@ TABLE = [
         '服务器在 2026年 有 3台，预算 500元，延迟 120毫秒，"keep it short"',
         ["2026年", "3台", "500元", "120毫秒", '"keep it short"'],
     ),
+    (
+        "ticket JIRA-1234 set code KL-1220-6d81 and PROJ-4242-beta.",
+        ["JIRA-1234", "KL-1220-6d81", "PROJ-4242-beta"],
+    ),
     ("The quick brown fox decided to go home", []),
 ]
 
