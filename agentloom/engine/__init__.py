@@ -71,7 +71,8 @@ Where each rule of the design lives (each module's docstring states its rules):
   `_rendering`; compaction versions (the procedure a checkpoint's binding names):
   `_compaction_versions`; the checkpoint frame: `_frame`; records and entry keys: `_records`;
   the lease heartbeat and cancellation relay: `_watch`; identifiers a summary keeps and search
-  terms: `_identifiers`.
+  terms: `_identifiers`; `search_history`'s matching, ranking and result: `_search` (the tool in
+  `_tools`, the visibility in the context manager, the journal's keyed index on the app side).
 """
 
 from agentloom.engine._approval import WAITING_APPROVAL, Decision
@@ -191,6 +192,15 @@ from agentloom.engine._records import (
 from agentloom.engine._redaction import Redactor, StreamRedactor
 from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
 from agentloom.engine._rendering import rendering_binding, rendering_named, rendering_of
+from agentloom.engine._search import (
+    MAX_QUERY_CHARS,
+    SEARCH_HISTORY,
+    Hit,
+    SearchQuery,
+    rank,
+    record_terms,
+    searchable_text,
+)
 from agentloom.engine._server_count import ServerEstimator, TokenCounter
 from agentloom.engine._tools import (
     BUILTIN_TOOL_NAMES,
@@ -336,6 +346,14 @@ __all__ = [  # noqa: RUF022
     "rendering_binding",
     "rendering_named",
     "rendering_of",
+    # _search
+    "MAX_QUERY_CHARS",
+    "SEARCH_HISTORY",
+    "Hit",
+    "SearchQuery",
+    "rank",
+    "record_terms",
+    "searchable_text",
     # _server_count
     "ServerEstimator",
     "TokenCounter",

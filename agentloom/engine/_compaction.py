@@ -49,7 +49,8 @@ identifiers of the records the summary replaces against it: those it lost are ap
 with their record references in a bounded "kept verbatim" section, within what is left of the
 summary's room (it never turns a summary that fits into a failure), followed by the references
 of every record summarised (saying that `read_record` reads them back where the version offers
-it). The compaction row counts the identifiers found, kept and added.
+it, and that `search_history` finds the rest where the instance is offered that too). The
+compaction row counts the identifiers found, kept and added.
 
 Every size of an attempt (before, pinned, masked, the summary's room, after) is measured on what
 the gateway sends for the view (`request.sent`, its payload), the size the triggers fired on.
@@ -84,6 +85,7 @@ from agentloom.engine._protocol import (
     render_message,
     tool_calls_of,
 )
+from agentloom.engine._search import SEARCH_HISTORY
 
 __all__ = [
     "HANDOFF_HEADER",
@@ -116,6 +118,11 @@ HANDOFF_HEADER = (
 # The compactor's citation line, and what it adds where the version offers `read_record`.
 SOURCES_HEADER = "Summarised records: "
 READ_BACK_NOTE = " (read_record reads back any record cited in this summary)"
+# Where the version also offers `search_history`, the citation says so instead.
+SEARCH_NOTE = (
+    " (read_record reads back any record cited in this summary; search_history finds anything "
+    "else of the session)"
+)
 PLAN_HEADER = "[current plan, kept as written]"
 # The instruction that ends a summary request made on the conversation's own prefix.
 PREFIX_MARK = "[summary request]"
@@ -179,6 +186,13 @@ class CompactionRequest:
     @property
     def kept_verbatim(self) -> bool:
         return self.reference is not None
+
+    @property
+    def searchable(self) -> bool:
+        """Whether the instance is offered `search_history` (its handoff text may name it)."""
+        return any(
+            (tool.get("function") or {}).get("name") == SEARCH_HISTORY for tool in self.tools
+        )
 
 
 @dataclass(frozen=True)
@@ -630,7 +644,7 @@ class _Attempt:
 
         footer = f"\n\n{SOURCES_HEADER}{cited(cited_refs)}" if cited_refs else ""
         if footer and request.readable:
-            footer += READ_BACK_NOTE
+            footer += SEARCH_NOTE if request.searchable else READ_BACK_NOTE
         if not fits(body + footer):
             footer = ""  # no room left even for the citation: the summary stays as it is
         limit = max(self.room - _units(body + footer, estimator) - SEGMENT_SLACK, 0)

@@ -100,6 +100,14 @@ from agentloom.engine._refs import (
     materialize,
 )
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
+from agentloom.engine._search import (
+    UNMEASURED_RESULT_CHARS,
+    Hit,
+    SearchQuery,
+    rank,
+    render_hits,
+    searchable_text,
+)
 from agentloom.engine._server_count import fallback_note, server_estimator_of
 from agentloom.engine._usage import add_usage
 
@@ -625,6 +633,31 @@ class JournalContextManager(ContextManager):
         else:
             found = None
         return message_text(found) if found is not None else None
+
+    def search_history(self, query: SearchQuery) -> str:
+        """Answer `search_history`: the records this instance may read that match `query`.
+
+        The same visibility as `read_record`: the instance's own records of this run, and for the
+        main instance the session's main records up to its inherited watermark (the store's
+        search, which never reads past it). A sub-agent searches only its own records.
+        """
+        frame = self.frame
+        run = frame.state.run_number
+        candidates = [
+            Hit(self.ref(record.seq), record.kind, run, text, (1, record.seq))
+            for record in frame.records
+            if record.kind != "status" and query.admits(record.kind, run)
+            for text in [searchable_text(record.message)]
+            if text
+        ]
+        if frame.instance == MAIN_INSTANCE and self.record_store is not None:
+            candidates += self.record_store.search(query, up_to=frame.inherited_watermark)
+        sizer = self.sizer
+        if sizer is None:
+            fits = lambda text: len(text) <= UNMEASURED_RESULT_CHARS  # noqa: E731
+        else:
+            fits = lambda text: sizer.size(text) <= sizer.limit  # noqa: E731
+        return render_hits(query, rank(query, candidates), fits)
 
     def _reference(self, index: int) -> str | None:
         """Return the reference of the view message at `index` (a summary: what it summarised).

@@ -1314,7 +1314,11 @@ class _InstanceLoop:
         if problems:
             raise ToolError("invalid arguments: " + "; ".join(problems))
         signal = threading.Event()
-        context = ToolContext(cancelled=signal, set_plan=getattr(self.context, "set_plan", None))
+        context = ToolContext(
+            cancelled=signal,
+            set_plan=getattr(self.context, "set_plan", None),
+            search=getattr(self.context, "search_history", None),
+        )
         limit = tool.limit_seconds(arguments)
         try:
             if limit is None:

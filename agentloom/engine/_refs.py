@@ -58,6 +58,7 @@ from agentloom.engine._protocol import (
     run_note,
 )
 from agentloom.engine._records import Record
+from agentloom.engine._search import Hit, SearchQuery
 
 __all__ = [
     "LARGE_KEYS",
@@ -202,6 +203,14 @@ class RecordStore(abc.ABC):
         reference is not readable. A store that keeps no journal reads nothing.
         """
         return None
+
+    def search(self, query: SearchQuery, *, up_to: int) -> list[Hit]:
+        """Return the best main-instance journal records with session seq <= `up_to` for `query`.
+
+        At most `query.limit` hits, each referred to as `s:<seq>` with `order` `(0, seq)`, ranked
+        as `_search.rank` ranks them. A store that keeps no journal finds nothing.
+        """
+        return []
 
 
 class ViewEncoder:

@@ -28,6 +28,13 @@ from typing import Any
 from agentloom.engine._clock import Clock, iso_utc, system_clock
 from agentloom.engine._errors import ConfigurationError, ToolCancelled, ToolError
 from agentloom.engine._large import READ_MAX_CHARS, READ_RECORD
+from agentloom.engine._search import (
+    MAX_HITS,
+    MAX_QUERY_CHARS,
+    SEARCH_HISTORY,
+    SEARCHABLE_KINDS,
+    SearchQuery,
+)
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
@@ -37,6 +44,7 @@ __all__ = [
     "PLAN_UPDATED",
     "DelegateTool",
     "ReadRecordTool",
+    "SearchHistoryTool",
     "SubAgent",
     "Tool",
     "ToolContext",
@@ -65,11 +73,13 @@ class ToolContext:
 
     `cancelled` is set when the run is cancelled (or loses its lease) while the tool runs: a
     tool that waits stops on it and raises `ToolCancelled`. `set_plan` replaces the calling
-    instance's plan (it raises `ToolError` when the plan is too large).
+    instance's plan (it raises `ToolError` when the plan is too large). `search` answers a
+    `search_history` query over the records the calling instance may read.
     """
 
     cancelled: threading.Event = field(default_factory=threading.Event)
     set_plan: Callable[[str], None] | None = None
+    search: Callable[[SearchQuery], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -418,6 +428,38 @@ def plan_set_by(tool_name: str, result: str) -> str | None:
     return plan or None
 
 
+class SearchHistoryTool(Tool):
+    """`search_history{query, limit?, kinds?, runs?}`: search the records the instance may read.
+
+    A built-in tool the agent is given by name; it runs in the calling instance's context
+    (`ToolContext.search`), so it sees exactly what that instance may read back.
+    """
+
+    name = SEARCH_HISTORY
+    # Kept short: the schema is sent with every request of every version that has the tool.
+    description = (
+        "Search all of this session's history, also what is no longer shown, by words or "
+        "exact ids; best records first, with references."
+    )
+    parameters = _object(
+        {
+            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_HITS},
+            "kinds": {"type": "array", "items": {"enum": list(SEARCHABLE_KINDS)}},
+            "runs": {"type": "array", "items": {"type": "integer"}},
+        },
+        ["query"],
+    )
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        raise ToolError("search_history needs the instance it runs in")
+
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        if context.search is None:
+            return self.run(arguments)
+        return context.search(SearchQuery.from_arguments(arguments))
+
+
 BUILTIN_TOOL_NAMES = (
     "echo",
     "current_time",
@@ -426,6 +468,7 @@ BUILTIN_TOOL_NAMES = (
     "fail",
     "big_output",
     "update_plan",
+    SEARCH_HISTORY,
 )
 
 
@@ -441,6 +484,7 @@ def builtin_tools(
         FailTool(),
         BigOutputTool(),
         UpdatePlanTool(),
+        SearchHistoryTool(),
     ]
     return {tool.name: tool for tool in tools}
 

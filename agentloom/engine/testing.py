@@ -35,6 +35,7 @@ from agentloom.engine._projection import (
 )
 from agentloom.engine._records import MAIN_INSTANCE, Record
 from agentloom.engine._refs import Origin, RecordStore
+from agentloom.engine._search import Hit, SearchQuery, rank, searchable_text
 from agentloom.engine._tools import ReadRecordTool, Tool
 
 __all__ = [
@@ -222,6 +223,23 @@ class _Store(RecordStore):
                 if any(r.seq == local and r.message is row.message for r in records):
                     return row.message
         return None
+
+    def search(self, query: SearchQuery, *, up_to: int) -> list[Hit]:
+        # What the app's keyed index answers, by scanning: main records up to the watermark
+        # (`run_id` is the run number in a memory journal).
+        return rank(
+            query,
+            (
+                Hit(
+                    f"s:{row.seq}", row.kind, row.run_id, searchable_text(row.message), (0, row.seq)
+                )
+                for row in self.source.rows
+                if row.seq <= up_to
+                and row.instance == MAIN_INSTANCE
+                and row.kind != "status"
+                and query.admits(row.kind, row.run_id)
+            ),
+        )
 
 
 class LengthEstimator(TokenEstimator):
