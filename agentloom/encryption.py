@@ -19,6 +19,11 @@ Rules:
   the legacy reader is never reached.
 - A value read from either format is returned exactly as a JSON round trip would return it, so
   a converted value and a value read through the legacy path are equal.
+- The journal's search index stores no text: each term is a 32-bit keyed BLAKE2b digest under a
+  key derived (HKDF) from a field key and the session, so equal terms are equal only within one
+  session and nobody without the field key can compute or confirm one. Each index row names the
+  field key it was made with (`search_key_id`); a search tries every configured key, and key
+  rotation rebuilds the rows of the old keys.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ __all__ = [
     "is_legacy",
     "keyring_id",
     "reencrypt",
+    "search_keys",
+    "term_digests",
 ]
 
 # Marks compressed plaintext; JSON text never starts with "z".
@@ -109,6 +116,35 @@ def keyring_id() -> str:
     only under the keys it was read with (a key taken out of the fallbacks reads nothing more).
     """
     return _digest_of(tuple(_field_keys()))
+
+
+_SEARCH_INFO = b"agentloom journal search index v1"
+
+
+@lru_cache(maxsize=16)
+def _search_key_id(secret: str) -> int:
+    # 31 bits, so the id fits a signed integer column on every database.
+    return int.from_bytes(hashlib.sha256(b"search key id\0" + secret.encode()).digest()[:4]) >> 1
+
+
+@lru_cache(maxsize=256)
+def _session_search_key(secret: str, session_id: int) -> bytes:
+    info = _SEARCH_INFO + b"\0" + str(session_id).encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret.encode())
+
+
+def search_keys(session_id: int) -> list[tuple[int, bytes]]:
+    """Return `(key id, key)` of the session's search index under each configured field key,
+    the current key first: an index row made under a fallback key still matches."""
+    return [(_search_key_id(key), _session_search_key(key, session_id)) for key in _field_keys()]
+
+
+def term_digests(key: bytes, terms: list[str]) -> list[int]:
+    """Return each term's keyed 32-bit digest as a signed integer (an index or a query)."""
+    return [
+        int.from_bytes(hashlib.blake2b(term.encode(), key=key, digest_size=4).digest(), signed=True)
+        for term in terms
+    ]
 
 
 # --- the format --------------------------------------------------------------------------------

@@ -19,11 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.dispatch import Signal
 
 from agentloom import encryption
 from agentloom.fields import EncryptedField, encrypted_fields
 
 DEFAULT_BATCH_SIZE = 200
+
+# Sent by `rotate_encryption_key` once every column is under the current key, with `batch_size`:
+# what is derived from the field keys elsewhere (the journal's search index) is rebuilt by its
+# receivers, each returning a line for the command's report.
+keys_rotated = Signal()
 
 
 @dataclass

@@ -8,6 +8,11 @@ from agentloom.spaces.models import Space
 from models_app.models import ModelConnection
 
 
+def default_agent_tools() -> list[str]:
+    """The tools a new agent starts with: `search_history`, which its admin may remove."""
+    return ["search_history"]
+
+
 class Agent(models.Model):
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="agents")
     owner = models.ForeignKey(
@@ -18,7 +23,8 @@ class Agent(models.Model):
     model_connection = models.ForeignKey(
         ModelConnection, on_delete=models.PROTECT, null=True, blank=True, related_name="agents"
     )
-    tools = models.JSONField(default=list, blank=True)
+    # Built-in tool names and `<server>__<tool>` names; new agents search their history.
+    tools = models.JSONField(default=default_agent_tools, blank=True)
     # Per tool-server tool: `always` or `never` needs a person's approval, overriding the
     # server's default (`{"<server>__<tool>": "always"}`).
     approval = models.JSONField(default=dict, blank=True)

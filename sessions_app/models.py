@@ -488,6 +488,57 @@ class JournalReference(models.Model):
         return f"reference to #{self.message_id}..#{self.last_id or self.message_id}"
 
 
+class TermDigestsField(models.Field):
+    """A record's search-term digests (`encryption.term_digests`): signed 32-bit integers.
+
+    On PostgreSQL an `integer[]` under a GIN index (`journal_terms_gin`), so a search finds the
+    records holding a digest without reading the others; elsewhere text, each digest as eight
+    hex digits between spaces, so `instr` finds one (a scan of the session's rows).
+    """
+
+    def db_type(self, connection) -> str:
+        return "integer[]" if connection.vendor == "postgresql" else "text"
+
+    def get_db_prep_value(self, value, connection, prepared: bool = False):
+        if value is None or connection.vendor == "postgresql":
+            return value
+        return digest_text(value)
+
+    def from_db_value(self, value, expression, connection):
+        if value is None or isinstance(value, list):
+            return value
+        return [int.from_bytes(bytes.fromhex(part), signed=True) for part in value.split()]
+
+
+def digest_text(digests) -> str:
+    """Return digests as the text column holds them: ` 0a1b2c3d 9f8e7d6c `."""
+    parts = "".join(f"{(d & 0xFFFFFFFF):08x} " for d in digests)
+    return f" {parts}"
+
+
+class JournalTerms(models.Model):
+    """The keyed search index of one journal record: its terms as digests, never as text.
+
+    Written with the record (`services.search_index`), one row per record that a search may
+    find (every kind but `status`); `key_id` names the field key the digests were made under,
+    and key rotation rebuilds the rows of a retired key. Goes with its session. Keyed by
+    (session, seq) itself: no id column and no second index.
+    """
+
+    pk = models.CompositePrimaryKey("session", "seq")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+", db_index=False)
+    seq = models.PositiveBigIntegerField()
+    # The run's number (not a key: the row goes with its session, never alone with a run).
+    run_number = models.PositiveIntegerField()
+    main = models.BooleanField()
+    kind = models.CharField(max_length=16)
+    key_id = models.IntegerField()
+    digests = TermDigestsField()
+
+    def __str__(self) -> str:
+        return f"terms of #{self.seq}"
+
+
 class SessionDeletion(models.Model):
     """The audit row of a soft-deleted session: who hid it, when, and when it was purged.
 

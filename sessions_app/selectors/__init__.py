@@ -17,4 +17,5 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `usage`: the spend record over a range of a space's days, as its reader may see it (admins:
   every member's usage; members: their own).
 - `resources`: the resource URIs a session's tool results named (what `read_resource` may read).
+- `search`: the journal searched through its keyed index (`search_history`, the journal page).
 """

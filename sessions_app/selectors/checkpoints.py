@@ -15,10 +15,19 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from agentloom.engine import InstanceFrame, Origin, Record, RecordStore, iso_utc
+from agentloom.engine import (
+    Hit,
+    InstanceFrame,
+    Origin,
+    Record,
+    RecordStore,
+    SearchQuery,
+    iso_utc,
+)
 from sessions_app.models import MAIN_INSTANCE, CompactionSnapshot, Run, SessionMessage
 from sessions_app.selectors.history import history_block
 from sessions_app.selectors.journal import journal_messages
+from sessions_app.selectors.search import search_journal
 
 
 class JournalStore(RecordStore):
@@ -68,6 +77,9 @@ class JournalStore(RecordStore):
         else:
             rows = rows.filter(run__number=run, local_seq=local)
         return rows.values_list("message", flat=True).first()
+
+    def search(self, query: SearchQuery, *, up_to: int) -> list[Hit]:
+        return search_journal(self.session_id, query, up_to=up_to)
 
 
 # The key of a snapshot pointer: `{"revision": r, "stored": true}` stands for the snapshot

@@ -31,5 +31,7 @@ Reads live in `sessions_app.selectors`.
 - `export`: a session's export, its creator's (or an operator's, audited), streamed in batches;
 - `fork`: a new session whose journal starts with a copy of another's main records up to a seq;
 - `imports`: a signed export checked whole, staged hidden in batches, published in one step;
-- `retention`: a space's retention rule, applied by the beat through the soft delete.
+- `retention`: a space's retention rule, applied by the beat through the soft delete;
+- `search_index`: the journal's keyed search index, written with each record and rebuilt after a
+  key rotation.
 """

@@ -439,3 +439,7 @@ class SlottedStore(RecordStore):
     def main_record(self, *args, **kwargs):
         with database_slots.held():
             return self.store.main_record(*args, **kwargs)
+
+    def search(self, *args, **kwargs):
+        with database_slots.held():
+            return self.store.search(*args, **kwargs)

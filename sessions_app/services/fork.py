@@ -20,6 +20,7 @@ from agentloom.engine import MAIN_INSTANCE, UNKNOWN_RESULT
 from agentloom.errors import Conflict, InvalidInput, NotFound
 from sessions_app.models import Run, Session, SessionMessage
 from sessions_app.services.runs import lock_live_session, sweep_expired_leases
+from sessions_app.services.search_index import index_records
 
 FORK_BATCH = 500
 RUN_COPY_FIELDS = ("status", "question", "answer", "error", "attempt", "counters", "finished_at")
@@ -64,11 +65,13 @@ def session_fork(*, user, session: Session, seq: int) -> Session:
         open_calls = _still_open(open_calls, record)
         if len(batch) == FORK_BATCH:
             SessionMessage.objects.bulk_create(batch)
+            index_records(batch)
             batch = []
     for call_id in open_calls:
         number += 1
         batch.append(_unknown_result(fork, copy, call_id, number))
     SessionMessage.objects.bulk_create(batch)
+    index_records(batch)
     Session.objects.filter(pk=fork.pk).update(next_seq=number + 1)
     fork.next_seq = number + 1
     return fork

@@ -33,6 +33,7 @@ from agentloom.errors import InvalidInput
 from agentloom.spaces.selectors import require_member
 from context_app.models import AgentVersion
 from sessions_app.models import Run, Session, SessionMessage
+from sessions_app.services.search_index import index_records
 from sessions_app.services.transfer import FORMAT, FORMAT_VERSION, LINE_TYPES, Signer
 
 IMPORT_BATCH = 500
@@ -236,6 +237,7 @@ def _write(batch: list[SessionMessage]) -> None:
     if batch:
         with transaction.atomic(durable=True):
             SessionMessage.objects.bulk_create(batch)
+            index_records(batch)
 
 
 def staged_discard(*, now: datetime | None = None) -> list[int]:

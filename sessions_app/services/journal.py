@@ -57,6 +57,7 @@ from sessions_app.selectors.checkpoints import pointed_snapshots
 from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
+from sessions_app.services.search_index import index_records
 from sessions_app.services.snapshots import snapshots_store, stored_frame
 from sessions_app.services.usage import UsageOwner, compaction_counts, usage_add
 
@@ -91,6 +92,7 @@ def append_records(
     session_id: int,
     records: Iterable[JournalEntry],
     known: set[tuple[str, str]] | None = None,
+    run_number: int | None = None,
 ) -> list[SessionMessage]:
     """Append the run's records that are not journaled yet, in order; return the new rows.
 
@@ -98,7 +100,8 @@ def append_records(
     that locks the session row until commit, never from an unlocked max(seq)+1;
     (run, instance, entry_key) makes a repeat a no-op.
     `known` (the run's journaled (instance, entry_key) pairs) spares the query when the caller
-    already has it.
+    already has it, and `run_number` the one that the search index would make for it: the new
+    records are indexed in the same transaction (`services.search_index`).
     """
     if known is None:
         known = set(
@@ -126,6 +129,7 @@ def append_records(
         )
         seq += 1
     SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
+    index_records(rows, run_number=run_number)
     return rows
 
 
@@ -165,7 +169,7 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     records.append(
         (MAIN_INSTANCE, SessionMessage.Kind.STATUS, status_key(run.attempt), terminal, now, None)
     )
-    append_records(run_id=run.pk, session_id=run.session_id, records=records)
+    append_records(run_id=run.pk, session_id=run.session_id, records=records, run_number=run.number)
     supplements_journal(run_id=run.pk, session_id=run.session_id)
     forget_run(run.pk)
 
@@ -563,6 +567,7 @@ class JournalWriter:
                     for instance, r in checkpoint.records
                 ),
                 known=self.known,
+                run_number=self._run.number,
             )
             if not new_rows:
                 lock_session(self.session_id)

@@ -23,6 +23,7 @@ from django.conf import settings
 from agentloom.engine import (
     CANCELLED_RESULT,
     INTERRUPTED_RESULT,
+    SEARCH_HISTORY,
     UNKNOWN_RESULT,
     WAITING_APPROVAL,
     Checkpoint,
@@ -62,8 +63,10 @@ from sessions_app.selectors.runs import call_responses
 from sessions_app.selectors.views import compliant_view, view_content
 
 ERROR_PREFIX = "ERROR: "
-# Tools that change only the engine's own state: deterministic, so a replay runs them again.
-_ENGINE_TOOLS = {"update_plan"}
+# Tools that only change or read the engine's own state and the journal up to the run's
+# watermark: deterministic, so a replay runs them again (a search reads the journal's index as
+# `read_record` reads the journal).
+_ENGINE_TOOLS = {"update_plan", SEARCH_HISTORY}
 
 
 # --- replay --session --------------------------------------------------------------------------

@@ -27,10 +27,10 @@ def _context(api, run):
 
 
 def test_a_run_without_a_checkpoint_is_measured_by_its_version(api, run):
-    # Its first request will offer the version's tools: `read_record` under its large-record
-    # policy, from the first request on.
+    # Its first request will offer the version's tools: `search_history`, which a new agent
+    # has, and `read_record` under its large-record policy, from the first request on.
     schemas = offered_tools(run.session.agent_version.snapshot)
-    assert [schema["function"]["name"] for schema in schemas] == ["read_record"]
+    assert [schema["function"]["name"] for schema in schemas] == ["search_history", "read_record"]
     whole = JsonBytesEstimator().upper_bound([], schemas)
     size = whole - JsonBytesEstimator().upper_bound([], [])
     assert _context(api, run) == {
@@ -73,7 +73,9 @@ def test_a_checkpoint_gives_view_estimate_binding_and_every_attempt(api, run):
         math.ceil(3_400 * 0.8),
         int(3_400 * 0.6),
     )
-    assert context["estimate"] == JsonBytesEstimator().estimate(frame["messages"], [])
+    # The view and the version's tools (`search_history`; the frame's binding reads no records).
+    tools = offered_tools(run.session.agent_version.snapshot, reading=False)
+    assert context["estimate"] == JsonBytesEstimator().estimate(frame["messages"], tools)
     succeeded, failed = context["compactions"]
     assert succeeded == {
         "revision": 1,

@@ -133,6 +133,7 @@ NOT_ACTIONS = {
     "references_migrate_batch": "an operator's one-off migration command, not a user's request",
     "snapshots_store_batch": "an operator's one-off migration command, not a user's request",
     "retention_apply": WORKER,
+    "index_journal": "an operator's command after an upgrade or a rotation, not a user's request",
     "retention_due": READ,
 }
 

@@ -5,7 +5,8 @@ the run's writes return whether it was asked to cancel or sent a supplement, its
 only when it grew, its connection once, and its model calls are recorded by the saves after
 them, referring to the journaled answer instead of copying it. Each save that records calls adds
 them to the spend record in one more statement (`USAGE_UPSERTS`: the usage day upsert, in the
-same transaction), the run's end riding on the last.
+same transaction), the run's end riding on the last; each save that journals records writes
+their search index rows in one more (`INDEX_INSERTS`, in the same transaction).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from sessions_app.services.renewer import RunLease, RunLeases
 from sessions_app.services.runs import run_ask, run_cancel, run_claim, supplement_add
 from tests.factories import ask
 
-# The run's own writes, and the spend record's upserts (one per save that records a call).
+# The run's own writes, the spend record's upserts (one per save that records a call) and the
+# search index's inserts (one per save that journals records: question, call, result, answer).
 RUN_STATEMENTS = 25
 USAGE_UPSERTS = 2
-STATEMENTS_PER_RUN = RUN_STATEMENTS + USAGE_UPSERTS
+INDEX_INSERTS = 4
+STATEMENTS_PER_RUN = RUN_STATEMENTS + USAGE_UPSERTS + INDEX_INSERTS
 TWO_CALLS = '/tool echo {"text": "NONCE-7"}'
 # Savepoints stand for the test's own transaction; the live channel's rows are the deltas'
 # (a Redis channel writes none to the database).
@@ -39,7 +42,7 @@ def _statements(queries) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if not NOT_COUNTED.match(q["sql"])]
 
 
-def test_a_two_call_run_makes_at_most_27_statements(alice, gateway, make_demo_session):
+def test_a_two_call_run_makes_at_most_31_statements(alice, gateway, make_demo_session):
     session = make_demo_session()
     run = run_ask(user=alice, session=session, question=TWO_CALLS)
     with CaptureQueriesContext(connection) as queries:
@@ -51,6 +54,7 @@ def test_a_two_call_run_makes_at_most_27_statements(alice, gateway, make_demo_se
     assert not any("sessions_app_runsupplement" in s for s in statements)
     assert not any(re.match(r"\s*SELECT.*WHERE.*cancel_requested", s) for s in statements)
     assert sum("sessions_app_usageday" in s for s in statements) == USAGE_UPSERTS
+    assert sum("sessions_app_journalterms" in s for s in statements) == INDEX_INSERTS
 
 
 def test_an_answer_the_journal_holds_is_referred_to_not_copied(alice, gateway, make_demo_session):

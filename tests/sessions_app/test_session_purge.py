@@ -8,6 +8,7 @@ from django.core.management import call_command
 from agentloom.errors import Conflict, PermissionDenied
 from sessions_app.models import (
     JournalReference,
+    JournalTerms,
     ModelCall,
     Run,
     RunSupplement,
@@ -36,6 +37,7 @@ def _rows(session) -> dict[str, int]:
         "references": JournalReference.objects.filter(message__session=session).count(),
         "calls": ModelCall.objects.filter(run__session=session).count(),
         "supplements": RunSupplement.objects.filter(run__session=session).count(),
+        "search index": JournalTerms.objects.filter(session=session).count(),
     }
 
 

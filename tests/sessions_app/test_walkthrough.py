@@ -114,6 +114,13 @@ def test_readme_walkthrough_in_one_session_of_the_demo_agent(alice, gateway):
         if message_text(m).startswith("[handoff summary]")
     ]
     assert summaries and "NONCE-42" in summaries[-1], summaries[-1]
+    # The search line finds the record that stated it, by its journal reference.
+    [search] = [run for run in session.runs.all() if run.question.startswith("/tool search_h")]
+    found = session.messages.filter(run=search, kind="tool_result").get().message
+    assert re.search(
+        r"\[s:\d+\] (tool_result|assistant|user_input), run \d+: .*NONCE-42 remember me",
+        found["content"],
+    ), found
     # Every summary of the demo model is made of lines of what it summarised (a long line in
     # pieces of at most 300 characters).
     for request, reply in gateway.exchanges("compaction"):

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from agentloom.encryption import UnreadableValue
-from agentloom.reencrypt import DEFAULT_BATCH_SIZE, reencrypt_all
+from agentloom.reencrypt import DEFAULT_BATCH_SIZE, keys_rotated, reencrypt_all
 
 
 class Command(BaseCommand):
@@ -11,7 +11,7 @@ class Command(BaseCommand):
         "Re-encrypt every value of every encrypted column that is not under FIELD_ENCRYPTION_KEY "
         "(values under a fallback key, and legacy values), in batches that commit one by one. "
         "Values already under the current key are skipped, so an interrupted run can simply be "
-        "started again."
+        "started again. Then what derives from the keys is rebuilt (the journal's search index)."
     )
     legacy_only = False
 
@@ -36,3 +36,6 @@ class Command(BaseCommand):
             self.stdout.write(line)
         total = sum(report.rewritten for report in reports)
         self.stdout.write(self.style.SUCCESS(f"rewrote {total} value(s)"))
+        if not self.legacy_only:
+            for _receiver, line in keys_rotated.send(sender=self.__class__, batch_size=batch_size):
+                self.stdout.write(line)
