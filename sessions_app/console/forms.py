@@ -17,6 +17,7 @@ from django.http import QueryDict
 from rest_framework import serializers
 
 from agentloom.api import QueryIntegerField, QueryPositionField
+from agentloom.engine import MAX_QUERY_CHARS
 from sessions_app.selectors.journal import JOURNAL_LIMIT_MAX
 from sessions_app.serializers import INSTANCE_PATTERN
 
@@ -95,6 +96,8 @@ class JournalQuery(forms.Form):
     )
     instance = InstanceField()
     run = RunField()
+    # A search of the journal (the matching `search_history` uses); empty: the timeline.
+    q = forms.CharField(required=False, max_length=MAX_QUERY_CHARS, strip=True)
 
 
 class AskForm(forms.Form):

@@ -16,6 +16,7 @@ from django.http import HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from agentloom.engine import ToolError
 from agentloom.errors import NotFound
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import ChatRecordsQuery, journal_filters
@@ -30,7 +31,7 @@ from sessions_app.console.presenters import (
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.selectors.approvals import undecided
 from sessions_app.selectors.context import compaction_marks, run_context
-from sessions_app.selectors.journal import JOURNAL_LIMIT_MAX, journal_page
+from sessions_app.selectors.journal import JOURNAL_ITEM_FIELDS, JOURNAL_LIMIT_MAX, journal_page
 from sessions_app.selectors.runs import (
     active_run,
     first_seq_of,
@@ -39,6 +40,7 @@ from sessions_app.selectors.runs import (
     run_get,
     runs_of,
 )
+from sessions_app.selectors.search import journal_search
 from sessions_app.selectors.sessions import session_get, session_list
 
 SESSIONS_PER_PAGE = 25
@@ -163,6 +165,31 @@ def journal_records(session: Session, params: dict, *, previous_run: int | None)
         previous_run = record["run_id"]
     next_after = items[-1]["seq"] if items else params["after"]
     return {"records": records, "has_more": has_more, "next_after": next_after}
+
+
+def search_records(session: Session, text: str, *, instance: str | None) -> dict:
+    """Return the journal records that best match `text`, best first, as the timeline shows
+    them (each under its run's heading), or `search_error` when `text` has nothing to find."""
+    try:
+        items = journal_search(session.pk, text, instance=instance)
+    except ToolError as error:
+        return {"records": [], "search_error": str(error)}
+    # A result is named after its call: the calls of the hits' runs, read up to the last hit.
+    call_names: dict[str, str] = {}
+    run_ids = {item["run_id"] for item in items}
+    if any(item["kind"] == SessionMessage.Kind.TOOL_RESULT for item in items):
+        calls = SessionMessage.objects.filter(
+            session=session, run_id__in=run_ids, kind=SessionMessage.Kind.ASSISTANT
+        ).values(*JOURNAL_ITEM_FIELDS)
+        for item in calls:
+            present_record(item, call_names)
+    runs = runs_of(session).filter(pk__in=run_ids).only("pk", "number", "status")
+    runs = {run.pk: run for run in runs}
+    records = [journal_row(present_record(item, call_names)) for item in items]
+    for record in records:
+        record["run"] = runs.get(record["run_id"])
+        record["boundary"] = True
+    return {"records": records, "search_error": None}
 
 
 # --- fragments -----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from sessions_app.console.fragments import (
     counters,
     journal_records,
     run_summary,
+    search_records,
     sessions_page,
 )
 from sessions_app.console.presenters import (
@@ -188,7 +189,15 @@ def journal(request, session_id: int):
     session = session_get(user=request.user, session_id=session_id)
     params, invalid = journal_filters(request.GET)
     instance = params.get("instance")
-    page = journal_records(session, params, previous_run=None)
+    searched = params.get("q") or ""
+    if searched:
+        page = {
+            "has_more": False,
+            "next_after": 0,
+            **search_records(session, searched, instance=instance),
+        }
+    else:
+        page = journal_records(session, params, previous_run=None)
     config = {
         "session": session.pk,
         "rowsUrl": reverse("console-journal-rows", args=[session.pk]),
@@ -198,6 +207,7 @@ def journal(request, session_id: int):
         "lastRun": page["records"][-1]["run_id"] if page["records"] else None,
         "stateUrl": reverse("console-session-state", args=[session.pk]),
         "sessionSeq": session.next_seq - 1,
+        "searched": bool(searched),
     }
     return render(
         request,
@@ -209,6 +219,7 @@ def journal(request, session_id: int):
             "instances": instances_of(session),
             "instance": instance,
             "invalid_query": invalid,
+            "searched": searched,
             "after": params["after"],
             "limit": params["limit"],
             "focus": runs_of(session).first(),

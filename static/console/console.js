@@ -571,6 +571,8 @@
     let hasMore = Boolean(more);
 
     filter.querySelector("select").addEventListener("change", () => filter.submit());
+    // Search results are ranked, not a timeline: nothing is appended to them.
+    if (cfg.searched) return;
 
     async function loadRows() {
       const params = new URLSearchParams({ after: String(nextAfter), limit: String(cfg.limit) });

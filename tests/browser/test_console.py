@@ -302,6 +302,28 @@ def test_a_cancelled_run_can_be_resumed_from_the_chat(chat, console_worker, brow
     assert unexpected(browser_errors) == []
 
 
+def test_the_journal_search_box_ranks_records_and_appends_nothing(
+    chat, console_worker, demo_session, screenshot, browser_errors
+):
+    page = chat
+    _, session = demo_session
+    ask(page, '/tool echo {"text": "NONCE-FIND stored at /srv/app/settings.toml"}')
+    wait_for_run(page, 1)
+    page.goto(f"/sessions/{session.pk}/journal/")
+    page.fill("#journal-q", "/srv/app/settings.toml")
+    page.press("#journal-q", "Enter")
+    page.wait_for_url("**/journal/?*q=*")
+    expect(page.locator("#search-summary")).to_contain_text("match")
+    rows = page.locator("#timeline li.rec")
+    # The question, the call, its result and the answer that cites it; the status holds none.
+    expect(rows).to_have_count(4)
+    assert "kind-status" not in " ".join(rows.evaluate_all("rows => rows.map(r => r.className)"))
+    screenshot("console-journal-search")
+    page.click("#search-summary >> text=Back to the timeline")
+    expect(rows).to_have_count(5)
+    assert unexpected(browser_errors) == []
+
+
 def test_the_viewer_filters_a_child_instance_and_loads_more(
     chat, console_worker, demo_session, screenshot, browser_errors
 ):

@@ -291,9 +291,14 @@ def test_context_page_shows_meter_view_calls_and_compaction_history(client_for, 
     session = session_create(user=alice, agent_version=version)
     runs = [ask(session, alice, '/tool big_output {"chars": 1500}') for _ in range(5)]
     assert runs[-1].status == Run.Status.SUCCEEDED
+    # The latest run that made a summary call (which one depends on the tools' share).
+    compacted = [run for run in runs if run.model_calls.filter(purpose="compaction").exists()]
+    assert compacted, "five 1,500-character results must compact on the demo window"
 
     html = (
-        client_for(alice).get(reverse("console-run-context", args=[runs[-1].pk])).content.decode()
+        client_for(alice)
+        .get(reverse("console-run-context", args=[compacted[-1].pk]))
+        .content.decode()
     )
     assert "Context meter" in html and "data-meter-fill" in html
     assert 'id="compactions"' in html and "outcome-succeeded" in html
@@ -364,3 +369,30 @@ def test_fragments_are_404_to_anyone_else(client_for, session, alice, carol):
     # A cursor beyond any seq is the end of the chat, however large.
     beyond = own.get(reverse("console-chat-records", args=[session.pk]) + "?after=" + "9" * 40)
     assert beyond.status_code == 200
+
+
+def test_journal_search_ranks_matching_records_across_instances(client_for, session, alice):
+    ask(session, alice, "The release tag is v2.14.3 on /srv/releases/app.tar.gz")
+    ask(
+        session,
+        alice,
+        '/tool delegate_researcher {"task": "/tool echo {\\"text\\": \\"NONCE-SUB\\"}"}',
+    )
+    ask(session, alice, "unrelated words only")
+    url = reverse("console-journal", args=[session.pk])
+    client = client_for(alice)
+    html = client.get(url, {"q": "/srv/releases/app.tar.gz"}).content.decode()
+    assert "match <q>/srv/releases/app.tar.gz</q>" in html
+    assert "unrelated words only" not in html
+    assert 'data-seq="1"' in html and 'class="run-boundary"' in html
+    # Every instance's records, or one instance's; a sub-agent's tool result names its tool.
+    found = client.get(url, {"q": "NONCE-SUB"}).content.decode()
+    assert 'data-instance="2.1"' in found and "Result of <code>echo</code>" in found
+    only_main = client.get(url, {"q": "NONCE-SUB", "instance": "main"}).content.decode()
+    assert 'data-instance="2.1"' not in only_main
+    # Text with nothing to search for says so; server text is escaped.
+    empty = client.get(url, {"q": "  !!  "}).content.decode()
+    assert "no word or identifier" in empty.lower()
+    escaped = client.get(url, {"q": "<b>x</b>"}).content.decode()
+    assert "<b>x</b>" not in escaped and "&lt;b&gt;x&lt;/b&gt;" in escaped
+    assert client.get(url, {"q": "x" * 501}).status_code == 200  # too long: the timeline
