@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 # What a benchmark's one user asks, faster than the per-user and per-session limits allow.
@@ -22,3 +23,31 @@ def scratch_environment(database_url: str) -> None:
     os.environ.setdefault("FIELD_ENCRYPTION_KEY", "bench-scratch-field-key-0123456789abcdef")
     for name in _RATE_LIMITS:
         os.environ.setdefault(f"RATE_LIMIT_{name}", "off")
+
+
+@contextlib.contextmanager
+def scratch_postgres(name: str):
+    """Create the database `name` next to DATABASE_URL's (PostgreSQL), point Django at it, and
+    drop it afterwards; yield its URL."""
+    import psycopg
+
+    admin = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+    if not admin.startswith(("postgres://", "postgresql://")):
+        raise SystemExit("this benchmark measures PostgreSQL: set DATABASE_URL=postgres://…")
+    plain = admin.replace("postgres://", "postgresql://", 1)
+
+    def run(statement: str) -> None:
+        with psycopg.connect(plain, autocommit=True) as connection:
+            connection.execute(statement)
+
+    run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    run(f'CREATE DATABASE "{name}"')
+    url = admin.rsplit("/", 1)[0] + "/" + name
+    scratch_environment(url)
+    try:
+        yield url
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

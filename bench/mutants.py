@@ -1733,7 +1733,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    connection = version_connection(version)",
         "    connection = False",
         (
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_31_statements",
         ),
     ),
     Mutant(
@@ -2386,6 +2386,143 @@ MUTANTS: tuple[Mutant, ...] = (
         'pinned_prompt(run.session.agent_version.snapshot, "")',
         (
             "tests/sessions_app/test_pinned.py::test_a_pinned_rule_is_in_every_view_word_for_word_after_20_compactions",
+        ),
+    ),
+    # --- search_history and the journal's keyed index ------------------------------------------
+    Mutant(
+        "an id with a code inside is one identifier, not a code and a tail",
+        "codes_cut_ids",
+        f"{_ENGINE}/_identifiers.py",
+        'r"|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\\b(?!-\\w)"',
+        'r"|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\\b"',
+        ("tests/engine/test_identifiers.py::test_identifiers_of_real_looking_text",),
+    ),
+    Mutant(
+        "a search never returns records past the instance's watermark",
+        "search_past_the_watermark",
+        f"{_ENGINE}/_context.py",
+        "candidates += self.record_store.search(query, up_to=frame.inherited_watermark)",
+        "candidates += self.record_store.search(query, up_to=10**12)",
+        (
+            "tests/engine/test_search_history.py::test_records_past_the_watermark_are_never_returned",
+        ),
+    ),
+    Mutant(
+        "the index's search honours the watermark",
+        "index_ignores_the_watermark",
+        "sessions_app/selectors/search.py",
+        "    if up_to is not None:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_search_index.py::test_the_latest_value_wins_and_records_past_the_watermark_stay_out",
+        ),
+    ),
+    Mutant(
+        "a sub-agent searches only its own records",
+        "sub_agent_searches_the_journal",
+        f"{_ENGINE}/_context.py",
+        "        if frame.instance == MAIN_INSTANCE and self.record_store is not None:",
+        "        if self.record_store is not None:",
+        ("tests/engine/test_search_history.py::test_a_sub_agent_searches_only_its_own_records",),
+    ),
+    Mutant(
+        "among equal matches the latest record ranks first",
+        "oldest_value_first",
+        f"{_ENGINE}/_search.py",
+        "(hit.matched, hit.whole, hit.order)",
+        "(hit.matched, hit.whole, tuple(-part for part in hit.order))",
+        (
+            "tests/engine/test_search_history.py::test_the_latest_value_of_a_fact_stated_twice_ranks_first",
+            "tests/sessions_app/test_search_index.py::test_the_latest_value_wins_and_records_past_the_watermark_stay_out",
+        ),
+    ),
+    Mutant(
+        "a search never finds the call that made it",
+        "search_finds_its_own_call",
+        f"{_ENGINE}/_search.py",
+        '        if function.get("name") == SEARCH_HISTORY:',
+        "        if False:",
+        (
+            "tests/engine/test_search_history.py::test_a_run_finds_an_earlier_runs_fact_by_identifier_with_its_reference",
+        ),
+    ),
+    Mutant(
+        "a span that looks like a credential is never a search term",
+        "keys_are_terms",
+        f"{_ENGINE}/_identifiers.py",
+        "    if len(span) >= 20 and _SECRET_PREFIX.match(span.lower()):",
+        "    if span:\n        return False\n    if _SECRET_PREFIX.match(span.lower()):",
+        (
+            "tests/engine/test_search_history.py::test_chinese_text_is_found_by_its_words_and_a_pasted_key_is_not_confirmed",
+        ),
+    ),
+    Mutant(
+        "a search result is held to the large-record limit",
+        "search_result_unbounded",
+        f"{_ENGINE}/_search.py",
+        "            if fits is None or fits(result):",
+        "            if True:",
+        (
+            "tests/engine/test_search_history.py::test_the_result_stays_within_the_large_record_limit",
+        ),
+    ),
+    Mutant(
+        "the handoff text names search_history only where it is offered",
+        "handoff_never_names_search",
+        f"{_ENGINE}/_compaction.py",
+        "footer += SEARCH_NOTE if request.searchable else READ_BACK_NOTE",
+        "footer += READ_BACK_NOTE",
+        (
+            "tests/engine/test_search_history.py::test_the_handoff_text_names_search_history_only_where_it_is_offered",
+        ),
+    ),
+    Mutant(
+        "every journaled record is indexed in the same transaction",
+        "records_not_indexed",
+        "sessions_app/services/journal.py",
+        "    index_records(rows, run_number=run_number)",
+        "    pass",
+        (
+            "tests/sessions_app/test_search_index.py::test_every_searchable_record_is_indexed_as_it_is_journaled",
+            "tests/sessions_app/test_search_index.py::test_a_run_searches_the_journal_and_its_replay_matches",
+        ),
+    ),
+    Mutant(
+        "a fork's records are indexed under the fork's key",
+        "fork_not_indexed",
+        "sessions_app/services/fork.py",
+        "    index_records(batch)\n    Session.objects",
+        "    Session.objects",
+        ("tests/sessions_app/test_search_index.py::test_a_fork_is_indexed_under_its_own_key",),
+    ),
+    Mutant(
+        "a search tries every configured key (rows of a fallback key still match)",
+        "search_under_the_current_key_only",
+        "sessions_app/selectors/search.py",
+        "for key_id, key in encryption.search_keys(session_id):",
+        "for key_id, key in encryption.search_keys(session_id)[:1]:",
+        (
+            "tests/sessions_app/test_search_index.py::test_key_rotation_keeps_search_working_during_and_after",
+        ),
+    ),
+    Mutant(
+        "key rotation rebuilds the index rows of the old key",
+        "rotation_keeps_old_rows",
+        "sessions_app/services/search_index.py",
+        "    rebuilt = 0\n    after = (0, 0)",
+        "    return 0",
+        (
+            "tests/sessions_app/test_search_index.py::test_key_rotation_keeps_search_working_during_and_after",
+        ),
+    ),
+    Mutant(
+        "the run's record store searches through the database slots",
+        "slotted_store_drops_search",
+        "sessions_app/services/execution.py",
+        "    def search(self, *args, **kwargs):",
+        "    def search_(self, *args, **kwargs):",
+        (
+            "tests/sessions_app/test_search_index.py::test_a_run_searches_the_journal_and_its_replay_matches",
         ),
     ),
 )
