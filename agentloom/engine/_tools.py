@@ -66,10 +66,18 @@ class ToolContext:
     `cancelled` is set when the run is cancelled (or loses its lease) while the tool runs: a
     tool that waits stops on it and raises `ToolCancelled`. `set_plan` replaces the calling
     instance's plan (it raises `ToolError` when the plan is too large).
+
+    A person's answers to a tool server (see `_asking`): `reply` is what a call that waited
+    sends again (the answers and the server's request state); `ask(server, questions, seconds)`
+    asks the person while the call is open and returns the answers by question key (as the
+    server reads them), or None when no one answered within `seconds`. Without `ask` no person
+    can answer this call.
     """
 
     cancelled: threading.Event = field(default_factory=threading.Event)
     set_plan: Callable[[str], None] | None = None
+    reply: Any = None
+    ask: Callable[[str, list[dict[str, Any]], float], Mapping[str, Any] | None] | None = None
 
 
 @dataclass(frozen=True)
