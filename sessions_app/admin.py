@@ -156,6 +156,8 @@ class RunAdmin(SessionScopedAdmin):
         "checkpoint",
         "pending_approvals",
         "approval_decisions",
+        "pending_questions",
+        "question_answers",
     )
     json_fields = ("checkpoint",)
     link_fields = ("console",)

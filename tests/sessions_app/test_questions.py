@@ -268,3 +268,14 @@ def test_a_2025_elicitation_no_one_answers_in_time_is_declined(alice, server_202
     texts = [row.message["content"] for row in _rows(run, "feedback")]
     assert any("no one answered question elicitation-1 of demo__book" in t for t in texts)
     assert run.pending_questions == []
+
+
+def test_a_url_question_is_accepted_only_once_its_url_is_confirmed():
+    from sessions_app.services.questions import _checked_answer
+
+    question = {"key": "k", "mode": "url", "url": "https://example.com/x", "unsupported": ""}
+    with pytest.raises(InvalidInput) as refused:
+        _checked_answer(question, "accept", None, False)
+    assert refused.value.field == "url_confirmed"
+    assert _checked_answer(question, "accept", {"ignored": "x"}, True) is None
+    assert _checked_answer(question, "decline", None, False) is None

@@ -107,3 +107,26 @@ def test_a_call_that_may_not_ask_declares_no_elicitation(asking_server):
         # The SDK server refuses to elicit from a client that declared no such capability.
         with pytest.raises(ToolServerError, match="Elicitation not supported"):
             call_tool(address, "book", {"room": "red"}, expected_schema=None, timeout=20)
+
+
+def test_a_server_tool_no_person_can_answer_declares_no_elicitation(asking_server):
+    from agentloom.engine import ToolError
+    from agentloom.toolservers import ServerTool, list_tools
+
+    era, address, calls = asking_server
+    [listed] = [tool for tool in list_tools(address).tools if tool.name == "book"]
+    tool = ServerTool(
+        name="demo__book",
+        tool="book",
+        description="",
+        input_schema=listed.input_schema,
+        address=lambda: address,
+        call_seconds=20,
+    )
+    if era == "2026":
+        output = tool.run({"room": "red"})  # a context without `ask`: a sub-agent's, a replay's
+        assert calls.declared[-1] is False
+        assert output.error and "no one to ask" in output.text
+    else:
+        with pytest.raises(ToolError, match="Elicitation not supported"):
+            tool.run({"room": "red"})
