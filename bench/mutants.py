@@ -1392,6 +1392,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a replay meets a server's questions as the run did, with the answers it got",
+        "replay_forgets_the_questions",
+        "sessions_app/services/replay.py",
+        "    asked = _Asked(run.question_rounds or [])",
+        "    asked = _Asked([])",
+        (
+            "tests/sessions_app/test_questions.py::test_an_answered_round_sends_the_same_call_with_the_answers",
+        ),
+    ),
+    Mutant(
         "a server's text is escaped where the console shows it",
         "server_text_unescaped",
         "templates/console/_live_summary.html",

@@ -111,6 +111,9 @@ class Run(models.Model):
     # question key (`{action, content, by, at}`). Encrypted: session content.
     pending_questions = EncryptedJSONField(default=list, blank=True)
     question_answers = EncryptedJSONField(default=dict, blank=True)
+    # Every round of questions answered, in order, kept so a replay answers as the run did:
+    # `[{call_id, tool, server, questions, answers (None: no one answered in time), open_call}]`.
+    question_rounds = EncryptedJSONField(default=list, blank=True)
     # A clear copy of the checkpoint's turn and step counters, so listing runs decrypts nothing.
     counters = models.JSONField(default=dict, blank=True)
     # The run's number in the session it was copied from (a fork's or an import's runs): such a

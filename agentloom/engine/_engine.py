@@ -1403,7 +1403,7 @@ class _InstanceLoop:
             self.context.add_feedback(f"refused call to unavailable tool {name!r} ({call_id})")
             return False
         try:
-            result = self._run_tool(tool, arguments, reply, self.person(call_id, name))
+            result = self._run_tool(tool, arguments, call_id, reply, self.person(call_id, name))
         except InputRequired as need:
             if self.is_main:
                 self.wait_for_answers(call_id, name, need)
@@ -1432,6 +1432,7 @@ class _InstanceLoop:
         self,
         tool: Tool,
         raw_arguments: str,
+        call_id: str = "",
         reply: Any = None,
         ask: Callable[..., Any] | None = None,
     ) -> str | ToolOutput:
@@ -1449,6 +1450,7 @@ class _InstanceLoop:
             cancelled=signal,
             set_plan=getattr(self.context, "set_plan", None),
             reply=reply,
+            call_id=call_id,
             ask=ask,
         )
         limit = tool.limit_seconds(arguments)

@@ -71,12 +71,13 @@ class ToolContext:
     sends again (the answers and the server's request state); `ask(server, questions, seconds)`
     asks the person while the call is open and returns the answers by question key (as the
     server reads them), or None when no one answered within `seconds`. Without `ask` no person
-    can answer this call.
+    can answer this call. `call_id` names the call (empty outside a run's tool group).
     """
 
     cancelled: threading.Event = field(default_factory=threading.Event)
     set_plan: Callable[[str], None] | None = None
     reply: Any = None
+    call_id: str = ""
     ask: Callable[[str, list[dict[str, Any]], float], Mapping[str, Any] | None] | None = None
 
 

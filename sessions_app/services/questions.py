@@ -18,6 +18,9 @@ Only the session's creator answers: accept (with the form's content, checked aga
 fields, or a URL confirmed), decline or cancel; each question once (a second answer is a 409).
 A cancelled run takes no answer. A wait no one answers ends `cancelled` after
 `RUN_APPROVAL_SECONDS`, like an approval (`services.approvals.sweep_expired_approvals`).
+
+Each round of questions, once answered (or, during a call, declined for want of an answer), is
+kept on the run in order (`question_rounds`), so a replay answers as the run did.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from sessions_app.services.slots import database_slots
 
 __all__ = ["ASK_POLL_SECONDS", "ask_during_call", "run_answer"]
 
+_LISTED = ("call_id", "tool", "server", "deadline")
+
 ASK_POLL_SECONDS = 0.5
 
 
@@ -65,6 +70,21 @@ def _checked_answer(question: dict[str, Any], action: Any, content: Any, url_con
         return checked_content(question, content)
     except AnswerError as error:
         raise InvalidInput(error.message, field=error.field) from None
+
+
+def _round(
+    questions: list[dict[str, Any]], answers: dict[str, Any] | None, *, open_call: bool
+) -> dict[str, Any]:
+    """Return the record of one round of questions and their answers, for replay."""
+    first = questions[0]
+    return {
+        "call_id": first["call_id"],
+        "tool": first["tool"],
+        "server": first["server"],
+        "questions": [{k: v for k, v in q.items() if k not in _LISTED} for q in questions],
+        "answers": answers,
+        "open_call": open_call,
+    }
 
 
 def _answerable(run: Run, question: dict[str, Any]) -> None:
@@ -114,7 +134,9 @@ def run_answer(
         run.status = Run.Status.QUEUED
         run.waiting_since = None
         run.lease_expires_at = _queue_deadline()
-        fields += ["status", "waiting_since", "lease_expires_at"]
+        asked = _round(list(questions.values()), answers, open_call=False)
+        run.question_rounds = [*(run.question_rounds or []), asked]
+        fields += ["status", "waiting_since", "lease_expires_at", "question_rounds"]
         _enqueue(run)
     run.save(update_fields=fields)
     return run
@@ -142,7 +164,7 @@ def ask_during_call(
         ):
             return None
     ends = clock() + seconds
-    answers: dict[str, Answer] = {}
+    answered: dict[str, Any] | None = None
     try:
         while clock() < ends:
             time.sleep(min(ASK_POLL_SECONDS, max(0.0, ends - clock())))
@@ -150,10 +172,22 @@ def ask_during_call(
                 run = ours.only("pk", "question_answers", "cancel_requested").first()
             if run is None or run.cancel_requested:
                 return None
-            answers = {key: answer for key, answer in answers_of(run).items() if key in keys}
-            if len(answers) == len(keys):
-                return answers
+            stored = {k: v for k, v in (run.question_answers or {}).items() if k in keys}
+            if len(stored) == len(keys):
+                answered = stored
+                return {key: answer for key, answer in answers_of(run).items() if key in keys}
         return None
     finally:
-        with database_slots.held():
-            ours.update(pending_questions=[], updated_at=timezone.now())
+        _close_open_call(run_id, listed, answered)
+
+
+def _close_open_call(
+    run_id: int, questions: list[dict[str, Any]], answers: dict[str, Any] | None
+) -> None:
+    """Take an open call's questions off the run and keep the round, in one slot."""
+    with database_slots.held(), transaction.atomic():
+        run = Run.objects.select_for_update().only("pk", "question_rounds").get(pk=run_id)
+        rounds = [*(run.question_rounds or []), _round(questions, answers, open_call=True)]
+        Run.objects.filter(pk=run_id).update(
+            pending_questions=[], question_rounds=rounds, updated_at=timezone.now()
+        )

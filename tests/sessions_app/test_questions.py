@@ -19,6 +19,7 @@ from sessions_app.models import Run, SessionMessage
 from sessions_app.services.approvals import sweep_expired_approvals
 from sessions_app.services.execution import run_execute
 from sessions_app.services.questions import run_answer
+from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import run_ask, run_cancel
 from tests.factories import approval_session, ask, make_space
 from tests.support.mcp_servers import BOOK_STATE, Calls, mcp_app, serve
@@ -109,6 +110,7 @@ def test_an_answered_round_sends_the_same_call_with_the_answers(alice, waiting, 
     assert any("question day of demo__book" in t and "accept by alice" in t for t in texts)
     assert all(row.seq > result.seq for row in feedback), "feedback after the tool group"
     assert run.pending_questions == []
+    assert replay_run(run).ok, "a replay answers as the run did"
 
 
 @pytest.mark.parametrize("action", ["decline", "cancel"])
@@ -124,6 +126,7 @@ def test_a_declined_or_cancelled_question_is_sent_as_such(alice, waiting, server
     assert result.message["content"] == f"not booked: the person chose {action}"
     texts = [row.message["content"] for row in _rows(run, "feedback")]
     assert any(f"{action} by alice" in t for t in texts)
+    assert replay_run(run).ok
 
 
 def test_answers_are_checked_against_the_form_and_taken_once(alice, bob, waiting):
@@ -209,6 +212,7 @@ def test_a_worker_killed_while_the_run_waits_leaves_it_to_continue_from_the_chec
     assert _books(calls) == books + 2, "the question's round and the answered one"
     assert calls.answers[-1] == ("accept", DAY, BOOK_STATE)
     assert run.attempt == 1
+    assert replay_run(run).ok
 
 
 def _answer_when_asked(alice, run_id: int, **answer) -> threading.Thread:
@@ -252,6 +256,7 @@ def test_a_2025_elicitation_is_answered_during_the_call(alice, server_2025):
     assert any("accept by alice" in row.message["content"] for row in feedback)
     assert all(row.seq > result.seq for row in feedback), "feedback after the tool group"
     assert run.pending_questions == []
+    assert replay_run(run).ok
 
 
 @pytest.mark.django_db(transaction=True)
@@ -268,6 +273,7 @@ def test_a_2025_elicitation_no_one_answers_in_time_is_declined(alice, server_202
     texts = [row.message["content"] for row in _rows(run, "feedback")]
     assert any("no one answered question elicitation-1 of demo__book" in t for t in texts)
     assert run.pending_questions == []
+    assert replay_run(run).ok
 
 
 def test_a_url_question_is_accepted_only_once_its_url_is_confirmed():
