@@ -158,6 +158,7 @@ class RunAdmin(SessionScopedAdmin):
         "approval_decisions",
         "pending_questions",
         "question_answers",
+        "question_rounds",
     )
     json_fields = ("checkpoint",)
     link_fields = ("console",)
