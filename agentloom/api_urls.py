@@ -10,6 +10,7 @@ from agentloom.api import endpoint
 from agentloom.spaces.api import SpaceListCreateApi, SpaceMemberCreateApi
 from context_app.api import AgentDetailApi, AgentListCreateApi, AgentPublishApi, AgentVersionListApi
 from sessions_app.api import (
+    RunAnswersApi,
     RunApprovalsApi,
     RunCancelApi,
     RunContextApi,
@@ -61,6 +62,7 @@ urlpatterns = [
     endpoint("v1/runs/{id}/resume", RunResumeApi, "api-run-resume"),
     endpoint("v1/runs/{id}/cancel", RunCancelApi, "api-run-cancel"),
     endpoint("v1/runs/{id}/approvals", RunApprovalsApi, "api-run-approvals"),
+    endpoint("v1/runs/{id}/answers", RunAnswersApi, "api-run-answers"),
     endpoint("v1/runs/{id}/context", RunContextApi, "api-run-context"),
     endpoint("v1/runs/{id}/model-calls", RunModelCallsApi, "api-run-model-calls"),
     re_path(r"^v1/runs/(?P<id>[^/]+)/events/?$", run_events, name="api-run-events"),

@@ -573,8 +573,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "resume answers a pending call unknown",
         "resume_leaves_pending",
         f"{_ENGINE}/_engine.py",
-        "        context.settle_pending()\n        self.take_supplements(final=False)",
-        "        self.take_supplements(final=False)",
+        "        context = self.context\n        context.settle_pending()\n",
+        "        context = self.context\n",
         (
             "tests/engine/test_engine.py::test_resume_answers_a_pending_call_as_unknown_and_never_runs_it_again",
         ),
@@ -1286,6 +1286,129 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_approvals.py::test_only_the_sessions_creator_decides",
             "tests/api/test_approvals.py::test_a_member_who_is_not_the_creator_is_refused",
+        ),
+    ),
+    # --- a tool server's questions to the person (_asking, toolservers, services.questions) -----
+    Mutant(
+        "a server's questions and answers are journaled after the tool group",
+        "questions_journaled_inside_the_group",
+        f"{_ENGINE}/_engine.py",
+        "        if self.run_tools(calls):\n            self.save()\n",
+        "        if self.run_tools(calls):\n            self.journal_asked()\n",
+        (
+            "tests/sessions_app/test_questions.py::test_an_answered_round_sends_the_same_call_with_the_answers",
+        ),
+    ),
+    Mutant(
+        "the run continues by sending the same call with the answers",
+        "answers_not_sent",
+        "agentloom/toolservers/_tool.py",
+        "input_responses=reply.responses if reply is not None else None,",
+        "input_responses=None,",
+        (
+            "tests/sessions_app/test_questions.py::test_an_answered_round_sends_the_same_call_with_the_answers",
+        ),
+    ),
+    Mutant(
+        "the call goes again with the server's request state as it came",
+        "request_state_dropped",
+        "agentloom/toolservers/_tool.py",
+        "request_state=reply.request_state if reply is not None else None,",
+        "request_state=None,",
+        (
+            "tests/sessions_app/test_questions.py::test_an_answered_round_sends_the_same_call_with_the_answers",
+        ),
+    ),
+    Mutant(
+        "elicitation is declared only where a person can answer",
+        "elicitation_declared_everywhere",
+        "agentloom/toolservers/_tool.py",
+        "                may_ask=person is not None,",
+        "                may_ask=True,",
+        (
+            "tests/toolservers/test_questions.py::test_a_server_tool_no_person_can_answer_declares_no_elicitation",
+        ),
+    ),
+    Mutant(
+        "a question asked during a call waits no longer than the call has left, less the margin",
+        "person_waited_past_the_call",
+        "agentloom/toolservers/_client.py",
+        "        seconds = self.deadline - time.monotonic() - ANSWER_MARGIN_SECONDS",
+        "        seconds = self.deadline - time.monotonic() + ANSWER_MARGIN_SECONDS",
+        (
+            "tests/sessions_app/test_questions.py::test_a_2025_elicitation_no_one_answers_in_time_is_declined",
+        ),
+    ),
+    Mutant(
+        "a run waiting for answers holds no lease",
+        "waiting_for_answers_keeps_the_lease",
+        "sessions_app/services/execution.py",
+        '        lease_owner="",\n        lease_expires_at=None,\n'
+        "        pending_questions=questions,",
+        "        lease_owner=owner,\n        lease_expires_at=None,\n"
+        "        pending_questions=questions,",
+        (
+            "tests/sessions_app/test_questions.py::test_an_input_required_call_waits_and_holds_no_worker_or_lease",
+        ),
+    ),
+    Mutant(
+        "only the session's creator answers a server's questions",
+        "answer_by_anyone",
+        "sessions_app/services/questions.py",
+        "    if run.session.created_by_id != user.pk:\n        raise NotFound",
+        "    if False:\n        raise NotFound",
+        (
+            "tests/sessions_app/test_questions.py::test_answers_are_checked_against_the_form_and_taken_once",
+            "tests/api/test_questions.py::test_someone_else_gets_404",
+        ),
+    ),
+    Mutant(
+        "each question is answered once",
+        "answer_taken_twice",
+        "sessions_app/services/questions.py",
+        "    if key in (run.question_answers or {}):\n        raise Conflict",
+        "    if False:\n        raise Conflict",
+        ("tests/api/test_questions.py::test_an_answer_is_202_with_the_queued_run_a_second_409",),
+    ),
+    Mutant(
+        "an accepted form's content is checked against its fields",
+        "answer_unchecked",
+        "sessions_app/services/questions.py",
+        "        return checked_content(question, content)",
+        "        return content",
+        (
+            "tests/sessions_app/test_questions.py::test_answers_are_checked_against_the_form_and_taken_once",
+            "tests/api/test_questions.py::test_bad_answers_are_400_naming_the_field",
+        ),
+    ),
+    Mutant(
+        "a URL question is accepted only once its URL is confirmed",
+        "url_accepted_unconfirmed",
+        "sessions_app/services/questions.py",
+        "        if url_confirmed is not True:",
+        "        if False:",
+        (
+            "tests/sessions_app/test_questions.py::test_a_url_question_is_accepted_only_once_its_url_is_confirmed",
+        ),
+    ),
+    Mutant(
+        "a replay meets a server's questions as the run did, with the answers it got",
+        "replay_forgets_the_questions",
+        "sessions_app/services/replay.py",
+        "    asked = _Asked(run.question_rounds or [])",
+        "    asked = _Asked([])",
+        (
+            "tests/sessions_app/test_questions.py::test_an_answered_round_sends_the_same_call_with_the_answers",
+        ),
+    ),
+    Mutant(
+        "a server's text is escaped where the console shows it",
+        "server_text_unescaped",
+        "templates/console/_live_summary.html",
+        '<p class="server-text">{{ q.message }}</p>',
+        '<p class="server-text">{{ q.message|safe }}</p>',
+        (
+            "tests/api/test_questions.py::test_the_panel_shows_the_form_with_the_servers_text_escaped",
         ),
     ),
     # --- live deltas go when their run ends (live, journal, deletion) ---------------------------

@@ -156,6 +156,9 @@ class RunAdmin(SessionScopedAdmin):
         "checkpoint",
         "pending_approvals",
         "approval_decisions",
+        "pending_questions",
+        "question_answers",
+        "question_rounds",
     )
     json_fields = ("checkpoint",)
     link_fields = ("console",)

@@ -28,6 +28,7 @@ from sessions_app.selectors.sessions import (
 )
 from sessions_app.selectors.views import view_derivations, views_of
 from sessions_app.serializers import (
+    AnswerSerializer,
     ApprovalDecisionSerializer,
     ExportQuerySerializer,
     ForkSerializer,
@@ -51,6 +52,7 @@ from sessions_app.services.deletion import session_delete
 from sessions_app.services.export import session_export
 from sessions_app.services.fork import session_fork
 from sessions_app.services.imports import session_import
+from sessions_app.services.questions import run_answer
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import (
     run_ask,
@@ -240,6 +242,29 @@ class RunApprovalsApi(ApiView):
         data = ApprovalDecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         run = run_decide(user=request.user, run=run, **data.validated_data)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunAnswersApi(ApiView):
+    @api_schema(
+        ok=202,
+        response=RunSerializer,
+        request=AnswerSerializer,
+        errors=(404, 409),
+        path_id=RUN_ID,
+        operation_id="runs_answers_create",
+        description="Answer (`accept` with the form's `content`, or a URL confirmed), decline "
+        "or cancel one question a tool server asked (the run object's `pending_questions`; "
+        "the session's creator only). Once every question of a wait is answered the run is "
+        "queued and sends the same call again with the answers. 409 for a question already "
+        "answered, a run that is not waiting, or a call past its deadline.",
+    )
+    def post(self, request, id):
+        """Answer a tool server's question."""
+        run = run_get(user=request.user, run_id=object_id(id))
+        data = AnswerSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = run_answer(user=request.user, run=run, **data.validated_data)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
 

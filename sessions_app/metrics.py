@@ -21,7 +21,7 @@ from sessions_app.models import Run
 
 def _database_gauges() -> list[GaugeMetricFamily]:
     counts = dict(
-        Run.objects.filter(status__in=[Run.Status.QUEUED, Run.Status.WAITING_APPROVAL])
+        Run.objects.filter(status__in=[Run.Status.QUEUED, *Run.WAITING_STATUSES])
         .values_list("status")
         .annotate(count=Count("id"))
         .values_list("status", "count")
@@ -32,7 +32,11 @@ def _database_gauges() -> list[GaugeMetricFamily]:
         "agentloom_approvals_waiting", "Runs waiting for a person's approval now."
     )
     waiting.add_metric([], counts.get(Run.Status.WAITING_APPROVAL, 0))
-    return [queued, waiting]
+    answers = GaugeMetricFamily(
+        "agentloom_answers_waiting", "Runs waiting for a person's answers to a tool server now."
+    )
+    answers.add_metric([], counts.get(Run.Status.WAITING_INPUT, 0))
+    return [queued, waiting, answers]
 
 
 @require_GET

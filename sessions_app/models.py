@@ -62,8 +62,16 @@ class Run(models.Model):
         CANCELLED = "cancelled", "Cancelled"
         # Stopped at a safe point until a person decides its tool calls (no worker, no lease).
         WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+        # Stopped at a safe point until a person answers a tool server's questions (the same).
+        WAITING_INPUT = "waiting_input", "Waiting for answers"
 
-    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING, Status.WAITING_APPROVAL)
+    ACTIVE_STATUSES = (
+        Status.QUEUED,
+        Status.RUNNING,
+        Status.WAITING_APPROVAL,
+        Status.WAITING_INPUT,
+    )
+    WAITING_STATUSES = (Status.WAITING_APPROVAL, Status.WAITING_INPUT)
     FINISHED_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
@@ -97,6 +105,15 @@ class Run(models.Model):
     pending_approvals = EncryptedJSONField(default=list, blank=True)
     approval_decisions = EncryptedJSONField(default=dict, blank=True)
     waiting_since = models.DateTimeField(null=True, blank=True)
+    # A tool server's questions the run waits on (`waiting_input`), or asked during an open call
+    # (`running`, with the call's `deadline`), until the run goes on: `[{key, call_id, tool,
+    # server, mode, message, fields | url, unsupported, deadline}]`; and the person's answers by
+    # question key (`{action, content, by, at}`). Encrypted: session content.
+    pending_questions = EncryptedJSONField(default=list, blank=True)
+    question_answers = EncryptedJSONField(default=dict, blank=True)
+    # Every round of questions answered, in order, kept so a replay answers as the run did:
+    # `[{call_id, tool, server, questions, answers (None: no one answered in time), open_call}]`.
+    question_rounds = EncryptedJSONField(default=list, blank=True)
     # A clear copy of the checkpoint's turn and step counters, so listing runs decrypts nothing.
     counters = models.JSONField(default=dict, blank=True)
     # The run's number in the session it was copied from (a fork's or an import's runs): such a
@@ -113,7 +130,9 @@ class Run(models.Model):
             models.UniqueConstraint(fields=["session", "number"], name="unique_run_number"),
             models.UniqueConstraint(
                 fields=["session"],
-                condition=models.Q(status__in=["queued", "running", "waiting_approval"]),
+                condition=models.Q(
+                    status__in=["queued", "running", "waiting_approval", "waiting_input"]
+                ),
                 name="one_active_run_per_session",
             ),
             models.CheckConstraint(
@@ -125,6 +144,7 @@ class Run(models.Model):
                         "failed",
                         "cancelled",
                         "waiting_approval",
+                        "waiting_input",
                     ]
                 ),
                 name="run_status_valid",

@@ -16,10 +16,12 @@ from agentloom.api import (
     TextField,
     id_field,
 )
+from agentloom.engine import ANSWER_ACTIONS
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors.approvals import undecided
 from sessions_app.selectors.costs import call_cost_of, run_cost, session_cost
 from sessions_app.selectors.journal import JOURNAL_LIMIT_DEFAULT, JOURNAL_LIMIT_MAX
+from sessions_app.selectors.questions import unanswered
 from sessions_app.selectors.runs import model_call_in_flight, run_counters
 from sessions_app.selectors.views import Derivation
 from sessions_app.services.approvals import MAX_NOTE_CHARS
@@ -122,6 +124,40 @@ class PendingApprovalSerializer(serializers.Serializer):
     arguments = serializers.CharField(help_text="The call's arguments as the model sent them.")
 
 
+class QuestionFieldSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    type = serializers.ChoiceField(choices=["string", "number", "integer", "boolean", "enum"])
+    title = serializers.CharField(allow_blank=True)
+    description = serializers.CharField(allow_blank=True)
+    required = serializers.BooleanField()
+    options = serializers.ListField(child=serializers.CharField(), required=False)
+    default = serializers.JSONField(required=False)
+
+
+class PendingQuestionSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The server's key of the question: answer by it.")
+    call_id = serializers.CharField()
+    tool = serializers.CharField()
+    server = serializers.CharField(help_text="The tool server that asks.")
+    mode = serializers.ChoiceField(
+        choices=["form", "url"],
+        help_text="`form`: answer with `content` of its `fields`; `url`: accept only after "
+        "confirming the URL, shown whole.",
+    )
+    message = serializers.CharField(help_text="The server's own text: show it escaped.")
+    fields = QuestionFieldSerializer(many=True, required=False)
+    url = serializers.CharField(required=False)
+    unsupported = serializers.CharField(
+        allow_blank=True,
+        help_text="Why the question cannot be answered here (it can be declined or cancelled).",
+    )
+    deadline = serializers.DateTimeField(
+        required=False,
+        help_text="Asked during an open call (2025 revisions): the answer must come before "
+        "it, or the question is declined.",
+    )
+
+
 class RunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     session = serializers.IntegerField(source="session_id")
@@ -154,6 +190,15 @@ class RunSerializer(serializers.Serializer):
         "creator's decision."
     )
 
+    pending_questions = serializers.SerializerMethodField(
+        help_text="While `waiting_input`, or while a call of the running run asks: each "
+        "question of a tool server still waiting for the session creator's answer."
+    )
+
+    @extend_schema_field(PendingQuestionSerializer(many=True))
+    def get_pending_questions(self, run: Run) -> list[dict]:
+        return PendingQuestionSerializer(unanswered(run), many=True).data
+
     @extend_schema_field(PendingApprovalSerializer(many=True))
     def get_pending_approvals(self, run: Run) -> list[dict]:
         if run.status != Run.Status.WAITING_APPROVAL:
@@ -177,6 +222,21 @@ class ApprovalDecisionSerializer(StrictSerializer):
     call_id = TextField(max_length=200)
     decision = serializers.ChoiceField(choices=["approve", "deny"])
     note = TextField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True)
+
+
+class AnswerSerializer(StrictSerializer):
+    key = TextField(max_length=200)
+    action = serializers.ChoiceField(choices=list(ANSWER_ACTIONS))
+    content = serializers.DictField(
+        required=False,
+        help_text="With `accept` of a form: its fields' values (strings, numbers, booleans, "
+        "one of an enum's options).",
+    )
+    url_confirmed = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="With `accept` of a URL question: the person confirmed the URL, shown whole.",
+    )
 
 
 class QuestionSerializer(StrictSerializer):

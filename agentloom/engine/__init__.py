@@ -60,6 +60,11 @@ Where each rule of the design lives (each module's docstring states its rules):
   (the agent's mode, else the server's default, frozen at publish):
   `context_app/services/server_tools.py`; only the session's creator decides, each call once,
   and a wait no one decides ends `cancelled`: `sessions_app/services/approvals.py`;
+- a tool server's questions to the person (the run waits `waiting_input` on an `input_required`
+  answer and sends the same call again with the answers; a question asked while a call is open
+  gets the answers or a decline within the call's time; questions and answers journaled after
+  the tool group): `_asking`; the forms and the answer's check:
+  `agentloom/toolservers/_questions.py`; who answers: `sessions_app/services/questions.py`;
 - streaming (a model call's output shown as it is generated, redacted before it leaves the
   engine): the provider reads server-sent events into one chat-completion document and reports
   each piece (`agentloom/providers/_stream.py`); `_engine._DeltaRelay` redacts them, holding back
@@ -76,6 +81,13 @@ Where each rule of the design lives (each module's docstring states its rules):
 """
 
 from agentloom.engine._approval import WAITING_APPROVAL, Decision
+from agentloom.engine._asking import (
+    ANSWER_ACTIONS,
+    WAITING_INPUT,
+    Answer,
+    InputReply,
+    InputRequired,
+)
 from agentloom.engine._budget import (
     JsonBytesEstimator,
     LearnedLimit,
@@ -225,6 +237,12 @@ __all__ = [  # noqa: RUF022
     # _approval
     "WAITING_APPROVAL",
     "Decision",
+    # _asking
+    "ANSWER_ACTIONS",
+    "WAITING_INPUT",
+    "Answer",
+    "InputReply",
+    "InputRequired",
     # _budget
     "JsonBytesEstimator",
     "LearnedLimit",

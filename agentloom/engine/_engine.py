@@ -48,6 +48,15 @@ from agentloom.engine._approval import (
     denied_result,
     pending_approvals,
 )
+from agentloom.engine._asking import (
+    WAITING_INPUT,
+    Answer,
+    InputRequired,
+    answer_feedback,
+    pending_questions,
+    question_feedback,
+    reply_of,
+)
 from agentloom.engine._budget import (
     LearnedLimit,
     ModelBudget,
@@ -208,6 +217,10 @@ class EngineHooks:
       a summary call's text is not an answer); the journal still gets the reply once, whole;
     - `decisions()` returns the decisions made on the run's tool calls that need approval, by
       call id (see `_approval`);
+    - `answers()` returns the person's answers to the questions the run waits on, by question
+      key, and `ask(call_id, tool, server, questions, seconds)` asks the person while a call is
+      open and returns the answers, or None when no one answered within `seconds` (see
+      `_asking`); without `ask` no person answers an open call;
     - `on_learned(limit)` is called once when the run applies what it learned from a refusal
       (a `LearnedLimit`: a smaller context window, or the reasoning rule a gateway adapted to).
     """
@@ -215,6 +228,8 @@ class EngineHooks:
     save: Callable[[Checkpoint], None] | None = None
     on_model_call: Callable[[ModelCallRecord], None] | None = None
     decisions: Callable[[], Mapping[str, Decision]] | None = None
+    answers: Callable[[], Mapping[str, Answer]] | None = None
+    ask: Callable[..., Mapping[str, Answer] | None] | None = None
     should_cancel: Callable[[], bool] | None = None
     supplements: Callable[[bool], list[tuple[str, str]]] | None = None
     watch: CallWatch | None = None
@@ -330,13 +345,15 @@ class ModelCallRecord:
 class RunOutcome:
     """How an execution ended. `answer` is set only on success; a candidate is kept regardless."""
 
-    status: str  # "succeeded" | "failed" | "cancelled" | "waiting_approval"
+    status: str  # "succeeded" | "failed" | "cancelled" | "waiting_approval" | "waiting_input"
     answer: str | None
     error: str | None
     checkpoint: Checkpoint
     candidate_answer: str | None = None
     # While `waiting_approval`: each undecided call, `{call_id, tool, arguments}`.
     pending_approvals: list[dict[str, Any]] = field(default_factory=list)
+    # While `waiting_input`: each question of the server, with its call, tool and server.
+    pending_questions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def frame(self) -> dict[str, Any]:
@@ -447,10 +464,11 @@ class Engine:
         return execution.run(context)
 
     def continue_run(self, frame_dict: dict[str, Any]) -> RunOutcome:
-        """Continue a run that waited for approval: run its open tool group by the decisions.
+        """Continue a run that waited for approval or answers: run its open tool group.
 
         Not a resume: the attempt, the model calls counted and the open calls stay; a call still
-        undecided ends the execution `waiting_approval` again.
+        undecided ends the execution `waiting_approval` again, a question still unanswered
+        `waiting_input`. The call that waited on answers is sent again with them.
         """
         execution, context = self._restored(frame_dict)
         execution.model_calls = context.frame.state.model_calls
@@ -601,10 +619,17 @@ class _Execution:
             checkpoint=Checkpoint.of(context.frame),
             candidate_answer=state.candidate_answer,
             pending_approvals=loop.waiting,
+            pending_questions=(
+                pending_questions(state.asking) if status == WAITING_INPUT and state.asking else []
+            ),
         )
 
     def decisions(self) -> Mapping[str, Decision]:
         source = self.engine.hooks.decisions
+        return source() if source is not None else {}
+
+    def answers(self) -> Mapping[str, Answer]:
+        source = self.engine.hooks.answers
         return source() if source is not None else {}
 
     def keep_counts(self) -> None:
@@ -1093,6 +1118,9 @@ class _InstanceLoop:
         """Take one loop step from a safe point; return how the instance ended, or None."""
         context = self.context
         context.settle_pending()
+        # A resume answers a call that waited on a person `unknown`; its questions stay journaled.
+        context.managed.state.asking = None
+        self.journal_asked()
         self.take_supplements(final=False)
         if self.execution.cancel_requested():
             return self.finish("cancelled", None, None)
@@ -1200,12 +1228,81 @@ class _InstanceLoop:
         return self.finish("cancelled", None, None)
 
     def run_group(self, calls: list[dict[str, Any]]) -> _Ending | None:
-        """Run a tool group's calls and save, unless the instance must wait for decisions."""
+        """Run a tool group's calls and save, unless the instance must wait for decisions or
+        for a person's answers to a server's questions."""
         if self.awaiting(calls):
             return WAITING_APPROVAL, None, None
-        self.run_tools(calls)
+        if self.run_tools(calls):
+            self.save()
+            return WAITING_INPUT, None, None
+        self.journal_asked()
         self.save()
         return None
+
+    def journal_asked(self) -> None:
+        """Journal the questions and answers of a closed tool group as feedback, after it."""
+        state = self.context.managed.state
+        asked, state.asked = state.asked, []
+        for text in asked:
+            self.context.add_feedback(text)
+
+    def wait_for_answers(self, call_id: str, name: str, need: InputRequired) -> None:
+        """Keep a server's questions and request state in the checkpoint: the run waits."""
+        state = self.context.managed.state
+        state.asking = {
+            "call_id": call_id,
+            "tool": name,
+            "server": need.server,
+            "questions": need.questions,
+            "request_state": need.request_state,
+        }
+        state.asked = [
+            *state.asked,
+            *(question_feedback(need.server, name, call_id, q) for q in need.questions),
+        ]
+
+    def answered(self, call_id: str, name: str) -> tuple[bool, Any]:
+        """Return (waiting, reply) for a call of the group: whether it still waits on answers,
+        and the answers to send it again with when it waited on them and has them all."""
+        state = self.context.managed.state
+        asking = state.asking
+        if not (self.is_main and asking and asking["call_id"] == call_id):
+            return False, None
+        answers = self.execution.answers()
+        reply = reply_of(asking, answers)
+        if reply is None:
+            return True, None
+        state.asked = [
+            *state.asked,
+            *(
+                answer_feedback(name, call_id, q["key"], answers[q["key"]])
+                for q in asking["questions"]
+            ),
+        ]
+        state.asking = None
+        # Saved before the call is sent again: a worker lost during it leaves it `unknown`.
+        self.save()
+        return False, reply
+
+    def person(self, call_id: str, name: str) -> Callable[..., Any] | None:
+        """Return how a tool asks the person while its call is open (None: no one can)."""
+        hook = self.execution.engine.hooks.ask
+        if hook is None or not self.is_main:
+            return None
+        state = self.context.managed.state
+
+        def ask(server: str, questions: list[dict[str, Any]], seconds: float) -> Any:
+            notes = [question_feedback(server, name, call_id, q) for q in questions]
+            answers = hook(call_id, name, server, questions, seconds)
+            for question in questions:
+                answer = None if answers is None else answers.get(question["key"])
+                notes.append(answer_feedback(name, call_id, question["key"], answer))
+            state.asked = [*state.asked, *notes]
+            if answers is None:
+                return None
+            return {key: answer.response() for key, answer in answers.items()}
+
+        return ask
 
     def conclude(self, answer: str) -> _Ending | None:
         """Take a final answer: verify it when asked, drain the supplements, then succeed.
@@ -1256,11 +1353,12 @@ class _InstanceLoop:
         self.context.add_feedback(f"verification: {verdict or '(no verdict)'}")
         return verdict.upper().startswith("PASS"), None
 
-    def run_tools(self, calls: list[dict[str, Any]]) -> None:
+    def run_tools(self, calls: list[dict[str, Any]]) -> bool:
         """Run every call of one assistant message; each gets exactly one result.
 
         A call reached after a cancel request gets a `cancelled` result and does not run; a
         tool stopped by the cancellation signal gets a result saying it was interrupted.
+        Return True when a server's questions stop the group (it waits for the person).
         """
         for call in calls:
             call_id = call["id"]
@@ -1268,42 +1366,76 @@ class _InstanceLoop:
             if self.execution.cancel_requested():
                 self.context.add_tool_result(call_id, CANCELLED_RESULT)
                 continue
-            tool = self.toolset.get(name)
-            if tool is not None and tool.needs_approval and self.is_main:
-                decision = self.execution.decisions().get(call_id)
-                if decision is not None:
-                    self.context.add_feedback(decision_feedback(name, call_id, decision))
-                    # Journaled before the call runs: a worker lost during it keeps the record.
-                    self.save()
-                    if not decision.approved:
-                        self.context.add_tool_result(call_id, denied_result(decision.note))
-                        continue
-            if tool is None and name == READ_RECORD:
-                tool = self.reader
-            if tool is None:
-                self.context.add_tool_result(
-                    call_id, f"ERROR: tool {name!r} is not available to this agent."
-                )
-                self.context.add_feedback(f"refused call to unavailable tool {name!r} ({call_id})")
+            waiting, reply = self.answered(call_id, name)
+            if waiting:
+                return True
+            if reply is None and self.denied(call_id, name):
                 continue
-            try:
-                result = self._run_tool(tool, call["function"]["arguments"])
-            except ToolCancelled:
-                self.context.add_tool_result(call_id, INTERRUPTED_RESULT)
-                continue
-            except ToolError as exc:
-                self.context.add_tool_result(call_id, f"ERROR: {exc}")
-                self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
-                continue
-            if isinstance(result, ToolOutput):
-                text = f"ERROR: {result.text}" if result.error else result.text
-                self.context.add_tool_result(call_id, text, detail=result.detail)
-                if result.error:
-                    self.context.add_feedback(f"tool {name} ({call_id}) failed: {result.error}")
-                continue
-            self.context.add_tool_result(call_id, result)
+            if self.run_call(call_id, name, call["function"]["arguments"], reply):
+                return True
+        return False
 
-    def _run_tool(self, tool: Tool, raw_arguments: str) -> str | ToolOutput:
+    def denied(self, call_id: str, name: str) -> bool:
+        """Journal the decision on a call that needs approval; return whether it was denied
+        (it then has its `denied` result)."""
+        tool = self.toolset.get(name)
+        if not (tool is not None and tool.needs_approval and self.is_main):
+            return False
+        decision = self.execution.decisions().get(call_id)
+        if decision is None:
+            return False
+        self.context.add_feedback(decision_feedback(name, call_id, decision))
+        # Journaled before the call runs: a worker lost during it keeps the record.
+        self.save()
+        if not decision.approved:
+            self.context.add_tool_result(call_id, denied_result(decision.note))
+        return not decision.approved
+
+    def run_call(self, call_id: str, name: str, arguments: str, reply: Any) -> bool:
+        """Run one call and record its result; return True when it waits on a person instead."""
+        tool = self.toolset.get(name)
+        if tool is None and name == READ_RECORD:
+            tool = self.reader
+        if tool is None:
+            self.context.add_tool_result(
+                call_id, f"ERROR: tool {name!r} is not available to this agent."
+            )
+            self.context.add_feedback(f"refused call to unavailable tool {name!r} ({call_id})")
+            return False
+        try:
+            result = self._run_tool(tool, arguments, call_id, reply, self.person(call_id, name))
+        except InputRequired as need:
+            if self.is_main:
+                self.wait_for_answers(call_id, name, need)
+                return True
+            error = f"{need.server} asked for a person's answer, and none can answer here"
+            self.context.add_tool_result(call_id, f"ERROR: {error}")
+            self.context.add_feedback(f"tool {name} ({call_id}) failed: {error}")
+            return False
+        except ToolCancelled:
+            self.context.add_tool_result(call_id, INTERRUPTED_RESULT)
+            return False
+        except ToolError as exc:
+            self.context.add_tool_result(call_id, f"ERROR: {exc}")
+            self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
+            return False
+        if isinstance(result, ToolOutput):
+            text = f"ERROR: {result.text}" if result.error else result.text
+            self.context.add_tool_result(call_id, text, detail=result.detail)
+            if result.error:
+                self.context.add_feedback(f"tool {name} ({call_id}) failed: {result.error}")
+            return False
+        self.context.add_tool_result(call_id, result)
+        return False
+
+    def _run_tool(
+        self,
+        tool: Tool,
+        raw_arguments: str,
+        call_id: str = "",
+        reply: Any = None,
+        ask: Callable[..., Any] | None = None,
+    ) -> str | ToolOutput:
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
@@ -1318,6 +1450,9 @@ class _InstanceLoop:
             cancelled=signal,
             set_plan=getattr(self.context, "set_plan", None),
             search=getattr(self.context, "search_history", None),
+            reply=reply,
+            call_id=call_id,
+            ask=ask,
         )
         limit = tool.limit_seconds(arguments)
         try:
@@ -1326,7 +1461,7 @@ class _InstanceLoop:
             else:
                 with self.execution.watch(deadline=limit, signal=signal):
                     result = tool.run_in(arguments, context)
-        except (ToolError, ToolCancelled, LeaseLostError):
+        except (ToolError, ToolCancelled, InputRequired, LeaseLostError):
             self.execution.check_lease()
             raise
         except Exception as exc:

@@ -103,6 +103,10 @@ class ExecutionState:
     # The measured size of the largest request the run sent with success (a length refusal
     # without a number is bounded by it: `_budget.learned_window`).
     largest_ok: int | None = None
+    # A tool server's questions the run waits on (`_asking`): {call_id, tool, server, questions,
+    # request_state}; and the question and answer feedback held until the tool group closes.
+    asking: dict[str, Any] | None = None
+    asked: list[str] = field(default_factory=list)
     # Keys of older frames that this version does not know, kept so a round trip loses nothing.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +134,7 @@ class ExecutionState:
         state.queued_supplements = list(state.queued_supplements or [])
         state.children = dict(state.children or {})
         state.compaction_log = list(state.compaction_log or [])
+        state.asked = list(state.asked or [])
         return state
 
 

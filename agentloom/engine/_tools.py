@@ -75,11 +75,20 @@ class ToolContext:
     tool that waits stops on it and raises `ToolCancelled`. `set_plan` replaces the calling
     instance's plan (it raises `ToolError` when the plan is too large). `search` answers a
     `search_history` query over the records the calling instance may read.
+
+    A person's answers to a tool server (see `_asking`): `reply` is what a call that waited
+    sends again (the answers and the server's request state); `ask(server, questions, seconds)`
+    asks the person while the call is open and returns the answers by question key (as the
+    server reads them), or None when no one answered within `seconds`. Without `ask` no person
+    can answer this call. `call_id` names the call (empty outside a run's tool group).
     """
 
     cancelled: threading.Event = field(default_factory=threading.Event)
     set_plan: Callable[[str], None] | None = None
     search: Callable[[SearchQuery], str] | None = None
+    reply: Any = None
+    call_id: str = ""
+    ask: Callable[[str, list[dict[str, Any]], float], Mapping[str, Any] | None] | None = None
 
 
 @dataclass(frozen=True)

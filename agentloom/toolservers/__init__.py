@@ -11,6 +11,8 @@ Where each rule lives:
 - `_client`: one MCP session per operation with the official SDK (the 2026-07-28 revision, or
   the `initialize` handshake of the 2025 revisions); the retry rule for an unreachable server;
   the schema-drift check before every call.
+- `_questions`: a server's questions to the person as forms (a flat object of strings, numbers,
+  booleans and enums, or a URL shown whole), and the check of an answer.
 - `_results`: the text the model reads of a result (non-text blocks as one-line placeholders).
 - `_tool`: the engine `Tool` of one server tool, `<server>__<tool>`.
 - `_resources`: the built-in `read_resource` tool: which URIs a run may read (those a result of
@@ -18,6 +20,7 @@ Where each rule lives:
 """
 
 from agentloom.toolservers._client import (
+    ANSWER_MARGIN_SECONDS,
     DEFAULT_RETRY,
     CallOutcome,
     ListedResource,
@@ -31,6 +34,13 @@ from agentloom.toolservers._client import (
     read_resource,
 )
 from agentloom.toolservers._errors import ToolServerError
+from agentloom.toolservers._questions import (
+    MAX_ANSWER_CHARS,
+    AnswerError,
+    checked_content,
+    form_fields,
+    question_of,
+)
 from agentloom.toolservers._resources import (
     MAX_URI_CHARS,
     READ_RESOURCE,
@@ -53,12 +63,15 @@ from agentloom.toolservers._tool import (
 from agentloom.toolservers._transport import DEFAULT_MAX_RESPONSE_BYTES, GuardedAsyncTransport
 
 __all__ = [
+    "ANSWER_MARGIN_SECONDS",
     "DEFAULT_CALL_SECONDS",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_RETRY",
+    "MAX_ANSWER_CHARS",
     "MAX_URI_CHARS",
     "READ_RESOURCE",
     "SEPARATOR",
+    "AnswerError",
     "CallOutcome",
     "GuardedAsyncTransport",
     "ListedResource",
@@ -73,10 +86,13 @@ __all__ = [
     "ToolServerError",
     "block_placeholder",
     "call_tool",
+    "checked_content",
     "failure_reason",
+    "form_fields",
     "list_tools",
     "model_tool_name",
     "named_uris",
+    "question_of",
     "read_resource",
     "resource_text",
     "result_text",

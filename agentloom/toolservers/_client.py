@@ -14,6 +14,15 @@ before sending `tools/call`; when they differ, nothing is sent and the call fail
 The listing it saw comes back with its result, and whether the server said during the call that
 its tools changed (`notifications/tools/list_changed`): the console marks the stored listing stale.
 
+A person's answers (`agentloom.toolservers._questions` holds the forms): a call made where a
+person can answer declares the elicitation capability (form and URL modes), and only there.
+Under 2026-07-28 a server that needs answers ends the call `input_required`: the outcome carries
+its questions and request state, and the caller sends the same call again later with the answers
+(`input_responses`, `request_state`). Under the 2025 revisions the server asks while the call is
+open (`elicitation/create`): `ask(questions, seconds)` gets the person's answers within the time
+the call has left, less `ANSWER_MARGIN_SECONDS` for the server to finish; when that leaves no
+time, or no one answers, the question is declined.
+
 A listing also says whether the server declares resources, and lists them; `read_resource` reads
 one URI (`resources/read`) under the same guard, cap and time limit as a call. Which URIs a run may
 read is decided before it is called (`agentloom.toolservers._resources`).
@@ -32,6 +41,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import mcp.types as mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -40,6 +50,7 @@ from pydantic import ValidationError
 
 from agentloom.providers import Resolver
 from agentloom.toolservers._errors import ToolServerError
+from agentloom.toolservers._questions import question_of
 from agentloom.toolservers._transport import (
     DEFAULT_MAX_RESPONSE_BYTES,
     GuardedAsyncTransport,
@@ -47,6 +58,7 @@ from agentloom.toolservers._transport import (
 )
 
 __all__ = [
+    "ANSWER_MARGIN_SECONDS",
     "CallOutcome",
     "ListedResource",
     "ListedTool",
@@ -80,6 +92,10 @@ _quiet_library_loggers()
 MAX_LIST_PAGES = 20
 MAX_ERROR_CHARS = 500
 _POLL_SECONDS = 0.05
+# Of the time a call has left, what a question asked during it leaves the server to finish.
+ANSWER_MARGIN_SECONDS = 5.0
+# A server that answers `input_required` with state only (no question) is asked again this often.
+MAX_STATE_ONLY_ROUNDS = 10
 
 
 @dataclass(frozen=True)
@@ -152,6 +168,14 @@ class CallOutcome:
     result: dict[str, Any]
     listed: tuple[ListedTool, ...] = ()
     tools_changed: bool = False
+    # `input_required` (2026-07-28): the server's questions and its opaque state; `result` is
+    # then empty, and the call is sent again with the answers.
+    questions: tuple[dict[str, Any], ...] = ()
+    request_state: str | None = None
+
+    @property
+    def input_required(self) -> bool:
+        return bool(self.questions)
 
 
 @dataclass(frozen=True)
@@ -215,6 +239,9 @@ def read_resource(
     return _with_retries(server, work, timeout=timeout, cancelled=cancelled)
 
 
+Ask = Callable[[list[dict[str, Any]], float], Mapping[str, dict[str, Any]] | None]
+
+
 def call_tool(
     server: ServerAddress,
     name: str,
@@ -223,12 +250,18 @@ def call_tool(
     expected_schema: dict[str, Any] | None,
     timeout: float,
     cancelled: threading.Event | None = None,
+    may_ask: bool = False,
+    ask: Ask | None = None,
+    input_responses: Mapping[str, dict[str, Any]] | None = None,
+    request_state: str | None = None,
 ) -> CallOutcome:
     """Call tool `name` and return its whole result, or raise `ToolServerError`.
 
     `expected_schema` is the input schema frozen at publish; a server that now lists another
     one (or no such tool) gets no call. `timeout` bounds the whole operation; `cancelled`
-    stops it (raising `ToolServerError("cancelled")`).
+    stops it (raising `ToolServerError("cancelled")`). `may_ask` declares that a person can
+    answer the server's questions; `ask` asks them during the call (2025 revisions), and
+    `input_responses` with `request_state` answer the questions of an earlier `input_required`.
     """
 
     async def work(client: Client, notices: _Notices) -> CallOutcome:
@@ -243,7 +276,7 @@ def call_tool(
                 "was published; publish the agent again to use the new schema.",
             )
         try:
-            result = await client.call_tool(name, arguments)
+            result = await _send_call(client, name, arguments, input_responses, request_state)
         except ToolServerError as error:
             raise ToolServerError(error.kind, error.message, before_call=False) from None
         except MCPError as error:
@@ -254,11 +287,101 @@ def call_tool(
                 "The tool server's result is not a valid MCP tool result.",
                 before_call=False,
             ) from None
+        if isinstance(result, mcp_types.InputRequiredResult):
+            return CallOutcome(
+                client.protocol_version,
+                {},
+                listing,
+                notices.tools_changed,
+                questions=_questions_of(result),
+                request_state=result.request_state,
+            )
         payload = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         payload.pop("resultType", None)
         return CallOutcome(client.protocol_version, payload, listing, notices.tools_changed)
 
-    return _with_retries(server, work, timeout=timeout, cancelled=cancelled)
+    return _with_retries(
+        server,
+        work,
+        timeout=timeout,
+        cancelled=cancelled,
+        asking=_Asking(ask) if may_ask else None,
+    )
+
+
+async def _send_call(
+    client: Client,
+    name: str,
+    arguments: dict[str, Any],
+    input_responses: Mapping[str, dict[str, Any]] | None,
+    request_state: str | None,
+) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+    """Send `tools/call` (with the answers to an earlier `input_required`, if any); a state-only
+    `input_required` (no question) is sent again with its state, a few times."""
+    responses = (
+        {key: mcp_types.ElicitResult(**answer) for key, answer in input_responses.items()}
+        if input_responses is not None
+        else None
+    )
+    delay = _POLL_SECONDS
+    for _ in range(MAX_STATE_ONLY_ROUNDS):
+        result = await client.session.call_tool(
+            name,
+            arguments,
+            input_responses=responses,
+            request_state=request_state,
+            allow_input_required=True,
+        )
+        if not isinstance(result, mcp_types.InputRequiredResult) or result.input_requests:
+            return result
+        responses, request_state = None, result.request_state
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.25)
+    raise ToolServerError(
+        "protocol", "The tool server kept answering input_required without a question."
+    )
+
+
+def _questions_of(result: mcp_types.InputRequiredResult) -> tuple[dict[str, Any], ...]:
+    questions = []
+    for key, request in (result.input_requests or {}).items():
+        if not isinstance(request, mcp_types.ElicitRequest):
+            raise ToolServerError(
+                "protocol",
+                f"The tool server asked for {request.method}, which this client does not offer.",
+                before_call=False,
+            )
+        params = request.params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        questions.append(question_of(key, params))
+    return tuple(questions)
+
+
+class _Asking:
+    """The elicitation capability of one call: `ask` asks the person during the call (2025
+    revisions), within the call's deadline less the margin; without it, every question is
+    declined (a 2026-07-28 call's questions come back in its result instead)."""
+
+    def __init__(self, ask: Ask | None):
+        self.ask = ask
+        self.deadline = 0.0
+        self.asked = 0
+
+    async def __call__(self, _context: Any, params: Any) -> mcp_types.ElicitResult:
+        seconds = self.deadline - time.monotonic() - ANSWER_MARGIN_SECONDS
+        if self.ask is None or seconds <= 0:
+            return mcp_types.ElicitResult(action="decline")
+        dumped = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self.asked += 1
+        key = f"elicitation-{self.asked}"
+        question = question_of(key, dumped)
+        ask = self.ask
+        answers = await anyio.to_thread.run_sync(
+            lambda: ask([question], seconds), abandon_on_cancel=True
+        )
+        answer = (answers or {}).get(key)
+        if answer is None:
+            return mcp_types.ElicitResult(action="decline")
+        return mcp_types.ElicitResult(**answer)
 
 
 async def _all_tools(client: Client) -> list[ListedTool]:
@@ -309,12 +432,15 @@ def _with_retries(
     *,
     timeout: float,
     cancelled: threading.Event | None,
+    asking: _Asking | None = None,
 ) -> T:
     deadline = time.monotonic() + timeout
+    if asking is not None:
+        asking.deadline = deadline
     attempt = 1
     while True:
         try:
-            return _run_once(server, work, deadline=deadline, cancelled=cancelled)
+            return _run_once(server, work, deadline=deadline, cancelled=cancelled, asking=asking)
         except ToolServerError as error:
             if not (error.unreachable and attempt < server.retry.attempts):
                 raise
@@ -334,6 +460,7 @@ def _run_once(
     *,
     deadline: float,
     cancelled: threading.Event | None,
+    asking: _Asking | None = None,
 ) -> T:
     transport = GuardedAsyncTransport(
         allow_private_hosts=server.allow_private_hosts,
@@ -352,7 +479,13 @@ def _run_once(
         async with http:
             stream = streamable_http_client(server.url, http_client=http)
             notices = _Notices()
-            async with Client(stream, mode="auto", cache=None, message_handler=notices) as client:
+            async with Client(
+                stream,
+                mode="auto",
+                cache=None,
+                message_handler=notices,
+                elicitation_callback=asking,
+            ) as client:
                 return await work(client, notices)
 
     async def main() -> T:

@@ -6,6 +6,12 @@ for the model with the whole result as the journal's detail. `isError` and proto
 tool errors the model is told about, never an exception out of the engine. What the server listed
 before the call, and whether it said its tools changed, goes to `on_listing` (the console's
 stale mark); a failure there never fails the call.
+
+A person answers the server's questions only where the context can ask one (the engine's main
+instance with the application's hooks): only there does the call declare the capability. A
+2026-07-28 `input_required` raises the engine's `InputRequired` (the run waits); the context's
+`reply` then sends the same call again with the answers. Under the 2025 revisions the context's
+`ask` answers during the call (see `agentloom.toolservers._client`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentloom.engine import Tool, ToolCancelled, ToolContext, ToolError, ToolOutput
+from agentloom.engine import (
+    InputRequired,
+    Tool,
+    ToolCancelled,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+)
 from agentloom.toolservers._client import ListedTool, ServerAddress, call_tool
 from agentloom.toolservers._errors import ToolServerError
 from agentloom.toolservers._results import result_text
@@ -48,6 +61,7 @@ class ServerTool(Tool):
         description: str,
         input_schema: dict[str, Any],
         address: Callable[[], ServerAddress],
+        server: str = "",
         call_seconds: float = DEFAULT_CALL_SECONDS,
         needs_approval: bool = False,
         on_listing: Callable[[tuple[ListedTool, ...], bool], None] | None = None,
@@ -57,6 +71,7 @@ class ServerTool(Tool):
         self.description = description
         self.parameters = input_schema
         self._address = address
+        self.server = server or name.split(SEPARATOR, 1)[0]
         self._call_seconds = call_seconds
         self.needs_approval = needs_approval
         self._on_listing = on_listing
@@ -65,6 +80,13 @@ class ServerTool(Tool):
         return self.run_in(arguments, ToolContext())
 
     def run_in(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        reply = context.reply
+        person = context.ask
+        ask = (
+            None
+            if person is None
+            else lambda questions, seconds: person(self.server, questions, seconds)
+        )
         try:
             outcome = call_tool(
                 self._address(),
@@ -73,6 +95,10 @@ class ServerTool(Tool):
                 expected_schema=self.parameters,
                 timeout=self._call_seconds,
                 cancelled=context.cancelled,
+                may_ask=person is not None,
+                ask=ask,
+                input_responses=reply.responses if reply is not None else None,
+                request_state=reply.request_state if reply is not None else None,
             )
         except ToolServerError as error:
             if error.kind == "cancelled":
@@ -84,6 +110,17 @@ class ServerTool(Tool):
             ) from None
         if self._on_listing is not None:
             self._on_listing(outcome.listed, outcome.tools_changed)
+        if outcome.input_required:
+            if person is None:
+                raise ToolError(
+                    f"{self.name}: the tool server asked for a person's answer, and none can "
+                    "answer this call." + _MAY_HAVE_RUN
+                )
+            raise InputRequired(
+                server=self.server,
+                questions=list(outcome.questions),
+                request_state=outcome.request_state,
+            )
         text = result_text(outcome.result)
         detail = {"mcp": {"protocol_version": outcome.protocol_version, **outcome.result}}
         failed = bool(outcome.result.get("isError"))

@@ -174,6 +174,7 @@ def server_tools_of(snapshot: dict[str, Any], *, held: Held | None = None) -> li
             description=entry["description"],
             input_schema=entry["input_schema"],
             address=_address_of(entry["server_id"], held),
+            server=entry.get("server", ""),
             call_seconds=settings.TOOL_CALL_SECONDS,
             needs_approval=bool(entry.get("approval")),
             on_listing=_listing_seen(entry["server_id"], held),

@@ -19,6 +19,7 @@ from context_app.selectors import agent_get, latest_version
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import AskForm, NewSessionForm
 from sessions_app.downloads import export_response
+from sessions_app.selectors.runs import run_get
 from sessions_app.selectors.sessions import (
     session_for_deletion,
     session_for_revocation,
@@ -90,9 +91,19 @@ def rename(request, session_id: int):
 @login_required
 @console_errors(back=_chat, prefix="Not pinned: ")
 def pin(request, session_id: int):
-    """Pin instructions to one of the caller's sessions (blank unpins), then return to its chat."""
+    """Pin instructions to one of the caller's sessions (blank unpins), then return to its chat.
+
+    `run` (a question's **Pin question** button) adds that run's question to what is pinned.
+    """
     session = session_get(user=request.user, session_id=session_id)
-    session = session_pin(user=request.user, session=session, text=request.POST.get("text", ""))
+    text = request.POST.get("text", "")
+    if "run" in request.POST:
+        run_id = request.POST["run"]
+        run = run_get(user=request.user, run_id=int(run_id)) if run_id.isdecimal() else None
+        if run is None or run.session_id != session.pk:
+            raise InvalidInput("That is not a question of this session.", field="run")
+        text = "\n".join(part for part in (session.pinned, run.question) if part)
+    session = session_pin(user=request.user, session=session, text=text)
     messages.success(request, "Pinned." if session.pinned else "Unpinned.")
     return redirect("console-chat", session_id=session.pk)
 

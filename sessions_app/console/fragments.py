@@ -32,6 +32,7 @@ from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 from sessions_app.selectors.approvals import undecided
 from sessions_app.selectors.context import compaction_marks, run_context
 from sessions_app.selectors.journal import JOURNAL_ITEM_FIELDS, JOURNAL_LIMIT_MAX, journal_page
+from sessions_app.selectors.questions import unanswered
 from sessions_app.selectors.runs import (
     active_run,
     first_seq_of,
@@ -126,13 +127,15 @@ def run_summary(run: Run | None, records: list[dict], context: dict[str, Any]) -
         "run_steps": sum(
             1 for record in records if record["kind"] == SessionMessage.Kind.ASSISTANT
         ),
-        "tools": tools_text(records, waiting=run.status == Run.Status.WAITING_APPROVAL)
-        if run
-        else "–",
+        "tools": tools_text(records, waiting=_WAITING_FOR.get(run.status, "")) if run else "–",
         "meter": meter(context),
         "plan": context.get("plan"),
         "approvals": _approvals(run),
+        "questions": unanswered(run) if run is not None else [],
     }
+
+
+_WAITING_FOR = {Run.Status.WAITING_APPROVAL: "approval", Run.Status.WAITING_INPUT: "answers"}
 
 
 def _approvals(run: Run | None) -> list[dict[str, Any]]:

@@ -222,7 +222,8 @@ def journal(request, session_id: int):
             "searched": searched,
             "after": params["after"],
             "limit": params["limit"],
-            "focus": runs_of(session).first(),
+            # The link to its Context page needs the latest run's id and number only.
+            "focus": runs_of(session).only("pk", "number", "session_id").first(),
             "config": config,
         },
     )

@@ -130,13 +130,17 @@ def with_marks(records: list[dict], marks: list[dict]) -> list[dict]:
     return placed
 
 
-def tools_text(records: list[dict], *, waiting: bool = False) -> str:
-    """Return the run's tool call count, and which one runs (or waits) now or ran last."""
+def tools_text(records: list[dict], *, waiting: str = "") -> str:
+    """Return the run's tool call count, and which one runs (or waits, on `waiting`: approval
+    or answers) now or ran last."""
     calls = [call for record in records for call in record.get("tool_calls") or []]
     if not calls:
         return "0"
     answered = sum(1 for record in records if record["kind"] == SessionMessage.Kind.TOOL_RESULT)
-    state = "last:" if answered >= len(calls) else "waiting for approval:" if waiting else "running"
+    if answered >= len(calls):
+        state = "last:"
+    else:
+        state = f"waiting for {waiting}:" if waiting else "running"
     return f"{len(calls)} ({state} {calls[-1]['name']})"
 
 

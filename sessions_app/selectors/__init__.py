@@ -14,6 +14,7 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `context`: a run's view measured against its budget, its compactions, calibration starts.
 - `costs`: the cost of a model call, a run and a session.
 - `approvals`: the calls a run still waits on, and the decisions taken so far.
+- `questions`: a tool server's questions a run still waits on, and the answers so far.
 - `usage`: the spend record over a range of a space's days, as its reader may see it (admins:
   every member's usage; members: their own).
 - `resources`: the resource URIs a session's tool results named (what `read_resource` may read).

@@ -10,6 +10,8 @@ Reads live in `sessions_app.selectors`.
   one-active-run rule;
 - `approvals`: approval of tool calls: only the session's creator decides, each call once; the
   run then continues; a wait no one decides ends `cancelled`;
+- `questions`: a tool server's questions: the session's creator answers, declines or cancels
+  each once; a waiting run then sends the same call again, an open call gets the answers;
 - `deletion`: a session's soft delete and the superuser's purge;
 - `reusable_views`: the observed-prefix rule (which compaction snapshot a run may save as a
   reusable view), saving views and revoking them with what derives from them;

@@ -14,7 +14,7 @@ ends a waiting run at once, and a decision after it is a 409 that says the cance
 once the last decision has queued the run, a cancel is the 409, saying the decisions came first
 (sent together, one wins and the other says so). A wait no one decides ends `cancelled` after
 `RUN_APPROVAL_SECONDS` (`sweep_expired_approvals`, run by the beat with the lease sweep), with
-the reason.
+the reason; so does a wait for answers to a tool server's questions (`services.questions`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ __all__ = [
 
 MAX_NOTE_CHARS = 2_000
 APPROVAL_EXPIRED = "approval_expired"
+INPUT_EXPIRED = "input_expired"
 DECISIONS = ("approve", "deny")
 
 
@@ -88,17 +89,23 @@ def run_decide(*, user, run: Run, call_id: Any, decision: Any, note: Any = "") -
 
 
 def sweep_expired_approvals(*, now=None) -> list[int]:
-    """End every wait older than `RUN_APPROVAL_SECONDS` as `cancelled`; return the run ids."""
+    """End every wait (for approval or for answers) older than `RUN_APPROVAL_SECONDS` as
+    `cancelled`; return the run ids."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.RUN_APPROVAL_SECONDS)
-    stale = Run.objects.filter(status=Run.Status.WAITING_APPROVAL, waiting_since__lt=cutoff)
+    seconds = settings.RUN_APPROVAL_SECONDS
+    cutoff = now - timedelta(seconds=seconds)
+    stale = Run.objects.filter(status__in=Run.WAITING_STATUSES, waiting_since__lt=cutoff)
     ended = []
-    reason = f"{APPROVAL_EXPIRED}: no decision within {settings.RUN_APPROVAL_SECONDS} seconds"
+    reasons = {
+        Run.Status.WAITING_APPROVAL: f"{APPROVAL_EXPIRED}: no decision within {seconds} seconds",
+        Run.Status.WAITING_INPUT: f"{INPUT_EXPIRED}: no answer within {seconds} seconds",
+    }
     for run_id, session_id in stale.values_list("pk", "session_id"):
         with transaction.atomic():
             run = lock_run(run_id, session_id=session_id)
-            if run.status != Run.Status.WAITING_APPROVAL or run.waiting_since >= cutoff:
+            if run.status not in Run.WAITING_STATUSES or run.waiting_since >= cutoff:
                 continue
+            reason = reasons[run.status]
             fields = ended_run_fields({"status": Run.Status.CANCELLED, "error": reason}, {})
             fields["finished_at"] = now
             for name, value in fields.items():

@@ -43,6 +43,7 @@ from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
 from sessions_app.selectors.approvals import decisions_of
 from sessions_app.selectors.checkpoints import JournalStore, run_checkpoint
 from sessions_app.selectors.context import last_reported_call, recent_ratio
+from sessions_app.selectors.questions import answers_of
 from sessions_app.selectors.resources import resource_uris_named
 from sessions_app.services.journal import (
     JournalWriter,
@@ -54,6 +55,7 @@ from sessions_app.services.journal import (
 from sessions_app.services.legacy import adopt_legacy_run, is_legacy_checkpoint
 from sessions_app.services.live import DeltaPublisher
 from sessions_app.services.projection_points import new_run_history
+from sessions_app.services.questions import ask_during_call
 from sessions_app.services.renewer import RunLease, renewer
 from sessions_app.services.runs import run_claim, supplements_close, supplements_take
 from sessions_app.services.slots import database_slots
@@ -228,6 +230,11 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
             if not _wait_for_approval(run_id, owner, outcome.pending_approvals):
                 log.warning("run %s: lease lost before it could wait for approval", run_id)
                 return "lease lost"
+    if outcome.status == Run.Status.WAITING_INPUT:
+        with database_slots.held():
+            if not _wait_for_input(run_id, owner, outcome.pending_questions):
+                log.warning("run %s: lease lost before it could wait for answers", run_id)
+                return "lease lost"
     # The save that journaled the terminal status ended the run in the same transaction.
     return outcome.status
 
@@ -248,6 +255,23 @@ def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -
         lease_owner="",
         lease_expires_at=None,
         pending_approvals=pending,
+        waiting_since=now,
+        updated_at=now,
+    )
+    return updated == 1
+
+
+def _wait_for_input(run_id: int, owner: str, questions: list[dict[str, Any]]) -> bool:
+    """Let the run wait for a person's answers to a tool server's questions, like an approval
+    (the questions and the server's request state are in its checkpoint). The answers of an
+    earlier round were journaled and sent: a new round starts with none."""
+    now = timezone.now()
+    updated = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING).update(
+        status=Run.Status.WAITING_INPUT,
+        lease_owner="",
+        lease_expires_at=None,
+        pending_questions=questions,
+        question_answers={},
         waiting_since=now,
         updated_at=now,
     )
@@ -285,8 +309,9 @@ def _start(run_id: int, owner: str):
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)
         return "failed"
-    if run.checkpoint is not None and run.pending_approvals:
-        # Queued again once every call it waited on was decided: its own transition.
+    if run.checkpoint is not None and (run.pending_approvals or run.pending_questions):
+        # Queued again once every call it waited on was decided, or every question of a tool
+        # server answered: its own transition.
         checkpoint = run_checkpoint(run)
         return engine, run, writer, lambda engine: engine.continue_run(checkpoint)
     if run.checkpoint is not None:
@@ -380,10 +405,13 @@ def _hooks(
 
     held = database_slots.wrap
     decisions = decisions_of(run)
+    answers = answers_of(run)
     hooks = EngineHooks(
         on_learned=held(on_learned),
         save=held(writer.sync),
         decisions=lambda: decisions,
+        answers=lambda: answers,
+        ask=_asker(run_id, owner),
         on_model_call=held(on_model_call),
         # The database channel writes deltas: each batch holds a slot like any other write.
         on_delta=held(deltas.publish),
@@ -393,6 +421,16 @@ def _hooks(
         watch=renewer.run(RunLease(run_id=run_id, owner=owner, on_signals=signalled)),
     )
     return hooks, writer
+
+
+def _asker(run_id: int, owner: str) -> Any:
+    """Return the hook by which a call that is open asks the run's person (2025 revisions)."""
+
+    def ask(call_id: str, tool: str, server: str, questions: list[dict], seconds: float) -> Any:
+        listed = [{**q, "call_id": call_id, "tool": tool, "server": server} for q in questions]
+        return ask_during_call(run_id, owner, listed, seconds)
+
+    return ask
 
 
 def _record_learned(run: Run, learned: Any) -> None:

@@ -290,8 +290,9 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
         "finished_at": timezone.now(),
         "lease_owner": "",
         "lease_expires_at": None,
-        # Calls a wait listed no longer wait (their decisions stay, for replay).
+        # Calls a wait listed no longer wait (their decisions stay, for replay); nor questions.
         "pending_approvals": [],
+        "pending_questions": [],
         "waiting_since": None,
     }
 

@@ -8,6 +8,10 @@ plan, runs again), and the supplements, cancellation and lost-worker stops of ea
 points the journal shows. It then compares the records and views it produced with
 the journal and the stored checkpoint, ignoring timestamps. Any difference means the journal,
 the checkpoint or the stored model responses are not what the engine made of them.
+
+A tool server's questions are asked again as the run met them (`question_rounds`): a call that
+waited raises them, and the run continues with the answers the person gave; a question asked
+during a call gets the recorded answers (or none, when no one answered in time).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from agentloom.engine import (
     SEARCH_HISTORY,
     UNKNOWN_RESULT,
     WAITING_APPROVAL,
+    WAITING_INPUT,
+    Answer,
     Checkpoint,
     ContextBinding,
     Decision,
@@ -35,6 +41,7 @@ from agentloom.engine import (
     EngineHooks,
     ExecutionLimits,
     GatewayError,
+    InputRequired,
     JournalContextManager,
     ModelGateway,
     ModelRequest,
@@ -42,6 +49,7 @@ from agentloom.engine import (
     RunOutcome,
     Tool,
     ToolCancelled,
+    ToolContext,
     ToolError,
     ToolOutput,
     builtin_tools,
@@ -106,15 +114,60 @@ class _StopAttempt(Exception):
     """Raised from the save hook where the original worker died."""
 
 
+class _Asked:
+    """The run's rounds of a server's questions, by tool, and the answers of the round met last."""
+
+    def __init__(self, rounds: list[dict[str, Any]]):
+        self.rounds: dict[str, deque] = defaultdict(deque)
+        for asked in rounds:
+            self.rounds[asked["tool"]].append(asked)
+        self.current: dict[str, Answer] = {}
+
+    def take(self, tool: str) -> dict[str, Any]:
+        """Take the next round of `tool`, its answers becoming the current ones."""
+        asked = self.rounds[tool].popleft()
+        self.current = {
+            key: Answer(entry["action"], entry["by"], entry["at"], entry.get("content"))
+            for key, entry in (asked["answers"] or {}).items()
+        }
+        return asked
+
+    def follows(self, tool: str, call_id: str, *, open_call: bool) -> bool:
+        """Return whether the next round of `tool` is one of call `call_id`, of that kind."""
+        waiting = self.rounds[tool]
+        return (
+            bool(waiting)
+            and waiting[0]["call_id"] == call_id
+            and (waiting[0]["open_call"] == open_call)
+        )
+
+    def answered(self, pending: list[dict[str, Any]]) -> bool:
+        return bool(pending) and all(item["key"] in self.current for item in pending)
+
+
 class _ReplayTool(Tool):
     """A tool that answers with results recorded in the journal, in order, never running."""
 
-    def __init__(self, original: Tool, recorded: deque):
+    def __init__(self, original: Tool, recorded: deque, asked: _Asked | None = None):
         self.name = original.name
         self.description = original.description
         self.parameters = original.parameters
         self.needs_approval = original.needs_approval
         self._recorded = recorded
+        self._asked = asked
+
+    def run_in(self, arguments: dict[str, Any], context: ToolContext) -> str | ToolOutput:
+        asked = self._asked
+        if asked is not None and asked.follows(self.name, context.call_id, open_call=False):
+            taken = asked.take(self.name)
+            raise InputRequired(
+                server=taken["server"], questions=taken["questions"], request_state=None
+            )
+        while asked is not None and asked.follows(self.name, context.call_id, open_call=True):
+            taken = asked.take(self.name)
+            if context.ask is not None:
+                context.ask(taken["server"], taken["questions"], 0.0)
+        return self.run(arguments)
 
     def run(self, arguments: dict[str, Any]) -> str | ToolOutput:
         if not self._recorded:
@@ -341,7 +394,9 @@ class _Recordings:
         return set(self.position)
 
 
-def _replay_tools(snapshot: dict[str, Any], rows: list[SessionMessage]) -> list[Tool]:
+def _replay_tools(
+    snapshot: dict[str, Any], rows: list[SessionMessage], asked: _Asked
+) -> list[Tool]:
     """Return the version's tools, each answering from the journal (engine-only tools run)."""
     recorded = _recorded_tool_results(rows)
     originals = builtin_tools()
@@ -351,7 +406,7 @@ def _replay_tools(snapshot: dict[str, Any], rows: list[SessionMessage]) -> list[
         if name in originals
     ]
     # Tool-server tools answer from the journal too: a replay never calls a server.
-    tools += [_ReplayTool(tool, recorded[tool.name]) for tool in server_tools_of(snapshot)]
+    tools += [_ReplayTool(tool, recorded[tool.name], asked) for tool in server_tools_of(snapshot)]
     return tools
 
 
@@ -425,6 +480,7 @@ def _replay_engine(
     rendering: int,
     compaction: int,
     decided: dict[str, Decision],
+    asked: _Asked,
     start: dict[str, Any] | None = None,
 ) -> Engine:
     """Return an engine of the run's frozen version, driven by the replay's gateway and hooks.
@@ -451,6 +507,8 @@ def _replay_engine(
             should_cancel=hooks.should_cancel,
             supplements=hooks.next_supplements,
             decisions=lambda: decided,
+            answers=lambda: asked.current,
+            ask=lambda *_question: asked.current or None,
         ),
         config=EngineConfig(
             limits=ExecutionLimits(max_model_calls=settings.RUN_MAX_MODEL_CALLS),
@@ -475,6 +533,7 @@ def _run_attempt(
     compaction: int,
     started: dict[str, Any],
     decided: dict[str, Decision],
+    asked: _Asked,
     start: dict[str, Any],
     token_counts: dict[str, int] | None,
 ) -> RunOutcome:
@@ -503,10 +562,12 @@ def _run_attempt(
         # Resumed from the frame by reference, as the run was: its inherited history keeps
         # where each message came from (a self-contained frame has it inline).
         outcome = engine.resume(resume_from, attempt=attempt.number)
-    # A wait whose calls were all decided continued by its own transition.
-    while outcome.status == WAITING_APPROVAL and all(
-        item["call_id"] in decided for item in outcome.pending_approvals
-    ):
+    # A wait whose calls were all decided, or whose questions were all answered, continued by
+    # its own transition.
+    while (
+        outcome.status == WAITING_APPROVAL
+        and all(item["call_id"] in decided for item in outcome.pending_approvals)
+    ) or (outcome.status == WAITING_INPUT and asked.answered(outcome.pending_questions)):
         outcome = engine.continue_run(outcome.checkpoint.frame)
     return outcome
 
@@ -571,7 +632,9 @@ def replay_run(run: Run) -> ReplayReport:
     # The run is replayed under the rendering rules and the compaction it was made with.
     rendering = rendering_of(recordings.checkpoint.get("binding")).version
     compaction = compaction_of(recordings.checkpoint.get("binding")).version
-    tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows)
+    # A tool server's questions are met again as the run met them, with the answers it got.
+    asked = _Asked(run.question_rounds or [])
+    tools = _replay_tools(run.session.agent_version.snapshot, recordings.rows, asked)
     start = _start_binding(recordings)
     engine = _replay_engine(
         run,
@@ -581,6 +644,7 @@ def replay_run(run: Run) -> ReplayReport:
         rendering=rendering,
         compaction=compaction,
         decided=decided,
+        asked=asked,
         start=start,
     )
     # A calibrated run started from its connection's ratio of that moment and the session's last
@@ -603,6 +667,7 @@ def replay_run(run: Run) -> ReplayReport:
                 compaction=compaction,
                 started=started,
                 decided=decided,
+                asked=asked,
                 start=start,
                 token_counts=(recordings.checkpoint.get("state") or {}).get("token_counts"),
             )

@@ -288,6 +288,7 @@ def run_resume(*, user, run: Run) -> Run:
     run.supplements_closed = False
     # A resume answers an open tool group `unknown`: the calls of a wait no longer wait.
     run.pending_approvals, run.waiting_since = [], None
+    run.pending_questions = []
     run.finished_at = None
     run.lease_owner = ""
     run.lease_expires_at = _queue_deadline()
@@ -306,6 +307,13 @@ def run_cancel(*, user, run: Run) -> Run:
     if run.session.created_by_id != user.pk:
         raise NotFound("Not found.")
     run = lock_run(run.pk, session_id=run.session_id)
+    if run.status == Run.Status.QUEUED and run.pending_questions:
+        # Queued by the answers to a tool server's questions: the same rule as decisions.
+        raise Conflict(
+            "The questions this run waited on were answered before this cancel: the answers "
+            "won, and the run is queued to go on with them. Cancel it again once it has "
+            "started; it then stops at its next safe point."
+        )
     if run.status == Run.Status.QUEUED and run.pending_approvals:
         # Queued by the decisions on the calls it waited on, not yet taken by a worker: those
         # decisions came first and win, rather than being dropped by a cancel sent with them.
@@ -314,8 +322,8 @@ def run_cancel(*, user, run: Run) -> Run:
             "won, and the run is queued to go on with them. Cancel it again once it has "
             "started; it then stops at its next safe point."
         )
-    # A run waiting for approval holds no worker: like a queued one, it ends at once.
-    if run.status in (Run.Status.QUEUED, Run.Status.WAITING_APPROVAL):
+    # A run waiting for approval or answers holds no worker: like a queued one, it ends at once.
+    if run.status in (Run.Status.QUEUED, *Run.WAITING_STATUSES):
         run.status = Run.Status.CANCELLED
         run.cancel_requested = True
         run.finished_at = timezone.now()

@@ -13,7 +13,7 @@
   const API = "/api/v1";
   const POLL_MS = 1000;
   const HOME_POLL_MS = 2000;
-  const ACTIVE = ["queued", "running", "waiting_approval"];
+  const ACTIVE = ["queued", "running", "waiting_approval", "waiting_input"];
   // How close to the bottom (px) the reader must be for the chat to follow new records.
   const FOLLOW_SLACK = 240;
 
@@ -256,7 +256,22 @@
         const fresh = summary.querySelector(`[data-approval-note="${CSS.escape(input.dataset.approvalNote)}"]`);
         if (fresh) fresh.value = input.value;
       });
+      // So does what is typed into a tool server's question (by the input's id).
+      document.querySelectorAll("[data-keep]").forEach((input) => {
+        const fresh = summary.querySelector(`#${CSS.escape(input.id)}`);
+        if (!fresh) return;
+        if (input.type === "checkbox") fresh.checked = input.checked;
+        else fresh.value = input.value;
+        const open = fresh.closest("form") && fresh.closest("form").querySelector("[data-url-open]");
+        if (open && input.dataset.urlConfirm !== undefined) open.hidden = !input.checked;
+      });
+      const focusedKept = document.activeElement && document.activeElement.dataset.keep !== undefined
+        ? document.activeElement.id : "";
       document.getElementById("live-summary").replaceWith(summary);
+      if (focusedKept) {
+        const input = document.getElementById(focusedKept);
+        if (input) input.focus();
+      }
       if (focused) {
         const input = document.querySelector(`[data-approval-note="${CSS.escape(focused)}"]`);
         if (input) input.focus();
@@ -484,6 +499,62 @@
       }
       if (shown) sayBeside(shown, button.dataset.decide === "approve" ? "Approved." : "Denied.", false);
       pollSoon(0);
+    });
+
+    /** Return the content of a question's form, typed as its fields say. */
+    function formContent(form) {
+      const content = {};
+      form.querySelectorAll("[data-type]").forEach((input) => {
+        const type = input.dataset.type;
+        if (type === "boolean") content[input.name] = input.checked;
+        else if (input.value === "") return;
+        else if (type === "number" || type === "integer") content[input.name] = Number(input.value);
+        else content[input.name] = input.value;
+      });
+      return content;
+    }
+
+    /** Send the person's answer to a tool server's question: accept, decline or cancel. */
+    async function answerQuestion(form, action) {
+      const body = { key: form.dataset.question, action };
+      if (action === "accept" && form.dataset.mode === "url") {
+        const confirmed = form.querySelector("[data-url-confirm]");
+        body.url_confirmed = Boolean(confirmed && confirmed.checked);
+      } else if (action === "accept") {
+        body.content = formContent(form);
+      }
+      const buttons = form.querySelectorAll("[data-answer]");
+      buttons.forEach((button) => { button.disabled = true; });
+      const answer = await api("POST", `/runs/${form.dataset.run}/answers`, body);
+      const shown = document.getElementById("question-notice");
+      if (!answer.ok) {
+        buttons.forEach((button) => { button.disabled = false; });
+        if (shown) sayBeside(shown, `Not sent: ${errorText(answer.data)}`, true);
+        return;
+      }
+      const said = { accept: "Answer sent.", decline: "Declined.", cancel: "Cancelled." };
+      if (shown) sayBeside(shown, said[action], false);
+      pollSoon(0);
+    }
+
+    panel.addEventListener("submit", (event) => {
+      const form = event.target.closest("[data-question]");
+      if (!form) return;
+      event.preventDefault();
+      answerQuestion(form, "accept");
+    });
+
+    panel.addEventListener("click", (event) => {
+      const button = event.target.closest("[data-answer]");
+      if (!button || button.dataset.answer === "accept") return;
+      answerQuestion(button.closest("[data-question]"), button.dataset.answer);
+    });
+
+    panel.addEventListener("change", (event) => {
+      const box = event.target.closest("[data-url-confirm]");
+      if (!box) return;
+      const open = box.closest("form").querySelector("[data-url-open]");
+      if (open) open.hidden = !box.checked;
     });
 
     conversation.addEventListener("click", async (event) => {

@@ -20,6 +20,7 @@ RUN_FIELDS = {
     "cancel_requested",
     "model_call_in_flight",
     "pending_approvals",
+    "pending_questions",
     "attempt",
     "trace_id",
     "counters",

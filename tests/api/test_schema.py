@@ -43,6 +43,7 @@ OPERATIONS = [
     ("POST", "/api/v1/runs/{id}/resume"),
     ("POST", "/api/v1/runs/{id}/cancel"),
     ("POST", "/api/v1/runs/{id}/approvals"),
+    ("POST", "/api/v1/runs/{id}/answers"),
     ("GET", "/api/v1/runs/{id}/context"),
     ("GET", "/api/v1/runs/{id}/model-calls"),
     ("GET", "/api/v1/model-connections/"),

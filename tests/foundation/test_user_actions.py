@@ -83,6 +83,7 @@ ACTIONS = {
     "run_resume": lambda act, w: act(user=w.alice, run=w.run),
     "run_cancel": lambda act, w: act(user=w.alice, run=w.run),
     "run_decide": lambda act, w: act(user=w.alice, run=w.run, call_id="c1", decision="allow"),
+    "run_answer": lambda act, w: act(user=w.alice, run=w.run, key="k1", action="accept"),
     "supplement_add": lambda act, w: act(user=w.alice, run=w.run, text="more"),
     "session_export": lambda act, w: act(user=w.alice, session=w.session),
     "session_export_by_operator": lambda act, w: act(user=w.root, session_id=w.session.pk),

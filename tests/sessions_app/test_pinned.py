@@ -86,3 +86,25 @@ def test_the_console_pins_from_the_chat_page(alice, gateway, make_demo_session, 
     run = ask(session, alice, "and now?")
     assert Run.objects.get(pk=run.pk).pinned == RULE
     assert _system(gateway.action_requests()[-1]).endswith(RULE)
+
+
+def test_a_questions_pin_button_adds_it_to_the_pins(alice, gateway, make_demo_session, client):
+    session = make_demo_session()
+    client.force_login(alice)
+    client.post(f"/sessions/{session.pk}/pin/", {"text": RULE})
+    first = ask(session, alice, "Always answer in French, NONCE-FR.")
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert f'name="run" value="{first.pk}"' in page and "Pin question" in page
+    assert client.post(f"/sessions/{session.pk}/pin/", {"run": first.pk}).status_code == 302
+    assert (
+        Session.objects.get(pk=session.pk).pinned == f"{RULE}\nAlways answer in French, NONCE-FR."
+    )
+    ask(session, alice, "and now?")
+    assert _system(gateway.action_requests()[-1]).endswith("Always answer in French, NONCE-FR.")
+    # Another session's run, or no run at all, is refused by name and pins nothing.
+    other = make_demo_session()
+    foreign = ask(other, alice, "NONCE-OTHER")
+    for value in (foreign.pk, "x", ""):
+        response = client.post(f"/sessions/{session.pk}/pin/", {"run": value}, follow=True)
+        assert "not a question of this session" in response.content.decode()
+    assert "NONCE-OTHER" not in Session.objects.get(pk=session.pk).pinned

@@ -10,6 +10,12 @@ handshake only, as servers built before the 2026-07-28 revision). `resources=Tru
 a tool whose result links a report and embeds a picture; `Calls.reads` records each read.
 `changing=True` adds `grow`, a tool that adds a tool and says so
 (`notifications/tools/list_changed`, on the SSE answer of the call: `json_response=False`).
+`asking=True` adds `book`, a tool that asks the person which day (a form of a string, a number,
+a boolean and an enum; its message carries markup): under 2026-07-28 it answers
+`input_required` with the question and `BOOK_STATE`, and books when the call comes again with
+the answer; under 2025 it asks during the call (`elicitation/create`). `Calls.answers` records
+each answer it got (action, content, the request state sent back), `Calls.declared` whether each
+2026-era call declared the elicitation capability (one that did not is an error result).
 """
 
 from __future__ import annotations
@@ -30,11 +36,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import (
     BlobResourceContents,
     CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
     EmbeddedResource,
     ImageContent,
+    InputRequiredResult,
     ResourceLink,
     TextContent,
 )
+from pydantic import BaseModel, Field
 
 BIG_RESULT_CHARS = 40_000
 PNG_BYTES = base64.b64decode(
@@ -49,6 +59,8 @@ class Calls:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.headers: list[dict[str, str]] = []
         self.reads: list[str] = []
+        self.answers: list[tuple[str, dict[str, Any] | None, str | None]] = []
+        self.declared: list[bool] = []
         self.started = threading.Event()
 
 
@@ -93,6 +105,67 @@ def _add_resources(server: MCPServer, calls: Calls) -> None:
         )
 
 
+BOOK_STATE = "booking-state-NONCE-STATE-39"
+BOOK_MESSAGE = "Which day for <b>{room}</b>?"
+BOOK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "day": {"type": "string", "title": "Day", "description": "The day, as YYYY-MM-DD."},
+        "nights": {"type": "integer", "title": "Nights"},
+        "breakfast": {"type": "boolean", "title": "Breakfast"},
+        "size": {"type": "string", "enum": ["single", "double"], "title": "Size"},
+    },
+    "required": ["day", "nights"],
+}
+
+
+class BookingForm(BaseModel):
+    day: str = Field(title="Day", description="The day, as YYYY-MM-DD.")
+    nights: int = Field(title="Nights")
+    breakfast: bool = Field(default=False, title="Breakfast")
+
+
+def _booked(room: str, action: str, content: dict[str, Any] | None) -> str:
+    if action != "accept":
+        return f"not booked: the person chose {action}"
+    return f"booked {room} on {content['day']} for {content['nights']} nights"
+
+
+def _add_questions(server: MCPServer, calls: Calls) -> None:
+    @server.tool(description="Book a room; asks the person which day.")
+    async def book(room: str, ctx: Context) -> CallToolResult | InputRequiredResult:
+        calls.calls.append(("book", {"room": room}))
+        message = BOOK_MESSAGE.format(room=room)
+        if ctx.protocol_version and ctx.protocol_version.startswith("2025"):
+            outcome = await ctx.elicit(message, BookingForm)
+            content = outcome.data.model_dump() if outcome.action == "accept" else None
+            calls.answers.append((outcome.action, content, None))
+            text = _booked(room, outcome.action, content)
+            return CallToolResult(content=[TextContent(type="text", text=text)])
+        caps = ctx.client_capabilities
+        calls.declared.append(bool(caps and caps.elicitation))
+        if not calls.declared[-1]:
+            return CallToolResult(
+                content=[TextContent(type="text", text="no one to ask: not booked")],
+                is_error=True,
+            )
+        answer = (ctx.input_responses or {}).get("day")
+        if answer is None:
+            question = ElicitRequest(
+                params=ElicitRequestFormParams(message=message, requested_schema=BOOK_SCHEMA)
+            )
+            return InputRequiredResult(input_requests={"day": question}, request_state=BOOK_STATE)
+        content = dict(answer.content) if answer.content else None
+        calls.answers.append((answer.action, content, ctx.request_state))
+        if ctx.request_state != BOOK_STATE:
+            return CallToolResult(
+                content=[TextContent(type="text", text="the request state is wrong")],
+                is_error=True,
+            )
+        text = _booked(room, answer.action, content)
+        return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
 def _add_growth(server: MCPServer, calls: Calls) -> None:
     @server.tool(description="Add a tool, and say the list changed.")
     async def grow(ctx: Context) -> str:
@@ -122,10 +195,13 @@ def tool_server(
     drift: bool = False,
     resources: bool = False,
     changing: bool = False,
+    asking: bool = False,
 ) -> MCPServer:
     server = MCPServer(name, log_level="WARNING")
     if resources:
         _add_resources(server, calls)
+    if asking:
+        _add_questions(server, calls)
     if changing:
         _add_growth(server, calls)
 
@@ -234,12 +310,18 @@ def mcp_app(
     drift: bool = False,
     resources: bool = False,
     changing: bool = False,
+    asking: bool = False,
 ):
     """Return the ASGI app of the test tool server, at path `/mcp`."""
     # Tests reach it by other host names too (a stub resolver), so no Host-header check.
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    server = tool_server(calls, name=name, drift=drift, resources=resources, changing=changing)
-    app = server.streamable_http_app(json_response=not changing, transport_security=security)
+    server = tool_server(
+        calls, name=name, drift=drift, resources=resources, changing=changing, asking=asking
+    )
+    # A question asked during a 2025-era call goes on the call's own SSE answer.
+    app = server.streamable_http_app(
+        json_response=not (changing or asking), transport_security=security
+    )
     app = _recording(app, calls)
     return _only_handshake(app) if era == "2025" else app
 
