@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 _TRACER: Any = None
+_PROVIDER: Any = None
 CONVENTIONS_COMMIT = "55a32cddb97d99cec08d5ee081e74206a0636041"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.42.0"
 
@@ -66,7 +67,7 @@ def capture_content() -> bool:
 def configure(*, endpoint: str | None = None, exporter: Any = None, service: str = "agentloom"):
     """Switch tracing on: spans to the OTLP/HTTP `endpoint` (batched), or to `exporter` as they
     end (tests hand an in-memory one). Return the tracer provider."""
-    global _TRACER
+    global _TRACER, _PROVIDER
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -79,23 +80,36 @@ def configure(*, endpoint: str | None = None, exporter: Any = None, service: str
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     _TRACER = provider.get_tracer("agentloom", schema_url=SCHEMA_URL)
+    _PROVIDER = provider
     return provider
 
 
 def unconfigure() -> None:
     """Switch tracing off again (tests)."""
-    global _TRACER
-    _TRACER = None
+    global _TRACER, _PROVIDER
+    _TRACER = _PROVIDER = None
 
 
 def instrument_frameworks() -> None:
-    """Trace Django's requests and Celery's tasks, so a run's spans have their parents."""
+    """Trace Django's requests and Celery's tasks with this module's provider, so that a run's
+    spans have their parents: the request that queued the task puts its trace context in the
+    task's headers (W3C `traceparent`), and the worker's task span continues it."""
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    provider = _TRACER and getattr(_TRACER, "_tracer_provider", None)
-    DjangoInstrumentor().instrument(tracer_provider=provider)
-    CeleryInstrumentor().instrument(tracer_provider=provider)
+    if _PROVIDER is None:
+        raise RuntimeError("configure() tracing before instrumenting the frameworks")
+    DjangoInstrumentor().instrument(tracer_provider=_PROVIDER)
+    CeleryInstrumentor().instrument(tracer_provider=_PROVIDER)
+
+
+def uninstrument_frameworks() -> None:
+    """Stop tracing Django's requests and Celery's tasks (tests)."""
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    DjangoInstrumentor().uninstrument()
+    CeleryInstrumentor().uninstrument()
 
 
 @contextmanager

@@ -119,3 +119,63 @@ def test_a_chat_span_names_the_providers_completion_id(alice, make_demo_session,
     assert chats and {span.attributes["gen_ai.response.id"] for span in chats} == {
         "chatcmpl-NONCE-SPAN"
     }
+
+
+@pytest.mark.real_worker
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_goes_from_the_request_through_the_task_to_the_engine(
+    alice, gateway, make_demo_session, spans, monkeypatch
+):
+    """The request that asks queues the task with its trace context in the task's headers; the
+    worker's task span continues that trace, and the run's `invoke_agent` span is its child."""
+    from celery import current_app
+    from celery.utils.nodenames import gethostname
+    from celery.worker.request import Request
+    from kombu import Message, Producer
+    from kombu.serialization import dumps
+    from rest_framework.test import APIClient
+
+    published = []
+    monkeypatch.setattr(
+        Producer, "publish", lambda self, body, **options: published.append((body, options))
+    )
+    tracing.instrument_frameworks()
+    try:
+        session = make_demo_session()
+        api = APIClient()
+        api.force_authenticate(alice)
+        answer = api.post(f"/api/v1/sessions/{session.pk}/runs", {"question": "hi"}, "json")
+        assert answer.status_code == 202
+        ((body, options),) = published
+        headers = options["headers"]
+        assert headers["task"] == "sessions_app.tasks.execute_run"
+        assert headers["traceparent"].startswith("00-")
+        # As the worker does: the message as the broker delivers it, executed in the task's trace.
+        content_type, encoding, data = dumps(body, serializer=options.get("serializer"))
+        message = Message(
+            body=data,
+            content_type=content_type,
+            content_encoding=encoding,
+            headers=headers,
+            properties={"correlation_id": headers["id"]},
+            delivery_info={"routing_key": options.get("routing_key"), "exchange": ""},
+        )
+        task = current_app.tasks["sessions_app.tasks.execute_run"]
+        Request(message, app=current_app, task=task, hostname=gethostname()).execute()
+    finally:
+        tracing.uninstrument_frameworks()
+    assert Run.objects.get(pk=answer.json()["id"]).status == Run.Status.SUCCEEDED
+    finished = spans.get_finished_spans()
+    by_id = {span.context.span_id: span for span in finished}
+    (request,) = [span for span in finished if span.name.startswith("POST")]
+    (agent,) = [span for span in finished if span.name.startswith("invoke_agent")]
+    (worker,) = [span for span in finished if span.name.startswith("run/")]
+    assert worker.name == "run/sessions_app.tasks.execute_run"
+    assert agent.parent.span_id == worker.context.span_id
+    ancestors, span = [], agent
+    while span.parent is not None:
+        span = by_id[span.parent.span_id]
+        ancestors.append(span)
+    assert request in ancestors and ancestors[-1] is request
+    assert len({span.context.trace_id for span in finished}) == 1
+    assert headers["traceparent"].split("-")[1] == format(request.context.trace_id, "032x")
