@@ -9,13 +9,18 @@ at Development status there). Spans:
 - `chat {model}` per model call: provider, request and response model, `gen_ai.response.id`,
   `gen_ai.usage.input_tokens`, `…output_tokens`, `…cache_read.input_tokens`,
   `…reasoning.output_tokens`, `agentloom.call.purpose`, `error.type` when it failed;
-- `execute_tool {tool}` per tool call: `gen_ai.tool.name` (a tool the version lists, else
-  `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
-- `agentloom.compaction` per compaction stage: `agentloom.compaction.stage`, `…outcome`,
-  `…tokens_before`, `…tokens_after`.
+- `execute_tool {tool}` per tool call that runs, for as long as it runs: `gen_ai.tool.name` (a
+  tool the version lists, else `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
+- `invoke_agent {sub-agent}` per sub-agent instance: `gen_ai.agent.name`, `agentloom.instance`,
+  `agentloom.instance.status`;
+- `agentloom.compaction` per compaction attempt, for as long as its work lasts (its summary calls
+  included): `agentloom.compaction.stage` (the last it ran), `…stages` (when masking came before
+  a summary), `…outcome`, `…reason`, `…triggers`, `…tokens_before`, `…tokens_after`.
 
 Parents: the web request (Django's instrumentation) → the Celery task (Celery's, which carries the
-trace context in the task's headers) → `invoke_agent` → its calls, tools and stages.
+trace context in the task's headers) → `invoke_agent` → its calls, tools and compactions; a
+compaction's summary calls under its span. A sub-agent is an agent invoked as a tool (the
+conventions' agent-as-a-tool): its `invoke_agent` is a child of the delegation's `execute_tool`.
 
 Rule: no message content unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true; then
 only the model's answers (`gen_ai.output.messages`), as the journal holds them: redacted.
@@ -39,6 +44,7 @@ __all__ = [
     "configured",
     "content_attribute",
     "ended_span",
+    "operation_span",
     "span_from",
     "tracer",
 ]
@@ -120,6 +126,30 @@ def span_from(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
         return
     with _TRACER.start_as_current_span(name, attributes=_clean(attributes)) as span:
         yield span
+
+
+@contextmanager
+def operation_span(name: str, attributes: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Run the block in a current span `name` (tracing on only); the block puts in the dict it
+    is given the attributes known only at its end, `error` (a short kind) as `error.type` with
+    an error status. An exception ends the span with its class name, never its message."""
+    from opentelemetry.trace import Status, StatusCode
+
+    late: dict[str, Any] = {}
+    with _TRACER.start_as_current_span(
+        name, attributes=_clean(attributes), record_exception=False, set_status_on_exception=False
+    ) as span:
+        try:
+            yield late
+        except BaseException as error:
+            late["error"] = type(error).__name__
+            raise
+        finally:
+            error = late.pop("error", None)
+            span.set_attributes(_clean(late))
+            if error:
+                span.set_attribute("error.type", error)
+                span.set_status(Status(StatusCode.ERROR))
 
 
 def ended_span(

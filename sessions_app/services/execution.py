@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import transaction
@@ -149,6 +151,79 @@ def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: 
         attributes["gen_ai.output.messages"] = tracing.content_attribute(response["message"])
     error = row.error.split(":", 1)[0][:60] if row.error else None
     tracing.ended_span(f"chat {model}", attributes, seconds=row.latency_ms / 1000, error=error)
+
+
+def _span_hook(run: Run, allowed: set[str]):
+    """Return the engine's `span` hook: each tool call, sub-agent and compaction attempt of the
+    run as a span under the current one, for as long as it lasts (tracing on only).
+
+    A sub-agent's `invoke_agent` is a child of its delegation tool's `execute_tool` span (the
+    conventions' agent invoked as a tool), so its calls and tools hang under it; a compaction's
+    summary calls are children of its `agentloom.compaction` span. Names and attributes are
+    bounded: a tool the version lists (else `other`), the sub-agents and stages it configured.
+    """
+    session = str(run.session_id)
+
+    @contextmanager
+    def span(kind: str, facts: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if kind == "execute_tool":
+            tool = metrics.label(facts.get("name"), allowed)
+            name, attributes = (
+                f"execute_tool {tool}",
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": str(facts.get("call_id") or "")[:100] or None,
+                },
+            )
+        elif kind == "invoke_agent":
+            agent = str(facts.get("name") or "")[:100]
+            name, attributes = (
+                f"invoke_agent {agent}".strip(),
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": agent or None,
+                    "gen_ai.conversation.id": session,
+                    "agentloom.instance": str(facts.get("instance") or "")[:32] or None,
+                },
+            )
+        else:
+            name, attributes = (
+                "agentloom.compaction",
+                {
+                    "agentloom.compaction.triggers": [str(t) for t in facts.get("triggers") or ()],
+                },
+            )
+        with tracing.operation_span(name, attributes) as late:
+            engine_late: dict[str, Any] = {}
+            yield engine_late
+            late.update(_late_attributes(kind, engine_late))
+
+    return span
+
+
+def _late_attributes(kind: str, late: dict[str, Any]) -> dict[str, Any]:
+    """Return the span attributes of what the engine knew only at an operation's end."""
+    if kind == "execute_tool":
+        return {"error": late.get("error")}
+    if kind == "invoke_agent":
+        status = late.get("status")
+        return {
+            "agentloom.instance.status": status,
+            "error": "failed" if status == "failed" else None,
+        }
+    rows = [row for row in late.get("rows") or () if isinstance(row, dict)]
+    if not rows:
+        return {}
+    stages = [str(row.get("stage") or "summary") for row in rows]
+    return {
+        "agentloom.compaction.stage": stages[-1],
+        "agentloom.compaction.stages": stages if len(stages) > 1 else None,
+        "agentloom.compaction.outcome": rows[-1].get("outcome"),
+        "agentloom.compaction.reason": rows[-1].get("reason"),
+        "agentloom.compaction.tokens_before": rows[0].get("before"),
+        "agentloom.compaction.tokens_after": rows[-1].get("after"),
+    }
 
 
 def _count_call(labels: tuple[str, str], row: ModelCall) -> None:
@@ -391,6 +466,7 @@ def _hooks(
         supplements=supplements,
         # No thread per call: the process's renewer watches every call of every run.
         watch=renewer.run(RunLease(run_id=run_id, owner=owner, on_signals=signalled)),
+        span=_span_hook(run, writer.allowed_tools) if tracing.configured() else None,
     )
     return hooks, writer
 

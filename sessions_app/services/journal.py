@@ -42,7 +42,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agentloom import metrics, tracing
+from agentloom import metrics
 from agentloom.engine import USER_INPUT_KEY, Checkpoint, LeaseLostError, status_key
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import (
@@ -292,22 +292,6 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
     }
 
 
-def _trace_tool(name, call_id, failed: bool, asked, answered, allowed: set[str]) -> None:
-    """Record a tool call's `execute_tool` span, from its request's record to its result's."""
-    tool = metrics.label(name, allowed)
-    start, end = _record_time(asked), _record_time(answered)
-    tracing.ended_span(
-        f"execute_tool {tool}",
-        {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool,
-            "gen_ai.tool.call.id": str(call_id or "")[:100] or None,
-        },
-        seconds=max(0.0, (end - start).total_seconds()),
-        error="tool_error" if failed else None,
-    )
-
-
 def _count_ending(run: Run, ending: dict[str, Any], stages: list[tuple[str, str]]) -> None:
     """Count a run's end and its compaction stages in the metrics (once they committed)."""
     for stage, outcome in stages:
@@ -351,7 +335,7 @@ class JournalWriter:
         # Compaction log rows counted in the spend record (those of earlier attempts were).
         self.compactions_counted = len(_compaction_log(run.checkpoint))
         # The names of the tool calls made, by (instance, call id), until their results come.
-        self.tool_names: dict[tuple[str, Any], Any] = {}
+        self.tool_names: dict[tuple[str, Any], str | None] = {}
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -468,19 +452,6 @@ class JournalWriter:
         )
         self.compactions_counted = len(log)
         stages = [(row.get("stage") or "summary", row.get("outcome") or "") for row in rows]
-        if tracing.configured():
-            for row in rows:
-                tracing.ended_span(
-                    "agentloom.compaction",
-                    {
-                        "agentloom.compaction.stage": row.get("stage") or "summary",
-                        "agentloom.compaction.outcome": row.get("outcome"),
-                        "agentloom.compaction.reason": row.get("reason"),
-                        "agentloom.compaction.tokens_before": row.get("before"),
-                        "agentloom.compaction.tokens_after": row.get("after"),
-                    },
-                    seconds=0,
-                )
         transaction.on_commit(lambda: _count_ending(self._run, ending, stages))
 
     def _count_tools(self, checkpoint: Checkpoint) -> None:
@@ -492,14 +463,12 @@ class JournalWriter:
                 for call in message.get("tool_calls") or []:
                     if isinstance(call, dict):
                         name = (call.get("function") or {}).get("name")
-                        self.tool_names[(instance, call.get("id"))] = (name, record.at)
+                        self.tool_names[(instance, call.get("id"))] = name
             elif record.kind == SessionMessage.Kind.TOOL_RESULT:
                 call_id = message.get("tool_call_id")
-                name, asked = self.tool_names.pop((instance, call_id), (None, None))
+                name = self.tool_names.pop((instance, call_id), None)
                 failed = str(message.get("content") or "").startswith("ERROR: ")
                 counted.append((name, "error" if failed else "ok"))
-                if tracing.configured():
-                    _trace_tool(name, call_id, failed, asked, record.at, self.allowed_tools)
         if counted:
             allowed = self.allowed_tools
             transaction.on_commit(

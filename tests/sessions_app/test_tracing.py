@@ -179,3 +179,66 @@ def test_a_trace_goes_from_the_request_through_the_task_to_the_engine(
     assert request in ancestors and ancestors[-1] is request
     assert len({span.context.trace_id for span in finished}) == 1
     assert headers["traceparent"].split("-")[1] == format(request.context.trace_id, "032x")
+
+
+def _children(spans, parent):
+    return [span for span in spans if span.parent and span.parent.span_id == parent.context.span_id]
+
+
+def test_a_sub_agents_invoke_agent_is_a_child_of_its_delegation_tool_span(
+    alice, gateway, make_demo_session, spans
+):
+    """The conventions' agent invoked as a tool: the parent's `execute_tool delegate_helper`
+    span holds the sub-agent's `invoke_agent helper`, which holds the sub-agent's own calls."""
+    session = make_demo_session(
+        sub_agents=[
+            {"name": "helper", "description": "echoes", "system_prompt": "Echo.", "tools": ["echo"]}
+        ]
+    )
+    run = ask(
+        session, alice, '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"kid\\"}"}'
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    finished = spans.get_finished_spans()
+    (main,) = [span for span in finished if span.name == "invoke_agent Demo"]
+    (delegation,) = [span for span in finished if span.name == "execute_tool delegate_helper"]
+    (helper,) = [span for span in finished if span.name == "invoke_agent helper"]
+    (echo,) = [span for span in finished if span.name == "execute_tool echo"]
+    assert delegation.parent.span_id == main.context.span_id
+    assert helper.parent.span_id == delegation.context.span_id
+    assert helper.attributes["gen_ai.agent.name"] == "helper"
+    assert helper.attributes["gen_ai.conversation.id"] == str(session.pk)
+    assert helper.attributes["agentloom.instance"] == f"{run.number}.1"
+    assert helper.attributes["agentloom.instance.status"] == "succeeded"
+    below = _children(finished, helper)
+    assert echo in below and len([s for s in below if s.name.startswith("chat ")]) == 2
+    assert len([s for s in _children(finished, main) if s.name.startswith("chat ")]) == 2
+    assert delegation.start_time <= helper.start_time <= helper.end_time <= delegation.end_time
+
+
+def test_a_compaction_span_lasts_its_work_and_holds_its_summary_call(
+    alice, gateway, make_demo_session, spans
+):
+    from tests.sessions_app.conftest import long_question
+
+    session = make_demo_session(context_window=9_000)
+    for n in range(6):
+        ask(session, alice, long_question(n))
+    finished = spans.get_finished_spans()
+    summaries = [
+        span
+        for span in finished
+        if span.name == "agentloom.compaction"
+        and span.attributes.get("agentloom.compaction.stage") == "summary"
+    ]
+    assert summaries
+    compaction = summaries[0]
+    assert compaction.attributes["agentloom.compaction.outcome"]
+    assert compaction.attributes["agentloom.compaction.tokens_before"] > 0
+    assert compaction.end_time > compaction.start_time
+    chats = [span for span in _children(finished, compaction) if span.name.startswith("chat ")]
+    assert chats and {span.attributes["agentloom.call.purpose"] for span in chats} == {"compaction"}
+    assert all(compaction.start_time <= chat.start_time for chat in chats)
+    assert all(chat.end_time <= compaction.end_time for chat in chats)
+    agents = {span.context.span_id for span in finished if span.name.startswith("invoke_agent")}
+    assert compaction.parent.span_id in agents
