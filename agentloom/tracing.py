@@ -21,6 +21,9 @@ Parents: the web request (Django's instrumentation) → the Celery task (Celery'
 trace context in the task's headers) → `invoke_agent` → its calls, tools and compactions; a
 compaction's summary calls under its span. A sub-agent is an agent invoked as a tool (the
 conventions' agent-as-a-tool): its `invoke_agent` is a child of the delegation's `execute_tool`.
+A run that waits for approval goes on in a new execution queued by the decision: its
+`invoke_agent` is parented by the decision's request and task and linked to the span of the
+execution that stopped to wait (see `sessions_app.services.execution._run_span`).
 
 Rule: no message content unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true; then
 only the model's answers (`gen_ai.output.messages`), as the journal holds them: redacted.
@@ -119,13 +122,39 @@ def uninstrument_frameworks() -> None:
 
 
 @contextmanager
-def span_from(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
-    """Run the block in a current span `name` (a no-op yielding None when tracing is off)."""
+def span_from(
+    name: str, attributes: dict[str, Any], links: tuple[tuple[str, str], ...] = ()
+) -> Iterator[Any]:
+    """Run the block in a current span `name` (a no-op yielding None when tracing is off),
+    linked to the spans named by `links`: (trace id, span id) pairs in hex."""
     if _TRACER is None:
         yield None
         return
-    with _TRACER.start_as_current_span(name, attributes=_clean(attributes)) as span:
+    with _TRACER.start_as_current_span(
+        name, attributes=_clean(attributes), links=_links(links)
+    ) as span:
         yield span
+
+
+def _links(pairs: tuple[tuple[str, str], ...]) -> list[Any] | None:
+    if not pairs:
+        return None
+    from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+    links = []
+    for trace_id, span_id in pairs:
+        try:
+            context = SpanContext(
+                trace_id=int(trace_id, 16),
+                span_id=int(span_id, 16),
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+        except ValueError:
+            continue
+        if context.is_valid:
+            links.append(Link(context))
+    return links or None
 
 
 @contextmanager

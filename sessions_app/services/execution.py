@@ -116,18 +116,30 @@ def _model_call_row(run_id: int, call: Any, price: PriceInForce | None = None) -
     )
 
 
-def _run_span(run: Run) -> tuple[str, dict[str, Any]]:
-    """Return the name and attributes of a run's `invoke_agent` span (no content)."""
+def _run_span(run: Run) -> tuple[str, dict[str, Any], tuple[tuple[str, str], ...]]:
+    """Return the name, attributes and links of a run's `invoke_agent` span (no content).
+
+    A run that waited for approval continues in a new execution, queued by the decision: its
+    span is a child of that decision's request and task (a trace of its own), linked to the
+    span of the execution that stopped to wait. Two segments, each parented by what caused it,
+    and the link between them; the run names the trace of its latest execution.
+    """
     agent = run.session.agent.name
-    return f"invoke_agent {agent}".strip(), {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent or None,
-        "gen_ai.agent.id": str(run.session.agent_id),
-        "gen_ai.conversation.id": str(run.session_id),
-        "agentloom.run.id": run.pk,
-        "agentloom.run.number": run.number,
-        "agentloom.run.attempt": run.attempt,
-    }
+    waited = bool(run.checkpoint is not None and run.pending_approvals and run.trace_span_id)
+    links = ((run.trace_id, run.trace_span_id),) if waited else ()
+    return (
+        f"invoke_agent {agent}".strip(),
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent or None,
+            "gen_ai.agent.id": str(run.session.agent_id),
+            "gen_ai.conversation.id": str(run.session_id),
+            "agentloom.run.id": run.pk,
+            "agentloom.run.number": run.number,
+            "agentloom.run.attempt": run.attempt,
+        },
+        links,
+    )
 
 
 def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: int) -> None:
@@ -308,10 +320,12 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
 
 
 def _remember_trace(run_id: int, span: Any) -> None:
-    """Note the trace of this execution on the run, for its pages (tracing on only)."""
-    trace_id = format(span.get_span_context().trace_id, "032x")
+    """Note the trace of this execution on the run, for its pages, and its span, for the link
+    from a continuation (tracing on only)."""
+    context = span.get_span_context()
+    trace_id, span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
     with database_slots.held():
-        Run.objects.filter(pk=run_id).update(trace_id=trace_id)
+        Run.objects.filter(pk=run_id).update(trace_id=trace_id, trace_span_id=span_id)
 
 
 def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -> bool:
