@@ -151,6 +151,9 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     journaled first, so that every question stays in the session's history; the supplements it
     accepted and never showed follow its status, and its live deltas go (`forget_run`). The error
     is redacted like everything else written for the run.
+
+    The run's end is counted here like one its engine saved: among the spend record's outcomes in
+    this transaction, and in the metrics once it commits (its duration only when it had started).
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -168,6 +171,9 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     append_records(run_id=run.pk, session_id=run.session_id, records=records)
     supplements_journal(run_id=run.pk, session_id=run.session_id)
     forget_run(run.pk)
+    usage_add(owner=UsageOwner.of_run(run), ended=status)
+    ending = {"status": status, "finished_at": run.finished_at or now}
+    transaction.on_commit(lambda: _count_ending(run, ending, []))
 
 
 def supplements_journal(
