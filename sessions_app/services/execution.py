@@ -142,8 +142,11 @@ def _run_span(run: Run) -> tuple[str, dict[str, Any], tuple[tuple[str, str], ...
     )
 
 
-def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: int) -> None:
-    """Record a model call's `chat` span, ended now after its latency."""
+def _trace_call(
+    labels: tuple[str, str], call: Any, row: ModelCall, session_id: int, capture: bool
+) -> None:
+    """Record a model call's `chat` span, ended now after its latency (with the answer when
+    `capture`: the content setting, read once a run)."""
     provider, model = labels
     response = call.response if isinstance(call.response, dict) else {}
     attributes = {
@@ -159,7 +162,7 @@ def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: 
         "gen_ai.usage.reasoning.output_tokens": reasoning_tokens(row.usage),
         "agentloom.call.purpose": row.purpose,
     }
-    if tracing.capture_content() and response.get("message"):
+    if capture and response.get("message"):
         attributes["gen_ai.output.messages"] = tracing.content_attribute(response["message"])
     error = row.error.split(":", 1)[0][:60] if row.error else None
     tracing.ended_span(f"chat {model}", attributes, seconds=row.latency_ms / 1000, error=error)
@@ -256,8 +259,11 @@ def _count_call(labels: tuple[str, str], row: ModelCall) -> None:
             metrics.model_tokens.labels(provider, model, kind).inc(count)
 
 
-def _fail_without_engine(run: Run, owner: str, error: str) -> None:
-    """End a claimed run that could not even start an engine (its journal gets a status)."""
+def _fail_without_engine(
+    run: Run, owner: str, error: str, carried: dict[str, Any] | None = None
+) -> None:
+    """End a claimed run that could not even start an engine, or whose engine broke (its journal
+    gets a status); `carried` are the columns its writer had not saved yet (its trace)."""
     with transaction.atomic():
         lock_session(run.session_id)  # before the run's row: the journal's lock order
         updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
@@ -266,6 +272,7 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
             finished_at=timezone.now(),
             lease_owner="",
             lease_expires_at=None,
+            **(carried or {}),
         )
         if updated:
             run.refresh_from_db()
@@ -288,7 +295,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     try:
         with tracing.span_from(*_run_span(run)) as span:
             if span is not None:
-                _remember_trace(run_id, span)
+                writer.carried.update(_trace_fields(span))
             outcome = begin(engine)
             if span is not None:
                 span.set_attribute("agentloom.run.status", str(outcome.status))
@@ -303,7 +310,9 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         log.exception("run %s: unexpected error in the engine", run_id)
         with database_slots.held():
             writer.record_unsaved_calls()
-            _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
+            _fail_without_engine(
+                run, owner, f"internal_error: {error.__class__.__name__}", writer.carried
+            )
         return "failed"
     if writer.calls:
         # A call the engine made after its last save (none does today): billed all the same.
@@ -319,13 +328,14 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     return outcome.status
 
 
-def _remember_trace(run_id: int, span: Any) -> None:
-    """Note the trace of this execution on the run, for its pages, and its span, for the link
-    from a continuation (tracing on only)."""
+def _trace_fields(span: Any) -> dict[str, str]:
+    """Return the run's columns that name this execution's trace, for its pages, and its span,
+    for the link from a continuation (tracing on only). They go with the run's first save."""
     context = span.get_span_context()
-    trace_id, span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
-    with database_slots.held():
-        Run.objects.filter(pk=run_id).update(trace_id=trace_id, trace_span_id=span_id)
+    return {
+        "trace_id": format(context.trace_id, "032x"),
+        "trace_span_id": format(context.span_id, "016x"),
+    }
 
 
 def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -> bool:
@@ -443,6 +453,7 @@ def _hooks(
 
     budget = version.snapshot.get("budget") or {}
     call_labels = (metrics.label(budget.get("provider")), metrics.label(budget.get("model_id")))
+    capture = tracing.configured() and tracing.capture_content()
 
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
@@ -450,7 +461,7 @@ def _hooks(
         writer.add_call(row)
         _count_call(call_labels, row)
         if tracing.configured():
-            _trace_call(call_labels, call, row, run.session_id)
+            _trace_call(call_labels, call, row, run.session_id, capture)
         # The run's signals are as old as its last write, from before the call: renewing the
         # lease reads them again, in this slot, for the cancel check that follows the answer.
         writer.renew()

@@ -340,6 +340,9 @@ class JournalWriter:
         self._owner: UsageOwner | None = None
         # Compaction log rows counted in the spend record (those of earlier attempts were).
         self.compactions_counted = len(_compaction_log(run.checkpoint))
+        # Run columns that go with the next save's write, not a statement of their own (the
+        # trace of this execution, known once its span starts).
+        self.carried: dict[str, Any] = {}
         # The names of the tool calls made, by (instance, call id), until their results come.
         self.tool_names: dict[tuple[str, Any], str | None] = {}
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
@@ -552,7 +555,8 @@ class JournalWriter:
                 stored, fresh = stored_frame(frame, self.stored_snapshots)
                 snapshots_store(self.run_id, fresh)
                 run_fields.update(checkpoint=stored, counters=checkpoint.counters)
-            self._renew_lease(**run_fields)
+            self._renew_lease(**self.carried, **run_fields)
+            self.carried = {}
             late: list[SessionMessage] = []
             if ending and self.signals.supplements_added != 0:
                 # The run ends: what it accepted and never showed is journaled now (the count
