@@ -2388,6 +2388,70 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_pinned.py::test_a_pinned_rule_is_in_every_view_word_for_word_after_20_compactions",
         ),
     ),
+    Mutant(
+        "a queued task carries its request's trace context",
+        "task_untraced",
+        "agentloom/tracing.py",
+        "    CeleryInstrumentor().instrument(tracer_provider=_PROVIDER)",
+        "    CeleryInstrumentor().instrument(tracer_provider=None)",
+        (
+            "tests/sessions_app/test_tracing.py::test_a_trace_goes_from_the_request_through_the_task_to_the_engine",
+        ),
+    ),
+    Mutant(
+        "a tool call's span lasts while it runs, under the run's",
+        "tool_unspanned",
+        f"{_ENGINE}/_engine.py",
+        'with self.execution.span("execute_tool", ',
+        'with unspanned("execute_tool", ',
+        ("tests/sessions_app/test_tracing.py::test_a_run_is_a_tree_of_agent_chat_and_tool_spans",),
+    ),
+    Mutant(
+        "a sub-agent's invoke_agent is a child of its delegation tool's span",
+        "sub_agent_unspanned",
+        f"{_ENGINE}/_engine.py",
+        'with self.span("invoke_agent", ',
+        'with unspanned("invoke_agent", ',
+        (
+            "tests/sessions_app/test_tracing.py::test_a_sub_agents_invoke_agent_is_a_child_of_its_delegation_tool_span",
+        ),
+    ),
+    Mutant(
+        "a compaction's span lasts its work and holds its summary calls",
+        "compaction_unspanned",
+        f"{_ENGINE}/_context.py",
+        '        with self.span("compaction", {"triggers": fired}) as late:',
+        '        with unspanned("compaction", {"triggers": fired}) as late:',
+        (
+            "tests/sessions_app/test_tracing.py::test_a_compaction_span_lasts_its_work_and_holds_its_summary_call",
+        ),
+    ),
+    Mutant(
+        "a run that waited continues linked to the execution that stopped",
+        "continuation_unlinked",
+        "sessions_app/services/execution.py",
+        "    links = ((run.trace_id, run.trace_span_id),) if waited else ()",
+        "    links = ()",
+        (
+            "tests/sessions_app/test_approvals.py::test_a_run_that_waits_continues_in_a_trace_linked_to_the_one_that_stopped",
+        ),
+    ),
+    Mutant(
+        "a run ended outside its engine is counted in the metrics",
+        "outside_ending_uncounted",
+        "sessions_app/services/journal.py",
+        "    transaction.on_commit(lambda: _count_ending(run, ending, []))",
+        "    pass",
+        ("tests/sessions_app/test_metrics.py::test_runs_ended_outside_their_engine_are_counted",),
+    ),
+    Mutant(
+        "a run ended outside its engine is among the spend record's outcomes",
+        "outside_ending_unrecorded",
+        "sessions_app/services/journal.py",
+        "    usage_add(owner=UsageOwner.of_run(run), ended=status)",
+        "    pass",
+        ("tests/sessions_app/test_metrics.py::test_runs_ended_outside_their_engine_are_counted",),
+    ),
 )
 
 
