@@ -54,6 +54,11 @@ __all__ = [
 
 _TRACER: Any = None
 _PROVIDER: Any = None
+# What a span in the current context needs of OpenTelemetry, bound once it is configured.
+_ATTACH: Any = None
+_DETACH: Any = None
+_IN_CONTEXT: Any = None
+_ERROR: Any = None
 CONVENTIONS_COMMIT = "55a32cddb97d99cec08d5ee081e74206a0636041"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.42.0"
 
@@ -76,7 +81,8 @@ def capture_content() -> bool:
 def configure(*, endpoint: str | None = None, exporter: Any = None, service: str = "agentloom"):
     """Switch tracing on: spans to the OTLP/HTTP `endpoint` (batched), or to `exporter` as they
     end (tests hand an in-memory one). Return the tracer provider."""
-    global _TRACER, _PROVIDER
+    global _TRACER, _PROVIDER, _ATTACH, _DETACH, _IN_CONTEXT, _ERROR
+    from opentelemetry import context, trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -90,6 +96,8 @@ def configure(*, endpoint: str | None = None, exporter: Any = None, service: str
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     _TRACER = provider.get_tracer("agentloom", schema_url=SCHEMA_URL)
     _PROVIDER = provider
+    _ATTACH, _DETACH, _IN_CONTEXT = context.attach, context.detach, trace.set_span_in_context
+    _ERROR = trace.Status(trace.StatusCode.ERROR)
     return provider
 
 
@@ -126,14 +134,21 @@ def span_from(
     name: str, attributes: dict[str, Any], links: tuple[tuple[str, str], ...] = ()
 ) -> Iterator[Any]:
     """Run the block in a current span `name` (a no-op yielding None when tracing is off),
-    linked to the spans named by `links`: (trace id, span id) pairs in hex."""
+    linked to the spans named by `links`: (trace id, span id) pairs in hex. An exception ends
+    the span with its class name as `error.type`, never its message (it may quote content)."""
     if _TRACER is None:
         yield None
         return
-    with _TRACER.start_as_current_span(
-        name, attributes=_clean(attributes), links=_links(links)
-    ) as span:
+    span = _TRACER.start_span(name, attributes=_clean(attributes), links=_links(links))
+    token = _ATTACH(_IN_CONTEXT(span))
+    try:
         yield span
+    except BaseException as error:
+        _failed(span, type(error).__name__)
+        raise
+    finally:
+        _DETACH(token)
+        span.end()
 
 
 def _links(pairs: tuple[tuple[str, str], ...]) -> list[Any] | None:
@@ -162,23 +177,27 @@ def operation_span(name: str, attributes: dict[str, Any]) -> Iterator[dict[str, 
     """Run the block in a current span `name` (tracing on only); the block puts in the dict it
     is given the attributes known only at its end, `error` (a short kind) as `error.type` with
     an error status. An exception ends the span with its class name, never its message."""
-    from opentelemetry.trace import Status, StatusCode
-
+    span = _TRACER.start_span(name, attributes=_clean(attributes))
+    token = _ATTACH(_IN_CONTEXT(span))
     late: dict[str, Any] = {}
-    with _TRACER.start_as_current_span(
-        name, attributes=_clean(attributes), record_exception=False, set_status_on_exception=False
-    ) as span:
-        try:
-            yield late
-        except BaseException as error:
-            late["error"] = type(error).__name__
-            raise
-        finally:
-            error = late.pop("error", None)
+    try:
+        yield late
+    except BaseException as error:
+        late["error"] = type(error).__name__
+        raise
+    finally:
+        _DETACH(token)
+        error = late.pop("error", None)
+        if late:
             span.set_attributes(_clean(late))
-            if error:
-                span.set_attribute("error.type", error)
-                span.set_status(Status(StatusCode.ERROR))
+        if error:
+            _failed(span, error)
+        span.end()
+
+
+def _failed(span: Any, kind: str) -> None:
+    span.set_attribute("error.type", kind)
+    span.set_status(_ERROR)
 
 
 def ended_span(
@@ -192,10 +211,7 @@ def ended_span(
         name, attributes=_clean(attributes), start_time=end - int(max(0.0, seconds) * 1e9)
     )
     if error:
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_attribute("error.type", error)
-        span.set_status(Status(StatusCode.ERROR))
+        _failed(span, error)
     span.end(end_time=end)
 
 

@@ -2452,6 +2452,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "    pass",
         ("tests/sessions_app/test_metrics.py::test_runs_ended_outside_their_engine_are_counted",),
     ),
+    Mutant(
+        "an exception ends a span with its class name, never its message",
+        "span_error_message",
+        "agentloom/tracing.py",
+        "        _failed(span, type(error).__name__)",
+        '        _failed(span, f"{type(error).__name__}: {error}")',
+        (
+            "tests/sessions_app/test_tracing.py::test_an_error_ends_a_span_with_its_kind_never_its_message",
+        ),
+    ),
 )
 
 

@@ -242,3 +242,31 @@ def test_a_compaction_span_lasts_its_work_and_holds_its_summary_call(
     assert all(chat.end_time <= compaction.end_time for chat in chats)
     agents = {span.context.span_id for span in finished if span.name.startswith("invoke_agent")}
     assert compaction.parent.span_id in agents
+
+
+def test_an_error_ends_a_span_with_its_kind_never_its_message(alice, make_demo_session, spans):
+    """An exception's message may quote content: the span keeps its class name only."""
+    from opentelemetry.trace import StatusCode
+
+    from agentloom.engine import LocalDemoGateway
+    from context_app import engine_adapter
+
+    class Broken(LocalDemoGateway):
+        def complete(self, request, stream=None):
+            raise RuntimeError(f"the model choked on {NONCE}")
+
+    engine_adapter.set_gateway_factory(lambda version, connection: Broken())
+    try:
+        run = _traced_run(make_demo_session(), alice)
+    finally:
+        engine_adapter.set_gateway_factory(None)
+    assert run.status == Run.Status.FAILED
+    finished = spans.get_finished_spans()
+    (agent,) = [span for span in finished if span.name.startswith("invoke_agent")]
+    assert agent.attributes["error.type"] == "RuntimeError"
+    assert agent.status.status_code is StatusCode.ERROR
+    seen = [
+        (span.name, dict(span.attributes), span.status.description, span.events)
+        for span in finished
+    ]
+    assert NONCE not in repr(seen) + repr([dict(e.attributes) for s in finished for e in s.events])
