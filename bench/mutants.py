@@ -2404,7 +2404,10 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{_ENGINE}/_engine.py",
         'with self.execution.span("execute_tool", ',
         'with unspanned("execute_tool", ',
-        ("tests/sessions_app/test_tracing.py::test_a_run_is_a_tree_of_agent_chat_and_tool_spans",),
+        (
+            "tests/engine/test_engine.py::test_the_span_hook_holds_each_operation_while_it_lasts",
+            "tests/sessions_app/test_tracing.py::test_a_run_is_a_tree_of_agent_chat_and_tool_spans",
+        ),
     ),
     Mutant(
         "a sub-agent's invoke_agent is a child of its delegation tool's span",
@@ -2413,6 +2416,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'with self.span("invoke_agent", ',
         'with unspanned("invoke_agent", ',
         (
+            "tests/engine/test_engine.py::test_the_span_hook_holds_each_operation_while_it_lasts",
             "tests/sessions_app/test_tracing.py::test_a_sub_agents_invoke_agent_is_a_child_of_its_delegation_tool_span",
         ),
     ),
