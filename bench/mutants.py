@@ -2444,7 +2444,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a run ended outside its engine is counted in the metrics",
         "outside_ending_uncounted",
         "sessions_app/services/journal.py",
-        "    transaction.on_commit(lambda: _count_ending(run, ending, []))",
+        "    _count_ending(run, ending, [])",
         "    pass",
         ("tests/sessions_app/test_metrics.py::test_runs_ended_outside_their_engine_are_counted",),
     ),
@@ -2464,6 +2464,16 @@ MUTANTS: tuple[Mutant, ...] = (
         '        _failed(span, f"{type(error).__name__}: {error}")',
         (
             "tests/sessions_app/test_tracing.py::test_an_error_ends_a_span_with_its_kind_never_its_message",
+        ),
+    ),
+    Mutant(
+        "a run ended outside its engine is a span of what ended it",
+        "outside_ending_untraced",
+        "sessions_app/services/journal.py",
+        "    if tracing.configured():",
+        "    if False:",
+        (
+            "tests/sessions_app/test_tracing.py::test_a_run_ended_outside_its_engine_is_a_span_of_what_ended_it",
         ),
     ),
 )

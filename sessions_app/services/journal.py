@@ -42,7 +42,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agentloom import metrics
+from agentloom import metrics, tracing
 from agentloom.engine import USER_INPUT_KEY, Checkpoint, LeaseLostError, status_key
 from context_app.engine_adapter import redactor_for
 from sessions_app.models import (
@@ -153,7 +153,9 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     is redacted like everything else written for the run.
 
     The run's end is counted here like one its engine saved: among the spend record's outcomes in
-    this transaction, and in the metrics once it commits (its duration only when it had started).
+    this transaction, and in the metrics once it commits (its duration only when it had started),
+    with a span `agentloom.run.end` under the current one (the request or task that ended it)
+    when tracing is on.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -173,7 +175,24 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     forget_run(run.pk)
     usage_add(owner=UsageOwner.of_run(run), ended=status)
     ending = {"status": status, "finished_at": run.finished_at or now}
-    transaction.on_commit(lambda: _count_ending(run, ending, []))
+    transaction.on_commit(lambda: _ended_outside(run, ending, error))
+
+
+def _ended_outside(run: Run, ending: dict[str, Any], error: str) -> None:
+    """Count the end of a run ended outside its engine, and trace it (once it committed)."""
+    _count_ending(run, ending, [])
+    if tracing.configured():
+        tracing.ended_span(
+            "agentloom.run.end",
+            {
+                "gen_ai.conversation.id": str(run.session_id),
+                "agentloom.run.id": run.pk,
+                "agentloom.run.number": run.number,
+                "agentloom.run.status": ending["status"],
+            },
+            seconds=0,
+            error=error.split(":", 1)[0][:60] if error else None,
+        )
 
 
 def supplements_journal(

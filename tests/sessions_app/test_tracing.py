@@ -270,3 +270,22 @@ def test_an_error_ends_a_span_with_its_kind_never_its_message(alice, make_demo_s
         for span in finished
     ]
     assert NONCE not in repr(seen) + repr([dict(e.attributes) for s in finished for e in s.events])
+
+
+def test_a_run_ended_outside_its_engine_is_a_span_of_what_ended_it(
+    alice, make_demo_session, spans, django_capture_on_commit_callbacks
+):
+    from sessions_app.services.runs import run_ask, run_cancel
+
+    session = make_demo_session()
+    queued = run_ask(user=alice, session=session, question=NONCE)
+    with tracing.span_from("request", {}), django_capture_on_commit_callbacks(execute=True):
+        run_cancel(user=alice, run=queued)
+    finished = spans.get_finished_spans()
+    (request,) = [span for span in finished if span.name == "request"]
+    (end,) = [span for span in finished if span.name == "agentloom.run.end"]
+    assert end.parent.span_id == request.context.span_id
+    assert end.attributes["agentloom.run.status"] == "cancelled"
+    assert end.attributes["agentloom.run.id"] == queued.pk
+    assert end.attributes["gen_ai.conversation.id"] == str(session.pk)
+    assert NONCE not in repr([dict(span.attributes) for span in finished])
