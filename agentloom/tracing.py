@@ -180,6 +180,9 @@ def operation_span(name: str, attributes: dict[str, Any]) -> Iterator[dict[str, 
     """Run the block in a current span `name` (tracing on only); the block puts in the dict it
     is given the attributes known only at its end, `error` (a short kind) as `error.type` with
     an error status. An exception ends the span with its class name, never its message."""
+    if _TRACER is None:  # switched off while the run went on
+        yield {}
+        return
     span = _TRACER.start_span(name, attributes=_clean(attributes))
     token = _ATTACH(_IN_CONTEXT(span))
     late: dict[str, Any] = {}
