@@ -9,13 +9,24 @@ at Development status there). Spans:
 - `chat {model}` per model call: provider, request and response model, `gen_ai.response.id`,
   `gen_ai.usage.input_tokens`, `…output_tokens`, `…cache_read.input_tokens`,
   `…reasoning.output_tokens`, `agentloom.call.purpose`, `error.type` when it failed;
-- `execute_tool {tool}` per tool call: `gen_ai.tool.name` (a tool the version lists, else
-  `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
-- `agentloom.compaction` per compaction stage: `agentloom.compaction.stage`, `…outcome`,
-  `…tokens_before`, `…tokens_after`.
+- `execute_tool {tool}` per tool call that runs, for as long as it runs: `gen_ai.tool.name` (a
+  tool the version lists, else `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
+- `invoke_agent {sub-agent}` per sub-agent instance: `gen_ai.agent.name`, `agentloom.instance`,
+  `agentloom.instance.status`;
+- `agentloom.compaction` per compaction attempt, for as long as its work lasts (its summary calls
+  included): `agentloom.compaction.stage` (the last it ran), `…stages` (when masking came before
+  a summary), `…outcome`, `…reason`, `…triggers`, `…tokens_before`, `…tokens_after`.
 
 Parents: the web request (Django's instrumentation) → the Celery task (Celery's, which carries the
-trace context in the task's headers) → `invoke_agent` → its calls, tools and stages.
+trace context in the task's headers) → `invoke_agent` → its calls, tools and compactions; a
+compaction's summary calls under its span. A sub-agent is an agent invoked as a tool (the
+conventions' agent-as-a-tool): its `invoke_agent` is a child of the delegation's `execute_tool`.
+A run that waits for approval goes on in a new execution queued by the decision: its
+`invoke_agent` is parented by the decision's request and task and linked to the span of the
+execution that stopped to wait (see `sessions_app.services.execution._run_span`).
+
+A run ended outside its engine (cancelled while queued or waiting, swept, failed before its
+engine started) is a span `agentloom.run.end` under the request or task that ended it.
 
 Rule: no message content unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true; then
 only the model's answers (`gen_ai.output.messages`), as the journal holds them: redacted.
@@ -39,11 +50,18 @@ __all__ = [
     "configured",
     "content_attribute",
     "ended_span",
+    "operation_span",
     "span_from",
     "tracer",
 ]
 
 _TRACER: Any = None
+_PROVIDER: Any = None
+# What a span in the current context needs of OpenTelemetry, bound once it is configured.
+_ATTACH: Any = None
+_DETACH: Any = None
+_IN_CONTEXT: Any = None
+_ERROR: Any = None
 CONVENTIONS_COMMIT = "55a32cddb97d99cec08d5ee081e74206a0636041"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.42.0"
 
@@ -66,7 +84,8 @@ def capture_content() -> bool:
 def configure(*, endpoint: str | None = None, exporter: Any = None, service: str = "agentloom"):
     """Switch tracing on: spans to the OTLP/HTTP `endpoint` (batched), or to `exporter` as they
     end (tests hand an in-memory one). Return the tracer provider."""
-    global _TRACER
+    global _TRACER, _PROVIDER, _ATTACH, _DETACH, _IN_CONTEXT, _ERROR
+    from opentelemetry import context, trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -79,33 +98,112 @@ def configure(*, endpoint: str | None = None, exporter: Any = None, service: str
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     _TRACER = provider.get_tracer("agentloom", schema_url=SCHEMA_URL)
+    _PROVIDER = provider
+    _ATTACH, _DETACH, _IN_CONTEXT = context.attach, context.detach, trace.set_span_in_context
+    _ERROR = trace.Status(trace.StatusCode.ERROR)
     return provider
 
 
 def unconfigure() -> None:
     """Switch tracing off again (tests)."""
-    global _TRACER
-    _TRACER = None
+    global _TRACER, _PROVIDER
+    _TRACER = _PROVIDER = None
 
 
 def instrument_frameworks() -> None:
-    """Trace Django's requests and Celery's tasks, so a run's spans have their parents."""
+    """Trace Django's requests and Celery's tasks with this module's provider, so that a run's
+    spans have their parents: the request that queued the task puts its trace context in the
+    task's headers (W3C `traceparent`), and the worker's task span continues it."""
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    provider = _TRACER and getattr(_TRACER, "_tracer_provider", None)
-    DjangoInstrumentor().instrument(tracer_provider=provider)
-    CeleryInstrumentor().instrument(tracer_provider=provider)
+    if _PROVIDER is None:
+        raise RuntimeError("configure() tracing before instrumenting the frameworks")
+    DjangoInstrumentor().instrument(tracer_provider=_PROVIDER)
+    CeleryInstrumentor().instrument(tracer_provider=_PROVIDER)
+
+
+def uninstrument_frameworks() -> None:
+    """Stop tracing Django's requests and Celery's tasks (tests)."""
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    DjangoInstrumentor().uninstrument()
+    CeleryInstrumentor().uninstrument()
 
 
 @contextmanager
-def span_from(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
-    """Run the block in a current span `name` (a no-op yielding None when tracing is off)."""
+def span_from(
+    name: str, attributes: dict[str, Any], links: tuple[tuple[str, str], ...] = ()
+) -> Iterator[Any]:
+    """Run the block in a current span `name` (a no-op yielding None when tracing is off),
+    linked to the spans named by `links`: (trace id, span id) pairs in hex. An exception ends
+    the span with its class name as `error.type`, never its message (it may quote content)."""
     if _TRACER is None:
         yield None
         return
-    with _TRACER.start_as_current_span(name, attributes=_clean(attributes)) as span:
+    span = _TRACER.start_span(name, attributes=_clean(attributes), links=_links(links))
+    token = _ATTACH(_IN_CONTEXT(span))
+    try:
         yield span
+    except BaseException as error:
+        _failed(span, type(error).__name__)
+        raise
+    finally:
+        _DETACH(token)
+        span.end()
+
+
+def _links(pairs: tuple[tuple[str, str], ...]) -> list[Any] | None:
+    if not pairs:
+        return None
+    from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+    links = []
+    for trace_id, span_id in pairs:
+        try:
+            context = SpanContext(
+                trace_id=int(trace_id, 16),
+                span_id=int(span_id, 16),
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+        except ValueError:
+            continue
+        if context.is_valid:
+            links.append(Link(context))
+    return links or None
+
+
+@contextmanager
+def operation_span(name: str, attributes: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Run the block in a current span `name` (tracing on only); the block puts in the dict it
+    is given the attributes known only at its end, `error` (a short kind) as `error.type` with
+    an error status. An exception ends the span with its class name, never its message."""
+    if _TRACER is None:  # switched off while the run went on
+        yield {}
+        return
+    span = _TRACER.start_span(name, attributes=_clean(attributes))
+    token = _ATTACH(_IN_CONTEXT(span))
+    late: dict[str, Any] = {}
+    try:
+        yield late
+    except BaseException as error:
+        late["error"] = type(error).__name__
+        raise
+    finally:
+        _DETACH(token)
+        error = late.pop("error", None)
+        if late:
+            span.set_attributes(_clean(late))
+        if error:
+            _failed(span, error)
+        span.end()
+
+
+def _failed(span: Any, kind: str) -> None:
+    span.set_attribute("error.type", kind)
+    span.set_status(_ERROR)
 
 
 def ended_span(
@@ -119,10 +217,7 @@ def ended_span(
         name, attributes=_clean(attributes), start_time=end - int(max(0.0, seconds) * 1e9)
     )
     if error:
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_attribute("error.type", error)
-        span.set_status(Status(StatusCode.ERROR))
+        _failed(span, error)
     span.end(end_time=end)
 
 

@@ -8,7 +8,9 @@ on a year of a busy space.
 `test_cpu_per_run`: `RUNS` two-call runs (a tool call, then the answer) of the offline demo model
 with `run_execute` in this process, alternating off (no tracer; the metrics' in-process counters
 count anyway, as they do in every process) and on (metrics, plus every span to an in-memory
-exporter as it ends); prints the median CPU ms of each, after two warm-up runs each.
+exporter as it ends); prints the median CPU ms of each, after two warm-up runs each, and the
+median of each pair's difference (an on run less the off run just before it: a shared machine's
+load changes less between neighbours than over the whole bench).
 
 `test_usage_page`: writes the spend record of `CALLS` model calls over a year (365 days, 5 agents,
 20 members, 2 models, two currencies: one row per key and day) and times the usage page's
@@ -65,8 +67,10 @@ def test_cpu_per_run(alice, demo_model, make_demo_session):
         cpu[on].append((time.process_time() - started) * 1000)
         tracing.unconfigure()
     off, on = (statistics.median(cpu[key][2:]) for key in (False, True))
+    paired = statistics.median(b - a for a, b in zip(cpu[False][2:], cpu[True][2:], strict=True))
     print(f"\nCPU ms per two-call run ({RUNS} runs each, median after 2 warm-up runs)")
     print(f"  off: {off:.2f}   on (metrics + spans to memory): {on:.2f}   +{(on / off - 1):.1%}")
+    print(f"  paired (on less the off run before it): {paired:+.2f} ms, {paired / off:+.1%}")
     print(f"  spans exported: {len(exporter.get_finished_spans())}")
 
 

@@ -95,6 +95,9 @@ class Run(models.Model):
     error = models.TextField(blank=True, default="")
     # The trace of the run's latest execution (32 hex digits) when tracing is on, else empty.
     trace_id = models.CharField(max_length=32, blank=True, default="")
+    # That execution's `invoke_agent` span (16 hex digits): its continuation after an approval
+    # links to it.
+    trace_span_id = models.CharField(max_length=16, blank=True, default="")
     # The session's pinned instructions when the run was asked: what it starts, resumes and
     # replays with, whatever is pinned later.
     pinned = EncryptedTextField(blank=True, default="")

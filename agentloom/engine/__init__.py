@@ -77,7 +77,11 @@ Where each rule of the design lives (each module's docstring states its rules):
   `_compaction_versions`; the checkpoint frame: `_frame`; records and entry keys: `_records`;
   the lease heartbeat and cancellation relay: `_watch`; identifiers a summary keeps and search
   terms: `_identifiers`; `search_history`'s matching, ranking and result: `_search` (the tool in
-  `_tools`, the visibility in the context manager, the journal's keyed index on the app side).
+  `_tools`, the visibility in the context manager, the journal's keyed index on the app side);
+- spans of its operations (a tool call while it runs, a sub-agent inside its delegation's call, a
+  compaction attempt around its work and summary calls): `EngineHooks.span` in `_engine`, the
+  compaction's in `_context`; the application makes them OpenTelemetry spans
+  (`sessions_app/services/execution.py`, `agentloom/tracing.py`).
 """
 
 from agentloom.engine._approval import WAITING_APPROVAL, Decision

@@ -35,6 +35,7 @@ from __future__ import annotations
 import abc
 import bisect
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -270,6 +271,32 @@ class ContextBinding:
         object.__setattr__(self, "compaction", compaction)
 
 
+# The span of one operation (`EngineHooks.span`): called with its kind and what is known as it
+# starts, it is entered for as long as the operation lasts and yields a dict for what is known
+# only at its end.
+SpanHook = Callable[[str, dict[str, Any]], AbstractContextManager[dict[str, Any]]]
+
+
+class _Unspanned:
+    """The span of an engine without a `span` hook: nothing, a new dict each time."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> dict[str, Any]:
+        return {}
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNSPANNED = _Unspanned()
+
+
+def unspanned(kind: str, facts: dict[str, Any]) -> AbstractContextManager[dict[str, Any]]:
+    """Open no span (an engine without a `span` hook)."""
+    return _UNSPANNED
+
+
 @dataclass(frozen=True)
 class ContextOptions:
     """What a context manager works with besides its binding; each has a default.
@@ -277,7 +304,8 @@ class ContextOptions:
     `compaction_policy` compacts (default `BudgetCompactionPolicy`); `clock` stamps records;
     `redactor` removes secrets; `record_store` is where records referred to are read back;
     `payload` is what goes on the wire for a request (the gateway's): what is measured;
-    `tool_result_chars` is the most of one tool result a view shows.
+    `tool_result_chars` is the most of one tool result a view shows; `span` opens the span of
+    each compaction attempt around its work (`EngineHooks.span`).
     """
 
     compaction_policy: CompactionPolicy | None = None
@@ -286,6 +314,7 @@ class ContextOptions:
     record_store: RecordStore | None = None
     payload: Callable[[ModelRequest], dict[str, Any]] | None = None
     tool_result_chars: int = TOOL_RESULT_VIEW_CHARS
+    span: SpanHook | None = None
 
 
 class JournalContextManager(ContextManager):
@@ -306,6 +335,7 @@ class JournalContextManager(ContextManager):
         self.tool_result_chars = options.tool_result_chars
         self.large_records = binding.large_records
         self.record_store = options.record_store
+        self.span = options.span or unspanned
         self._sizer: RecordSizer | None = None
         # Stubs made by the masking stage of the compaction under way, with their origins.
         self._masks: dict[int, dict[str, Any]] = {}
@@ -827,10 +857,29 @@ class JournalContextManager(ContextManager):
     def compact_if_triggered(
         self, tools: list[dict[str, Any]], call_model: CallModel | None
     ) -> CompactionOutcome | None:
-        """Compact the view when a trigger holds; return the attempt's outcome, or None."""
+        """Compact the view when a trigger holds; return the attempt's outcome, or None.
+
+        The attempt's span (`span("compaction", …)`) lasts as long as its work, its summary
+        calls included, and ends with the rows it logged (`rows`: one a stage, or the throttled
+        row it counted again).
+        """
         size, fired = self.triggers(tools)
         if not fired:
             return None
+        with self.span("compaction", {"triggers": fired}) as late:
+            logged = len(self.frame.state.compaction_log)
+            outcome = self._compact(tools, call_model, size, fired)
+            log = self.frame.state.compaction_log
+            late["rows"] = log[logged:] or log[-1:]
+        return outcome
+
+    def _compact(
+        self,
+        tools: list[dict[str, Any]],
+        call_model: CallModel | None,
+        size: int,
+        fired: tuple[str, ...],
+    ) -> CompactionOutcome:
         frame = self.frame
         # The throttle spares only calls the trigger wants: a request over the hard budget
         # cannot be sent, so its compaction is always attempted.

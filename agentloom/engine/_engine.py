@@ -79,6 +79,8 @@ from agentloom.engine._context import (
     ContextManager,
     ContextOptions,
     JournalContextManager,
+    SpanHook,
+    unspanned,
 )
 from agentloom.engine._errors import (
     ConfigurationError,
@@ -222,7 +224,14 @@ class EngineHooks:
       open and returns the answers, or None when no one answered within `seconds` (see
       `_asking`); without `ask` no person answers an open call;
     - `on_learned(limit)` is called once when the run applies what it learned from a refusal
-      (a `LearnedLimit`: a smaller context window, or the reasoning rule a gateway adapted to).
+      (a `LearnedLimit`: a smaller context window, or the reasoning rule a gateway adapted to);
+    - `span(kind, facts)` opens the span of an operation for as long as it lasts and yields a
+      dict the engine fills with what is known only at its end (see `SpanHook`): `execute_tool`
+      around each tool call that runs (`name`, `call_id`; `error` at the end when it failed),
+      `invoke_agent` around a sub-agent's instance, inside its delegation tool's call (`name`,
+      `instance`; `status` at the end), and `compaction` around each compaction attempt, its
+      summary calls included (`triggers`; the `rows` it logged at the end). Model calls are
+      reported (`on_model_call`) inside the operation that made them.
     """
 
     save: Callable[[Checkpoint], None] | None = None
@@ -235,6 +244,7 @@ class EngineHooks:
     watch: CallWatch | None = None
     on_delta: Callable[[str, dict[str, Any]], None] | None = None
     on_learned: Callable[[LearnedLimit], None] | None = None
+    span: SpanHook | None = None
 
 
 @dataclass(frozen=True)
@@ -585,6 +595,7 @@ class _Execution:
         # Set by a watch when the lease is lost, and once a cancel request has been seen.
         self.lease_lost = threading.Event()
         self.cancel_seen = threading.Event()
+        self.span: SpanHook = engine.hooks.span or unspanned
 
     def new_context(self) -> ContextManager:
         engine = self.engine
@@ -598,6 +609,7 @@ class _Execution:
                 redactor=engine.redactor,
                 record_store=config.record_store,
                 payload=engine.gateway.payload,
+                span=engine.hooks.span,
             ),
         )
         self.contexts.append(context)
@@ -959,7 +971,9 @@ class _Execution:
         )
         main.frame.children[child_id] = child.frame
         toolset = build_toolset(sub_agent.tools, self.engine.registry)
-        status, answer, error = _InstanceLoop(self, child, toolset, parent=main).run()
+        with self.span("invoke_agent", {"name": sub_agent.name, "instance": child_id}) as late:
+            status, answer, error = _InstanceLoop(self, child, toolset, parent=main).run()
+            late["status"] = status
         if status == "cancelled":
             raise ToolCancelled(f"sub-agent {sub_agent.name} ({child_id}) was cancelled")
         if status != "succeeded":
@@ -1402,31 +1416,41 @@ class _InstanceLoop:
             )
             self.context.add_feedback(f"refused call to unavailable tool {name!r} ({call_id})")
             return False
+        with self.execution.span("execute_tool", {"name": name, "call_id": call_id}) as late:
+            waits, late["error"] = self.call_tool(tool, call_id, name, arguments, reply)
+        return waits
+
+    def call_tool(
+        self, tool: Tool, call_id: str, name: str, arguments: str, reply: Any
+    ) -> tuple[bool, str | None]:
+        """Run one tool call and record its result; return whether it waits on a person, and
+        `tool_error` when it failed."""
         try:
             result = self._run_tool(tool, arguments, call_id, reply, self.person(call_id, name))
         except InputRequired as need:
             if self.is_main:
                 self.wait_for_answers(call_id, name, need)
-                return True
+                return True, None
             error = f"{need.server} asked for a person's answer, and none can answer here"
             self.context.add_tool_result(call_id, f"ERROR: {error}")
             self.context.add_feedback(f"tool {name} ({call_id}) failed: {error}")
-            return False
+            return False, "tool_error"
         except ToolCancelled:
             self.context.add_tool_result(call_id, INTERRUPTED_RESULT)
-            return False
+            return False, None
         except ToolError as exc:
             self.context.add_tool_result(call_id, f"ERROR: {exc}")
             self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
-            return False
+            return False, "tool_error"
         if isinstance(result, ToolOutput):
             text = f"ERROR: {result.text}" if result.error else result.text
             self.context.add_tool_result(call_id, text, detail=result.detail)
             if result.error:
                 self.context.add_feedback(f"tool {name} ({call_id}) failed: {result.error}")
-            return False
+                return False, "tool_error"
+            return False, None
         self.context.add_tool_result(call_id, result)
-        return False
+        return False, None
 
     def _run_tool(
         self,

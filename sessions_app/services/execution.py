@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import transaction
@@ -116,22 +118,37 @@ def _model_call_row(run_id: int, call: Any, price: PriceInForce | None = None) -
     )
 
 
-def _run_span(run: Run) -> tuple[str, dict[str, Any]]:
-    """Return the name and attributes of a run's `invoke_agent` span (no content)."""
+def _run_span(run: Run) -> tuple[str, dict[str, Any], tuple[tuple[str, str], ...]]:
+    """Return the name, attributes and links of a run's `invoke_agent` span (no content).
+
+    A run that waited for approval continues in a new execution, queued by the decision: its
+    span is a child of that decision's request and task (a trace of its own), linked to the
+    span of the execution that stopped to wait. Two segments, each parented by what caused it,
+    and the link between them; the run names the trace of its latest execution.
+    """
     agent = run.session.agent.name
-    return f"invoke_agent {agent}".strip(), {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent or None,
-        "gen_ai.agent.id": str(run.session.agent_id),
-        "gen_ai.conversation.id": str(run.session_id),
-        "agentloom.run.id": run.pk,
-        "agentloom.run.number": run.number,
-        "agentloom.run.attempt": run.attempt,
-    }
+    waited = bool(run.checkpoint is not None and run.pending_approvals and run.trace_span_id)
+    links = ((run.trace_id, run.trace_span_id),) if waited else ()
+    return (
+        f"invoke_agent {agent}".strip(),
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent or None,
+            "gen_ai.agent.id": str(run.session.agent_id),
+            "gen_ai.conversation.id": str(run.session_id),
+            "agentloom.run.id": run.pk,
+            "agentloom.run.number": run.number,
+            "agentloom.run.attempt": run.attempt,
+        },
+        links,
+    )
 
 
-def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: int) -> None:
-    """Record a model call's `chat` span, ended now after its latency."""
+def _trace_call(
+    labels: tuple[str, str], call: Any, row: ModelCall, session_id: int, capture: bool
+) -> None:
+    """Record a model call's `chat` span, ended now after its latency (with the answer when
+    `capture`: the content setting, read once a run)."""
     provider, model = labels
     response = call.response if isinstance(call.response, dict) else {}
     attributes = {
@@ -147,10 +164,83 @@ def _trace_call(labels: tuple[str, str], call: Any, row: ModelCall, session_id: 
         "gen_ai.usage.reasoning.output_tokens": reasoning_tokens(row.usage),
         "agentloom.call.purpose": row.purpose,
     }
-    if tracing.capture_content() and response.get("message"):
+    if capture and response.get("message"):
         attributes["gen_ai.output.messages"] = tracing.content_attribute(response["message"])
     error = row.error.split(":", 1)[0][:60] if row.error else None
     tracing.ended_span(f"chat {model}", attributes, seconds=row.latency_ms / 1000, error=error)
+
+
+def _span_hook(run: Run, allowed: set[str]):
+    """Return the engine's `span` hook: each tool call, sub-agent and compaction attempt of the
+    run as a span under the current one, for as long as it lasts (tracing on only).
+
+    A sub-agent's `invoke_agent` is a child of its delegation tool's `execute_tool` span (the
+    conventions' agent invoked as a tool), so its calls and tools hang under it; a compaction's
+    summary calls are children of its `agentloom.compaction` span. Names and attributes are
+    bounded: a tool the version lists (else `other`), the sub-agents and stages it configured.
+    """
+    session = str(run.session_id)
+
+    @contextmanager
+    def span(kind: str, facts: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if kind == "execute_tool":
+            tool = metrics.label(facts.get("name"), allowed)
+            name, attributes = (
+                f"execute_tool {tool}",
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": str(facts.get("call_id") or "")[:100] or None,
+                },
+            )
+        elif kind == "invoke_agent":
+            agent = str(facts.get("name") or "")[:100]
+            name, attributes = (
+                f"invoke_agent {agent}".strip(),
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": agent or None,
+                    "gen_ai.conversation.id": session,
+                    "agentloom.instance": str(facts.get("instance") or "")[:32] or None,
+                },
+            )
+        else:
+            name, attributes = (
+                "agentloom.compaction",
+                {
+                    "agentloom.compaction.triggers": [str(t) for t in facts.get("triggers") or ()],
+                },
+            )
+        with tracing.operation_span(name, attributes) as late:
+            engine_late: dict[str, Any] = {}
+            yield engine_late
+            late.update(_late_attributes(kind, engine_late))
+
+    return span
+
+
+def _late_attributes(kind: str, late: dict[str, Any]) -> dict[str, Any]:
+    """Return the span attributes of what the engine knew only at an operation's end."""
+    if kind == "execute_tool":
+        return {"error": late.get("error")}
+    if kind == "invoke_agent":
+        status = late.get("status")
+        return {
+            "agentloom.instance.status": status,
+            "error": "failed" if status == "failed" else None,
+        }
+    rows = [row for row in late.get("rows") or () if isinstance(row, dict)]
+    if not rows:
+        return {}
+    stages = [str(row.get("stage") or "summary") for row in rows]
+    return {
+        "agentloom.compaction.stage": stages[-1],
+        "agentloom.compaction.stages": stages if len(stages) > 1 else None,
+        "agentloom.compaction.outcome": rows[-1].get("outcome"),
+        "agentloom.compaction.reason": rows[-1].get("reason"),
+        "agentloom.compaction.tokens_before": rows[0].get("before"),
+        "agentloom.compaction.tokens_after": rows[-1].get("after"),
+    }
 
 
 def _count_call(labels: tuple[str, str], row: ModelCall) -> None:
@@ -171,8 +261,11 @@ def _count_call(labels: tuple[str, str], row: ModelCall) -> None:
             metrics.model_tokens.labels(provider, model, kind).inc(count)
 
 
-def _fail_without_engine(run: Run, owner: str, error: str) -> None:
-    """End a claimed run that could not even start an engine (its journal gets a status)."""
+def _fail_without_engine(
+    run: Run, owner: str, error: str, carried: dict[str, Any] | None = None
+) -> None:
+    """End a claimed run that could not even start an engine, or whose engine broke (its journal
+    gets a status); `carried` are the columns its writer had not saved yet (its trace)."""
     with transaction.atomic():
         lock_session(run.session_id)  # before the run's row: the journal's lock order
         updated = Run.objects.filter(pk=run.pk, lease_owner=owner).update(
@@ -181,6 +274,7 @@ def _fail_without_engine(run: Run, owner: str, error: str) -> None:
             finished_at=timezone.now(),
             lease_owner="",
             lease_expires_at=None,
+            **(carried or {}),
         )
         if updated:
             run.refresh_from_db()
@@ -203,7 +297,7 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     try:
         with tracing.span_from(*_run_span(run)) as span:
             if span is not None:
-                _remember_trace(run_id, span)
+                writer.carried.update(_trace_fields(span))
             outcome = begin(engine)
             if span is not None:
                 span.set_attribute("agentloom.run.status", str(outcome.status))
@@ -218,7 +312,9 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         log.exception("run %s: unexpected error in the engine", run_id)
         with database_slots.held():
             writer.record_unsaved_calls()
-            _fail_without_engine(run, owner, f"internal_error: {error.__class__.__name__}")
+            _fail_without_engine(
+                run, owner, f"internal_error: {error.__class__.__name__}", writer.carried
+            )
         return "failed"
     if writer.calls:
         # A call the engine made after its last save (none does today): billed all the same.
@@ -239,11 +335,14 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
     return outcome.status
 
 
-def _remember_trace(run_id: int, span: Any) -> None:
-    """Note the trace of this execution on the run, for its pages (tracing on only)."""
-    trace_id = format(span.get_span_context().trace_id, "032x")
-    with database_slots.held():
-        Run.objects.filter(pk=run_id).update(trace_id=trace_id)
+def _trace_fields(span: Any) -> dict[str, str]:
+    """Return the run's columns that name this execution's trace, for its pages, and its span,
+    for the link from a continuation (tracing on only). They go with the run's first save."""
+    context = span.get_span_context()
+    return {
+        "trace_id": format(context.trace_id, "032x"),
+        "trace_span_id": format(context.span_id, "016x"),
+    }
 
 
 def _wait_for_approval(run_id: int, owner: str, pending: list[dict[str, Any]]) -> bool:
@@ -379,6 +478,7 @@ def _hooks(
 
     budget = version.snapshot.get("budget") or {}
     call_labels = (metrics.label(budget.get("provider")), metrics.label(budget.get("model_id")))
+    capture = tracing.configured() and tracing.capture_content()
 
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
@@ -386,7 +486,7 @@ def _hooks(
         writer.add_call(row)
         _count_call(call_labels, row)
         if tracing.configured():
-            _trace_call(call_labels, call, row, run.session_id)
+            _trace_call(call_labels, call, row, run.session_id, capture)
         # The run's signals are as old as its last write, from before the call: renewing the
         # lease reads them again, in this slot, for the cancel check that follows the answer.
         writer.renew()
@@ -419,6 +519,7 @@ def _hooks(
         supplements=supplements,
         # No thread per call: the process's renewer watches every call of every run.
         watch=renewer.run(RunLease(run_id=run_id, owner=owner, on_signals=signalled)),
+        span=_span_hook(run, writer.allowed_tools) if tracing.configured() else None,
     )
     return hooks, writer
 

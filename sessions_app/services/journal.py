@@ -155,6 +155,11 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     journaled first, so that every question stays in the session's history; the supplements it
     accepted and never showed follow its status, and its live deltas go (`forget_run`). The error
     is redacted like everything else written for the run.
+
+    The run's end is counted here like one its engine saved: among the spend record's outcomes in
+    this transaction, and in the metrics once it commits (its duration only when it had started),
+    with a span `agentloom.run.end` under the current one (the request or task that ended it)
+    when tracing is on.
     """
     now = timezone.now()
     redactor = redactor_for(run.session.agent_version)
@@ -172,6 +177,26 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     append_records(run_id=run.pk, session_id=run.session_id, records=records, run_number=run.number)
     supplements_journal(run_id=run.pk, session_id=run.session_id)
     forget_run(run.pk)
+    usage_add(owner=UsageOwner.of_run(run), ended=status)
+    ending = {"status": status, "finished_at": run.finished_at or now}
+    transaction.on_commit(lambda: _ended_outside(run, ending, error))
+
+
+def _ended_outside(run: Run, ending: dict[str, Any], error: str) -> None:
+    """Count the end of a run ended outside its engine, and trace it (once it committed)."""
+    _count_ending(run, ending, [])
+    if tracing.configured():
+        tracing.ended_span(
+            "agentloom.run.end",
+            {
+                "gen_ai.conversation.id": str(run.session_id),
+                "agentloom.run.id": run.pk,
+                "agentloom.run.number": run.number,
+                "agentloom.run.status": ending["status"],
+            },
+            seconds=0,
+            error=error.split(":", 1)[0][:60] if error else None,
+        )
 
 
 def supplements_journal(
@@ -297,22 +322,6 @@ def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[st
     }
 
 
-def _trace_tool(name, call_id, failed: bool, asked, answered, allowed: set[str]) -> None:
-    """Record a tool call's `execute_tool` span, from its request's record to its result's."""
-    tool = metrics.label(name, allowed)
-    start, end = _record_time(asked), _record_time(answered)
-    tracing.ended_span(
-        f"execute_tool {tool}",
-        {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool,
-            "gen_ai.tool.call.id": str(call_id or "")[:100] or None,
-        },
-        seconds=max(0.0, (end - start).total_seconds()),
-        error="tool_error" if failed else None,
-    )
-
-
 def _count_ending(run: Run, ending: dict[str, Any], stages: list[tuple[str, str]]) -> None:
     """Count a run's end and its compaction stages in the metrics (once they committed)."""
     for stage, outcome in stages:
@@ -355,8 +364,11 @@ class JournalWriter:
         self._owner: UsageOwner | None = None
         # Compaction log rows counted in the spend record (those of earlier attempts were).
         self.compactions_counted = len(_compaction_log(run.checkpoint))
+        # Run columns that go with the next save's write, not a statement of their own (the
+        # trace of this execution, known once its span starts).
+        self.carried: dict[str, Any] = {}
         # The names of the tool calls made, by (instance, call id), until their results come.
-        self.tool_names: dict[tuple[str, Any], Any] = {}
+        self.tool_names: dict[tuple[str, Any], str | None] = {}
         rows = SessionMessage.objects.filter(run_id=run.pk).values_list(
             "instance", "entry_key", "local_seq"
         )
@@ -473,19 +485,6 @@ class JournalWriter:
         )
         self.compactions_counted = len(log)
         stages = [(row.get("stage") or "summary", row.get("outcome") or "") for row in rows]
-        if tracing.configured():
-            for row in rows:
-                tracing.ended_span(
-                    "agentloom.compaction",
-                    {
-                        "agentloom.compaction.stage": row.get("stage") or "summary",
-                        "agentloom.compaction.outcome": row.get("outcome"),
-                        "agentloom.compaction.reason": row.get("reason"),
-                        "agentloom.compaction.tokens_before": row.get("before"),
-                        "agentloom.compaction.tokens_after": row.get("after"),
-                    },
-                    seconds=0,
-                )
         transaction.on_commit(lambda: _count_ending(self._run, ending, stages))
 
     def _count_tools(self, checkpoint: Checkpoint) -> None:
@@ -497,14 +496,12 @@ class JournalWriter:
                 for call in message.get("tool_calls") or []:
                     if isinstance(call, dict):
                         name = (call.get("function") or {}).get("name")
-                        self.tool_names[(instance, call.get("id"))] = (name, record.at)
+                        self.tool_names[(instance, call.get("id"))] = name
             elif record.kind == SessionMessage.Kind.TOOL_RESULT:
                 call_id = message.get("tool_call_id")
-                name, asked = self.tool_names.pop((instance, call_id), (None, None))
+                name = self.tool_names.pop((instance, call_id), None)
                 failed = str(message.get("content") or "").startswith("ERROR: ")
                 counted.append((name, "error" if failed else "ok"))
-                if tracing.configured():
-                    _trace_tool(name, call_id, failed, asked, record.at, self.allowed_tools)
         if counted:
             allowed = self.allowed_tools
             transaction.on_commit(
@@ -583,7 +580,8 @@ class JournalWriter:
                 stored, fresh = stored_frame(frame, self.stored_snapshots)
                 snapshots_store(self.run_id, fresh)
                 run_fields.update(checkpoint=stored, counters=checkpoint.counters)
-            self._renew_lease(**run_fields)
+            self._renew_lease(**self.carried, **run_fields)
+            self.carried = {}
             late: list[SessionMessage] = []
             if ending and self.signals.supplements_added != 0:
                 # The run ends: what it accepted and never showed is journaled now (the count

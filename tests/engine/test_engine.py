@@ -1,3 +1,4 @@
+import contextlib
 import dataclasses
 import json
 
@@ -509,6 +510,45 @@ def test_delegation_runs_a_child_instance_whose_answer_is_the_tool_result(script
     instances = [instance for instance, _ in iter_frame_records(outcome.frame)]
     assert instances == ["main"] * 5 + ["1.1"] * 5
     assert any("1.1" in save["state"]["children"] for save in recorder.saves[:-1])
+
+
+def test_the_span_hook_holds_each_operation_while_it_lasts(scripted):
+    """A tool call's span holds what it does (a delegation: the sub-agent's span, which holds the
+    child's calls); each model call is reported inside the operation that made it."""
+    events = []
+
+    class Calls(Recorder):
+        def on_model_call(self, record):
+            events.append(("call", record.instance))
+
+    @contextlib.contextmanager
+    def span(kind, facts):
+        events.append(("open", kind, facts["name"]))
+        late = {}
+        yield late
+        events.append(("close", kind, late.get("error") or late.get("status")))
+
+    gateway = scripted(
+        tool_call_response(("delegate_researcher", {"task": "compute 6*7"})),
+        tool_call_response(("calculator", {"expression": "6*"})),
+        text_response("no answer"),
+        text_response("The answer is unknown"),
+    )
+    outcome = start(make_engine(gateway, recorder=Calls(), sub_agents=[RESEARCHER], span=span))
+
+    assert outcome.status == "succeeded"
+    assert events == [
+        ("call", "main"),
+        ("open", "execute_tool", "delegate_researcher"),
+        ("open", "invoke_agent", "researcher"),
+        ("call", "1.1"),
+        ("open", "execute_tool", "calculator"),
+        ("close", "execute_tool", "tool_error"),
+        ("call", "1.1"),
+        ("close", "invoke_agent", "succeeded"),
+        ("close", "execute_tool", None),
+        ("call", "main"),
+    ]
 
 
 def test_child_ids_continue_across_resumes_and_child_failures_are_tool_errors(scripted):

@@ -229,3 +229,38 @@ def test_staff_who_are_not_superusers_see_no_pending_arguments_in_the_admin(alic
     html = browser.get(reverse("admin:sessions_app_run_change", args=[run.pk])).content.decode()
     assert "waiting_approval" in html.lower() or "Waiting for approval" in html
     assert "NONCE-WAITING-ARGUMENT" not in html
+
+
+def test_a_run_that_waits_continues_in_a_trace_linked_to_the_one_that_stopped(
+    alice, session, mcp_server
+):
+    """Two segments, each parented by what caused it (the question, then the decision), the
+    continuation's `invoke_agent` linked to the span of the execution that stopped to wait."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentloom import tracing
+
+    exporter = InMemorySpanExporter()
+    tracing.configure(exporter=exporter)
+    try:
+        with tracing.span_from("question", {}):
+            run = ask(session, alice, GREET)
+        assert run.status == Run.Status.WAITING_APPROVAL
+        [pending] = run.pending_approvals
+        with tracing.span_from("decision", {}):
+            run_decide(user=alice, run=run, call_id=pending["call_id"], decision="approve")
+            assert run_execute(run_id=run.pk) == Run.Status.SUCCEEDED
+    finally:
+        tracing.unconfigure()
+    finished = exporter.get_finished_spans()
+    named = {span.name: span for span in finished}
+    first, second = [span for span in finished if span.name.startswith("invoke_agent")]
+    assert first.parent.span_id == named["question"].context.span_id
+    assert second.parent.span_id == named["decision"].context.span_id
+    assert first.context.trace_id != second.context.trace_id
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    assert second.links[0].context.trace_id == first.context.trace_id
+    assert not first.links
+    greet = named["execute_tool demo__greet"]
+    assert greet.parent.span_id == second.context.span_id  # it ran once approved
+    assert Run.objects.get(pk=run.pk).trace_id == format(second.context.trace_id, "032x")

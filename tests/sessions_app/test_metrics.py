@@ -97,3 +97,49 @@ def test_a_run_is_counted_and_its_question_is_no_label(
 def test_a_tool_outside_the_version_is_other():
     assert metrics.label("rm -rf /", {"echo"}) == "other"
     assert metrics.label("echo", {"echo"}) == "echo"
+
+
+def _observed(status: str) -> tuple[float, float]:
+    """Return how many durations `run_seconds` observed for `status`, and their sum."""
+    child = metrics.run_seconds.labels(status)
+    return sum(bucket.get() for bucket in child._buckets), child._sum.get()
+
+
+def test_runs_ended_outside_their_engine_are_counted(
+    alice, make_demo_session, django_capture_on_commit_callbacks
+):
+    """Cancelled while queued (no duration: it never started) and swept after its worker was
+    lost (its duration): in the metrics and among the spend record's outcomes."""
+    from datetime import timedelta
+
+    from django.db.models import Sum
+    from django.utils import timezone
+
+    from sessions_app.models import UsageDay
+    from sessions_app.services.runs import run_ask, run_cancel, run_claim, sweep_expired_leases
+
+    session = make_demo_session()
+    cancelled, failed = (
+        metrics.runs_finished.labels(s)._value.get() for s in ("cancelled", "failed")
+    )
+    timed_cancelled, (timed_failed, seconds_failed) = _observed("cancelled"), _observed("failed")
+    queued = run_ask(user=alice, session=session, question="NONCE-queued")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_cancel(user=alice, run=queued).status == Run.Status.CANCELLED
+    assert metrics.runs_finished.labels("cancelled")._value.get() == cancelled + 1
+    assert _observed("cancelled") == timed_cancelled
+    lost = run_ask(user=alice, session=session, question="NONCE-lost")
+    assert run_claim(run_id=lost.pk, owner="a-worker-that-dies")
+    now = timezone.now()
+    Run.objects.filter(pk=lost.pk).update(
+        started_at=now - timedelta(seconds=40), lease_expires_at=now - timedelta(seconds=1)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sweep_expired_leases() == [lost.pk]
+    assert metrics.runs_finished.labels("failed")._value.get() == failed + 1
+    count, total = _observed("failed")
+    assert count == timed_failed + 1 and total - seconds_failed >= 40
+    outcomes = UsageDay.objects.filter(space=session.space).aggregate(
+        cancelled=Sum("runs_cancelled"), failed=Sum("runs_failed")
+    )
+    assert outcomes == {"cancelled": 1, "failed": 1}

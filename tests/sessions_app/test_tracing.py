@@ -119,3 +119,173 @@ def test_a_chat_span_names_the_providers_completion_id(alice, make_demo_session,
     assert chats and {span.attributes["gen_ai.response.id"] for span in chats} == {
         "chatcmpl-NONCE-SPAN"
     }
+
+
+@pytest.mark.real_worker
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_goes_from_the_request_through_the_task_to_the_engine(
+    alice, gateway, make_demo_session, spans, monkeypatch
+):
+    """The request that asks queues the task with its trace context in the task's headers; the
+    worker's task span continues that trace, and the run's `invoke_agent` span is its child."""
+    from celery import current_app
+    from celery.utils.nodenames import gethostname
+    from celery.worker.request import Request
+    from kombu import Message, Producer
+    from kombu.serialization import dumps
+    from rest_framework.test import APIClient
+
+    published = []
+    monkeypatch.setattr(
+        Producer, "publish", lambda self, body, **options: published.append((body, options))
+    )
+    tracing.instrument_frameworks()
+    try:
+        session = make_demo_session()
+        api = APIClient()
+        api.force_authenticate(alice)
+        answer = api.post(f"/api/v1/sessions/{session.pk}/runs", {"question": "hi"}, "json")
+        assert answer.status_code == 202
+        ((body, options),) = published
+        headers = options["headers"]
+        assert headers["task"] == "sessions_app.tasks.execute_run"
+        assert headers["traceparent"].startswith("00-")
+        # As the worker does: the message as the broker delivers it, executed in the task's trace.
+        content_type, encoding, data = dumps(body, serializer=options.get("serializer"))
+        message = Message(
+            body=data,
+            content_type=content_type,
+            content_encoding=encoding,
+            headers=headers,
+            properties={"correlation_id": headers["id"]},
+            delivery_info={"routing_key": options.get("routing_key"), "exchange": ""},
+        )
+        task = current_app.tasks["sessions_app.tasks.execute_run"]
+        Request(message, app=current_app, task=task, hostname=gethostname()).execute()
+    finally:
+        tracing.uninstrument_frameworks()
+    assert Run.objects.get(pk=answer.json()["id"]).status == Run.Status.SUCCEEDED
+    finished = spans.get_finished_spans()
+    by_id = {span.context.span_id: span for span in finished}
+    (request,) = [span for span in finished if span.name.startswith("POST")]
+    (agent,) = [span for span in finished if span.name.startswith("invoke_agent")]
+    (worker,) = [span for span in finished if span.name.startswith("run/")]
+    assert worker.name == "run/sessions_app.tasks.execute_run"
+    assert agent.parent.span_id == worker.context.span_id
+    ancestors, span = [], agent
+    while span.parent is not None:
+        span = by_id[span.parent.span_id]
+        ancestors.append(span)
+    assert request in ancestors and ancestors[-1] is request
+    assert len({span.context.trace_id for span in finished}) == 1
+    assert headers["traceparent"].split("-")[1] == format(request.context.trace_id, "032x")
+
+
+def _children(spans, parent):
+    return [span for span in spans if span.parent and span.parent.span_id == parent.context.span_id]
+
+
+def test_a_sub_agents_invoke_agent_is_a_child_of_its_delegation_tool_span(
+    alice, gateway, make_demo_session, spans
+):
+    """The conventions' agent invoked as a tool: the parent's `execute_tool delegate_helper`
+    span holds the sub-agent's `invoke_agent helper`, which holds the sub-agent's own calls."""
+    session = make_demo_session(
+        sub_agents=[
+            {"name": "helper", "description": "echoes", "system_prompt": "Echo.", "tools": ["echo"]}
+        ]
+    )
+    run = ask(
+        session, alice, '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"kid\\"}"}'
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    finished = spans.get_finished_spans()
+    (main,) = [span for span in finished if span.name == "invoke_agent Demo"]
+    (delegation,) = [span for span in finished if span.name == "execute_tool delegate_helper"]
+    (helper,) = [span for span in finished if span.name == "invoke_agent helper"]
+    (echo,) = [span for span in finished if span.name == "execute_tool echo"]
+    assert delegation.parent.span_id == main.context.span_id
+    assert helper.parent.span_id == delegation.context.span_id
+    assert helper.attributes["gen_ai.agent.name"] == "helper"
+    assert helper.attributes["gen_ai.conversation.id"] == str(session.pk)
+    assert helper.attributes["agentloom.instance"] == f"{run.number}.1"
+    assert helper.attributes["agentloom.instance.status"] == "succeeded"
+    below = _children(finished, helper)
+    assert echo in below and len([s for s in below if s.name.startswith("chat ")]) == 2
+    assert len([s for s in _children(finished, main) if s.name.startswith("chat ")]) == 2
+    assert delegation.start_time <= helper.start_time <= helper.end_time <= delegation.end_time
+
+
+def test_a_compaction_span_lasts_its_work_and_holds_its_summary_call(
+    alice, gateway, make_demo_session, spans
+):
+    from tests.sessions_app.conftest import long_question
+
+    session = make_demo_session(context_window=9_000)
+    for n in range(6):
+        ask(session, alice, long_question(n))
+    finished = spans.get_finished_spans()
+    summaries = [
+        span
+        for span in finished
+        if span.name == "agentloom.compaction"
+        and span.attributes.get("agentloom.compaction.stage") == "summary"
+    ]
+    assert summaries
+    compaction = summaries[0]
+    assert compaction.attributes["agentloom.compaction.outcome"]
+    assert compaction.attributes["agentloom.compaction.tokens_before"] > 0
+    assert compaction.end_time > compaction.start_time
+    chats = [span for span in _children(finished, compaction) if span.name.startswith("chat ")]
+    assert chats and {span.attributes["agentloom.call.purpose"] for span in chats} == {"compaction"}
+    assert all(compaction.start_time <= chat.start_time for chat in chats)
+    assert all(chat.end_time <= compaction.end_time for chat in chats)
+    agents = {span.context.span_id for span in finished if span.name.startswith("invoke_agent")}
+    assert compaction.parent.span_id in agents
+
+
+def test_an_error_ends_a_span_with_its_kind_never_its_message(alice, make_demo_session, spans):
+    """An exception's message may quote content: the span keeps its class name only."""
+    from opentelemetry.trace import StatusCode
+
+    from agentloom.engine import LocalDemoGateway
+    from context_app import engine_adapter
+
+    class Broken(LocalDemoGateway):
+        def complete(self, request, stream=None):
+            raise RuntimeError(f"the model choked on {NONCE}")
+
+    engine_adapter.set_gateway_factory(lambda version, connection: Broken())
+    try:
+        run = _traced_run(make_demo_session(), alice)
+    finally:
+        engine_adapter.set_gateway_factory(None)
+    assert run.status == Run.Status.FAILED
+    finished = spans.get_finished_spans()
+    (agent,) = [span for span in finished if span.name.startswith("invoke_agent")]
+    assert agent.attributes["error.type"] == "RuntimeError"
+    assert agent.status.status_code is StatusCode.ERROR
+    seen = [
+        (span.name, dict(span.attributes), span.status.description, span.events)
+        for span in finished
+    ]
+    assert NONCE not in repr(seen) + repr([dict(e.attributes) for s in finished for e in s.events])
+
+
+def test_a_run_ended_outside_its_engine_is_a_span_of_what_ended_it(
+    alice, make_demo_session, spans, django_capture_on_commit_callbacks
+):
+    from sessions_app.services.runs import run_ask, run_cancel
+
+    session = make_demo_session()
+    queued = run_ask(user=alice, session=session, question=NONCE)
+    with tracing.span_from("request", {}), django_capture_on_commit_callbacks(execute=True):
+        run_cancel(user=alice, run=queued)
+    finished = spans.get_finished_spans()
+    (request,) = [span for span in finished if span.name == "request"]
+    (end,) = [span for span in finished if span.name == "agentloom.run.end"]
+    assert end.parent.span_id == request.context.span_id
+    assert end.attributes["agentloom.run.status"] == "cancelled"
+    assert end.attributes["agentloom.run.id"] == queued.pk
+    assert end.attributes["gen_ai.conversation.id"] == str(session.pk)
+    assert NONCE not in repr([dict(span.attributes) for span in finished])
