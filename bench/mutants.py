@@ -2552,11 +2552,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "among equal matches the latest record ranks first",
         "oldest_value_first",
         f"{_ENGINE}/_search.py",
-        "(hit.matched, hit.whole, hit.order)",
-        "(hit.matched, hit.whole, tuple(-part for part in hit.order))",
+        "(tier(hit), hit.whole, hit.order)",
+        "(tier(hit), hit.whole, tuple(-part for part in hit.order))",
         (
             "tests/engine/test_search_history.py::test_the_latest_value_of_a_fact_stated_twice_ranks_first",
             "tests/sessions_app/test_search_index.py::test_the_latest_value_wins_and_records_past_the_watermark_stay_out",
+        ),
+    ),
+    Mutant(
+        "hits nearly as good as the best rank as its equals, the latest first",
+        "no_near_best",
+        f"{_ENGINE}/_search.py",
+        "NEAR_BEST = 0.75",
+        "NEAR_BEST = 1.0",
+        (
+            "tests/engine/test_search_history.py::test_an_update_worded_differently_still_ranks_first",
         ),
     ),
     Mutant(

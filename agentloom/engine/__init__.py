@@ -216,6 +216,7 @@ from agentloom.engine._search import (
     rank,
     record_terms,
     searchable_text,
+    term_weight,
 )
 from agentloom.engine._server_count import ServerEstimator, TokenCounter
 from agentloom.engine._tools import (
@@ -376,6 +377,7 @@ __all__ = [  # noqa: RUF022
     "rank",
     "record_terms",
     "searchable_text",
+    "term_weight",
     # _server_count
     "ServerEstimator",
     "TokenCounter",

@@ -7,14 +7,18 @@ only its own records. Matching uses `_identifiers.terms` on both sides, so a wor
 written whole (`NONCE-42`, `/etc/app.toml`, `3.5 GB`) and Chinese text (by character bigrams)
 each match the way they were written, case aside.
 
-Ranking: the hits holding more of the query's terms first; among equals, the whole query written
-in the record next, then the latest record (a fact stated twice: its latest value first). Each hit
-is shown with its reference, kind, run and a snippet around its first match; the result is cut to
-the large-record limit like a `read_record` slice.
+Ranking: each hit scores the query terms it holds (`term_weight`: a word or an identifier 1, a
+Chinese, Japanese or Korean character pair, a fragment of a word, 0.5). Hits scoring at least
+`NEAR_BEST` of the best score count as equals; among equals the whole query written in the record
+comes first, then the latest record — so a fact stated twice gives its latest value first even
+when the update was worded differently (stated in Chinese, updated in English); below them, the
+higher score first. Each hit is shown with its reference, kind, run and a snippet around its first
+match; the result is cut to the large-record limit like a `read_record` slice.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +32,7 @@ __all__ = [
     "DEFAULT_HITS",
     "MAX_HITS",
     "MAX_QUERY_CHARS",
+    "NEAR_BEST",
     "SEARCHABLE_KINDS",
     "SEARCH_HISTORY",
     "SNIPPET_WIDTHS",
@@ -37,6 +42,7 @@ __all__ = [
     "record_terms",
     "render_hits",
     "searchable_text",
+    "term_weight",
 ]
 
 SEARCH_HISTORY = "search_history"
@@ -47,6 +53,16 @@ MAX_HITS = 20
 MAX_QUERY_CHARS = 500
 # Characters shown around the first match of each hit, shortened until the result fits.
 SNIPPET_WIDTHS = (240, 120, 60)
+# Hits scoring at least this share of the best score rank as its equals (then by recency).
+NEAR_BEST = 0.75
+_CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+
+
+def term_weight(term: str) -> float:
+    """Return what holding `term` adds to a hit's score: 0.5 for a CJK pair, else 1."""
+    return 0.5 if _CJK_PAIR.fullmatch(term) else 1.0
+
+
 # Where the version has no large-record policy, a result is cut to this many characters.
 UNMEASURED_RESULT_CHARS = 8_000
 
@@ -113,7 +129,7 @@ class Hit:
     run: int
     text: str
     order: tuple[int, int]
-    matched: int = 0
+    matched: float = 0
     whole: bool = False
 
 
@@ -123,14 +139,19 @@ def rank(query: SearchQuery, candidates: Iterable[Hit]) -> list[Hit]:
     phrase = query.text.casefold()
     scored = []
     for hit in candidates:
-        matched = len(wanted.intersection(terms(hit.text)))
+        matched = sum(term_weight(term) for term in wanted.intersection(terms(hit.text)))
         if not matched:
             continue
         whole = len(query.terms) > 1 and phrase in hit.text.casefold()
         scored.append(
             Hit(hit.ref, hit.kind, hit.run, hit.text, hit.order, matched=matched, whole=whole)
         )
-    scored.sort(key=lambda hit: (hit.matched, hit.whole, hit.order), reverse=True)
+    best = max((hit.matched for hit in scored), default=0)
+
+    def tier(hit: Hit) -> float:
+        return best if hit.matched >= NEAR_BEST * best else hit.matched
+
+    scored.sort(key=lambda hit: (tier(hit), hit.whole, hit.order), reverse=True)
     return scored[: query.limit]
 
 

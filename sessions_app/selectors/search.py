@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 
 from agentloom import encryption
-from agentloom.engine import Hit, SearchQuery, rank, searchable_text
+from agentloom.engine import Hit, SearchQuery, rank, searchable_text, term_weight
 from sessions_app.models import MAIN_INSTANCE, JournalTerms, SessionMessage, digest_text
 from sessions_app.selectors.journal import JOURNAL_ITEM_FIELDS, journal_messages
 
@@ -49,7 +49,11 @@ def search_journal(
         held = [_holds(digest) for digest in encryption.term_digests(key, list(query.terms))]
         matches.append(f"(key_id = %s AND ({' OR '.join(sql for sql, _ in held)}))")
         match_params += [key_id, *(param for _, param in held)]
-        count = " + ".join(f"CAST(({sql}) AS INTEGER)" for sql, _ in held)
+        # Weighted as `rank` weighs them (a CJK pair half a word); the weights are our floats.
+        count = " + ".join(
+            f"{term_weight(term)} * CAST(({sql}) AS INTEGER)"
+            for term, (sql, _) in zip(query.terms, held, strict=True)
+        )
         score.append(f"WHEN key_id = %s THEN {count}")
         score_params += [key_id, *(param for _, param in held)]
     # Only fixed fragments and our table's name are joined; every value is a parameter.

@@ -290,10 +290,12 @@ def test_context_page_shows_meter_view_calls_and_compaction_history(client_for, 
     version = Agent.objects.get(space=space).versions.get()
     session = session_create(user=alice, agent_version=version)
     runs = [ask(session, alice, '/tool big_output {"chars": 1500}') for _ in range(5)]
+    # Until a run makes a summary call (which one depends on the window and the tools' share).
+    while not runs[-1].model_calls.filter(purpose="compaction").exists():
+        runs.append(ask(session, alice, '/tool big_output {"chars": 1500}'))
+        assert len(runs) <= 12, "1,500-character results must compact on the demo window"
     assert runs[-1].status == Run.Status.SUCCEEDED
-    # The latest run that made a summary call (which one depends on the tools' share).
-    compacted = [run for run in runs if run.model_calls.filter(purpose="compaction").exists()]
-    assert compacted, "five 1,500-character results must compact on the demo window"
+    compacted = [runs[-1]]
 
     html = (
         client_for(alice)

@@ -101,6 +101,20 @@ def test_the_latest_value_of_a_fact_stated_twice_ranks_first():
     assert "8080" in lines[1]
 
 
+def test_an_update_worded_differently_still_ranks_first():
+    journal = MemoryJournal()
+    _run(journal, 1, "项目 alpha-east 的代码是 KX-1111-aaaa。请记住。")
+    _run(journal, 2, "项目 alpha-west 的代码是 KY-2222-bbbb。")
+    _run(journal, 3, "Update: the code of alpha-east is now KZ-3333-cccc.")
+    outcome, _ = _run(journal, 4, "?", calls=[("search_history", {"query": "alpha-east 代码"})])
+    (result,) = _tool_results(outcome)
+    hits = [line for line in result.splitlines() if line.startswith("[")]
+    # The Chinese statement holds one more (weak) term, the update is newer: the update first,
+    # and the near-duplicate name, which holds less of the query, after both.
+    assert "KZ-3333-cccc" in hits[0] and "KX-1111-aaaa" in hits[1], result
+    assert "alpha-west" in hits[2]
+
+
 def test_more_terms_matched_rank_above_recency():
     context = new_context(budget=BUDGET, task="alpha beta gamma in one place")
     add_group(context, ["alpha only here", "nothing relevant"])
