@@ -641,7 +641,16 @@
     let lastRun = cfg.lastRun;
     let hasMore = Boolean(more);
 
-    filter.querySelector("select").addEventListener("change", () => filter.submit());
+    // An empty search is no search: left out of the address, as the instance filter alone.
+    const query = filter.querySelector("input[name=q]");
+    const dropEmpty = () => {
+      if (query && !query.value.trim()) query.disabled = true;
+    };
+    filter.addEventListener("submit", dropEmpty);
+    filter.querySelector("select").addEventListener("change", () => {
+      dropEmpty();
+      filter.submit();
+    });
     // Search results are ranked, not a timeline: nothing is appended to them.
     if (cfg.searched) return;
 

@@ -56,8 +56,10 @@ def test_discovery_is_limited_per_user(limits, alice, bob, space, other_space):
 
 @pytest.mark.django_db
 def test_questions_are_limited_per_session_and_per_user(limits, api, alice, version, session):
-    limits["runs_per_session"] = Rate(2, "minute")
-    limits["runs_per_user"] = Rate(3, "minute")
+    # Hour-long windows: a fixed window that ends between two posts would start the count anew
+    # (a minute's did, on a loaded machine, and the third question met the active run: 409).
+    limits["runs_per_session"] = Rate(2, "hour")
+    limits["runs_per_user"] = Rate(3, "hour")
     url = f"/api/v1/sessions/{session.pk}/runs"
     first = api.post(url, {"question": "one"}, format="json")
     assert first.status_code == 202
