@@ -182,6 +182,8 @@ class CompactionRequest:
     readable: bool = False
     # The summary request is the conversation as sent with the instruction last (version 3 on).
     prefix_summary: bool = False
+    # The rules identifiers are found by (`_identifiers`; 2 from compaction version 4).
+    identifier_rules: int = 1
 
     @property
     def kept_verbatim(self) -> bool:
@@ -649,14 +651,28 @@ class _Attempt:
             footer = ""  # no room left even for the citation: the summary stays as it is
         limit = max(self.room - _units(body + footer, estimator) - SEGMENT_SLACK, 0)
         for _ in range(_SEGMENT_RETRIES):
-            kept = kept_verbatim(body, sources, limit, carried=carried, background=background)
+            kept = kept_verbatim(
+                body,
+                sources,
+                limit,
+                carried=carried,
+                background=background,
+                rules=request.identifier_rules,
+            )
             section = f"\n\n{kept.section}" if kept.section else ""
             # Measured as sent: a character may take more than one unit (Chinese text).
             if not section or fits(body + section + footer):
                 break
             limit = int(limit * 0.6)
         else:
-            kept = kept_verbatim(body, sources, 0, carried=carried, background=background)
+            kept = kept_verbatim(
+                body,
+                sources,
+                0,
+                carried=carried,
+                background=background,
+                rules=request.identifier_rules,
+            )
             section = ""
         self.body = body + section + footer
         self.identifiers = {"found": kept.found, "kept": kept.kept, "added": kept.added}

@@ -20,6 +20,9 @@ views and projection points are keyed by.
 | 3 | the summary request is the conversation as last sent (same messages, same tools, with |
 |   | `tool_choice: "none"`) followed by the instruction, so a provider serves its prefix from |
 |   | the prompt cache; the segmented request of version 2 only where that does not fit or fails |
+| 4 | identifiers under rules 2 (`_identifiers`): an id with a code inside is kept whole        |
+|   | (`KL-1220-6d81`), patterns start only where a run starts (linear on long records), and   |
+|   | `search_history` and the record kinds its results name are the engine's own words        |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -54,6 +57,8 @@ class Compaction:
     kept_verbatim: bool = False
     # The summary request is the conversation itself with the instruction last (`_compaction`).
     prefix_summary: bool = False
+    # The rules `_identifiers` finds identifiers by (what the kept-verbatim section keeps).
+    identifier_rules: int = 1
 
 
 COMPACTIONS: tuple[Compaction, ...] = (
@@ -74,6 +79,14 @@ COMPACTIONS: tuple[Compaction, ...] = (
         "cached; the segmented request where it does not fit",
         kept_verbatim=True,
         prefix_summary=True,
+    ),
+    Compaction(
+        4,
+        "identifiers found under rules 2: ids with a code inside kept whole, linear on long "
+        "records, the search tool's own words left out",
+        kept_verbatim=True,
+        prefix_summary=True,
+        identifier_rules=2,
     ),
 )
 CURRENT_COMPACTION = COMPACTIONS[-1].version

@@ -940,6 +940,7 @@ class JournalContextManager(ContextManager):
                 reference=self._reference if self.compaction.kept_verbatim else None,
                 readable=self.large_records is not None,
                 prefix_summary=self.compaction.prefix_summary,
+                identifier_rules=self.compaction.identifier_rules,
             )
         )
         self._commit(outcome, spent if outcome.calls else None)

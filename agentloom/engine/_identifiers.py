@@ -51,8 +51,34 @@ _PATTERN = re.compile(
     ),
     re.IGNORECASE,
 )
+# The rules of compaction versions 2 and 3, kept as they were so that their replays make the
+# summaries they made: a code inside an id is taken alone (`KL-1220` of `KL-1220-6d81`), and a
+# pattern is tried at every position of a long run (quadratic on a long record).
+_PATTERN_1 = re.compile(
+    "|".join(
+        f"(?:{part})"
+        for part in (
+            _QUOTED,
+            r"[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{}，。、]+",
+            _UUID,
+            r"(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]*)+|[\w.-]+(?:/[\w.@+-]+)+\.\w+"
+            r"|[A-Za-z]:\\[\w.\\ -]+",
+            _MONEY,
+            r"\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:%|‰|°C|°F|(?:ms|µs|us|ns|s|sec|min|h|hrs?|days?|KiB|"
+            r"MiB|GiB|TiB|kB|KB|MB|GB|TB|B|bytes?|Hz|kHz|MHz|GHz|px|pt|em|rem|mm|cm|m|km|kg|g|mg|"
+            r"ml|l|req/s|rps|tokens?|ops/s|k|K|M)\b|个|次|天|小时|分钟|秒|毫秒|人|条|台|年|月|日|号|万|亿)",
+            _VERSION,
+            _HEX,
+            _CODE.removesuffix("(?!-\\w)"),
+            r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)+\b"
+            r"|\b[a-z]+_[a-z0-9_]+\b",
+        )
+    ),
+    re.IGNORECASE,
+)
 _HEX_ONLY = re.compile(r"[0-9a-fA-F]{7,}")
 _CASED = re.compile(_CODE)
+_CASED_1 = re.compile(_CODE.removesuffix("(?!-\\w)"))
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TRAILING = ".,;:!?)"
@@ -67,22 +93,28 @@ _SECRET_PREFIX = re.compile(
 _MIXED_RUN = re.compile(r"[A-Za-z0-9_\-+/=]{24,}")
 
 
-def identifiers(text: str) -> list[str]:
+# The rules of identifiers, by number: 1 those of compaction versions 2 and 3, 2 the current ones
+# (compaction version 4 on, and every search).
+CURRENT_RULES = 2
+
+
+def identifiers(text: str, rules: int = CURRENT_RULES) -> list[str]:
     """The identifiers of `text`, in order of first occurrence, each once (see the module)."""
     found: list[str] = []
     seen: set[str] = set()
-    for match in _PATTERN.finditer(text):
+    pattern = _PATTERN if rules >= 2 else _PATTERN_1
+    for match in pattern.finditer(text):
         span = match.group(0)
         if span[0] not in "\"'`“「":
             span = span.rstrip(_TRAILING)
-        if not _plausible(span) or span in seen:
+        if not _plausible(span, rules) or span in seen:
             continue
         seen.add(span)
         found.append(span)
     return found
 
 
-def _plausible(span: str) -> bool:
+def _plausible(span: str, rules: int = CURRENT_RULES) -> bool:
     # A quoted span says something only with a word in it (not `": "`).
     if span[0] in "\"'`“「":
         inner = span[1:-1].strip()
@@ -95,7 +127,8 @@ def _plausible(span: str) -> bool:
     if re.fullmatch(
         r"[A-Z]{1,5}-?\d{3,6}|E[A-Z_]{3,}|[A-Z][A-Z0-9]*_[A-Z0-9_]+", span, re.IGNORECASE
     ):
-        return bool(_CASED.fullmatch(span)) or ("_" in span and span.islower())
+        cased = _CASED if rules >= 2 else _CASED_1
+        return bool(cased.fullmatch(span)) or ("_" in span and span.islower())
     return len(span) > 1
 
 
@@ -139,7 +172,11 @@ _KEPT_LINE = re.compile(
 )
 # What the engine itself writes into views: record references and its own tool-call ids. They
 # name nothing of the work, so a summary need not keep them.
-_INTERNAL = re.compile(r"(?:s|r[\d.]+):\d+|r\d+(?:\.\d+)?-\d+-\d+|read_record")
+_INTERNAL_1 = re.compile(r"(?:s|r[\d.]+):\d+|r\d+(?:\.\d+)?-\d+-\d+|read_record")
+# From rules 2, also the tool that searches them and the record kinds its results name.
+_INTERNAL = re.compile(
+    r"(?:s|r[\d.]+):\d+|r\d+(?:\.\d+)?-\d+-\d+|read_record|search_history|user_input|tool_result"
+)
 # A record reference, or a range of them (`s:3`, `r2:5`, `r2.1:4–9`).
 _REF_PARTS = re.compile(r"^(?P<prefix>s|r[\d.]+):(?P<seq>\d+)(?:–(?P<last>\d+))?$")
 
@@ -166,6 +203,7 @@ def kept_verbatim(
     *,
     carried: list[tuple[str, str, str]] = (),
     background: list[tuple[str, str]] = (),
+    rules: int = CURRENT_RULES,
 ) -> KeptVerbatim:
     """Check the identifiers of `sources` ((reference, text) pairs, oldest first) against `summary`.
 
@@ -176,10 +214,10 @@ def kept_verbatim(
     fit is named by its references in the last line, so the section never outgrows its room.
     """
     found: dict[str, tuple[str, str]] = {}
-    _collect(found, sources)
+    _collect(found, sources, rules)
     for identifier, reference, context in carried:
         found.setdefault(identifier, (reference, context))
-    _collect(found, background)
+    _collect(found, background, rules)
     missing = [item for item in found.items() if item[0] not in summary]
     kept = len(found) - len(missing)
     if not missing or limit <= len(KEPT_HEADER):
@@ -204,11 +242,14 @@ def kept_verbatim(
     return KeptVerbatim("\n".join(line for line in lines if line), len(found), kept, added)
 
 
-def _collect(found: dict[str, tuple[str, str]], sources: list[tuple[str, str]]) -> None:
+def _collect(
+    found: dict[str, tuple[str, str]], sources: list[tuple[str, str]], rules: int = CURRENT_RULES
+) -> None:
     """Add the identifiers of `sources` not yet in `found`, the latest source first."""
     for reference, text in reversed(sources):
-        for identifier in identifiers(text):
-            if identifier not in found and not _INTERNAL.fullmatch(identifier.strip("\"'`")):
+        internal = _INTERNAL if rules >= 2 else _INTERNAL_1
+        for identifier in identifiers(text, rules):
+            if identifier not in found and not internal.fullmatch(identifier.strip("\"'`")):
                 found[identifier] = (reference, _context(text, identifier))
 
 

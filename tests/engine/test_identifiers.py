@@ -73,3 +73,15 @@ def test_the_section_stays_within_its_limit_and_names_what_did_not_fit():
 def test_nothing_is_added_when_the_summary_keeps_every_identifier():
     kept = kept_verbatim("See /a/b.py and E1234.", [("s:1", "edit /a/b.py, got E1234")], 500)
     assert (kept.section, kept.found, kept.kept, kept.added) == ("", 2, 2, 0)
+
+
+def test_the_rules_of_compaction_versions_2_and_3_are_kept_for_their_replays():
+    # Rules 1 cut an id at the code inside it and knew nothing of the search tool; a replay of a
+    # run compacted under version 2 or 3 makes the summary it made.
+    text = "code KL-1220-6d81 via search_history of user_input"
+    assert identifiers(text, rules=1) == ["KL-1220", "search_history", "user_input"]
+    assert identifiers(text) == ["KL-1220-6d81", "search_history", "user_input"]
+    kept_1 = kept_verbatim("a summary", [("s:1", text)], 2_000, rules=1)
+    kept_2 = kept_verbatim("a summary", [("s:1", text)], 2_000)
+    assert "- KL-1220 (s:1)" in kept_1.section and "- search_history" in kept_1.section
+    assert "- KL-1220-6d81 (s:1)" in kept_2.section and "search_history (" not in kept_2.section
