@@ -32,7 +32,7 @@ from context_app.engine_adapter import redactor_for
 from sessions_app.models import Run
 from sessions_app.selectors.approvals import undecided
 from sessions_app.services.journal import ended_run_fields, lock_run, status_journal
-from sessions_app.services.runs import _enqueue, _queue_deadline, lock_live_session
+from sessions_app.services.runs import lock_live_session, queue_waiting
 
 __all__ = [
     "APPROVAL_EXPIRED",
@@ -79,11 +79,7 @@ def run_decide(*, user, run: Run, call_id: Any, decision: Any, note: Any = "") -
     run.approval_decisions = decisions
     fields = ["approval_decisions", "updated_at"]
     if not undecided(run):
-        run.status = Run.Status.QUEUED
-        run.waiting_since = None
-        run.lease_expires_at = _queue_deadline()
-        fields += ["status", "waiting_since", "lease_expires_at"]
-        _enqueue(run)
+        fields += queue_waiting(run)
     run.save(update_fields=fields)
     return run
 

@@ -40,7 +40,7 @@ from context_app.engine_adapter import redactor_for
 from sessions_app.models import Run
 from sessions_app.selectors.questions import answers_of
 from sessions_app.services.journal import lock_run
-from sessions_app.services.runs import _enqueue, _queue_deadline, lock_live_session
+from sessions_app.services.runs import lock_live_session, queue_waiting
 from sessions_app.services.slots import database_slots
 
 __all__ = ["ASK_POLL_SECONDS", "ask_during_call", "run_answer"]
@@ -131,13 +131,9 @@ def run_answer(
     run.question_answers = answers
     fields = ["question_answers", "updated_at"]
     if run.status == Run.Status.WAITING_INPUT and all(k in answers for k in questions):
-        run.status = Run.Status.QUEUED
-        run.waiting_since = None
-        run.lease_expires_at = _queue_deadline()
         asked = _round(list(questions.values()), answers, open_call=False)
         run.question_rounds = [*(run.question_rounds or []), asked]
-        fields += ["status", "waiting_since", "lease_expires_at", "question_rounds"]
-        _enqueue(run)
+        fields += ["question_rounds", *queue_waiting(run)]
     run.save(update_fields=fields)
     return run
 

@@ -185,6 +185,16 @@ def _queue_deadline():
     return timezone.now() + timedelta(seconds=settings.RUN_QUEUE_SECONDS)
 
 
+def queue_waiting(run: Run) -> list[str]:
+    """Queue a run that waited on a person (approvals, a server's questions) to continue: set
+    its fields, enqueue it on commit, and return the fields the caller saves."""
+    run.status = Run.Status.QUEUED
+    run.waiting_since = None
+    run.lease_expires_at = _queue_deadline()
+    _enqueue(run)
+    return ["status", "waiting_since", "lease_expires_at"]
+
+
 # --- asking, resuming, cancelling ------------------------------------------------------------
 
 
