@@ -18,13 +18,12 @@ match; the result is cut to the large-record limit like a `read_record` slice.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine._errors import ToolError
-from agentloom.engine._identifiers import terms
+from agentloom.engine._identifiers import _CJK, terms
 from agentloom.engine._protocol import message_text, tool_calls_of
 from agentloom.engine._records import KINDS
 
@@ -55,12 +54,11 @@ MAX_QUERY_CHARS = 500
 SNIPPET_WIDTHS = (240, 120, 60)
 # Hits scoring at least this share of the best score rank as its equals (then by recency).
 NEAR_BEST = 0.75
-_CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 
 
 def term_weight(term: str) -> float:
     """Return what holding `term` adds to a hit's score: 0.5 for a CJK pair, else 1."""
-    return 0.5 if _CJK_PAIR.fullmatch(term) else 1.0
+    return 0.5 if _CJK.fullmatch(term) else 1.0
 
 
 # Where the version has no large-record policy, a result is cut to this many characters.
