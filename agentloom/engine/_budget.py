@@ -18,6 +18,10 @@ A server that refuses a request as too long teaches the run a smaller window (`l
   plus the output and safety reserve (a request the hard check measured within the named window
   was refused anyway: the server's tokens are not bounded by the measure, so the number alone
   cannot be trusted to let the retry through);
+- otherwise, when it names its window and how many tokens it counted in the refused request's
+  input, and that count is above the measure, the named window scaled by measure / count: the
+  measure falls short of the server's count (a chat template, tool schemas rendered its own
+  way) and the window in the measure's units is what still fits;
 - otherwise the largest request that succeeded in this run and binding is a size the server
   took: the effective input budget becomes that size, when it is below the refused one; with no
   such request, half the refused size;
@@ -139,17 +143,25 @@ class LearnedLimit:
 
 
 def learned_window(
-    budget: ModelBudget, *, named: int | None, refused: int, largest_ok: int | None
+    budget: ModelBudget,
+    *,
+    named: int | None,
+    refused: int,
+    largest_ok: int | None,
+    counted: int | None = None,
 ) -> int:
     """Return the context window a length refusal teaches (see the module docstring).
 
     `named` is the window the server's refusal names (None: it named none), `refused` the
-    measured size of the refused request and `largest_ok` the largest that succeeded. The
-    result may leave no input room (at most the reserve): the version must be republished.
+    measured size of the refused request, `largest_ok` the largest that succeeded and `counted`
+    the server's count of the refused request's input (None: not said). The result may leave
+    no input room (at most the reserve): the version must be republished.
     """
     reserve = budget.max_output_tokens + budget.safety_margin_tokens
     if named is not None and named - reserve < refused:
         window = named
+    elif named is not None and counted is not None and counted > refused:
+        window = named * refused // counted
     elif largest_ok is not None and largest_ok < refused:
         window = largest_ok + reserve
     else:

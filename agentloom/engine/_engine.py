@@ -806,9 +806,14 @@ class _Execution:
         named = getattr(exc, "window", None)
         if isinstance(named, bool) or not isinstance(named, int) or named <= 0:
             named = None
+        counted = getattr(exc, "input_tokens", None)
+        if isinstance(counted, bool) or not isinstance(counted, int) or counted <= 0:
+            counted = None
         refused = measured["upper_bound"]
         largest_ok = self.largest_ok
-        window = learned_window(budget, named=named, refused=refused, largest_ok=largest_ok)
+        window = learned_window(
+            budget, named=named, refused=refused, largest_ok=largest_ok, counted=counted
+        )
         evidence = getattr(exc, "evidence", None)
         if not isinstance(evidence, str) or not evidence.strip():
             evidence = f"{exc.kind}: {exc.message}"

@@ -57,6 +57,7 @@ class ProviderError(GatewayError):
 
     A `context_length` refusal may carry what the server said about it: `window`, the context
     window its words name, `requested`, the tokens it says the request needed (None: not said),
+    `input_tokens`, the tokens it counted in the request's input alone (None: not said apart),
     and `evidence`, a short phrase rebuilt here from fixed text and those numbers (never the
     server's own text).
     """
@@ -72,6 +73,7 @@ class ProviderError(GatewayError):
         window: int | None = None,
         requested: int | None = None,
         evidence: str | None = None,
+        input_tokens: int | None = None,
     ):
         if kind not in _MESSAGES:
             raise ValueError(f"unknown provider error kind {kind!r}")
@@ -87,6 +89,7 @@ class ProviderError(GatewayError):
         self.window = window
         self.requested = requested
         self.evidence = evidence
+        self.input_tokens = input_tokens
 
     def __repr__(self) -> str:
         return (
@@ -104,12 +107,21 @@ class ProviderError(GatewayError):
             self.window,
             self.requested,
             self.evidence,
+            self.input_tokens,
         )
         return (_rebuild, parts)
 
 
 def _rebuild(
-    kind, message, status, retry_after, retryable, window=None, requested=None, evidence=None
+    kind,
+    message,
+    status,
+    retry_after,
+    retryable,
+    window=None,
+    requested=None,
+    evidence=None,
+    input_tokens=None,
 ) -> ProviderError:
     return ProviderError(
         kind,
@@ -120,4 +132,5 @@ def _rebuild(
         window=window,
         requested=requested,
         evidence=evidence,
+        input_tokens=input_tokens,
     )

@@ -1,9 +1,10 @@
 """How servers say a request is longer than the model's context window, and what numbers they name.
 
 `length_refusal` reads an error's code, type, message and the fields some servers add, and
-returns a `context_length` error carrying the window the server named and the size it says the
-request needed. The numbers are parsed from the server's words; the `evidence` kept with them is
-rebuilt here from fixed text and those numbers, so no provider text travels further.
+returns a `context_length` error carrying the window the server named, the size it says the
+request needed and, where it says it apart, what the request's input alone held. The numbers are
+parsed from the server's words; the `evidence` kept with them is rebuilt here from fixed text and
+those numbers, so no provider text travels further.
 
 Each wording below names where it was read (the server's source or documentation, and the date).
 """
@@ -100,6 +101,21 @@ _REQUESTED_SUMS = (
 # vLLM: "... However, your request has X input tokens. Please reduce the length of the input
 # messages." (observed answers, 2025).
 _REQUEST_HAS = re.compile(r"your request has (\d+) input tokens", re.IGNORECASE)
+# What the request's input alone held, where the words say it apart from the output limit.
+_INPUT_WORDS = (
+    # OpenAI and llama-cpp-python's rewrite: "... (X in the messages, Y in the completion)".
+    re.compile(r"\((\d+) in the messages", re.IGNORECASE),
+    # llama-cpp-python's own words count the prompt alone: "Requested tokens (M) exceed ...".
+    re.compile(r"requested tokens \((\d+)\) exceed", re.IGNORECASE),
+    # llama.cpp server-context.cpp: "request (N tokens) exceeds ...", "input (N tokens) is ...".
+    re.compile(r"request \((\d+) tokens?\) exceeds", re.IGNORECASE),
+    re.compile(r"input \((\d+) tokens?\) is larger", re.IGNORECASE),
+    # vLLM: "You passed X input tokens ...", "your request has X input tokens", "your prompt
+    # contains at least X input tokens".
+    re.compile(r"you passed (\d+) input tokens", re.IGNORECASE),
+    _REQUEST_HAS,
+    re.compile(r"your prompt contains at least (\d+) input tokens", re.IGNORECASE),
+)
 
 
 def mentions_length(code: str | None, text: str | None) -> bool:
@@ -125,19 +141,21 @@ def length_refusal(
         types.append(error["type"])
     if not any(mentions_length(kind, text) for kind in types):
         return None
-    window = requested = None
+    window = requested = counted = None
     if isinstance(error, dict):
         window = _size(error.get("n_ctx"))
-        requested = _size(error.get("n_prompt_tokens"))
+        requested = counted = _size(error.get("n_prompt_tokens"))
     if text:
         window = window or _first(_WINDOW_WORDS, text)
         requested = requested or _requested(text)
+        counted = counted or _first(_INPUT_WORDS, text)
     return ProviderError(
         "context_length",
         status=status,
         window=window,
         requested=requested,
         evidence=evidence_for(window, requested),
+        input_tokens=counted,
     )
 
 

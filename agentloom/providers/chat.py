@@ -165,7 +165,9 @@ class OpenAICompatibleChatGateway(ModelGateway):
     without streaming (`_probe`): llama-cpp-python answers a streamed request over its window,
     or one with `tool_choice: "auto"`, with an empty stream, and the same request unstreamed
     with a 400 that names its window, or with the reply. A length refusal is raised with its
-    numbers, a reply is the call's reply (its page got no deltas), any other error as it is.
+    numbers, a reply is the call's reply (its page got no deltas), any other error as it is. A
+    request with tools answered that way makes the gateway send requests with tools unstreamed
+    for the rest of its life (`tools_unstreamed`).
 
     Every `reasoning_content` a reply carries is kept in the message it returns. Whether it is
     passed back is `reasoning` (`REASONING_OPTIONS`; None: the provider's `default_reasoning`):
@@ -180,6 +182,13 @@ class OpenAICompatibleChatGateway(ModelGateway):
     # name). A server behind a compatible endpoint may be any model, DeepSeek's too: it learns.
     payload_rules = PayloadRules(output_limit_field="max_tokens")
     default_reasoning = "learned"
+    # Write out what OpenAI's API leaves to its defaults (`spelled_out`): a server of unknown make
+    # may read only what a request says. llama-cpp-python's server (0.3.36, chat format
+    # `chatml-function-calling`, measured 2026-12-06) leaves the tools out of the prompt unless
+    # `tool_choice` is sent, and answers HTTP 500 ("Input should be a valid string") to an
+    # assistant message whose `content` is null. OpenAI and DeepSeek document both defaults
+    # (tools offered: `auto`; content may be null beside tool calls) and keep their bodies.
+    spells_out_defaults = True
 
     def __init__(
         self,
@@ -206,6 +215,10 @@ class OpenAICompatibleChatGateway(ModelGateway):
         self._api_key = endpoint.api_key
         self._sleep = calls.sleep
         self.streams = calls.stream
+        # Set once a request with tools ended its stream empty and was answered unstreamed
+        # (llama-cpp-python: "Automatic streaming tool choice is not supported"): requests with
+        # tools are sent unstreamed from then on, one request each instead of three.
+        self.tools_unstreamed = False
         # Every attempt may take the whole response time, and the waits between them count too.
         self.deadline_seconds = timeouts.total * retry.max_attempts + retry.max_retry_after * (
             retry.max_attempts - 1
@@ -237,7 +250,9 @@ class OpenAICompatibleChatGateway(ModelGateway):
                             # Some servers answer a request over their window with an empty
                             # stream, and the same request unstreamed with a refusal that names
                             # the window (llama-cpp-python, measured): ask it so, once.
-                            return self.parse(self._probe(client, payload, stream))
+                            document = self._probe(client, payload, stream)
+                            self._learn_unstreamed_tools(payload)
+                            return self.parse(document)
                     delay = self.retry.delay(exc, attempt)
                     if delay is None:
                         raise
@@ -253,6 +268,17 @@ class OpenAICompatibleChatGateway(ModelGateway):
                 else:
                     return self.parse(document)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _learn_unstreamed_tools(self, payload: dict[str, Any]) -> None:
+        """Send requests with tools unstreamed from now on: this one, with tools, was answered
+        only unstreamed."""
+        if payload.get("tools") and not self.tools_unstreamed:
+            self.tools_unstreamed = True
+            logger.info(
+                "The server answers requests with tools only unstreamed; they are sent "
+                "unstreamed from now on (model %s)",
+                self.model_id,
+            )
 
     def _probe(self, client: Any, payload: dict[str, Any], stream: CallStream | None) -> Any:
         """Send `payload` once without streaming, after its stream ended empty twice.
@@ -277,7 +303,7 @@ class OpenAICompatibleChatGateway(ModelGateway):
 
         A 2xx JSON answer that is an error object is classified like an error answer.
         """
-        if not self.streams:
+        if payload.get("stream") is not True:
             return _not_an_error(client.post_json(self.url, payload, api_key=self._api_key))
         assembly = StreamAssembly(stream.delta if stream is not None else None)
 
@@ -310,10 +336,11 @@ class OpenAICompatibleChatGateway(ModelGateway):
             if request.tool_choice:
                 body["tool_choice"] = request.tool_choice
         body[self.payload_rules.output_limit_field] = self.output_limit(request.max_output_tokens)
-        if self.streams:
+        if self.streams and not (request.tools and self.tools_unstreamed):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        return self.with_reasoning(request, self.with_settings(body))
+        body = self.with_reasoning(request, self.with_settings(body))
+        return spelled_out(body) if self.spells_out_defaults else body
 
     def with_settings(self, body: dict[str, Any]) -> dict[str, Any]:
         """Return `body` with the provider's own settings (none here)."""
@@ -360,6 +387,21 @@ def _not_an_error(document: Any) -> Any:
     return document
 
 
+def spelled_out(body: dict[str, Any]) -> dict[str, Any]:
+    """Return `body` with OpenAI's defaults written out: `tool_choice: "auto"` when tools are
+    offered and none is named, and `content: ""` on an assistant message whose content is null."""
+    messages = [
+        {**message, "content": ""}
+        if message.get("role") == "assistant" and message.get("content", "") is None
+        else message
+        for message in body["messages"]
+    ]
+    body = {**body, "messages": messages}
+    if body.get("tools") and "tool_choice" not in body:
+        body["tool_choice"] = "auto"
+    return body
+
+
 class OpenAIChatGateway(OpenAICompatibleChatGateway):
     """OpenAI's chat completions, which take the limit as `max_completion_tokens`."""
 
@@ -368,6 +410,7 @@ class OpenAIChatGateway(OpenAICompatibleChatGateway):
     # no reasoning back.
     payload_rules = PayloadRules(output_limit_field="max_completion_tokens")
     default_reasoning = "never"
+    spells_out_defaults = False
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """Return the body with the request's cache key as `prompt_cache_key`, which OpenAI
@@ -405,6 +448,7 @@ class DeepSeekChatGateway(OpenAICompatibleChatGateway):
     provider = "deepseek"
     payload_rules = PayloadRules(output_limit_field="max_tokens", reasoning="tool_spans")
     default_reasoning = "tool_spans"
+    spells_out_defaults = False
 
     def __init__(
         self,

@@ -103,6 +103,17 @@ def test_the_rule_learns_the_named_window_else_the_largest_success_never_above_t
     assert learned_window(budget, named=None, refused=30_000, largest_ok=31_000) == 16_500
     assert learned_window(budget, named=None, refused=30_000, largest_ok=20_000) == 21_500
     assert learned_window(budget, named=None, refused=90_000, largest_ok=60_000) == 40_000
+    # A named window the refused request measured within, with the server's count of its input:
+    # the window scaled by how far the measure falls short of that count.
+    assert (
+        learned_window(budget, named=12_000, refused=8_000, largest_ok=5_000, counted=12_000)
+        == 8_000
+    )
+    # A count the measure does not fall short of teaches nothing new.
+    assert (
+        learned_window(budget, named=12_000, refused=10_000, largest_ok=9_000, counted=9_000)
+        == 10_500
+    )
 
 
 def test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_retried_once():
@@ -145,6 +156,38 @@ def test_a_refusal_naming_a_window_is_learned_compacted_against_and_the_call_ret
     refused_at = next(i for i, call in enumerate(recorder.calls) if call.error)
     assert "compaction" in purposes[refused_at + 1 :]
     assert all(size + 1_000 <= 12_000 for size in double.sizes)
+
+
+class TemplatingDouble(WindowDouble):
+    """A server whose chat template makes a request half as large again as the measure, that
+    names its window and its count of the refused request's input (llama-cpp-python's
+    `chatml-function-calling` counted 4,387 where the measure said 2,626)."""
+
+    def complete(self, request):
+        size = BYTES.upper_bound(request.messages, request.tools)
+        counted = size * 3 // 2
+        if counted >= self.window:
+            if not self.refused:
+                self.before_refusal = list(self.sizes)
+            self.refused.append(size)
+            error = refusal(self.window, counted + request.max_output_tokens)
+            error.input_tokens = counted
+            raise error
+        return super().complete(request)
+
+
+def test_a_server_counting_more_than_the_measure_teaches_the_window_in_the_measures_units():
+    double = TemplatingDouble(24_000, steps=8)
+
+    outcome, recorder, learned = _start(double)
+
+    assert outcome.status == "succeeded", outcome.error
+    (limit,) = learned
+    (refused,) = double.refused
+    # The named window times measure / count, not the largest success plus the reserve.
+    assert limit.value == 24_000 * refused // (refused * 3 // 2)
+    assert limit.value > max(double.before_refusal) + FROZEN.max_output_tokens
+    assert recorder.saves[-1]["binding"]["budget"]["context_window"] == limit.value
 
 
 def test_a_refusal_without_a_number_learns_the_largest_request_that_succeeded():

@@ -239,6 +239,33 @@ def test_each_wording_is_a_length_refusal_with_its_numbers(
     assert "try increasing" not in str(refusal) and "However" not in str(refusal)
 
 
+# What each wording says the request's input alone held (its output limit left out).
+INPUT_TOKENS = {
+    "openai": 9000,
+    "llama-cpp-python": 5010,
+    "llama-cpp-python-raw": 5010,
+    "vllm-serving-engine": 4000,
+    "vllm-total": 8129,
+    "vllm-passed": 10000,
+    "vllm-max-tokens": 2778,
+    "vllm-input": 4176,
+    "llama.cpp": 4390,
+    "llama.cpp-2025-09": 1407,
+    "llama.cpp-no-split": 600,
+}
+
+
+@pytest.mark.parametrize("case", WORDINGS, ids=[case[0] for case in WORDINGS])
+def test_each_wording_says_what_the_input_alone_held_where_it_says_it_apart(provider_double, case):
+    name, status, body = case[:3]
+    provider_double.reply(status=status, json=body)
+    with pytest.raises(ProviderError) as caught:
+        gateway(provider_double).complete(QUESTION)
+    assert caught.value.input_tokens == INPUT_TOKENS.get(name)
+    # Carried across a worker's pickling as the other numbers are.
+    assert pickle.loads(pickle.dumps(caught.value)).input_tokens == INPUT_TOKENS.get(name)
+
+
 def expected_evidence(window, requested):
     if window and requested:
         return f"maximum context length is {window} tokens; the request needed {requested} tokens"

@@ -184,14 +184,18 @@ def test_tools_are_rendered_only_with_tool_choice_and_auto_streamed_ends_empty(s
 
 def test_the_model_calls_a_tool_then_cites_its_result(server):
     messages = [{"role": "user", "content": '/tool echo {"text": "NONCE-7"}'}]
-    reply = chat(server, messages, tools=TOOLS, max_tokens=64).json()["choices"][0]
+    reply = chat(server, messages, tools=TOOLS, tool_choice="auto", max_tokens=64)
+    reply = reply.json()["choices"][0]
     assert reply["finish_reason"] == "tool_calls"
     [call] = reply["message"]["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"text": "NONCE-7"}
-    messages += [
-        reply["message"],
-        {"role": "tool", "tool_call_id": call["id"], "content": "echo: NONCE-7"},
-    ]
+    result = {"role": "tool", "tool_call_id": call["id"], "content": "echo: NONCE-7"}
+    # The reply's content is null, which the server refuses when it is sent back.
+    assert reply["message"]["content"] is None
+    refused = chat(server, [*messages, reply["message"], result], tools=TOOLS, max_tokens=64)
+    assert refused.status_code == 500
+    assert "Input should be a valid string" in refused.json()["error"]["message"]
+    messages += [{**reply["message"], "content": ""}, result]
     answer = chat(server, messages, tools=TOOLS, max_tokens=64).json()["choices"][0]
     assert answer["message"]["content"] == "Tool results: echo: NONCE-7"
 
@@ -314,7 +318,8 @@ def test_ollama_cuts_a_long_prompt_silently_and_reports_what_it_evaluated():
 def test_a_deepseek_model_returns_reasoning_and_refuses_a_tool_span_without_it(server):
     server.deepseek_reasoning = True
     messages = [{"role": "user", "content": '/tool echo {"text": "x"}'}]
-    reply = chat(server, messages, tools=TOOLS, max_tokens=64).json()["choices"][0]["message"]
+    reply = chat(server, messages, tools=TOOLS, tool_choice="auto", max_tokens=64)
+    reply = {**reply.json()["choices"][0]["message"], "content": ""}
     assert reply["reasoning_content"].startswith("thinking NONCE-R")
     call = reply["tool_calls"][0]
     result = {"role": "tool", "tool_call_id": call["id"], "content": "echo: x"}

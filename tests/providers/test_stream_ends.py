@@ -19,7 +19,12 @@ import pytest
 
 from agentloom.engine import CallStream, ModelRequest
 from agentloom.providers import CallOptions, ModelEndpoint, ProviderError, RetryPolicy
-from agentloom.providers.chat import OpenAICompatibleChatGateway
+from agentloom.providers.chat import (
+    DeepSeekChatGateway,
+    LMStudioChatGateway,
+    OpenAIChatGateway,
+    OpenAICompatibleChatGateway,
+)
 from tests.support.llama_double import LlamaServerDouble
 
 QUESTION = ModelRequest(purpose="action", messages=[{"role": "user", "content": "hi"}])
@@ -91,12 +96,11 @@ def test_after_two_empty_streams_the_unstreamed_probe_names_the_window():
     }
 
 
-def test_an_empty_stream_whose_probe_answers_is_a_successful_call():
+def test_an_empty_stream_whose_probe_answers_is_a_successful_call_and_tools_go_unstreamed_after():
     # llama-cpp-python: `tool_choice: "auto"` with a stream is an empty 200, unstreamed a reply.
     with LlamaServerDouble(n_ctx=4096) as server:
-        server.tool_choice_required = True
+        assert server.tool_choice_required
         chat = gateway(server)
-        chat.with_settings = lambda body: {**body, "tool_choice": "auto"}
         shown: list[str] = []
         tools = [{"type": "function", "function": {"name": "echo", "parameters": {}}}]
         request = ModelRequest(
@@ -106,8 +110,50 @@ def test_an_empty_stream_whose_probe_answers_is_a_successful_call():
         )
         reply = chat.complete(request, stream=CallStream(lambda c, r, n: shown.append(c)))
         assert [c.stream for c in server.counted] == [True, True, False]
-    assert reply.message["tool_calls"][0]["function"]["name"] == "echo"
-    assert reply.usage is not None and shown == []
+        assert reply.message["tool_calls"][0]["function"]["name"] == "echo"
+        assert reply.usage is not None and shown == []
+        # The gateway learned it: a later request with tools is one unstreamed request, one
+        # without tools is still streamed.
+        again = chat.complete(request, stream=CallStream(lambda c, r, n: None))
+        assert again.message["tool_calls"]
+        plain = ModelRequest(purpose="action", messages=[{"role": "user", "content": "hi"}])
+        chat.complete(plain, stream=CallStream(lambda c, r, n: shown.append(c)))
+        assert [c.stream for c in server.counted] == [True, True, False, False, True]
+        assert shown
+
+
+TOOLS = [{"type": "function", "function": {"name": "echo", "parameters": {}}}]
+SPAN = [
+    {"role": "user", "content": "hi"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "echo"},
+]
+
+
+@pytest.mark.parametrize(
+    ("gateway_class", "spelled"),
+    [
+        (OpenAICompatibleChatGateway, True),
+        (LMStudioChatGateway, True),
+        (OpenAIChatGateway, False),
+        (DeepSeekChatGateway, False),
+    ],
+)
+def test_a_server_of_unknown_make_gets_openais_defaults_written_out(gateway_class, spelled):
+    chat = gateway_class(ModelEndpoint("http://127.0.0.1:9/v1", "sk-x", "m"))
+    body = chat.payload(ModelRequest(purpose="action", messages=SPAN, tools=TOOLS))
+    assert body.get("tool_choice") == ("auto" if spelled else None)
+    assert body["messages"][1]["content"] == ("" if spelled else None)
+    # What the engine asked for stays: `none` on a compaction request, no tools without tools.
+    named = ModelRequest(purpose="compaction", messages=SPAN, tools=TOOLS, tool_choice="none")
+    assert chat.payload(named)["tool_choice"] == "none"
+    assert "tool_choice" not in chat.payload(ModelRequest(purpose="action", messages=SPAN))
 
 
 def test_an_empty_stream_whose_probe_fails_raises_that_error_once(provider_double):

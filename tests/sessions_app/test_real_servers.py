@@ -187,10 +187,10 @@ def test_a_discovered_connection_learns_the_window_from_an_overflow_and_every_qu
 
     assert not failures(runs), failures(runs)
     refused = [n for n, c in enumerate(server.counted) if c.outcome == "refused"]
-    # The server refused once: a streamed refusal is an empty body, retried once, then the same
-    # payload is sent once unstreamed and refused with the window named. The run compacted and
-    # its retried call was answered.
-    assert [server.counted[n].stream for n in refused] == [True, True, False], refused
+    # The server refused once, unstreamed, with the window named: a request with tools goes
+    # unstreamed once the run's first one was answered only so (`tool_choice: "auto"` streamed
+    # ends empty there). The run compacted and its retried call was answered.
+    assert [server.counted[n].stream for n in refused] == [False], refused
     after = server.counted[refused[-1] + 1 :]
     retried = next(c for c in after if c.purpose != "compaction")
     assert retried.outcome == "ok"
@@ -244,6 +244,34 @@ def test_a_learned_window_keeps_the_reservations_shares_and_the_session_goes_on(
     assert after and all(call.requested <= call.window for call in after), after
 
 
+def test_tools_reach_a_server_that_renders_them_only_when_asked_and_answers_null_content_500(
+    alice, server, space
+):
+    # llama-cpp-python's `chatml-function-calling`: tools are in the prompt only when a request
+    # names `tool_choice`, a streamed `"auto"` ends empty, and an assistant message with
+    # `content: null` (what its tool-call replies carry) is an HTTP 500 when sent back.
+    connection = typed_in(alice, space, server)
+    session = published(alice, space, connection)
+    runs = [ask(session, alice, question(number)) for number in (1, 3, 5)]
+    assert not failures(runs), failures(runs)
+    bodies = server.chat_bodies()
+    offered = [body for body in bodies if body.get("tools")]
+    assert offered and all(body.get("tool_choice") in ("auto", "none") for body in offered)
+    assert not any(
+        message.get("role") == "assistant" and message.get("content", "") is None
+        for body in bodies
+        for message in body["messages"]
+    )
+    # The tools were called and their results answered.
+    calls = SessionMessage.objects.filter(session=session, kind="tool_result").count()
+    assert calls >= 4, calls
+    # A run's first request with tools ends its stream empty twice and is answered unstreamed;
+    # its later ones go unstreamed at once.
+    streamed = [body.get("stream") is True for body in offered]
+    assert streamed.count(True) <= 2 * len(runs), streamed
+    assert streamed[:3] == [True, True, False], streamed
+
+
 def test_a_typed_in_window_with_the_server_tokenizer_is_never_refused(alice, server, space):
     connection = typed_in(alice, space, server)
     session = published(alice, space, connection)
@@ -264,6 +292,9 @@ def test_a_stream_without_usage_is_recorded_as_such_and_measured_by_the_tokenize
 ):
     connection = discovered(alice, space, server, estimator=True)
     assert connection.estimator == "server"
+    # A chat format that renders tools without `tool_choice` and streams them (llama-cpp-python
+    # started with `--chat_format chatml`); `chatml-function-calling` answers them unstreamed.
+    server.tool_choice_required = False
     session = published(alice, space, connection)
     runs = [ask(session, alice, question(number)) for number in range(6)]
     assert not failures(runs), failures(runs)

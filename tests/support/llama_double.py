@@ -14,7 +14,9 @@ What it copies, and from where:
   ("This model's maximum context length is M tokens. However, you requested N+max_tokens tokens
   (N in the messages, max_tokens in the completion). ..."), and streamed with 200, event-stream
   headers and an empty body; tools are rendered only when `tool_choice` is sent, and `"auto"`
-  with `stream: true` is a 200 with an empty body (`tool_choice_required`).
+  with `stream: true` is a 200 with an empty body (`tool_choice_required`); an assistant
+  message whose `content` is null is answered HTTP 500 `Input should be a valid string`
+  (`null_content_refused`; both measured on 0.3.36, 2026-12-06).
 - llama.cpp's server (`tools/server/README.md` and `server-context.cpp` of ggml-org/llama.cpp,
   read 2026-12-02): `GET /props` answers `default_generation_settings.n_ctx` (the context it was
   started with) and `model_path`; `/v1/models` has the path as id and a `meta` whose
@@ -197,10 +199,14 @@ class _Settings:
     tokenizers: set[str] = field(default_factory=set)
     overflow: str = "llama-cpp-python"
     models_window: bool = False
+    tool_choice_required: bool = False
+    null_content_refused: bool = False
 
 
 _KIND_SETTINGS = {
-    "llama-cpp-python": _Settings(tokenizers={"llama-cpp-python"}),
+    "llama-cpp-python": _Settings(
+        tokenizers={"llama-cpp-python"}, tool_choice_required=True, null_content_refused=True
+    ),
     "llama.cpp": _Settings(serve_props=True, tokenizers={"llama.cpp"}, overflow="llama.cpp"),
     "vllm": _Settings(tokenizers={"vllm"}, overflow="llama-cpp-python", models_window=True),
     "ollama": _Settings(overflow="truncate"),
@@ -222,6 +228,7 @@ class LlamaServerDouble(ProviderDouble):
     - `refuse_with_output`: count `max_tokens` in the refusal test (`prompt + max_tokens >
       n_ctx`) instead of the prompt alone (`prompt >= n_ctx`, llama.cpp and llama-cpp-python);
     - `tool_choice_required`: tools are rendered and called only when `tool_choice` is sent;
+    - `null_content_refused`: an assistant message with `content: null` is an HTTP 500;
     - `deepseek_reasoning`: a DeepSeek-style model (reasoning returned and required back);
     - `models_window`: `/v1/models` names the window as vLLM does (`max_model_len`).
     """
@@ -241,7 +248,8 @@ class LlamaServerDouble(ProviderDouble):
         self.stream_usage = False
         self.overflow = settings.overflow
         self.refuse_with_output = False
-        self.tool_choice_required = False
+        self.tool_choice_required = settings.tool_choice_required
+        self.null_content_refused = settings.null_content_refused
         self.deepseek_reasoning = False
         self.models_window = settings.models_window
         self.counted: list[Counted] = []
@@ -394,6 +402,14 @@ class LlamaServerDouble(ProviderDouble):
 
     def _chat(self, document: Any, path: str) -> ScriptedReply:
         messages = document.get("messages") or []
+        if self.null_content_refused and any(
+            message.get("role") == "assistant" and message.get("content", "") is None
+            for message in messages
+            if isinstance(message, dict)
+        ):
+            # llama-cpp-python's validation error, answered as its server answers any error.
+            detail = "messages.assistant.content: Input should be a valid string"
+            return ScriptedReply(500, {"error": {"message": detail, "type": "internal_error"}})
         tools = self._rendered_tools(document)
         streamed = document.get("stream") is True
         limit = document.get("max_tokens")
@@ -502,7 +518,9 @@ class LlamaServerDouble(ProviderDouble):
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         if text and (len(cut) < count_tokens(text)):
             text, finish = text[: cut[-1]] if cut else "", "length"
-        message["content"] = text
+        # A reply that only calls tools has `content: null`, as llama-cpp-python's
+        # `chatml_function_calling` and OpenAI answer it.
+        message["content"] = None if message.get("tool_calls") and not text else text
         return message, finish
 
     def _completion(
