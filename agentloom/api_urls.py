@@ -29,6 +29,7 @@ from sessions_app.api import (
     SessionViewRevokeApi,
     SessionViewsApi,
 )
+from sessions_app.api_retention import SessionHoldApi, SpaceRetentionApi
 from sessions_app.events import run_events
 
 
@@ -41,6 +42,7 @@ urlpatterns = [
     path("", include("models_app.urls")),
     endpoint("v1/spaces/", SpaceListCreateApi, "api-spaces"),
     endpoint("v1/spaces/{id}/members", SpaceMemberCreateApi, "api-space-members"),
+    endpoint("v1/spaces/{id}/retention", SpaceRetentionApi, "api-space-retention"),
     endpoint("v1/agents/", AgentListCreateApi, "api-agents"),
     endpoint("v1/agents/{id}/", AgentDetailApi, "api-agent"),
     endpoint("v1/agents/{id}/publish", AgentPublishApi, "api-agent-publish"),
@@ -54,6 +56,7 @@ urlpatterns = [
     endpoint("v1/sessions/{id}/export", SessionExportApi, "api-session-export"),
     endpoint("v1/sessions/{id}/fork", SessionForkApi, "api-session-fork"),
     endpoint("v1/sessions/{id}/pin", SessionPinApi, "api-session-pin"),
+    endpoint("v1/sessions/{id}/hold", SessionHoldApi, "api-session-hold"),
     endpoint(
         "v1/sessions/{id}/views/{revision}/revoke", SessionViewRevokeApi, "api-session-view-revoke"
     ),

@@ -2746,6 +2746,110 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_tracing.py::test_a_run_ended_outside_its_engine_is_a_span_of_what_ended_it",
         ),
     ),
+    # --- the retention rule and legal holds over the API and in the console ---------------------
+    Mutant(
+        "setting the retention rule records who set it",
+        "retention_setter_unrecorded",
+        "agentloom/spaces/services/retention.py",
+        "    space.retention_set_by = user\n",
+        "    space.retention_set_by = space.retention_set_by\n",
+        (
+            "tests/api/test_retention.py::test_a_space_admin_sets_the_rule_and_who_and_when_are_recorded",
+        ),
+    ),
+    Mutant(
+        "only a space admin sets the retention rule",
+        "retention_set_by_a_member",
+        "agentloom/spaces/services/retention.py",
+        "    if require_member(user, space.pk) != Membership.Role.ADMIN:",
+        "    if False:",
+        (
+            "tests/console/test_retention_pages.py::test_a_member_cannot_set_the_rule_nor_preview_it",
+        ),
+    ),
+    Mutant(
+        "a rule is a whole number of days from 0 to 36,500",
+        "retention_days_unchecked",
+        "agentloom/spaces/services/retention.py",
+        "    if isinstance(days, bool) or not isinstance(days, int)"
+        " or not 0 <= days <= MAX_RETENTION_DAYS:",
+        "    if not isinstance(days, int):",
+        (
+            "tests/console/test_retention_pages.py::test_a_rule_that_is_not_one_is_refused_with_a_message",
+        ),
+    ),
+    Mutant(
+        "the admin's page sets the rule through its service",
+        "admin_rule_unset",
+        "agentloom/spaces/admin.py",
+        "                retention_set_nested(user=request.user, space=obj, days=days)",
+        "                pass",
+        (
+            "tests/foundation/test_admin_scoping.py::test_the_retention_rule_set_in_the_admin_records_who_set_it",
+        ),
+    ),
+    Mutant(
+        "a dry run of the rule over the API saves nothing",
+        "dry_run_saves",
+        "sessions_app/api_retention.py",
+        '        if data.validated_data["dry_run"]:',
+        "        if False:",
+        (
+            "tests/api/test_retention.py::test_a_dry_run_counts_what_the_rule_would_remove_and_saves_nothing",
+        ),
+    ),
+    Mutant(
+        "the API's preview counts the proposed rule, not the one in force",
+        "api_preview_counts_the_rule_in_force",
+        "sessions_app/api_retention.py",
+        "    would_remove = retention_due(space, days=days).count() if admin else None",
+        "    would_remove = retention_due(space).count() if admin else None",
+        (
+            "tests/api/test_retention.py::test_a_dry_run_counts_what_the_rule_would_remove_and_saves_nothing",
+        ),
+    ),
+    Mutant(
+        "what a rule would remove is a space admin's to see",
+        "would_remove_for_members",
+        "sessions_app/api_retention.py",
+        "    admin = space_role(user, space) == Membership.Role.ADMIN",
+        "    admin = True",
+        (
+            "tests/api/test_retention.py::test_a_space_admin_sets_the_rule_and_who_and_when_are_recorded",
+        ),
+    ),
+    Mutant(
+        "the console's preview counts the proposed rule, not the one in force",
+        "console_preview_counts_the_rule_in_force",
+        "sessions_app/console/spaces.py",
+        "            would_remove=retention_due(space, days=days).count()"
+        " if days is not None else None,",
+        "            would_remove=retention_due(space).count() if days is not None else None,",
+        ("tests/console/test_retention_pages.py::test_an_admin_previews_a_rule_then_saves_it",),
+    ),
+    Mutant(
+        "a session's hold outside the caller's reach is not found",
+        "hold_reaches_every_member",
+        "sessions_app/selectors/sessions.py",
+        '''each service's to say."""\n'''
+        "    session = sessions_in_reach(user).filter(pk=session_id).first()",
+        '''each service's to say."""\n'''
+        "    session = live_sessions()"
+        ".filter(pk=session_id, space__memberships__user=user).first()",
+        (
+            "tests/api/test_retention.py::test_a_hold_outside_the_callers_reach_is_404_and_bad_input_400",
+        ),
+    ),
+    Mutant(
+        "each change of a legal hold is written into the session's history",
+        "hold_unaudited",
+        "sessions_app/services/retention.py",
+        "        LogEntry.objects.create(",
+        "        dict(",
+        (
+            "tests/api/test_retention.py::test_a_space_admin_holds_a_session_retention_spares_it_and_each_change_is_audited",
+        ),
+    ),
 )
 
 

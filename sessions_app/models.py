@@ -39,8 +39,17 @@ class Session(models.Model):
     read_only = models.BooleanField(default=False)
     # While an import writes it: hidden from every selector until published in one step.
     staged = models.BooleanField(default=False)
-    # Exempts the session from its space's retention rule (set by a space admin).
+    # Exempts the session from its space's retention rule (set by a space admin). Who last placed
+    # or released it and when are kept beside it; each change is in the session's history too.
     legal_hold = models.BooleanField(default=False)
+    legal_hold_set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    legal_hold_set_at = models.DateTimeField(null=True, blank=True)
     # Instructions its creator pinned: every run asked from now on carries them word for word
     # after the system prompt (`engine_adapter.pinned_prompt`). Content, so encrypted.
     pinned = EncryptedTextField(blank=True, default="")

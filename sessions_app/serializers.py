@@ -10,13 +10,16 @@ from rest_framework import serializers
 
 from agentloom.api import (
     MAX_ID,
+    FlagField,
     QueryIntegerField,
     QueryPositionField,
     StrictSerializer,
     TextField,
+    WholeNumberField,
     id_field,
 )
 from agentloom.engine import ANSWER_ACTIONS
+from agentloom.spaces.services.retention import MAX_RETENTION_DAYS
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors.approvals import undecided
 from sessions_app.selectors.costs import call_cost_of, run_cost, session_cost
@@ -259,6 +262,59 @@ class ForkSerializer(StrictSerializer):
     seq = serializers.IntegerField(
         min_value=1, max_value=2**62, help_text="The journal record the fork's copy ends with."
     )
+
+
+class RetentionSerializer(serializers.Serializer):
+    space = serializers.IntegerField()
+    retention_days = serializers.IntegerField(
+        help_text="Sessions are deleted this many days after their last run; 0: kept."
+    )
+    set_by = serializers.CharField(
+        allow_null=True, help_text="The username of the admin who set the rule (null: never set)."
+    )
+    set_at = serializers.DateTimeField(allow_null=True)
+    would_remove = serializers.IntegerField(
+        allow_null=True,
+        help_text="How many sessions the rule removes now: those the next hourly pass deletes "
+        "(for a dry run, those the proposed rule would delete). Space admins only; null for a "
+        "member.",
+    )
+    dry_run = serializers.BooleanField(
+        help_text="True when nothing was saved: `retention_days` is the proposed rule."
+    )
+
+
+class RetentionSetSerializer(StrictSerializer):
+    retention_days = WholeNumberField(
+        min_value=0,
+        max_value=MAX_RETENTION_DAYS,
+        help_text="Delete the space's sessions this many days after their last run; 0 keeps them.",
+    )
+    dry_run = FlagField(
+        required=False,
+        default=False,
+        help_text="Only count what the rule would remove now; save nothing.",
+    )
+
+
+class LegalHoldSerializer(serializers.Serializer):
+    session = serializers.IntegerField(source="pk")
+    legal_hold = serializers.BooleanField(
+        help_text="True while the session is on legal hold: retention does not delete it."
+    )
+    set_by = serializers.SerializerMethodField(
+        help_text="The username of the admin who last placed or released the hold (null: never)."
+    )
+    set_at = serializers.DateTimeField(source="legal_hold_set_at", allow_null=True)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_set_by(self, session) -> str | None:
+        user = session.legal_hold_set_by
+        return user.get_username() if user is not None else None
+
+
+class LegalHoldSetSerializer(StrictSerializer):
+    hold = FlagField(help_text="true places the session on legal hold, false releases it.")
 
 
 class ImportSerializer(StrictSerializer):

@@ -16,12 +16,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.template.response import TemplateResponse
-from django.utils import timezone
 
 from agentloom.errors import ApplicationError
 from agentloom.spaces.admin_scoping import SpaceScopedAdmin
 from agentloom.spaces.models import ApiToken, Membership, Space
 from agentloom.spaces.selectors import require_space_admin, space_role
+from agentloom.spaces.services.retention import retention_set_nested
 from agentloom.spaces.services.tokens import MAX_EXPIRY_DAYS, token_create_nested, token_revoke
 
 
@@ -91,14 +91,29 @@ class SpaceAdmin(SpaceScopedAdmin):
         # Members are added once the space exists (its creator is its first admin).
         return self.inlines if obj is not None else []
 
+    def get_readonly_fields(self, request, obj=None):
+        # Only an admin of the space sets its rule (a superuser too must be one): the beat
+        # deletes in the name of whoever set it, as a space admin.
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and space_role(request.user, obj.pk) != Membership.Role.ADMIN:
+            fields.append("retention_days")
+        return fields
+
     def save_model(self, request, obj, form, change):
+        days = obj.retention_days
         if "retention_days" in form.changed_data:
-            obj.retention_set_by, obj.retention_set_at = request.user, timezone.now()
+            # Set below by the rule's service, once the space's creator is its admin.
+            obj.retention_days = form.initial.get("retention_days", 0)
         super().save_model(request, obj, form, change)
         if not change:
             Membership.objects.get_or_create(
                 space=obj, user=request.user, defaults={"role": Membership.Role.ADMIN}
             )
+        if "retention_days" in form.changed_data:
+            try:
+                retention_set_nested(user=request.user, space=obj, days=days)
+            except ApplicationError as error:
+                self.message_user(request, f"Retention rule: {error.detail}", messages.ERROR)
 
 
 @admin.register(Membership)

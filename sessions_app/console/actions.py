@@ -1,5 +1,5 @@
 """The console's actions: the forms a page posts (new session, ask, rename, pin, delete, revoke,
-fork) and the export download.
+fork, legal hold) and the export download.
 
 Each calls one service and redirects: to the page it leads to when done, with a message, and
 when the service refuses it (`console_errors`) to the page it came from, with the refusal.
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agentloom.errors import InvalidInput, NotFound
 from context_app.selectors import agent_get, latest_version
 from sessions_app.console.errors import console_errors
-from sessions_app.console.forms import AskForm, NewSessionForm
+from sessions_app.console.forms import AskForm, HoldForm, NewSessionForm
 from sessions_app.downloads import export_response
 from sessions_app.selectors.runs import run_get
 from sessions_app.selectors.sessions import (
@@ -28,6 +28,7 @@ from sessions_app.selectors.sessions import (
 from sessions_app.services.deletion import session_delete
 from sessions_app.services.export import EXPORT_FORMATS, session_export
 from sessions_app.services.fork import session_fork
+from sessions_app.services.retention import session_legal_hold
 from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_ask, session_create, session_pin, session_rename
 
@@ -156,3 +157,24 @@ def fork(request, session_id: int):
     forked = session_fork(user=request.user, session=session, seq=seq)
     messages.success(request, f"Forked at record #{seq}: this session continues from there.")
     return redirect("console-chat", session_id=forked.pk)
+
+
+@require_POST
+@login_required
+@console_errors(back=_chat, prefix="Hold not changed: ")
+def hold(request, session_id: int):
+    """Place the session on legal hold or release it (a space admin only), then return to it."""
+    session = session_get(user=request.user, session_id=session_id)
+    form = HoldForm(request.POST)
+    if not form.is_valid():
+        raise InvalidInput("Choose to place the hold or to release it.", field="hold")
+    session = session_legal_hold(
+        user=request.user, session=session, hold=bool(form.cleaned_data["hold"])
+    )
+    messages.success(
+        request,
+        "On legal hold: the space's retention rule does not delete this session."
+        if session.legal_hold
+        else "Legal hold released: the space's retention rule applies again.",
+    )
+    return redirect("console-chat", session_id=session.pk)

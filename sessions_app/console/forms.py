@@ -106,6 +106,18 @@ class AskForm(forms.Form):
     question = forms.CharField(error_messages={"required": BLANK_QUESTION})
 
 
+class RetentionForm(forms.Form):
+    """A retention rule's days, previewed or saved; the rule's service checks the range."""
+
+    days = WholeNumberField()
+
+
+class HoldForm(forms.Form):
+    """Place a session on legal hold (`1`) or release it (`0`)."""
+
+    hold = forms.TypedChoiceField(choices=[("1", "hold"), ("0", "release")], coerce=int)
+
+
 class NewSessionForm(forms.Form):
     """The agent a new session is opened with."""
 

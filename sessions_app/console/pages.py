@@ -13,7 +13,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from agentloom.spaces.selectors import spaces_for_user
+from agentloom.spaces.models import Membership
+from agentloom.spaces.selectors import space_role, spaces_for_user
 from context_app.engine_adapter import estimator_name, input_check
 from context_app.selectors import agents_for_user, draft_changes, latest_versions
 from models_app.models import ModelConnection
@@ -171,6 +172,8 @@ def chat(request, session_id: int):
         {
             "session": session,
             "binding": binding(session),
+            # Only a space admin places or releases a legal hold.
+            "space_admin": space_role(request.user, session.space_id) == Membership.Role.ADMIN,
             "blocks": blocks,
             "older_runs": older,
             "active": active,

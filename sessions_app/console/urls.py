@@ -3,7 +3,7 @@
 from django.urls import path, register_converter
 
 from agentloom.api import MAX_ID
-from sessions_app.console import actions, fragments, pages, usage
+from sessions_app.console import actions, fragments, pages, spaces, usage
 
 
 class ObjectIdConverter:
@@ -26,6 +26,8 @@ register_converter(ObjectIdConverter, "pk")
 urlpatterns = [
     path("", pages.home, name="home"),
     path("usage/", usage.usage, name="console-usage"),
+    path("spaces/<pk:space_id>/", spaces.space, name="console-space"),
+    path("spaces/<pk:space_id>/retention/", spaces.retention, name="console-space-retention"),
     path("sessions/new/", actions.session_new, name="console-session-new"),
     path("sessions/table/", fragments.home_sessions, name="console-home-sessions"),
     path("sessions/<pk:session_id>/", pages.chat, name="console-chat"),
@@ -35,6 +37,7 @@ urlpatterns = [
     path("sessions/<pk:session_id>/delete/", actions.delete, name="console-session-delete"),
     path("sessions/<pk:session_id>/export/", actions.export, name="console-session-export"),
     path("sessions/<pk:session_id>/fork/", actions.fork, name="console-session-fork"),
+    path("sessions/<pk:session_id>/hold/", actions.hold, name="console-session-hold"),
     path("sessions/<pk:session_id>/state/", fragments.session_state, name="console-session-state"),
     path("sessions/<pk:session_id>/records/", fragments.chat_records, name="console-chat-records"),
     path(

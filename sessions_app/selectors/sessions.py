@@ -72,6 +72,15 @@ def session_for_revocation(*, user, session_id: int) -> Session:
     return session
 
 
+def session_in_reach(*, user, session_id: int) -> Session:
+    """Return a live session `user` may manage (their own, or one in a space they admin), else
+    raise NotFound; what they may do with it is each service's to say."""
+    session = sessions_in_reach(user).filter(pk=session_id).first()
+    if session is None:
+        raise NotFound("Not found.")
+    return session
+
+
 def session_for_deletion(*, user, session_id: int) -> Session:
     """Return a live session in one of `user`'s spaces; the deletion service checks the role."""
     session = live_sessions().filter(pk=session_id, space__memberships__user=user).first()

@@ -1,53 +1,65 @@
-"""A space's retention rule: sessions are deleted N days after their last run (0: kept).
+"""A space's retention rule applied: sessions are deleted N days after their last run (0: kept).
 
-A space admin sets the rule (`retention_set`), recorded with who set it and when. The beat
-applies every rule (`retention_apply`) through the existing soft delete (`session_delete`, with
-its `SessionDeletion` audit row, in the name of the admin who set the rule); the operator's
-`purge_deleted_sessions` then removes them as it removes any deleted session. A session with an
-active or waiting run is skipped, as is one under a legal hold (`session_legal_hold`, set and
-released by a space admin); a session's last run is its newest run's end (its creation when it
-never ran).
+A space admin sets the rule (`agentloom.spaces.services.retention.retention_set`), recorded with
+who set it and when. The beat applies every rule (`retention_apply`) through the existing soft
+delete (`session_delete`, with its `SessionDeletion` audit row, in the name of the admin who set
+the rule); the operator's `purge_deleted_sessions` then removes them as it removes any deleted
+session. What a rule removes now, applied or only previewed (`apply_retention --dry-run`, the
+API's and the console's previews), is `retention_due`. A session with an active or waiting run is
+skipped, as is one under a legal hold (`session_legal_hold`, placed and released by a space
+admin, who and when kept on the session and each change in its history); a session's last run
+is its newest run's end (its creation when it never ran).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.db.models import Max, Q
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from agentloom.errors import ApplicationError, InvalidInput, PermissionDenied
+from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.models import Membership, Space
 from agentloom.spaces.selectors import require_member
 from sessions_app.models import Run, Session
 from sessions_app.selectors.sessions import live_sessions
 from sessions_app.services.deletion import session_delete
 
-MAX_RETENTION_DAYS = 36_500
-
-
-@transaction.atomic(durable=True)
-def retention_set(*, user, space: Space, days: int) -> Space:
-    """Set the space's rule (a space admin only), recording who set it and when."""
-    if require_member(user, space.pk) != Membership.Role.ADMIN:
-        raise PermissionDenied("Only a space admin sets the retention rule.")
-    if not isinstance(days, int) or not 0 <= days <= MAX_RETENTION_DAYS:
-        raise InvalidInput(f"Days must be 0 to {MAX_RETENTION_DAYS}.", field="retention_days")
-    space.retention_days, space.retention_set_by = days, user
-    space.retention_set_at = timezone.now()
-    space.save(update_fields=["retention_days", "retention_set_by", "retention_set_at"])
-    return space
-
 
 @transaction.atomic(durable=True)
 def session_legal_hold(*, user, session: Session, hold: bool) -> Session:
-    """Put `session` on legal hold (retention skips it) or release it: a space admin only."""
+    """Put `session` on legal hold (retention skips it) or release it: a space admin only.
+
+    Who placed or released it and when are kept on the session, and each change is written
+    into its history (the admin's history page of the session shows it).
+    """
     if require_member(user, session.space_id) != Membership.Role.ADMIN:
         raise PermissionDenied("Only a space admin puts a session on legal hold or releases it.")
-    Session.objects.filter(pk=session.pk).update(legal_hold=hold)
-    session.legal_hold = hold
+    locked = Session.objects.select_for_update().filter(pk=session.pk).first()
+    if locked is None:
+        raise NotFound("Not found.")
+    if locked.legal_hold != hold:
+        now = timezone.now()
+        Session.objects.filter(pk=session.pk).update(
+            legal_hold=hold, legal_hold_set_by=user, legal_hold_set_at=now
+        )
+        # Named by number: the title is content, and the history is stored in clear.
+        LogEntry.objects.create(
+            user_id=user.pk,
+            content_type=ContentType.objects.get_for_model(Session),
+            object_id=str(session.pk),
+            object_repr=f"Session {session.pk}",
+            action_flag=CHANGE,
+            change_message="Placed on legal hold." if hold else "Legal hold released.",
+        )
+        locked.legal_hold, locked.legal_hold_set_by, locked.legal_hold_set_at = hold, user, now
+    session.legal_hold = locked.legal_hold
+    session.legal_hold_set_by_id = locked.legal_hold_set_by_id
+    session.legal_hold_set_at = locked.legal_hold_set_at
     return session
 
 

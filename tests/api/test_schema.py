@@ -19,6 +19,8 @@ OPERATIONS = [
     ("GET", "/api/v1/spaces/"),
     ("POST", "/api/v1/spaces/"),
     ("POST", "/api/v1/spaces/{id}/members"),
+    ("GET", "/api/v1/spaces/{id}/retention"),
+    ("POST", "/api/v1/spaces/{id}/retention"),
     ("GET", "/api/v1/agents/"),
     ("POST", "/api/v1/agents/"),
     ("GET", "/api/v1/agents/{id}/"),
@@ -37,6 +39,8 @@ OPERATIONS = [
     ("POST", "/api/v1/sessions/{id}/fork"),
     ("POST", "/api/v1/sessions/import"),
     ("POST", "/api/v1/sessions/{id}/pin"),
+    ("GET", "/api/v1/sessions/{id}/hold"),
+    ("POST", "/api/v1/sessions/{id}/hold"),
     ("POST", "/api/v1/sessions/{id}/views/{revision}/revoke"),
     ("GET", "/api/v1/runs/{id}/"),
     ("POST", "/api/v1/runs/{id}/supplements"),
@@ -150,6 +154,8 @@ def _cases():
 
 
 def _has_input(method: str, path: str) -> bool:
+    if method == "POST" and path.endswith(("/retention", "/hold")):
+        return True
     return method in ("PATCH",) or path.endswith(("/runs", "/supplements", "/members", "/messages"))
 
 
@@ -376,6 +382,8 @@ DECLARED_REFUSALS = (
 WRITES = [
     ("POST", "/api/v1/spaces/"),
     ("POST", "/api/v1/spaces/{id}/members"),
+    ("GET", "/api/v1/spaces/{id}/retention"),
+    ("POST", "/api/v1/spaces/{id}/retention"),
     ("POST", "/api/v1/agents/"),
     ("PATCH", "/api/v1/agents/{id}/"),
     ("POST", "/api/v1/sessions/"),

@@ -228,6 +228,27 @@ def test_the_retention_rule_set_in_the_admin_records_who_set_it(browser, mallory
     assert space.retention_set_by == mallory
 
 
+def test_a_rule_set_as_a_space_is_added_is_its_creators_and_a_non_admin_cannot_set_one(
+    browser, mallory, theirs
+):
+    form = {"name": "Fresh", "time_zone": "UTC", "retention_days": "30"}
+    assert browser.post("/admin/spaces/space/add/", form).status_code == 302
+    space = Space.objects.get(name="Fresh")
+    assert (space.retention_days, space.retention_set_by) == (30, mallory)
+    # A superuser who is not an admin of the space sees the rule but does not set it: the
+    # beat deletes in the name of whoever set it, as a space admin.
+    root = Client()
+    root.force_login(make_user("root", superuser=True))
+    other = theirs["space"]
+    page = root.get(f"/admin/spaces/space/{other.pk}/change/")
+    assert "retention_days" not in page.context["adminform"].form.fields
+    form = {"name": "Theirs", "time_zone": "UTC", "retention_days": "5"}
+    form.update({"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    root.post(f"/admin/spaces/space/{other.pk}/change/", form)
+    other.refresh_from_db()
+    assert other.retention_days == 0
+
+
 def test_superusers_see_every_space(mine, theirs):
     client = Client()
     client.force_login(make_user("root", superuser=True))

@@ -89,6 +89,7 @@ ACTIONS = {
     "session_export_by_operator": lambda act, w: act(user=w.root, session_id=w.session.pk),
     "session_fork": lambda act, w: act(user=w.alice, session=w.session, seq=1),
     "session_legal_hold": lambda act, w: act(user=w.alice, session=w.session, hold=True),
+    "retention_set": lambda act, w: act(user=w.alice, space=w.space, days=30),
     "session_pin": lambda act, w: act(user=w.alice, session=w.session, text="Be brief."),
     "session_import": lambda act, w: act(
         user=w.alice,
@@ -136,6 +137,7 @@ NOT_ACTIONS = {
     "retention_apply": WORKER,
     "index_journal": "an operator's command after an upgrade or a rotation, not a user's request",
     "retention_due": READ,
+    "retention_days_validate": VALIDATES,
 }
 
 NESTED = "_nested"

@@ -10,8 +10,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agentloom.errors import PermissionDenied
+from agentloom.spaces.services.retention import retention_set
 from sessions_app.models import Run, Session, SessionDeletion
-from sessions_app.services.retention import retention_apply, retention_set
+from sessions_app.services.retention import retention_apply
 from tests.factories import make_agent, make_connection, make_run, make_session, make_version
 
 pytestmark = pytest.mark.django_db
