@@ -570,6 +570,35 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "projection per rendering: excerpts keep their run's reference from rendering 5",
+        "rendering_refs_rewritten",
+        f"{_ENGINE}/_projection.py",
+        "            self.rules.keeps_run_refs\n",
+        "            False\n",
+        (
+            "tests/engine/test_run_boundary.py::test_an_excerpt_keeps_its_run_reference_so_the_next_run_extends_the_last_request",
+            "tests/engine/test_large_records.py::test_history_records_are_excerpted_and_read_from_the_journal",
+        ),
+    ),
+    Mutant(
+        "projection per rendering: notes are only appended from rendering 5",
+        "rendering_states_merged",
+        f"{_ENGINE}/_projection.py",
+        "        if not self.rules.appends_notes and last is not None",
+        "        if last is not None",
+        ("tests/engine/test_run_boundary.py::test_projecting_more_records_only_appends_messages",),
+    ),
+    Mutant(
+        "the journal's records carry their run's local seq into projection",
+        "journal_without_local_seq",
+        "sessions_app/selectors/history.py",
+        "            local_seq=local_seq,",
+        "            local_seq=None,",
+        (
+            "tests/sessions_app/test_run_boundary.py::test_a_new_run_extends_the_last_request_of_the_run_before_it",
+        ),
+    ),
+    Mutant(
         "resume answers a pending call unknown",
         "resume_leaves_pending",
         f"{_ENGINE}/_engine.py",

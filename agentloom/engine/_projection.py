@@ -19,7 +19,11 @@ Projection repairs protocol and never changes sources:
 - tool results are capped at the view's 24,000 characters, with a visible marker; under a
   large-record policy (see `_large`), any record too large for its share of the budget is shown as
   an excerpt naming its reference `s:<seq>` instead (the decisions are kept in the block, so a
-  rebuilt history makes the same ones);
+  rebuilt history makes the same ones); from rendering 5 the reference is the one the record's
+  run gave it (`r<run>:<seq>`, when the record carries its run's seq), so an excerpt a run sent
+  reads the same in the history of the runs after it;
+- from rendering 5 each run state is a note of its own: a note already shown never changes, so
+  projecting more records only appends to what projecting fewer showed (before the end's close);
 - from rendering 4, a `[feedback] …` message of a run from before the journal, which adoption
   stored as a supplement (`legacy:<n>` key), is shown as the feedback or run note it was, never
   in the user's voice (`is_adopted_feedback`); the journal row itself is never rewritten.
@@ -57,6 +61,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentloom.engine._large import run_ref
 from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     RUN_NOTE_PREFIX,
@@ -103,6 +108,9 @@ class JournalRecord:
     # Its entry key ("" when not known): it tells what adoption made from a run before the
     # journal (`legacy:<n>`).
     entry_key: str = ""
+    # Its seq among its run's records of its instance (None when not known): with the run's
+    # number (`run_id`), the reference the run gave it (`r<run>:<seq>`, rendering 5).
+    local_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -452,9 +460,22 @@ class _Projector:
         self.out.append(message)
         self.origins.append(origin)
 
+    def reference(self, record: JournalRecord) -> str:
+        """Return the reference history names `record` by: from rendering 5 the one its run gave
+        it (`r<run>:<seq>`) when its run and seq are known, so an excerpt reads as the run sent
+        it; else its session seq (`s:<seq>`). `read_record` reads both."""
+        if (
+            self.rules.keeps_run_refs
+            and record.local_seq is not None
+            and isinstance(record.run_id, int)
+            and not isinstance(record.run_id, bool)
+        ):
+            return run_ref(record.run_id, MAIN_INSTANCE, record.local_seq)
+        return f"s:{record.seq}"
+
     def sized(self, record: JournalRecord, origin: dict[str, Any]) -> dict[str, Any]:
         """Return `origin`, turned into an excerpt when the record is large."""
-        ref = f"s:{record.seq}"
+        ref = self.reference(record)
         if self.given is not None:
             chars = self.given.get(record.seq)
         elif self.judge is not None:
@@ -492,7 +513,8 @@ class _Projector:
             self.deferred.append((message, origin))
 
     def run_state(self, record: JournalRecord) -> None:
-        """Show a run's state in one short note, merged into the note just before it, if any."""
+        """Show a run's state in one short note, merged into the note just before it, if any
+        (from rendering 5 never: a note once shown is never changed)."""
         error = str(record.message.get("error") or "")
         state = (
             record.run_id,
@@ -504,7 +526,7 @@ class _Projector:
             last = self.deferred[-1][0] if self.deferred else None
         else:
             last = self.out[-1] if self.out else None
-        if last is not None and last is self.states_note:
+        if not self.rules.appends_notes and last is not None and last is self.states_note:
             self.states.append(state)
             last["content"] = RUN_NOTE_PREFIX + run_states_text(self.states)
             return

@@ -24,6 +24,10 @@ that version, and new runs use `CURRENT_RENDERING`.
 |   | back; a new run starts with the plan its history last set (`_projection.inherited_plan`); |
 |   | a `[feedback] …` message of a run from before the journal, adopted as a supplement, is |
 |   | shown as the feedback (or run note) it was (`_projection.is_adopted_feedback`) |
+| 5 | history names a run's large records by the reference the run gave them (`r<run>:<seq>`, |
+|   | `_large.run_ref`) instead of `s:<seq>`, so the excerpt a run sent is sent again as it was; |
+|   | a run's state is a note of its own, never merged into the note before it (notes are |
+|   | append-only): a new run's first request extends the last request of the run before it |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
@@ -70,6 +74,10 @@ class Rendering:
     inherits_plan: bool = False
     # Show a legacy `[feedback]` message adopted as a supplement as feedback, not as the user's.
     reads_adopted_feedback: bool = False
+    # Name a run's record in history by the run's own reference (`r<run>:<seq>`), not `s:<seq>`.
+    keeps_run_refs: bool = False
+    # Show each run state as a note of its own, never changing a note already shown.
+    appends_notes: bool = False
 
 
 RENDERINGS: tuple[Rendering, ...] = (
@@ -104,6 +112,21 @@ RENDERINGS: tuple[Rendering, ...] = (
         offers_reader_first=True,
         inherits_plan=True,
         reads_adopted_feedback=True,
+    ),
+    Rendering(
+        5,
+        "as 4, and history names records by the references their runs gave them; each run "
+        "state is a note of its own",
+        keeps_reasoning=True,
+        note_role="system",
+        notes_wait=True,
+        keeps_call_ids=True,
+        collapses_notes=True,
+        offers_reader_first=True,
+        inherits_plan=True,
+        reads_adopted_feedback=True,
+        keeps_run_refs=True,
+        appends_notes=True,
     ),
 )
 CURRENT_RENDERING = RENDERINGS[-1].version

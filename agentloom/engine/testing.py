@@ -147,7 +147,13 @@ class MemoryJournal:
             self._seen.add(key)
             self.records.setdefault((run_id, instance), []).append(record)
             row = JournalRecord(
-                len(self.rows) + 1, run_id, instance, record.kind, record.message, record.entry_key
+                len(self.rows) + 1,
+                run_id,
+                instance,
+                record.kind,
+                record.message,
+                record.entry_key,
+                record.seq,
             )
             self.rows.append(row)
             added.append(row)

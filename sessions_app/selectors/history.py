@@ -64,9 +64,10 @@ def main_records_after(
 
 def _journal_records(rows) -> Iterator[JournalRecord]:
     """Yield main-instance journal rows as the engine reads them, decrypted one at a time."""
-    rows = rows.values_list("seq", "run__number", "kind", "entry_key", "message")
-    # Projected notes name runs by their number in the session ("[run 3 failed: …]").
-    for seq, number, kind, entry_key, message in rows.iterator(chunk_size=2_000):
+    rows = rows.values_list("seq", "run__number", "kind", "entry_key", "message", "local_seq")
+    # Projected notes name runs by their number in the session ("[run 3 failed: …]"), and
+    # references the records by their run's number and local seq (`r3:7`, rendering 5).
+    for seq, number, kind, entry_key, message, local_seq in rows.iterator(chunk_size=2_000):
         yield JournalRecord(
             seq=seq,
             run_id=number,
@@ -74,6 +75,7 @@ def _journal_records(rows) -> Iterator[JournalRecord]:
             kind=kind,
             message=message,
             entry_key=entry_key,
+            local_seq=local_seq,
         )
 
 

@@ -293,13 +293,15 @@ def test_history_records_are_excerpted_and_read_from_the_journal():
     assert outcome.status == "succeeded", outcome.error
     first_request = gateway.requests[0]
     seen = json.dumps(first_request.messages)
-    assert "NONCE-HEAD" in seen and "NONCE-TAIL" in seen and 'ref=\\"s:1\\"' in seen
+    # Named by the reference its run gave it (rendering 5), read back by it or by its seq.
+    assert "NONCE-HEAD" in seen and "NONCE-TAIL" in seen and 'ref=\\"r1:1\\"' in seen
     assert "read_record" in _tool_names(first_request)
     context = JournalContextManager(
         ContextBinding(ContextPolicy(), DEMO_BUDGET, large_records=LargeRecords()),
         ContextOptions(record_store=second.store()),
     )
     context.restore(InstanceFrame.from_dict(second.stored[-1], store=second.store()))
+    assert context.read_record("r1:1", 11, 5).endswith("qqqqq")
     assert context.read_record("s:1", 11, 5).endswith("qqqqq")
     with pytest.raises(ToolError):
         context.read_record(f"s:{len(journal.rows) + 5}")

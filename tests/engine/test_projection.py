@@ -295,7 +295,7 @@ def test_run_states_in_a_row_collapse_into_one_short_note_from_rendering_3():
         seq += 3
     records.append(row(seq, 4, "status", {"status": "failed", "error": "upstream: 503"}))
 
-    history = project_history(records)
+    history = project_history(records, rendering=4)
 
     notes = [m["content"] for m in history.messages if "[run note]" in str(m["content"])]
     assert notes == [
@@ -303,6 +303,13 @@ def test_run_states_in_a_row_collapse_into_one_short_note_from_rendering_3():
         "[run note] run 2 failed: context_budget_exceeded (s:5)",
         "[run note] run 3 failed: context_budget_exceeded (s:8)",
         "[run note] run 4 failed: context_budget_exceeded (s:11); run 4 failed: upstream",
+    ]
+    # From rendering 5 a state never joins the note before it: notes are only appended.
+    appended = project_history(records, rendering=5)
+    notes = [m["content"] for m in appended.messages if "[run note]" in str(m["content"])]
+    assert notes[-2:] == [
+        "[run note] run 4 failed: context_budget_exceeded (s:11)",
+        "[run note] run 4 failed: upstream",
     ]
     # The questions stay, each once; rendering 2 shows every stop note and state in full.
     assert [m["content"] for m in history.messages if m["role"] == "user"] == [

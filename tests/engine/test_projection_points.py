@@ -231,10 +231,15 @@ def test_run_states_in_a_row_are_joined_across_a_point():
         _status(3, 2),
         _status(4, 3),
     ]
-    whole = project_history(rows)
+    whole = project_history(rows, rendering=4)
     assert len(whole.messages) == 2
     for cut in (2, 3):
-        assert _resumed_at(rows, cut).messages == whole.messages
+        assert _resumed_at(rows, cut, rendering=4).messages == whole.messages
+    # From rendering 5 each state is a note of its own, across a point too.
+    whole = project_history(rows, rendering=5)
+    assert len(whole.messages) == 4
+    for cut in (2, 3):
+        assert _resumed_at(rows, cut, rendering=5).messages == whole.messages
 
 
 def test_run_states_waiting_for_an_open_group_are_joined_across_a_point():

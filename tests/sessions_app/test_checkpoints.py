@@ -222,9 +222,12 @@ def test_a_save_costs_the_same_on_a_long_run_as_on_a_short_one(alice, make_demo_
 
 def test_replay_matches_on_runs_stored_in_either_format(alice, gateway, make_demo_session):
     session = make_demo_session(context_window=9_000)
-    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(4)]
-    _as_format_1(runs[1])
-    _as_format_1(runs[3])
+    runs = []
+    for n in range(4):
+        runs.append(ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}'))
+        if n in (1, 3):
+            # Before the runs after it read its rows, as they were: without local seqs.
+            _as_format_1(runs[-1])
     for run in runs:
         run = Run.objects.get(pk=run.pk)
         report = replay_run(run)
@@ -265,10 +268,14 @@ def test_format_1_checkpoints_resume_and_replay_after_the_legacy_conversion(
     from tests.support.legacy_encryption import store_everything_as_legacy
 
     session = make_demo_session(context_window=9_000)
-    runs = [ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}') for n in range(3)]
+    runs = []
+    for n in range(3):
+        runs.append(ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}'))
+        if n == 1:
+            # Before the runs after it read its rows, as they were: without local seqs.
+            _as_format_1(runs[-1])
     failing = ask(session, alice, "NONCE-FAILING [boom]")
-    for run in (runs[1], failing):
-        _as_format_1(run)
+    _as_format_1(failing)
     before = full_checkpoint(Run.objects.get(pk=failing.pk))
     # The database as django-cryptography left it: pickled values signed with SECRET_KEY.
     store_everything_as_legacy()
