@@ -1071,7 +1071,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "length refusal: its numbers survive pickling",
         "refusal_numbers_unpickled",
         "agentloom/providers/_errors.py",
-        "        window=window,\n        requested=requested,\n        evidence=evidence,\n    )",
+        "        window=window,\n        requested=requested,\n        evidence=evidence,\n"
+        "        input_tokens=input_tokens,\n    )",
         "        evidence=evidence,\n    )",
         ("tests/providers/test_length_refusals.py::test_the_numbers_survive_pickling",),
     ),
@@ -1099,12 +1100,76 @@ MUTANTS: tuple[Mutant, ...] = (
         "stream: a second empty end is answered by the unstreamed probe",
         "empty_end_refused_without_probe",
         "agentloom/providers/chat.py",
-        "                            return self.parse(self._probe(client, payload, stream))",
+        "                            document = self._probe(client, payload, stream)",
         '                            raise ProviderError("context_length") from None',
         (
             "tests/providers/test_stream_ends.py::test_after_two_empty_streams_the_unstreamed_probe_names_the_window",
-            "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_answers_is_a_successful_call",
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_answers_is_a_successful_call_and_tools_go_unstreamed_after",
             "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_fails_raises_that_error_once",
+        ),
+    ),
+    Mutant(
+        "a server of unknown make is sent tool_choice auto beside its tools",
+        "tool_choice_left_to_the_server",
+        "agentloom/providers/chat.py",
+        '        body["tool_choice"] = "auto"',
+        "        pass",
+        (
+            "tests/providers/test_stream_ends.py::test_a_server_of_unknown_make_gets_openais_defaults_written_out",
+            "tests/sessions_app/test_real_servers.py::test_tools_reach_a_server_that_renders_them_only_when_asked_and_answers_null_content_500",
+        ),
+    ),
+    Mutant(
+        'a server of unknown make is sent content "" beside tool calls, never null',
+        "null_content_sent",
+        "agentloom/providers/chat.py",
+        '        {**message, "content": ""}\n        if message.get("role") == "assistant"',
+        '        {**message, "content": None}\n        if message.get("role") == "assistant"',
+        (
+            "tests/providers/test_stream_ends.py::test_a_server_of_unknown_make_gets_openais_defaults_written_out",
+            "tests/sessions_app/test_real_servers.py::test_tools_reach_a_server_that_renders_them_only_when_asked_and_answers_null_content_500",
+        ),
+    ),
+    Mutant(
+        "OpenAI and DeepSeek keep their bodies: their defaults are not written out",
+        "defaults_spelled_for_openai",
+        "agentloom/providers/chat.py",
+        '    default_reasoning = "never"\n    spells_out_defaults = False',
+        '    default_reasoning = "never"\n    spells_out_defaults = True',
+        (
+            "tests/providers/test_stream_ends.py::test_a_server_of_unknown_make_gets_openais_defaults_written_out",
+        ),
+    ),
+    Mutant(
+        "requests with tools go unstreamed once a stream with tools was answered only unstreamed",
+        "tools_streamed_after_the_probe",
+        "agentloom/providers/chat.py",
+        "            self.tools_unstreamed = True",
+        "            self.tools_unstreamed = False",
+        (
+            "tests/providers/test_stream_ends.py::test_an_empty_stream_whose_probe_answers_is_a_successful_call_and_tools_go_unstreamed_after",
+            "tests/sessions_app/test_real_servers.py::test_tools_reach_a_server_that_renders_them_only_when_asked_and_answers_null_content_500",
+        ),
+    ),
+    Mutant(
+        "a refusal's count of the input is read where the words say it apart",
+        "input_count_unread",
+        "agentloom/providers/_refusals.py",
+        "        counted = counted or _first(_INPUT_WORDS, text)",
+        "        counted = counted",
+        (
+            "tests/providers/test_length_refusals.py::test_each_wording_says_what_the_input_alone_held_where_it_says_it_apart",
+        ),
+    ),
+    Mutant(
+        "a server counting more than the measure teaches the named window in the measure's units",
+        "counted_window_ignored",
+        f"{_ENGINE}/_budget.py",
+        "    elif named is not None and counted is not None and counted > refused:",
+        "    elif False:",
+        (
+            "tests/engine/test_learned_window.py::test_the_rule_learns_the_named_window_else_the_largest_success_never_above_the_budget",
+            "tests/engine/test_learned_window.py::test_a_server_counting_more_than_the_measure_teaches_the_window_in_the_measures_units",
         ),
     ),
     Mutant(

@@ -31,8 +31,9 @@ material also comes in through the questions), then three plain questions. Per m
   not streamed, with `max_tokens: 1`, and its `usage.prompt_tokens` (the server's count, chat
   template included) is compared with the hard check's figure for the same messages and tools
   (median and worst, in per cent; positive: the estimate was higher), apart for requests
-  without tools and with them (`chatml-function-calling` renders no tools unless `tool_choice`
-  is sent, so the server's count of a request with tools leaves them out);
+  without tools and with them (a request with tools goes with `tool_choice: "auto"`, and when
+  the model answers it with tool calls llama-cpp-python's usage sums the prompt tokens of every
+  completion it made to choose and write them, so those counts run above the prompt);
 - the room for a question at publish, in the estimator's unit (or why publishing failed).
 
 The server's process is the script's own child and is stopped at the end.
