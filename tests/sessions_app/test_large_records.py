@@ -71,8 +71,16 @@ def test_a_session_holding_a_huge_record_recovers_without_a_failed_compaction(al
     inherited = history_for_new_run(session, version_binding(session.agent_version), as_of=run)
     seen = json.dumps(inherited.messages)
     assert "NONCE-HUGE-HEAD" in seen and "NONCE-HUGE-TAIL" in seen and len(seen) < 20_000
-    huge_seq = SessionMessage.objects.get(run=legacy, kind="user_input").seq
-    assert f'ref=\\"s:{huge_seq}\\"' in seen
+    # By the reference its run gave it (rendering 5): the adopted record keeps its frame's seq.
+    huge = SessionMessage.objects.get(run=legacy, kind="user_input")
+    assert huge.local_seq is not None
+    assert f'ref=\\"r{legacy.number}:{huge.local_seq}\\"' in seen
+    # And the model can read it back by that name.
+    ref = f"r{legacy.number}:{huge.local_seq}"
+    read = ask(session, alice, f'/tool read_record {{"ref": "{ref}", "offset": 200000}}')
+    assert read.status == Run.Status.SUCCEEDED, read.error
+    result = SessionMessage.objects.get(run=read, kind="tool_result").message["content"]
+    assert "NONCE-HUGE-TAIL" in result and not result.startswith("ERROR"), result[:200]
 
 
 def test_the_next_run_reads_an_earlier_record_back(alice, gateway, make_demo_session):
