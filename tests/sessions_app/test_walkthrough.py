@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agentloom.engine import JsonBytesEstimator, ModelBudget, message_text
 from agentloom.engine._protocol import render_message
+from sessions_app import demo
 from sessions_app.demo import DEMO_AGENT_NAME, DEMO_SUB_AGENTS, DEMO_TOOLS, ensure_demo
 from sessions_app.models import Run
 from sessions_app.services.execution import run_execute
@@ -160,12 +161,14 @@ def test_summarised_ranges_include_what_an_inherited_summary_stood_for(alice, ga
 
 
 def test_a_delegation_compacted_after_its_result_answers_with_the_sub_agents_finding(
-    alice, gateway
+    alice, gateway, monkeypatch
 ):
     # README's lines, no supplement sent, then the delegation line again after one more large
     # result until a delegation's own run is compacted right after the sub-agent reports (where
     # that happens depends on the window's arithmetic), so that its answer comes from the
-    # handoff summary.
+    # handoff summary. On the demo's earlier 8,192 window a compaction there takes in the
+    # question's own progress; on a larger one the progress fits beside the summary.
+    monkeypatch.setattr(demo, "DEMO_CONTEXT_WINDOW", 8_192)
     session = demo_session(alice)
     steps = walkthrough_steps()
     delegation = steps[-1][0]
