@@ -950,7 +950,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "view rule: no reusable view for a compaction that only masked",
         "view_after_masking",
         _VIEWS,
-        "    if _only_masked(snapshot):",
+        "    if _only_masked(snapshot) and not compaction_of(binding).keeps_masks:",
         "    if False:",
         ("tests/sessions_app/test_references.py::test_a_masking_only_compaction_saves_no_view",),
     ),
