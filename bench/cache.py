@@ -3,6 +3,7 @@
     .venv/bin/python bench/cache.py
     .venv/bin/python bench/cache.py --turns 10 --windows 16000 --versions 3   # smoke run
     .venv/bin/python bench/cache.py --versions 3 --renderings 4,5   # before and after rendering 5
+    .venv/bin/python bench/cache.py --versions 4,5 --provider local  # masking in batches
 
 One session of the peer workload (`bench/peer.py`: each turn a question, one `echo` call with a
 2,000-character result, then a 300-character answer; a compaction request gets a ~1,500-character
@@ -17,12 +18,13 @@ evicted here, so the figures are the ceiling the requests allow, not what a prov
 
 Per combination (window, compaction version, rendering version) it prints the prompt tokens and
 the cached share of all calls, of compaction calls and of each run's first call, the compaction
-calls (and how many summaries were made on the conversation's prefix), at the run boundaries the
+calls (and how many summaries were made on the conversation's prefix), the maskings applied
+(masking stages kept, alone or before a summary), at the run boundaries the
 share where the next run's first request starts, byte for byte, with the last request of the run
 before it (`extends`) and the share where the view rule forbade starting from the previous run's
-final view (`forbade`: the run's last compaction made a summary that was not saved as a reusable
-view, so the next run projects the journal instead), and per compaction call the share that was
-cached.
+final view (`forbade`: the run's last compaction made a summary, or from compaction version 5 a
+masking, that was not saved as a reusable view, so the next run projects the journal instead), and
+per compaction call the share that was cached.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def run_combination(
     user, session = _peer_session(window, provider=provider, model_id=model, estimator=measure)
     estimator = session.agent_version.snapshot.get("estimator")
     forms: list[str] = []
-    forbade = 0
+    forbade = maskings = 0
     for turn in range(1, turns + 1):
         run = run_ask(user=user, session=session, question=f"Q{turn:05d}: echo, then answer.")
         run_execute(run_id=run.pk)
@@ -135,9 +137,20 @@ def run_combination(
         assert run.checkpoint["binding"].get("rendering", 1) == rendering
         log = (run.checkpoint or {}).get("state", {}).get("compaction_log") or []
         forms += [row.get("form") or "segmented" for row in log if row.get("stage") == "summary"]
-        # A summary the run made last that no view was saved from (a masking saves none).
+        maskings += sum(
+            1
+            for row in log
+            if row.get("stage") == "masking" and row.get("outcome") in ("succeeded", "applied")
+        )
+        # A compaction the run made last that no view was saved from (a masking saves none
+        # before compaction version 5).
         done = [row for row in log if row.get("outcome") == "succeeded"]
-        if turn < turns and done and done[-1].get("stage") == "summary":
+        saves = (
+            {"summary", "masking"}
+            if versions.compaction_named(version).keeps_masks
+            else {"summary"}
+        )
+        if turn < turns and done and done[-1].get("stage") in saves:
             saved = SessionView.objects.filter(run=run, snapshot_revision=done[-1]["revision"])
             forbade += not saved.exists()
     for call in double.calls:
@@ -150,6 +163,7 @@ def run_combination(
             "calls": double.calls,
             "forms": forms,
             "forbade": forbade,
+            "maskings": maskings,
             "estimator": estimator,
         }
     )
@@ -170,7 +184,8 @@ def report(row: dict) -> None:
     print(
         f"{row['window']:>7,} | {row['version']:>7} | {row['rendering']:>9} | {len(calls):>5} | "
         f"{sum(call['prompt'] for call in calls):>9,} | {_share(calls)} | "
-        f"{len(compactions):>11} | {prefix:>6} | {_share(compactions)} | {_share(firsts)} | "
+        f"{len(compactions):>11} | {prefix:>6} | {row['maskings']:>8} | {_share(compactions)} | "
+        f"{_share(firsts)} | "
         f"{extended / max(pairs, 1):>7.1%} | {row['forbade'] / max(pairs, 1):>7.1%} | "
         + ", ".join(f"{c['cached'] / c['prompt']:.0%}" for c in compactions[:8])
     )
@@ -198,7 +213,7 @@ def main() -> None:
     context = multiprocessing.get_context("spawn")
     print(
         f"{'window':>7} | {'version':>7} | {'rendering':>9} | {'calls':>5} | {'prompt tk':>9} | "
-        f"{'cached':>6} | {'compactions':>11} | {'prefix':>6} | {'compac.':>6} | "
+        f"{'cached':>6} | {'compactions':>11} | {'prefix':>6} | {'maskings':>8} | {'compac.':>6} | "
         f"{'1st/run':>6} | {'extends':>7} | {'forbade':>7} | cached share of each compaction call"
     )
     for window in (int(w) for w in options.windows.split(",")):

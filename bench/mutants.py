@@ -71,6 +71,7 @@ class Mutant:
 _ENGINE = "agentloom/engine"
 _VIEWS = "sessions_app/services/reusable_views.py"
 _REASONING = "tests/providers/test_reasoning_passback.py::"
+_MASKING = "tests/engine/test_compaction_masking.py::"
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -950,7 +951,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "view rule: no reusable view for a compaction that only masked",
         "view_after_masking",
         _VIEWS,
-        "    if _only_masked(snapshot):",
+        "    if _only_masked(snapshot) and not compaction_of(binding).keeps_masks:",
         "    if False:",
         ("tests/sessions_app/test_references.py::test_a_masking_only_compaction_saves_no_view",),
     ),
@@ -2942,6 +2943,75 @@ MUTANTS: tuple[Mutant, ...] = (
         "        dict(",
         (
             "tests/api/test_retention.py::test_a_space_admin_holds_a_session_retention_spares_it_and_each_change_is_audited",
+        ),
+    ),
+    # --- masking in batches, oldest first, kept for the runs after (compaction version 5) -------
+    Mutant(
+        "a masking frees at least its batch, or nothing is masked",
+        "mask_below_batch",
+        f"{_ENGINE}/_compaction.py",
+        "        if self.before - self.measure(masked_view) < batch:",
+        "        if False:",
+        (_MASKING + "test_masking_never_fires_for_less_than_its_batch",),
+    ),
+    Mutant(
+        "masking goes oldest first",
+        "mask_newest_first",
+        f"{_ENGINE}/_compaction.py",
+        "        for unit in self.units[:reach]:",
+        "        for unit in reversed(self.units[:reach]):",
+        (_MASKING + "test_masking_goes_oldest_first_and_stops_at_the_target",),
+    ),
+    Mutant(
+        "masking stops once the view is at the target and the batch is freed",
+        "mask_past_the_target",
+        f"{_ENGINE}/_compaction.py",
+        "        goal = max(self.before - self.target_at, batch)",
+        "        goal = max(self.before, batch)",
+        (_MASKING + "test_masking_goes_oldest_first_and_stops_at_the_target",),
+    ),
+    Mutant(
+        "a batch never masks the newest unit's results",
+        "mask_the_newest_unit",
+        f"{_ENGINE}/_compaction.py",
+        "        reach = max(self.kept_from, len(self.units) - 1)",
+        "        reach = len(self.units)",
+        (
+            _MASKING
+            + "test_a_batch_the_older_results_cannot_free_masks_nothing_not_even_the_newest",
+        ),
+    ),
+    Mutant(
+        "compaction 4 masks as it did: no batch before version 5",
+        "batch_for_every_version",
+        f"{_ENGINE}/_context.py",
+        "                    if self.compaction.batches_masks",
+        "                    if True",
+        (
+            _MASKING + "test_a_replayed_compaction_4_masks_what_it_masked",
+            _MASKING + "test_under_compaction_4_the_same_view_still_masks_before_its_summary",
+        ),
+    ),
+    Mutant(
+        "from compaction 5 a masking is saved as a view: the next run keeps its stubs",
+        "masks_unmasked_by_the_next_run",
+        f"{_ENGINE}/_compaction_versions.py",
+        "        keeps_masks=True,",
+        "        keeps_masks=False,",
+        (
+            "tests/sessions_app/test_run_boundary.py::"
+            "test_a_masked_result_stays_masked_in_the_next_runs_first_request",
+        ),
+    ),
+    Mutant(
+        "the mask batch is left out of a binding at its default",
+        "batch_always_bound",
+        f"{_ENGINE}/_policy.py",
+        '        if policy["mask_batch_ratio"] == MASK_BATCH_RATIO:',
+        "        if False:",
+        (
+            "tests/engine/test_policy.py::"
+            "test_the_mask_batch_is_left_out_of_the_binding_at_its_default",
         ),
     ),
 )

@@ -55,6 +55,8 @@ POLICY_HELP = {
     "model_steps": "Also compact after this many model steps since the last compaction. Blank: "
     "never.",
     "max_compaction_calls": "Model calls one compaction may make: 1 to 16.",
+    "mask_batch_ratio": "The least share of the effective input budget one masking of older "
+    "tool results frees, or it does not mask (a summary compacts instead): from 0 to 1.",
 }
 
 
@@ -207,6 +209,7 @@ class AgentForm(forms.ModelForm):
     user_turns = forms.IntegerField(required=False, label="Every N user turns")
     model_steps = forms.IntegerField(required=False, label="Every N model steps")
     max_compaction_calls = forms.IntegerField(required=False, label="Calls per compaction")
+    mask_batch_ratio = forms.FloatField(required=False, label="Least masking share")
 
     class Meta:
         model = Agent

@@ -535,7 +535,7 @@ def version_binding(
         version.snapshot, start, learned=start is None, connection=connection
     )
     binding = {
-        "policy": policy.to_dict(),
+        "policy": policy.bound(),
         "budget": budget.to_dict(),
         "estimator": estimator.binding(),
     }

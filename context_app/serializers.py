@@ -27,6 +27,12 @@ _POLICY_PROPERTIES = {
     "user_turns": {**_COUNT, "description": "Compact after this many user turns (null: off)."},
     "model_steps": {**_COUNT, "description": "Compact after this many model steps (null: off)."},
     "max_compaction_calls": {"type": "integer", "minimum": 1, "maximum": 16},
+    "mask_batch_ratio": {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+        "description": "One masking frees at least this share of the input budget, or none.",
+    },
 }
 
 

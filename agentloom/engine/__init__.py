@@ -37,7 +37,9 @@ Where each rule of the design lives (each module's docstring states its rules):
 - a refusal the gateway adapts to (`ModelGateway.adapt`, such as reasoning that must go back):
   announced, the payload rebuilt, checked by the gate and the hard check, and sent once more:
   `_engine.call_model`;
-- compaction (pinned content, units, segmented summaries, masking): `_compaction`;
+- compaction (pinned content, units, segmented summaries, masking; from compaction version 5
+  masking in batches, oldest first, never below the policy's `mask_batch_ratio`):
+  `_compaction`;
 - the observed-prefix rule (which compaction snapshot may become a reusable view): the
   application's `sessions_app/services/reusable_views.py`; the engine records what each snapshot
   observed (`covered_seq`, `_frame`);

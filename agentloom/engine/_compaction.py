@@ -15,7 +15,13 @@ the attempt with its outcome or hands on to the next:
    units `pin` would not keep are masked to one-line references (`request.mask`). When that alone
    brings the view below the trigger, the compaction ends there (`masked`); otherwise the next
    steps run on the masked view, summarising the older units from their unmasked text. Each stage
-   reports its own before and after (`details["stages"]`).
+   reports its own before and after (`details["stages"]`). From compaction version 5
+   (`request.mask_batch`), masking goes oldest first: the results of the oldest units are
+   masked, one after another, until the view is at the target and the masking freed at least
+   the batch, reaching into the kept units (never the newest one) for the batch; when even
+   masking all of those frees less than the batch, nothing is masked and the summary stage
+   compacts. Masking rewrites the prompt from its first new stub on, so a masking that frees
+   little would cost the prompt cache more than it saves.
 3. `summary_stage` summarises the older units in order, in as many segments as needed (at most
    `max_compaction_calls`), each request sized to fit the effective budget on its own and
    carrying the summary so far. An earlier handoff summary in the view is that summary so far (it
@@ -184,6 +190,9 @@ class CompactionRequest:
     prefix_summary: bool = False
     # The rules identifiers are found by (`_identifiers`; 2 from compaction version 4).
     identifier_rules: int = 1
+    # The least a masking frees, oldest results first (compaction version 5 on: the policy's
+    # `mask_batch_at`); None: the results of every unit not kept are masked, as before.
+    mask_batch: int | None = None
 
     @property
     def kept_verbatim(self) -> bool:
@@ -430,6 +439,8 @@ class _Attempt:
         self.sizes: list[int] = []
         self.kept_from = 0
         self.masked_at: list[int] = []
+        # A masked view `mask_batch` did not use (its stubs must outlive the attempt's outcome).
+        self.unused: list[dict[str, Any]] = []
         # Found by `summary_stage`: earlier summaries, the units summarised and the summary.
         self.earlier: list[int] = []
         self.material: list[int] = []
@@ -535,7 +546,10 @@ class _Attempt:
         request = self.request
         if request.mask is None or self.count_only:
             return None
-        masked_view, self.masked_at = _masked(request, self.view, self.units[: self.kept_from])
+        if request.mask_batch is None:
+            masked_view, self.masked_at = _masked(request, self.view, self.units[: self.kept_from])
+        else:
+            masked_view, self.masked_at = self.mask_batch(request.mask_batch)
         if not self.masked_at:
             return None
         masked_size = self.measure(masked_view)
@@ -555,6 +569,41 @@ class _Attempt:
         self.view = masked_view
         self.keep()
         return None
+
+    def mask_batch(self, batch: int) -> tuple[list[dict[str, Any]], list[int]]:
+        """Return the view masked oldest first, and where (nothing when it frees below `batch`).
+
+        Masks until the view is at the target and at least `batch` is freed, over the units not
+        kept and then the kept ones but the newest.
+        """
+        request, view = self.request, self.view
+        policy, estimator = request.policy, request.estimator
+        goal = max(self.before - self.target_at, batch)
+        masked_view = list(view)
+        masked_at: list[int] = []
+        freed = 0
+        reach = max(self.kept_from, len(self.units) - 1)
+        for unit in self.units[:reach]:
+            for index in range(unit.start, unit.end):
+                stub = request.mask(index)  # type: ignore[misc]
+                if stub is None:
+                    continue
+                masked_view[index] = stub
+                masked_at.append(index)
+                freed += policy.measure([view[index]], [], estimator) - policy.measure(
+                    [stub], [], estimator
+                )
+                if freed >= goal:
+                    # Counted message by message; the view as sent says what was freed.
+                    freed = self.before - self.measure(masked_view)
+                    if freed >= goal:
+                        return masked_view, masked_at
+        # The stubs stay alive with the attempt: the context knows each by its identity, which a
+        # message made later in the attempt must not take over.
+        self.unused = masked_view
+        if self.before - self.measure(masked_view) < batch:
+            return list(view), []
+        return masked_view, masked_at
 
     def summary_stage(self, summarise: _Summariser) -> CompactionOutcome | None:
         """Step 4: choose the material and its room, then summarise it with `summarise`."""

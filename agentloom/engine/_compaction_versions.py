@@ -23,6 +23,11 @@ views and projection points are keyed by.
 | 4 | identifiers under rules 2 (`_identifiers`): an id with a code inside is kept whole        |
 |   | (`KL-1220-6d81`), patterns start only where a run starts (linear on long records), and   |
 |   | `search_history` and the record kinds its results name are the engine's own words        |
+| 5 | masking in batches: the oldest results are masked first, until the view is at the target |
+|   | and at least the policy's batch is freed (`mask_batch_ratio`), reaching into the kept    |
+|   | units (never the newest) for the batch; below the batch nothing is masked and a summary  |
+|   | does the compaction. A compaction that only masked is saved as a reusable view where the |
+|   | view rule allows, so the runs after start from its stubs instead of unmasking them       |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -59,6 +64,10 @@ class Compaction:
     prefix_summary: bool = False
     # The rules `_identifiers` finds identifiers by (what the kept-verbatim section keeps).
     identifier_rules: int = 1
+    # Masking frees at least the policy's batch, oldest results first (`_compaction`).
+    batches_masks: bool = False
+    # A compaction that only masked is saved as a reusable view (`services.reusable_views`).
+    keeps_masks: bool = False
 
 
 COMPACTIONS: tuple[Compaction, ...] = (
@@ -87,6 +96,16 @@ COMPACTIONS: tuple[Compaction, ...] = (
         kept_verbatim=True,
         prefix_summary=True,
         identifier_rules=2,
+    ),
+    Compaction(
+        5,
+        "masking in batches, oldest results first, never below the policy's batch; a masking "
+        "is saved as a reusable view, so the runs after keep its stubs",
+        kept_verbatim=True,
+        prefix_summary=True,
+        identifier_rules=2,
+        batches_masks=True,
+        keeps_masks=True,
     ),
 )
 CURRENT_COMPACTION = COMPACTIONS[-1].version

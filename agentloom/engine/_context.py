@@ -25,7 +25,8 @@ view under these rules:
   never throttled, since it could not be sent without its compaction;
 - compaction works in stages: with a large-record policy, older tool results are first masked to
   one-line references (no model call); a summary follows only when that is not enough. Each stage
-  is logged with its own before and after.
+  is logged with its own before and after. From compaction version 5 a masking frees at least the
+  policy's batch (`mask_batch_at`), oldest results first, or does not happen.
 
 Every message is redacted before it is recorded or shown.
 """
@@ -350,7 +351,7 @@ class JournalContextManager(ContextManager):
         """Return the policy, budget and estimator this context is measured with, the rendering
         version its views are made with and the compaction version it compacts with."""
         binding = {
-            "policy": self.policy.to_dict(),
+            "policy": self.policy.bound(),
             "budget": self.budget.to_dict(),
             "estimator": self.estimator.binding(),
         }
@@ -941,6 +942,11 @@ class JournalContextManager(ContextManager):
                 readable=self.large_records is not None,
                 prefix_summary=self.compaction.prefix_summary,
                 identifier_rules=self.compaction.identifier_rules,
+                mask_batch=(
+                    self.policy.mask_batch_at(self.budget)
+                    if self.compaction.batches_masks
+                    else None
+                ),
             )
         )
         self._commit(outcome, spent if outcome.calls else None)

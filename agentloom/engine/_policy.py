@@ -6,6 +6,13 @@
 
 Compaction runs when any enabled trigger holds. Versions published without a policy use the
 legacy policy: compact when the view holds more than `LEGACY_CONTEXT_CHARS` characters.
+
+From compaction version 5 a masking frees at least `mask_batch_ratio` of the effective input
+budget at once, or does not happen (`mask_batch_at`): masking rewrites the middle of the
+prompt, so one masking must pay for the prompt-cache misses it causes (Anthropic's
+`clear_at_least` is the same rule). The field is left out of a policy's binding at its default
+(`bound`), so the binding of a policy frozen before the field existed is unchanged; a new
+default would come with a new compaction version.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from agentloom.engine._records import Counters
 __all__ = [
     "DEFAULT_POLICY",
     "LEGACY_CONTEXT_CHARS",
+    "MASK_BATCH_RATIO",
     "TRIGGER_BUDGET",
     "TRIGGER_CHARACTERS",
     "TRIGGER_MODEL_STEPS",
@@ -36,6 +44,8 @@ __all__ = [
 ]
 
 LEGACY_CONTEXT_CHARS = 48_000
+# The least share of the effective input budget one masking frees, by default (version 5 on).
+MASK_BATCH_RATIO = 0.1
 # The legacy policy had no target of its own; compaction aims at this share of its threshold.
 LEGACY_TARGET_RATIO = 0.6
 
@@ -80,13 +90,21 @@ class TriggerPolicy(abc.ABC):
     def target_at(self, budget: ModelBudget) -> int:
         """Return the size at or below which compaction reached its target."""
 
+    def mask_batch_at(self, budget: ModelBudget) -> int:
+        """Return the least one masking frees, in this policy's unit (none by default)."""
+        return 0
+
     @abc.abstractmethod
     def fired(self, *, size: int, counters: Counters, budget: ModelBudget) -> tuple[str, ...]:
         """Return the names of the triggers that hold, in a fixed order."""
 
     @abc.abstractmethod
     def to_dict(self) -> dict[str, Any]:
-        """Return the policy as bound into a checkpoint."""
+        """Return every field of the policy."""
+
+    def bound(self) -> dict[str, Any]:
+        """Return the policy as bound into a checkpoint (and the views keyed by it)."""
+        return self.to_dict()
 
 
 def _is_number(value: Any) -> bool:
@@ -109,6 +127,8 @@ class ContextPolicy(TriggerPolicy):
     user_turns: int | None = None
     model_steps: int | None = None
     max_compaction_calls: int = 4
+    # The least share of the effective input budget one masking frees (compaction version 5 on).
+    mask_batch_ratio: float = MASK_BATCH_RATIO
 
     def __post_init__(self) -> None:
         if not _is_number(self.context_ratio) or not 0 < self.context_ratio <= 1:
@@ -122,6 +142,8 @@ class ContextPolicy(TriggerPolicy):
         calls = self.max_compaction_calls
         if isinstance(calls, bool) or not isinstance(calls, int) or not 1 <= calls <= 16:
             raise ConfigurationError("max_compaction_calls", "must be an integer from 1 to 16")
+        if not _is_number(self.mask_batch_ratio) or not 0 <= self.mask_batch_ratio <= 1:
+            raise ConfigurationError("mask_batch_ratio", "must be a number from 0 to 1")
 
     @classmethod
     def from_dict(cls, partial: dict[str, Any] | None) -> ContextPolicy:
@@ -137,6 +159,13 @@ class ContextPolicy(TriggerPolicy):
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def bound(self) -> dict[str, Any]:
+        policy = self.to_dict()
+        if policy["mask_batch_ratio"] == MASK_BATCH_RATIO:
+            # At its default the field is left out: bindings made before it existed stay equal.
+            del policy["mask_batch_ratio"]
+        return policy
+
     def measure(self, messages, tools, estimator) -> int:
         return estimator.estimate(messages, tools)
 
@@ -147,6 +176,9 @@ class ContextPolicy(TriggerPolicy):
 
     def target_at(self, budget: ModelBudget) -> int:
         return budget.share(self.target_ratio)
+
+    def mask_batch_at(self, budget: ModelBudget) -> int:
+        return math.ceil(Fraction(repr(self.mask_batch_ratio)) * budget.effective_input_budget)
 
     def fired(self, *, size: int, counters: Counters, budget: ModelBudget) -> tuple[str, ...]:
         triggers = []

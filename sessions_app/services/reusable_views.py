@@ -20,7 +20,8 @@ The compaction snapshot a view is saved from holds `JournalReference` rows (one 
 consecutive records), written once, so the database keeps what the snapshot and the view refer
 to; a view goes with its run, and so do they. The view refers to its snapshot's stored row
 (`SessionView.snapshot`), which is kept while the view exists. A compaction that only masked
-saves no view.
+saves no view before compaction version 5; from version 5 it saves one, so the runs after keep
+its stubs where the view rule allows (a new run starting from it never shows them whole again).
 Choosing a view reads clear index columns only; only the chosen view is decrypted. The reads
 that choose by this rule (`compliant_view`, `view_derivations`) are in `selectors.views`; saving
 and revoking a view, and turning old references into ranges, are here.
@@ -34,7 +35,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentloom.engine import LARGE_KEYS, as_ranges
+from agentloom.engine import LARGE_KEYS, as_ranges, compaction_of
 from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
@@ -233,7 +234,8 @@ def snapshot_save(
     """Record the references of the frame's newest snapshot; save it as a view when allowed.
 
     The references are written once, under the run's snapshot; a view saved from the snapshot
-    is kept by them. A snapshot whose compaction only masked is not saved as a view. Returns
+    is kept by them. A snapshot whose compaction only masked is not saved as a view before
+    compaction version 5. Returns
     (view revision, refusal reason). Call inside the save's transaction, after the
     snapshot's records are journaled.
     """
@@ -250,7 +252,8 @@ def snapshot_save(
     )
     if not JournalReference.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
         reference_rows(session_id, refs, run_id=run_id, snapshot_revision=revision)
-    if _only_masked(snapshot):
+    binding = frame.get("binding") or {}
+    if _only_masked(snapshot) and not compaction_of(binding).keeps_masks:
         return None, "the compaction only masked tool results (no summary to reuse)"
     reason, watermark = view_refusal_reason(
         run_id=run_id,
@@ -261,7 +264,6 @@ def snapshot_save(
     )
     if reason is not None:
         return None, reason
-    binding = frame.get("binding") or {}
     counters = snapshot["counters"]
     view = SessionView.objects.create(
         derived_from=_derived_from(run_id, session_id, frame),
@@ -296,8 +298,11 @@ def snapshot_save(
 def _only_masked(snapshot: dict[str, Any]) -> bool:
     """True when the snapshot's compaction only masked tool results (no summary, no call).
 
-    Such a compaction is not saved as a reusable view: a new run that projects the same records
-    masks them again without a model call, so a view would only copy what the journal holds.
+    Before compaction version 5 such a compaction is not saved as a reusable view: a new run
+    that projects the same records masks them again without a model call. From version 5 it is
+    (`Compaction.keeps_masks`): a new run projecting the records would show them whole again,
+    so its first request would rewrite the prompt from the first stub on, and its next masking
+    would choose its own batch.
     """
     return (snapshot.get("metrics") or {}).get("reason") == "masked"
 

@@ -124,6 +124,7 @@ def test_a_new_agent_shows_the_default_policy_and_tool_descriptions(client_for, 
     assert 'name="context_ratio" value="0.8"' in html
     assert 'name="target_ratio" value="0.6"' in html
     assert 'name="max_compaction_calls" value="4"' in html
+    assert 'name="mask_batch_ratio" value="0.1"' in html
     assert "Default: 0.8." in html and "Default: blank (never)." in html
     assert 'type="checkbox" name="tools" value="echo"' in html
     assert "echo — Return the given text unchanged." in html
@@ -165,6 +166,7 @@ def test_the_form_round_trips_tools_sub_agents_and_policy(client_for, version, s
         "user_turns": 5,
         "model_steps": None,
         "max_compaction_calls": 4,
+        "mask_batch_ratio": 0.1,
     }
     html = client_for(staff_alice).get(url).content.decode()
     assert 'value="writer"' in html and 'name="user_turns" value="5"' in html

@@ -56,7 +56,7 @@ def test_a_run_journals_each_step_and_saves_the_main_frame_after_each(scripted):
     assert all(c.request_estimate > 0 and c.error is None for c in recorder.calls)
     assert recorder.calls[1].response["message"]["content"] == "done"
     assert frame["binding"] == {
-        "policy": ContextPolicy().to_dict(),
+        "policy": ContextPolicy().bound(),
         "budget": {
             "context_window": 32_768,
             "max_output_tokens": 4_096,

@@ -22,7 +22,18 @@ def test_defaults_are_the_published_defaults():
         "user_turns": None,
         "model_steps": None,
         "max_compaction_calls": 4,
+        "mask_batch_ratio": 0.1,
     }
+
+
+def test_the_mask_batch_is_left_out_of_the_binding_at_its_default():
+    # A binding made before the field existed names the same policy as one made now.
+    assert "mask_batch_ratio" not in ContextPolicy().bound()
+    assert ContextPolicy(mask_batch_ratio=0.25).bound()["mask_batch_ratio"] == 0.25
+    assert load_policy(ContextPolicy(mask_batch_ratio=0.25).bound()).mask_batch_ratio == 0.25
+    # 27,648 x 0.1 = 2,764.8: a masking frees at least 2,765.
+    assert ContextPolicy().mask_batch_at(BUDGET) == 2_765
+    assert LegacyCharPolicy().mask_batch_at(BUDGET) == 0
 
 
 def test_a_partial_policy_is_merged_over_the_defaults():
@@ -52,6 +63,10 @@ def test_a_partial_policy_is_merged_over_the_defaults():
         ({"max_compaction_calls": 17}, "max_compaction_calls"),
         ({"max_compaction_calls": True}, "max_compaction_calls"),
         ({"max_compaction_calls": 2.0}, "max_compaction_calls"),
+        ({"mask_batch_ratio": -0.1}, "mask_batch_ratio"),
+        ({"mask_batch_ratio": 1.5}, "mask_batch_ratio"),
+        ({"mask_batch_ratio": True}, "mask_batch_ratio"),
+        ({"mask_batch_ratio": None}, "mask_batch_ratio"),
         ({"context_chars": 1000}, "context_chars"),
     ],
 )
