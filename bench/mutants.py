@@ -1153,6 +1153,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "compaction 5 measures every size of an attempt with the hard check's bound",
+        "compaction_measures_the_estimate",
+        f"{_ENGINE}/_compaction_versions.py",
+        "        keeps_masks=True,\n        measures_bound=True,",
+        "        keeps_masks=True,\n        measures_bound=False,",
+        (
+            "tests/engine/test_server_count.py::test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not",
+            "tests/sessions_app/test_real_servers.py::test_a_typed_in_window_with_the_server_tokenizer_is_never_refused",
+        ),
+    ),
+    Mutant(
         "a refusal's count of the input is read where the words say it apart",
         "input_count_unread",
         "agentloom/providers/_refusals.py",

@@ -42,6 +42,7 @@ from agentloom.engine._sizecache import DEFAULT_CACHE_ITEMS, JSON_BYTES, SizeCac
 
 __all__ = [
     "DEFAULT_ESTIMATOR_ID",
+    "BoundMeasure",
     "JsonBytesEstimator",
     "LearnedLimit",
     "ModelBudget",
@@ -253,6 +254,29 @@ class JsonBytesEstimator(TokenEstimator):
             size += self._per_tool * len(tools)
             size += _json_list_bytes(tools, self._tools)
         return size
+
+
+class BoundMeasure(TokenEstimator):
+    """Measures with another estimator's `upper_bound`: the hard check's own count.
+
+    Compaction from version 5 measures with it, so that a view it accepts below the trigger is
+    one the hard check sends (an estimator whose estimate runs below its bound — the server's
+    tokenizer without the template's margins — could otherwise leave a view the check refuses).
+    """
+
+    def __init__(self, inner: TokenEstimator):
+        self.inner = inner
+        self.module_id = inner.module_id
+        self.config = inner.config
+
+    def binding(self) -> dict[str, Any]:
+        return self.inner.binding()
+
+    def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return self.inner.upper_bound(messages, tools)
+
+    def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return self.inner.upper_bound(messages, tools)
 
 
 def _json_list_bytes(items: list[Any], cache: SizeCache) -> int:

@@ -27,7 +27,10 @@ views and projection points are keyed by.
 |   | and at least the policy's batch is freed (`mask_batch_ratio`), reaching into the kept    |
 |   | units (never the newest) for the batch; below the batch nothing is masked and a summary  |
 |   | does the compaction. A compaction that only masked is saved as a reusable view where the |
-|   | view rule allows, so the runs after start from its stubs instead of unmasking them       |
+|   | view rule allows, so the runs after start from its stubs instead of unmasking them;      |
+|   | every size of the attempt is the hard check's bound (`_budget.BoundMeasure`), so a view   |
+|   | accepted below the trigger is one the check sends (a server tokenizer's estimate without  |
+|   | the template's margins had left a masked view one token over the input budget)           |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -68,6 +71,9 @@ class Compaction:
     batches_masks: bool = False
     # A compaction that only masked is saved as a reusable view (`services.reusable_views`).
     keeps_masks: bool = False
+    # Every size of an attempt is the hard check's bound (`_budget.BoundMeasure`), not the
+    # estimate.
+    measures_bound: bool = False
 
 
 COMPACTIONS: tuple[Compaction, ...] = (
@@ -100,12 +106,14 @@ COMPACTIONS: tuple[Compaction, ...] = (
     Compaction(
         5,
         "masking in batches, oldest results first, never below the policy's batch; a masking "
-        "is saved as a reusable view, so the runs after keep its stubs",
+        "is saved as a reusable view, so the runs after keep its stubs; sizes are the hard "
+        "check's bound",
         kept_verbatim=True,
         prefix_summary=True,
         identifier_rules=2,
         batches_masks=True,
         keeps_masks=True,
+        measures_bound=True,
     ),
 )
 CURRENT_COMPACTION = COMPACTIONS[-1].version

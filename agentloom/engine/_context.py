@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentloom.engine._budget import (
+    BoundMeasure,
     JsonBytesEstimator,
     ModelBudget,
     TokenEstimator,
@@ -934,7 +935,7 @@ class JournalContextManager(ContextManager):
                 triggers=fired,
                 policy=self.policy,
                 budget=self.budget,
-                estimator=getattr(self.estimator, "bound_estimator", self.estimator),
+                estimator=self._compaction_measure(),
                 summarise=summarise,
                 mask=self._mask if self.large_records is not None else None,
                 sent=self._sent_view,
@@ -952,6 +953,12 @@ class JournalContextManager(ContextManager):
         self._commit(outcome, spent if outcome.calls else None)
         self._throttle_after(outcome, size)
         return outcome
+
+    def _compaction_measure(self) -> TokenEstimator:
+        """Return what a compaction attempt measures with: the hard check's bound from
+        compaction version 5, the bound estimator's estimate before."""
+        estimator = getattr(self.estimator, "bound_estimator", self.estimator)
+        return BoundMeasure(estimator) if self.compaction.measures_bound else estimator
 
     def _throttled(self, size: int) -> bool:
         """Return True while a failed compaction's retry waits for growth or model steps."""

@@ -364,7 +364,10 @@ def test_a_replay_measures_with_the_counts_its_run_recorded_without_the_server()
     assert [call.counts for call in again.calls] == [call.counts for call in recorder.calls]
 
 
-def test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not():
+@pytest.mark.parametrize("compaction", [4, 5])
+def test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not(
+    compaction,
+):
     counter = WordCounter()
     budget = ModelBudget(4_000, 500, 0)
     recorder = Recorder(MemoryJournal())
@@ -376,6 +379,7 @@ def test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estima
         budget=budget,
         recorder=recorder,
         estimator=estimator,
+        compaction=compaction,
     )
 
     outcome = engine.start(run_number=1, attempt=1, system_prompt="You echo.", question="Echo.")
@@ -383,7 +387,13 @@ def test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estima
     assert outcome.status == "succeeded", outcome.error
     log = recorder.saves[-1]["state"]["compaction_log"]
     assert log and log[0]["trigger"] == ["budget"]
-    assert log[0]["before"] < ContextPolicy().trigger_at(budget)  # the estimate did not fire
+    trigger = ContextPolicy().trigger_at(budget)
+    if compaction < 5:
+        assert log[0]["before"] < trigger  # measured by the estimate, which did not fire
+    else:
+        # Measured by the hard check's bound: over the budget, and left below the trigger.
+        assert log[0]["before"] > budget.effective_input_budget
+        assert all(row["after"] < trigger for row in log if row["outcome"] == "succeeded")
     assert all(
         call.counts["upper_bound"] <= budget.effective_input_budget for call in recorder.calls
     )
