@@ -481,7 +481,7 @@ def refresh(
         data = {"grant_type": "refresh_token", "refresh_token": refresh_token}
         tokens = await _token_request(http, check, authorization, client, data)
         if not tokens.refresh_token:
-            # RFC 6749 §6: a server that does not rotate keeps the refresh token in force.
+            # RFC 6749 (refreshing): a server that does not rotate keeps the refresh token in force.
             tokens = Tokens(tokens.access_token, refresh_token, tokens.expires_in, tokens.scope)
         return tokens
 

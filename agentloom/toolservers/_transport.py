@@ -193,8 +193,10 @@ def guarded_http_client(
         auth=auth,
         trust_env=False,
         follow_redirects=False,
-        # The SDK follows same-origin redirects itself up to this many times: none.
-        max_redirects=0,
+        # The SDK follows same-origin redirects itself up to this many times: none. (httpx2
+        # counts a 401 answered again with a renewed token as one; the transport refuses
+        # every 3xx before anyone sees it either way.)
+        max_redirects=1 if auth is not None else 0,
         timeout=httpx2.Timeout(
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
         ),

@@ -141,7 +141,7 @@ class _Provider:
     async def load_refresh_token(self, client, refresh_token: str):
         with self.state.lock:
             if refresh_token in self.state.spent:
-                # A spent refresh token came back: the family is revoked (OAuth 2.1 §4.3.1).
+                # A spent refresh token came back: the family is revoked (as OAuth 2.1 recommends).
                 self.state.revoked_families.add(self.state.spent[refresh_token])
                 return None
             issued = self.state.refresh.get(refresh_token)
@@ -307,5 +307,6 @@ def oauth_servers(*, dynamic: bool = True, documents: bool = False) -> Iterator[
 
 
 def document_client(document: dict[str, Any]) -> OAuthClientInformationFull:
-    """Return the client a Client ID Metadata Document describes (what the server would fetch)."""
-    return OAuthClientInformationFull.model_validate(document)
+    """Return the client a Client ID Metadata Document describes (what the server would fetch),
+    allowed this server's scope (the SDK's server grants a client only scopes it registered)."""
+    return OAuthClientInformationFull.model_validate({**document, "scope": SCOPE})
