@@ -333,7 +333,9 @@ def test_no_token_or_code_is_stored_in_clear_logged_or_returned(
         # Not the test's own browser (httpx), which follows the redirects.
         if record.name.split(".")[0] not in ("httpx", "httpcore")
     )
-    api = _browser(alice).get(f"/api/tool-servers/{server.pk}/").content.decode()
+    answer = _browser(alice).get(f"/api/v1/tool-servers/{server.pk}/")
+    assert answer.status_code == 200
+    api = answer.content.decode()
     journal = str(SessionMessage.objects.filter(run=run).values_list("message", flat=True))
     address = repr(server_address_for_run(server, member_id=alice.pk))
     for secret in secrets:
