@@ -49,6 +49,13 @@ def private_tool_hosts(settings):
 
 
 @pytest.fixture
+def file_database():
+    """Skip a test whose threads use the database on an in-memory one (one shared connection)."""
+    if db_connection.vendor == "sqlite" and db_connection.is_in_memory_db():
+        pytest.skip("needs a file database (TEST_SQLITE_NAME) or PostgreSQL")
+
+
+@pytest.fixture
 def world():
     with oauth_servers() as found:
         yield found
@@ -209,7 +216,9 @@ def test_an_expiring_token_is_refreshed_before_the_call(alice, space, world):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_token_the_server_refuses_is_renewed_once_and_the_call_sent_again(alice, space, world):
+def test_a_token_the_server_refuses_is_renewed_once_and_the_call_sent_again(
+    alice, space, world, file_database
+):
     server = _server(alice, space, world)
     _connect(_browser(alice), server)
     row = OAuthConnection.objects.get(server=server)
@@ -220,7 +229,9 @@ def test_a_token_the_server_refuses_is_renewed_once_and_the_call_sent_again(alic
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_revoked_connection_is_a_tool_error_that_says_to_connect_again(alice, space, world):
+def test_a_revoked_connection_is_a_tool_error_that_says_to_connect_again(
+    alice, space, world, file_database
+):
     server = _server(alice, space, world)
     _connect(_browser(alice), server)
     session = _session(alice, space, alice, server)
@@ -231,7 +242,7 @@ def test_a_revoked_connection_is_a_tool_error_that_says_to_connect_again(alice, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_refresh_race_spends_the_rotating_refresh_token_once(alice, space, world):
+def test_a_refresh_race_spends_the_rotating_refresh_token_once(alice, space, world, file_database):
     server = _server(alice, space, world)
     _connect(_browser(alice), server)
     row = OAuthConnection.objects.get(server=server)
