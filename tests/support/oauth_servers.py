@@ -296,14 +296,36 @@ def oauth_servers(*, dynamic: bool = True, documents: bool = False) -> Iterator[
     """Serve the authorization server and the protected tool server on 127.0.0.1."""
     state = AuthState()
     calls = Calls()
-    auth_port, tool_port = free_port(), free_port()
-    issuer = f"http://127.0.0.1:{auth_port}"
-    resource = f"http://127.0.0.1:{tool_port}/mcp"
-    with (
-        serve(auth_app(state, issuer, dynamic=dynamic, documents=documents), port=auth_port),
-        serve(protected_app(state, calls, issuer=issuer, resource=resource), port=tool_port),
-    ):
-        yield OAuthWorld(url=resource, issuer=issuer, state=state, calls=calls)
+    with serve(_late_issuer(state, dynamic=dynamic, documents=documents)) as issuer:
+        # Its port is taken before the tool server's is chosen: the two never collide.
+        tool_port = free_port()
+        resource = f"http://127.0.0.1:{tool_port}/mcp"
+        with serve(protected_app(state, calls, issuer=issuer, resource=resource), port=tool_port):
+            yield OAuthWorld(url=resource, issuer=issuer, state=state, calls=calls)
+
+
+def _late_issuer(state: AuthState, *, dynamic: bool, documents: bool):
+    """Return an app that builds the authorization server on its first request, once its own
+    address (the issuer) is known from that request."""
+    built: list[Any] = []
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if not built:
+            host, port = scope["server"]
+            built.append(
+                auth_app(state, f"http://{host}:{port}", dynamic=dynamic, documents=documents)
+            )
+        await built[0](scope, receive, send)
+
+    return app
 
 
 def document_client(document: dict[str, Any]) -> OAuthClientInformationFull:
