@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -93,6 +94,28 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_origin(name: str) -> str:
+    """Return an origin (`http(s)://host[:port]`, no path, query or user) or "" when unset."""
+    value = env_str(name)
+    if value is None:
+        return ""
+    parts = urlsplit(value)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise ImproperlyConfigured(f"{name} must be an origin such as https://host, got {value!r}")
+    try:
+        parts.port  # noqa: B018 (a malformed port raises)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} has a malformed port, got {value!r}") from None
+    return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
 def env_secret_list(name: str) -> list[str]:

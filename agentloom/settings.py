@@ -17,6 +17,7 @@ from agentloom.config import (
     env_heartbeat,
     env_int,
     env_list,
+    env_origin,
     env_rate,
     env_secret_list,
     env_str,
@@ -51,6 +52,12 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 ALLOW_PRIVATE_MODEL_HOSTS = env_bool("ALLOW_PRIVATE_MODEL_HOSTS", False)
 # Tool servers (MCP) are a separate decision: a local model server does not vouch for local tools.
 ALLOW_PRIVATE_TOOL_HOSTS = env_bool("ALLOW_PRIVATE_TOOL_HOSTS", False)
+# Where people reach the console, as `https://host[:port]` (no path): OAuth tool servers send
+# people back to `<origin>/oauth/callback/`, and a Client ID Metadata Document is served there
+# only under https. Unset, the origin is the one each request came to (a host in ALLOWED_HOSTS)
+# and tool servers' authorization servers get no metadata document (dynamic registration or a
+# pre-registered client id instead).
+CONSOLE_ORIGIN = env_origin("CONSOLE_ORIGIN")
 # The longest one call of a tool-server tool may take (the lease is renewed while it runs).
 TOOL_CALL_SECONDS = env_int("TOOL_CALL_SECONDS", 60, minimum=1)
 LEGACY_CONTEXT_CHARS = env_int("LEGACY_CONTEXT_CHARS", 48_000, minimum=1_000)

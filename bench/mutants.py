@@ -3025,6 +3025,108 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_the_mask_batch_is_left_out_of_the_binding_at_its_default",
         ),
     ),
+    # --- OAuth tool servers ----------------------------------------------------------------------
+    Mutant(
+        "an authorization request carries an S256 PKCE challenge",
+        "oauth_pkce_plain",
+        "agentloom/toolservers/_oauth.py",
+        '        "code_challenge_method": "S256",',
+        '        "code_challenge_method": "plain",',
+        (
+            "tests/console/test_oauth_tool_servers.py::test_a_member_connects_by_pkce_with_the_resource_and_runs_act_as_them",
+        ),
+    ),
+    Mutant(
+        "an authorization request names the resource (RFC 8707)",
+        "oauth_resource_unnamed",
+        "agentloom/toolservers/_oauth.py",
+        '        "resource": authorization.resource,\n    }\n    if authorization.scope:',
+        "    }\n    if authorization.scope:",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_a_member_connects_by_pkce_with_the_resource_and_runs_act_as_them",
+        ),
+    ),
+    Mutant(
+        "an authorization's state ends only in the browser session that started it",
+        "oauth_state_unbound",
+        "models_app/services/tool_server_oauth.py",
+        "    if pending.user_id != user.pk or not hmac.compare_digest(",
+        "    if pending.user_id != user.pk and not hmac.compare_digest(",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_state_is_bound_to_the_browser_session_and_the_user_and_used_once",
+        ),
+    ),
+    Mutant(
+        "an authorization's state is used once",
+        "oauth_state_reused",
+        "models_app/services/tool_server_oauth.py",
+        "        pending.delete()\n",
+        "        pending.save()\n",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_state_is_bound_to_the_browser_session_and_the_user_and_used_once",
+        ),
+    ),
+    Mutant(
+        "a renewal under the row lock uses a token another call got meanwhile",
+        "oauth_refresh_twice",
+        "models_app/services/tool_server_oauth.py",
+        "        if row.access_token != stale:\n            return row.access_token",
+        "        if False:\n            return row.access_token",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_a_refresh_race_spends_the_rotating_refresh_token_once",
+        ),
+    ),
+    Mutant(
+        "invalid_grant reads the connection again for a token refreshed meanwhile",
+        "oauth_invalid_grant_final",
+        "models_app/services/tool_server_oauth.py",
+        "    return fresh if fresh is not None and fresh != stale else None",
+        "    return None",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_invalid_grant_reads_the_row_again_for_a_token_refreshed_meanwhile",
+        ),
+    ),
+    Mutant(
+        "a URL handed to a browser goes through the address guard",
+        "oauth_authorize_unguarded",
+        "agentloom/toolservers/_oauth.py",
+        '            "authorization_endpoint": check(str(metadata.authorization_endpoint)),',
+        '            "authorization_endpoint": str(metadata.authorization_endpoint),',
+        (
+            "tests/toolservers/test_oauth.py::test_an_authorization_endpoint_the_guard_refuses_ends_discovery",
+        ),
+    ),
+    Mutant(
+        "removing a member revokes their connections",
+        "oauth_member_kept",
+        "models_app/signals.py",
+        "    member_connections_removed(space_id=instance.space_id, user_id=instance.user_id)",
+        "    return None",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_disconnecting_deleting_the_server_and_removing_the_member_revoke",
+        ),
+    ),
+    Mutant(
+        "a connection's tokens are redacted from what the space's runs write",
+        "oauth_tokens_unredacted",
+        "models_app/selectors.py",
+        "    secrets.extend(token for pair in tokens for token in pair"
+        " if len(token) >= MIN_SECRET_CHARS)",
+        "    secrets.extend([])",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_no_token_or_code_is_stored_in_clear_logged_or_returned",
+        ),
+    ),
+    Mutant(
+        "a member's run acts as the session creator's own account, never another's",
+        "oauth_any_members_account",
+        "models_app/services/tool_server_oauth.py",
+        "        .filter(server=server, member_id=None if shared else member_id)",
+        "        .filter(server=server)",
+        (
+            "tests/console/test_oauth_tool_servers.py::test_a_member_connects_by_pkce_with_the_resource_and_runs_act_as_them",
+        ),
+    ),
 )
 
 

@@ -559,6 +559,7 @@ def build_engine(
     connection: ModelConnection | bool | None = False,
     named_uris: NamedUris | None = None,
     cache_key: str | None = None,
+    member_id: int | None = None,
 ) -> Engine:
     """Return an engine bound to `version`'s frozen snapshot, with the run's `hooks` plugged in.
 
@@ -566,7 +567,8 @@ def build_engine(
     `held` wraps the database reads its tools make during the run, as it wraps the hooks;
     `connection` is the version's connection row as the run read it (`version_connection`);
     `named_uris` finds the resource URIs a server's results named in the run's session.
-    `cache_key` goes with each model call (the session's: `EngineConfig.cache_key`).
+    `cache_key` goes with each model call (the session's: `EngineConfig.cache_key`);
+    `member_id` is the session's creator, whose OAuth connections member-identity servers use.
     """
     snapshot = version.snapshot
     connection = _live_connection(snapshot, connection)
@@ -574,12 +576,12 @@ def build_engine(
     policy, budget, estimator = run_measures(
         snapshot, counter=server_counter(snapshot, connection), connection=connection
     )
-    reader = read_resource_tool(snapshot, named=named_uris, held=held)
+    reader = read_resource_tool(snapshot, named=named_uris, held=held, member_id=member_id)
     return create_engine(
         gateway,
         [
             *(name for name in snapshot.get("tools", []) if name in BUILTIN_TOOL_NAMES),
-            *server_tools_of(snapshot, held=held),
+            *server_tools_of(snapshot, held=held, member_id=member_id),
             *([reader] if reader is not None else []),
         ],
         ContextBinding(policy, budget, estimator, large_records=snapshot.get("large_records")),

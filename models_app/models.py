@@ -133,11 +133,21 @@ class ToolServer(models.Model):
         NEVER = "never", "Never"
         ALWAYS = "always", "Always (a person approves each call)"
 
+    class OAuth(models.TextChoices):
+        NONE = "", "No OAuth (headers only)"
+        MEMBER = "member", "OAuth: each member connects their own account"
+        SPACE = "space", "OAuth: one shared connection for the whole space"
+
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="tool_servers")
     name = models.CharField(max_length=30)
     approval = models.CharField(max_length=8, choices=Approval.choices, default=Approval.NEVER)
     url = models.URLField(max_length=500)
     headers = EncryptedJSONField(blank=True, default=dict)
+    # Whose account the tools act as when the server uses OAuth (`OAuthConnection`), and the
+    # client registered beforehand at its authorization server, if any (first in preference).
+    oauth = models.CharField(max_length=8, choices=OAuth.choices, blank=True, default="")
+    oauth_client_id = models.CharField(max_length=500, blank=True, default="")
+    oauth_client_secret = EncryptedTextField(blank=True, default="")
     tools = models.JSONField(blank=True, default=list)
     declares_resources = models.BooleanField(default=False)
     resources = models.JSONField(blank=True, default=list)
@@ -155,6 +165,109 @@ class ToolServer(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class OAuthRegistration(models.Model):
+    """The client this deployment is at a tool server's authorization server, and what
+    discovery found there (`metadata`: `agentloom.toolservers.AuthorizationServer`).
+
+    `kind` says how the client came to be, in the specification's order of preference: a client
+    id registered beforehand, this deployment's Client ID Metadata Document, or dynamic
+    registration. A secret, when the server issued one, is encrypted like keys.
+    """
+
+    class Kind(models.TextChoices):
+        PREREGISTERED = "preregistered", "Registered beforehand"
+        METADATA_DOCUMENT = "document", "Client ID Metadata Document"
+        DYNAMIC = "dynamic", "Dynamic registration"
+
+    server = models.OneToOneField(
+        ToolServer, on_delete=models.CASCADE, related_name="oauth_registration"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    issuer = models.CharField(max_length=500)
+    client_id = models.CharField(max_length=500)
+    client_secret = EncryptedTextField(blank=True, default="")
+    auth_method = models.CharField(max_length=32, default="none")
+    redirect_uri = models.CharField(max_length=500)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.server} at {self.issuer}"
+
+
+class OAuthConnection(models.Model):
+    """An account connected to a tool server by OAuth: a member's own (`member`), or the space's
+    shared one (`member` empty), which every run of the space acts as and says so.
+
+    The tokens are encrypted like keys, never shown or returned, redacted from what runs write;
+    a refresh takes the row's lock first (`models_app.services.tool_server_oauth`).
+    """
+
+    server = models.ForeignKey(
+        ToolServer, on_delete=models.CASCADE, related_name="oauth_connections"
+    )
+    member = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="oauth_connections",
+    )
+    connected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    access_token = EncryptedTextField()
+    refresh_token = EncryptedTextField(blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(max_length=1000, blank=True, default="")
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["server", "member"], name="unique_oauth_connection_member"
+            ),
+            models.UniqueConstraint(
+                fields=["server"],
+                condition=models.Q(member__isnull=True),
+                name="unique_oauth_connection_shared",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server}: {self.member or 'shared'}"
+
+
+class OAuthAuthorization(models.Model):
+    """An authorization in progress: a person left for the authorization server and comes back
+    with `state`, which only the same browser session (`session_digest`), user and space end.
+
+    `state` and the session key are kept as SHA-256 digests, the PKCE verifier encrypted; the
+    row is removed when the person comes back, or after `AUTHORIZATION_MINUTES`.
+    """
+
+    state_digest = models.CharField(max_length=64, unique=True)
+    session_digest = models.CharField(max_length=64)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="+")
+    server = models.ForeignKey(ToolServer, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    shared = models.BooleanField(default=False)
+    verifier = EncryptedTextField()
+    redirect_uri = models.CharField(max_length=500)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"authorization of {self.server} started {self.created_at:%Y-%m-%d %H:%M}"
 
 
 class SpendLimit(models.Model):

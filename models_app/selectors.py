@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 
 from agentloom.errors import NotFound
 from agentloom.spaces.models import Space
 from agentloom.spaces.selectors import spaces_for_user
-from models_app.models import ModelConnection, ToolServer
+from models_app.models import ModelConnection, OAuthConnection, ToolServer
 
 
 def connections_for_user(user) -> QuerySet[ModelConnection]:
@@ -60,8 +62,38 @@ def tool_server_get(*, user, server_id: int) -> ToolServer:
     return server
 
 
+def oauth_identities(user, space_id: int) -> list[dict[str, Any]]:
+    """Return the space's OAuth tool servers and whose account each acts as: `shared` (the
+    space's connection, and who connected it) or each member's (whether `user` connected
+    theirs, and how many members did). No token is read."""
+    servers = list(
+        ToolServer.objects.filter(space_id=space_id)
+        .exclude(oauth="")
+        .order_by("name")
+        .only("pk", "name", "url", "oauth", "space_id")
+    )
+    rows = OAuthConnection.objects.filter(server__in=servers).values(
+        "server_id", "member_id", "connected_by__username", "created_at"
+    )
+    found = []
+    for server in servers:
+        mine = [row for row in rows if row["server_id"] == server.pk]
+        shared = next((row for row in mine if row["member_id"] is None), None)
+        found.append(
+            {
+                "server": server,
+                "shared": server.oauth == ToolServer.OAuth.SPACE,
+                "shared_connection": shared,
+                "own_connection": next((row for row in mine if row["member_id"] == user.pk), None),
+                "members_connected": sum(1 for row in mine if row["member_id"] is not None),
+            }
+        )
+    return found
+
+
 def tool_server_secrets(space_id: int) -> list[str]:
-    """Return the header values of the space's tool servers, to redact from what its runs write.
+    """Return the header values and OAuth tokens of the space's tool servers, to redact from
+    what its runs write.
 
     A value like `Bearer <token>` is redacted whole and so is its token.
     """
@@ -70,4 +102,8 @@ def tool_server_secrets(space_id: int) -> list[str]:
         for value in (headers or {}).values():
             parts = [value, *str(value).split()[1:]]
             secrets.extend(part for part in parts if len(part) >= MIN_SECRET_CHARS)
+    tokens = OAuthConnection.objects.filter(server__space_id=space_id).values_list(
+        "access_token", "refresh_token"
+    )
+    secrets.extend(token for pair in tokens for token in pair if len(token) >= MIN_SECRET_CHARS)
     return list(dict.fromkeys(secrets))

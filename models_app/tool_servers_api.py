@@ -66,6 +66,16 @@ class ToolServerSerializer(serializers.Serializer):
         "get the built-in `read_resource`."
     )
     resources = ListedResourceSerializer(many=True, help_text="Its resources as last listed.")
+    oauth = serializers.ChoiceField(
+        choices=["", "member", "space"],
+        help_text='Whose account its tools act as when it uses OAuth: "member" (each member '
+        'connects their own in the console), "space" (one shared connection, named on every '
+        'result), "" (no OAuth: headers only).',
+    )
+    oauth_client_id = serializers.CharField(
+        help_text="The client id registered beforehand at its authorization server (empty: a "
+        "Client ID Metadata Document or dynamic registration). Its secret is write-only."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -99,6 +109,15 @@ class _ToolServerInput(StrictSerializer):
         allow_empty=True,
         write_only=True,
         help_text=_HEADERS_HELP,
+    )
+    oauth = serializers.ChoiceField(choices=["", "member", "space"], required=False)
+    oauth_client_id = TextField(max_length=500, required=False, allow_blank=True)
+    oauth_client_secret = TextField(
+        max_length=4_096,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        help_text="The secret of `oauth_client_id`, if it has one; write-only, encrypted.",
     )
 
 

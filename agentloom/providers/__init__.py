@@ -37,6 +37,7 @@ from agentloom.providers._http import (
 from agentloom.providers._urls import (
     OFFICIAL_ENDPOINTS,
     PROVIDERS,
+    checked_url,
     endpoint_url,
     is_official_endpoint,
     normalise_base_url,
@@ -123,6 +124,7 @@ __all__ = [
     "Timeouts",
     "address_refusal",
     "call_cost",
+    "checked_url",
     "discover_models",
     "endpoint_url",
     "gateway_for_provider",

@@ -17,11 +17,17 @@ Where each rule lives:
 - `_tool`: the engine `Tool` of one server tool, `<server>__<tool>`.
 - `_resources`: the built-in `read_resource` tool: which URIs a run may read (those a result of
   the same server named, or the server lists), nothing sent for any other.
+- `_oauth`: OAuth 2.1 for servers that answer 401, in steps a console can take across requests:
+  discovery (protected-resource then authorization-server metadata), dynamic registration,
+  the PKCE (S256) authorization URL with `state` and the RFC 8707 `resource`, the code
+  exchange, refresh and revocation; every OAuth URL through the address guard. The client
+  sends a `Bearer` token and, on a 401, asks it once for a renewed one.
 """
 
 from agentloom.toolservers._client import (
     ANSWER_MARGIN_SECONDS,
     DEFAULT_RETRY,
+    Bearer,
     CallOutcome,
     ListedResource,
     ListedTool,
@@ -34,6 +40,21 @@ from agentloom.toolservers._client import (
     read_resource,
 )
 from agentloom.toolservers._errors import ToolServerError
+from agentloom.toolservers._oauth import (
+    AuthorizationServer,
+    OAuthClient,
+    Pkce,
+    Tokens,
+    authorization_url,
+    checked_oauth_url,
+    client_metadata,
+    discover,
+    exchange_code,
+    new_state,
+    refresh,
+    register,
+    revoke,
+)
 from agentloom.toolservers._questions import (
     MAX_ANSWER_CHARS,
     AnswerError,
@@ -72,28 +93,42 @@ __all__ = [
     "READ_RESOURCE",
     "SEPARATOR",
     "AnswerError",
+    "AuthorizationServer",
+    "Bearer",
     "CallOutcome",
     "GuardedAsyncTransport",
     "ListedResource",
     "ListedTool",
+    "OAuthClient",
+    "Pkce",
     "ReadResourceTool",
     "ResourceOutcome",
     "ResourceSource",
     "RetryRule",
     "ServerAddress",
     "ServerTool",
+    "Tokens",
     "ToolListing",
     "ToolServerError",
+    "authorization_url",
     "block_placeholder",
     "call_tool",
     "checked_content",
+    "checked_oauth_url",
+    "client_metadata",
+    "discover",
+    "exchange_code",
     "failure_reason",
     "form_fields",
     "list_tools",
     "model_tool_name",
     "named_uris",
+    "new_state",
     "question_of",
     "read_resource",
+    "refresh",
+    "register",
     "resource_text",
     "result_text",
+    "revoke",
 ]

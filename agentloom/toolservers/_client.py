@@ -37,11 +37,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import httpx2
 import mcp.types as mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -59,6 +60,7 @@ from agentloom.toolservers._transport import (
 
 __all__ = [
     "ANSWER_MARGIN_SECONDS",
+    "Bearer",
     "CallOutcome",
     "ListedResource",
     "ListedTool",
@@ -115,9 +117,24 @@ class RetryRule:
 DEFAULT_RETRY = RetryRule()
 
 
+class Bearer(Protocol):
+    """An OAuth access token for a server, and how to get another when the server refuses it.
+
+    `token` is the access token to send; `renewed(stale)` returns the token to send instead of
+    `stale` once the server answered 401 to it (refreshed, or refreshed meanwhile by another
+    call), or None when there is none. It is called from a thread of its own.
+    """
+
+    token: str
+
+    def renewed(self, stale: str) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class ServerAddress:
-    """Where a server is and how to reach it. `headers` are sent with every request."""
+    """Where a server is and how to reach it. `headers` are sent with every request; `bearer`,
+    when the server uses OAuth, gives the `Authorization` header, and `identity` says whose
+    account it is (journaled with each result)."""
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -126,10 +143,47 @@ class ServerAddress:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     connect_timeout: float = 10.0
     retry: RetryRule = DEFAULT_RETRY
+    bearer: Bearer | None = None
+    identity: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        # Header values are credentials: never in a repr, a log line or a traceback.
-        return f"ServerAddress(url={self.url!r}, headers=[{', '.join(self.headers)}])"
+        # Header values and tokens are credentials: never in a repr, a log line or a traceback.
+        oauth = ", oauth" if self.bearer is not None else ""
+        return f"ServerAddress(url={self.url!r}, headers=[{', '.join(self.headers)}]{oauth})"
+
+
+class _BearerAuth(httpx2.Auth):
+    """Send the bearer's token; on a 401, send the request once more with a renewed token.
+
+    A 401 means the server did not act on the request, so sending it again is safe. A second
+    401, or no renewed token, ends the operation as an "auth" failure of the transport.
+    """
+
+    def __init__(self, bearer: Bearer, transport: GuardedAsyncTransport):
+        self._bearer = bearer
+        self._token = bearer.token
+        self._transport = transport
+
+    async def async_auth_flow(self, request: httpx2.Request):
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        stale = self._token
+        fresh = await anyio.to_thread.run_sync(self._bearer.renewed, stale)
+        if fresh and fresh != stale:
+            self._token = fresh
+            request.headers["Authorization"] = f"Bearer {fresh}"
+            response = yield request
+            if response.status_code != 401:
+                return
+        self._transport.refuse(
+            ToolServerError(
+                "auth",
+                "The tool server refused the OAuth token, and no fresh one could be had: "
+                "connect the account again on the console's tool-server page.",
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -475,6 +529,7 @@ def _run_once(
             headers=dict(server.headers),
             connect_timeout=server.connect_timeout,
             read_timeout=max(1.0, deadline - time.monotonic()),
+            auth=_BearerAuth(server.bearer, transport) if server.bearer is not None else None,
         )
         async with http:
             stream = streamable_http_client(server.url, http_client=http)

@@ -50,7 +50,8 @@ class ServerTool(Tool):
 
     `address` returns where the server is now (its URL and headers are read when the call is
     made, so a rotated header works for old versions); it raises `ToolServerError` when the
-    server is gone.
+    server is gone. An address with an OAuth identity puts it in the result's detail
+    (`identity`: whose account the call acted as).
     """
 
     def __init__(
@@ -88,8 +89,9 @@ class ServerTool(Tool):
             else lambda questions, seconds: person(self.server, questions, seconds)
         )
         try:
+            address = self._address()
             outcome = call_tool(
-                self._address(),
+                address,
                 self.tool,
                 arguments,
                 expected_schema=self.parameters,
@@ -123,6 +125,8 @@ class ServerTool(Tool):
             )
         text = result_text(outcome.result)
         detail = {"mcp": {"protocol_version": outcome.protocol_version, **outcome.result}}
+        if address.identity:
+            detail["identity"] = dict(address.identity)
         failed = bool(outcome.result.get("isError"))
         return ToolOutput(text=text, detail=detail, error=failure_reason(text) if failed else None)
 

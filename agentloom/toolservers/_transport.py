@@ -143,11 +143,15 @@ class GuardedAsyncTransport(httpx2.AsyncBaseTransport):
         try:
             return await self._exchange(request)
         except ToolServerError as error:
-            if self.failure is None:
-                self.failure = error
-                if self.on_failure is not None:
-                    self.on_failure(error)
+            self.refuse(error)
             raise
+
+    def refuse(self, error: ToolServerError) -> None:
+        """Keep `error` as the operation's failure (the first one only) and say so."""
+        if self.failure is None:
+            self.failure = error
+            if self.on_failure is not None:
+                self.on_failure(error)
 
     async def _exchange(self, request: httpx2.Request) -> httpx2.Response:
         try:
@@ -180,15 +184,19 @@ def guarded_http_client(
     headers: dict[str, str],
     connect_timeout: float = 10.0,
     read_timeout: float = 60.0,
+    auth: httpx2.Auth | None = None,
 ) -> httpx2.AsyncClient:
     """Return the client the MCP transport must be given for one server."""
     return httpx2.AsyncClient(
         transport=transport,
         headers=headers,
+        auth=auth,
         trust_env=False,
         follow_redirects=False,
-        # The SDK follows same-origin redirects itself up to this many times: none.
-        max_redirects=0,
+        # The SDK follows same-origin redirects itself up to this many times: none. (httpx2
+        # counts a 401 answered again with a renewed token as one; the transport refuses
+        # every 3xx before anyone sees it either way.)
+        max_redirects=1 if auth is not None else 0,
         timeout=httpx2.Timeout(
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
         ),

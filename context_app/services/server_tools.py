@@ -8,10 +8,11 @@ published version. At call time the server must still list the same schema, else
 tool error naming the tool (`agentloom.toolservers`), and the operator publishes again.
 
 Only the main instance uses server tools; sub-agents take built-in tools. Runs read a server's URL
-and headers live (a rotated credential works for old versions); a deleted server makes its tools'
-calls fail as tool errors. That read is the run's database work like any other: the worker wraps
-it (`held`) so that it takes one of its database slots and gives the connection back before the
-call, which may last `TOOL_CALL_SECONDS` and holds no connection.
+and headers live (a rotated credential works for old versions), and its OAuth token: the session
+creator's own, or the space's shared one (`models_app.services.tool_server_oauth`); a deleted
+server makes its tools' calls fail as tool errors. That read is the run's database work like any
+other: the worker wraps it (`held`) so that it takes one of its database slots and gives the
+connection back before the call, which may last `TOOL_CALL_SECONDS` and holds no connection.
 
 Resources: publishing also freezes which of those servers declare resources
 (`resource_servers`); a version with any gets the built-in `read_resource`
@@ -40,7 +41,8 @@ from agentloom.toolservers import (
 )
 from models_app.models import ToolServer
 from models_app.selectors import tool_servers_of_space
-from models_app.services.tool_servers import server_address, tool_server_listing_seen
+from models_app.services.tool_server_oauth import server_address_for_run
+from models_app.services.tool_servers import tool_server_listing_seen
 
 # What the worker wraps a run's database work in (`database_slots.wrap`).
 Held = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -147,12 +149,14 @@ def frozen_resource_servers(server_tools: list[dict[str, Any]]) -> list[dict[str
     return [{"server_id": pk, "server": names[pk]} for pk in ids if pk in declaring]
 
 
-def _address_of(server_id: int, held: Held | None) -> Callable[[], ServerAddress]:
+def _address_of(
+    server_id: int, held: Held | None, member_id: int | None = None
+) -> Callable[[], ServerAddress]:
     def address() -> ServerAddress:
         server = ToolServer.objects.filter(pk=server_id).first()
         if server is None:
             raise ToolServerError("unknown_tool", "The tool server of this tool was deleted.")
-        return server_address(server)
+        return server_address_for_run(server, member_id=member_id)
 
     return held(address) if held is not None else address
 
@@ -164,16 +168,19 @@ def _listing_seen(server_id: int, held: Held | None):
     return held(seen) if held is not None else seen
 
 
-def server_tools_of(snapshot: dict[str, Any], *, held: Held | None = None) -> list[ServerTool]:
+def server_tools_of(
+    snapshot: dict[str, Any], *, held: Held | None = None, member_id: int | None = None
+) -> list[ServerTool]:
     """Return the engine tools of a version's frozen server tools; `held` wraps each read of a
-    server's address and each report of its listing (a run's database slot)."""
+    server's address and each report of its listing (a run's database slot). `member_id` is
+    whose OAuth connection a server whose members connect their own accounts is called with."""
     return [
         ServerTool(
             name=entry["name"],
             tool=entry["tool"],
             description=entry["description"],
             input_schema=entry["input_schema"],
-            address=_address_of(entry["server_id"], held),
+            address=_address_of(entry["server_id"], held, member_id),
             server=entry.get("server", ""),
             call_seconds=settings.TOOL_CALL_SECONDS,
             needs_approval=bool(entry.get("approval")),
@@ -195,7 +202,11 @@ def _offered_uris(
 
 
 def read_resource_tool(
-    snapshot: dict[str, Any], *, named: NamedUris | None = None, held: Held | None = None
+    snapshot: dict[str, Any],
+    *,
+    named: NamedUris | None = None,
+    held: Held | None = None,
+    member_id: int | None = None,
 ) -> ReadResourceTool | None:
     """Return the version's `read_resource` tool, or None when none of its servers declared
     resources at publish. `named` finds the URIs a server's results named in the run's session
@@ -211,7 +222,7 @@ def read_resource_tool(
         sources.append(
             ResourceSource(
                 server=entry["server"],
-                address=_address_of(server_id, held),
+                address=_address_of(server_id, held, member_id),
                 offered=_offered_uris(server_id, names, named, held),
             )
         )

@@ -53,8 +53,7 @@ class ToolServerForm(ServiceForm):
     url = forms.CharField(
         label="URL",
         max_length=500,
-        help_text="The server's Streamable HTTP endpoint, such as https://tools.example.com/mcp. "
-        "OAuth is not supported: give credentials as headers.",
+        help_text="The server's Streamable HTTP endpoint, such as https://tools.example.com/mcp.",
     )
     headers_text = forms.CharField(
         required=False,
@@ -65,10 +64,17 @@ class ToolServerForm(ServiceForm):
         "headers (a new URL drops them).",
     )
     clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
+    oauth_client_secret = forms.CharField(
+        required=False,
+        label="OAuth client secret",
+        widget=forms.PasswordInput(attrs={"autocomplete": "off"}),
+        help_text="Of the client id registered beforehand, if it has one. Write-only, stored "
+        "encrypted; on edit, leave blank to keep the stored one.",
+    )
 
     class Meta:
         model = ToolServer
-        fields = ["space", "name", "url", "approval"]
+        fields = ["space", "name", "url", "approval", "oauth", "oauth_client_id"]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -86,9 +92,13 @@ class ToolServerForm(ServiceForm):
             "name": data.get("name"),
             "url": data.get("url"),
             "approval": data.get("approval") or "never",
+            "oauth": data.get("oauth") or "",
+            "oauth_client_id": data.get("oauth_client_id") or "",
         }
         if self.instance.pk is not None:
             fields = {name: value for name, value in fields.items() if name in self.changed_data}
+        if data.get("oauth_client_secret"):
+            fields["oauth_client_secret"] = data["oauth_client_secret"]
         if data.get("clear_headers"):
             fields["headers"] = {}
         elif data.get("headers_text"):
@@ -130,13 +140,20 @@ class ToolServerAdmin(ServiceWritesAdmin):
     actions = ["list_tools"]
 
     def get_fieldsets(self, request, obj=None):
+        oauth = ("OAuth", {"fields": ["oauth", "oauth_client_id", "oauth_client_secret"]})
         if obj is None:
-            return [(None, {"fields": ["space", "name", "url", "headers_text", "approval"]})]
+            return [
+                (None, {"fields": ["space", "name", "url", "headers_text", "approval"]}),
+                oauth,
+            ]
         editable = self.has_change_permission(request, obj)
         fields = ["space", "name", "url", "approval"]
         fields += ["headers_text", "clear_headers"] if editable else []
+        oauth_fields = ["oauth", "oauth_client_id"]
+        oauth_fields += ["oauth_client_secret"] if editable else []
         return [
             (None, {"fields": [*fields, "header_names"]}),
+            ("OAuth", {"fields": [*oauth_fields, "oauth_state"]}),
             (
                 "Tools",
                 {
@@ -153,6 +170,7 @@ class ToolServerAdmin(ServiceWritesAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         shown = [
+            "oauth_state",
             "header_names",
             "protocol_version",
             "listed_at",
@@ -165,6 +183,18 @@ class ToolServerAdmin(ServiceWritesAdmin):
     @admin.display(description="Tools")
     def tool_count(self, obj):
         return len(obj.tools or [])
+
+    @admin.display(description="OAuth connections")
+    def oauth_state(self, obj):
+        if not obj.oauth:
+            return "No OAuth: the server takes headers only."
+        count = obj.oauth_connections.count()
+        whose = "the space's shared account" if obj.oauth == "space" else "each member's account"
+        return (
+            f"Its tools act as {whose}; {count} connection{'s' if count != 1 else ''}. Members "
+            "connect on the console's page of the space (a client registered beforehand must "
+            "allow the console's /oauth/callback/ as its redirect URI)."
+        )
 
     @admin.display(description="Stored headers")
     def header_names(self, obj):

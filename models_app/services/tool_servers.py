@@ -4,6 +4,9 @@ A space admin registers an MCP server by name and URL, with optional headers. He
 write-only: encrypted like API keys, never returned or shown, and their values are redacted from
 everything a run of the space writes (`tool_server_secrets`). A URL change that does not send
 headers again drops the stored ones, so credentials never follow a server to another address.
+A server that uses OAuth (`oauth`: each member's account, or the space's shared one) may name a
+client registered beforehand (`oauth_client_id`, a write-only secret); a new URL drops it, and
+a new URL or identity ends the OAuth connections made (`models_app.services.tool_server_oauth`).
 
 "List tools" (`tool_server_refresh`) asks the server for its tools (and, when it declares
 resources, its resources) and stores the listing; a
@@ -54,7 +57,7 @@ from agentloom.toolservers import (
     model_tool_name,
 )
 from agentloom.validation import clean_text
-from models_app.models import ToolServer
+from models_app.models import OAuthConnection, OAuthRegistration, ToolServer
 
 __all__ = [
     "MAX_HEADERS",
@@ -181,7 +184,7 @@ def _clean_headers(value: Any) -> dict[str, str]:
 
 # --- writes --------------------------------------------------------------------------------------
 
-_FIELDS = ("name", "url", "headers", "approval")
+_FIELDS = ("name", "url", "headers", "approval", "oauth", "oauth_client_id", "oauth_client_secret")
 
 
 _NAME_TAKEN = "A tool server with this name already exists in this space."
@@ -200,6 +203,8 @@ def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
         url = _clean_url(changes["url"])
         if server.url and url != server.url and "headers" not in changes:
             server.headers = {}
+        if server.url and url != server.url and "oauth_client_id" not in changes:
+            server.oauth_client_id, server.oauth_client_secret = "", ""
         if url != server.url:
             server.tools, server.protocol_version, server.listed_at = [], "", None
             server.declares_resources, server.resources = False, []
@@ -211,6 +216,35 @@ def _apply(server: ToolServer, changes: dict[str, Any]) -> None:
         if changes["approval"] not in ToolServer.Approval.values:
             raise InvalidInput("Must be never or always.", field="approval")
         server.approval = changes["approval"]
+    _apply_oauth(server, changes)
+
+
+def _apply_oauth(server: ToolServer, changes: dict[str, Any]) -> None:
+    """Set whose account the tools act as, and the client registered beforehand (a new URL
+    without them drops the client, as it drops headers)."""
+    if "oauth" in changes:
+        if changes["oauth"] not in ToolServer.OAuth.values:
+            raise InvalidInput('Must be "", "member" or "space".', field="oauth")
+        server.oauth = changes["oauth"]
+    if "oauth_client_id" in changes:
+        server.oauth_client_id = clean_text(
+            changes["oauth_client_id"] or "",
+            field="oauth_client_id",
+            max_chars=500,
+            single_line=True,
+            required=False,
+        )
+        if "oauth_client_secret" not in changes:
+            server.oauth_client_secret = ""
+    if "oauth_client_secret" in changes:
+        secret = changes["oauth_client_secret"] or ""
+        if not isinstance(secret, str) or len(secret) > MAX_HEADER_VALUE_CHARS:
+            raise InvalidInput(
+                f"At most {MAX_HEADER_VALUE_CHARS} characters.", field="oauth_client_secret"
+            )
+        if secret and not server.oauth_client_id:
+            raise InvalidInput("A secret needs its client id.", field="oauth_client_secret")
+        server.oauth_client_secret = secret.strip()
 
 
 def _save(server: ToolServer) -> None:
@@ -274,7 +308,20 @@ def tool_server_update_nested(*, user, server: ToolServer, **changes: Any) -> To
     current = ToolServer.objects.select_for_update().get(pk=server.pk)
     changed = tool_server_validate(user=user, server=current, changes=changes)
     _save(changed)
+    if changed.url != current.url or changed.oauth != current.oauth:
+        # Tokens and a registration never follow a server to another address or identity.
+        _end_oauth(changed)
     return changed
+
+
+def _end_oauth(server: ToolServer) -> None:
+    # Imported here: the OAuth services build on this module.
+    from models_app.services.tool_server_oauth import oauth_revoke_later
+
+    connections = OAuthConnection.objects.filter(server=server)
+    oauth_revoke_later(list(connections))
+    connections.delete()
+    OAuthRegistration.objects.filter(server=server).delete()
 
 
 @transaction.atomic(durable=True)
@@ -308,6 +355,15 @@ def _listing_entry(server_name: str, tool) -> dict[str, Any]:
     return entry
 
 
+def _listing_address(server: ToolServer, user) -> ServerAddress:
+    """Return how a listing reaches `server`: as the admin's own OAuth account, or the space's
+    shared one, when the server uses OAuth."""
+    # Imported here: the OAuth services build on this module.
+    from models_app.services.tool_server_oauth import server_address_for_run
+
+    return server_address_for_run(server, member_id=user.pk)
+
+
 def tool_server_refresh(*, user, server: ToolServer) -> ToolServer:
     """List the server's tools now and store the listing (space admins only).
 
@@ -316,7 +372,7 @@ def tool_server_refresh(*, user, server: ToolServer) -> ToolServer:
     """
     require_space_admin(user, server.space_id)
     try:
-        listing = list_tools(server_address(server), timeout=LIST_SECONDS)
+        listing = list_tools(_listing_address(server, user), timeout=LIST_SECONDS)
     except ToolServerError as error:
         raise ToolServerUnavailable(error.message) from None
     tools = [_listing_entry(server.name, tool) for tool in listing.tools]

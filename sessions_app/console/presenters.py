@@ -62,6 +62,7 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
         call_id = str(message.get("tool_call_id"))
         shown["tool_call_id"] = call_id
         shown["tool_name"] = call_names.get(call_id, "tool")
+        shown["identity"] = identity_text(message.get("detail"))
     if item["kind"] == SessionMessage.Kind.FEEDBACK:
         # The engine's note to the model; the pages show it as a notice, without its marker, and
         # the moment it names (an approval's) in the site's time zone.
@@ -71,6 +72,17 @@ def present_record(item: dict[str, Any], call_names: dict[str, str]) -> dict[str
         shown["error"] = message.get("error") or ""
     shown["chars"] = len(shown["text"])
     return shown
+
+
+def identity_text(detail: Any) -> str:
+    """Return whose OAuth account a tool-server call acted as, from its result's detail ("" when
+    the server takes no OAuth): the space's shared account is always said as such."""
+    identity = detail.get("identity") if isinstance(detail, dict) else None
+    if not isinstance(identity, dict):
+        return ""
+    if identity.get("kind") == "space":
+        return f"as the space's shared account (connected by {identity.get('connected_by', '?')})"
+    return f"as {identity.get('member', '?')}'s own account"
 
 
 def journal_row(shown: dict[str, Any]) -> dict[str, Any]:

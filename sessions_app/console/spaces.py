@@ -1,4 +1,6 @@
-"""The console's page of a space: its retention rule, stated for every member, set by its admins.
+"""The console's page of a space: its retention rule, stated for every member, set by its admins;
+its OAuth tool servers, whose account each acts as, and the buttons that connect one
+(`sessions_app.console.oauth`).
 
 Any member sees the rule in force: sessions deleted N days after their last run, or kept (0),
 who set it and when. A space admin also sees what the rule removes now, previews another rule
@@ -25,6 +27,7 @@ from agentloom.spaces.services.retention import (
     retention_set,
 )
 from context_app.selectors import space_get
+from models_app.selectors import oauth_identities
 from sessions_app.console.errors import console_errors
 from sessions_app.console.forms import RetentionForm
 from sessions_app.services.retention import retention_due
@@ -54,7 +57,13 @@ def space(request, space_id: int):
     """Show the space's retention rule; a space admin previews and sets another."""
     space = space_get(user=request.user, space_id=space_id)
     role = space_role(request.user, space)
-    context = {"space": space, "role": role, "max_days": MAX_RETENTION_DAYS}
+    context = {
+        "space": space,
+        "role": role,
+        "max_days": MAX_RETENTION_DAYS,
+        "oauth_servers": oauth_identities(request.user, space.pk),
+        "is_admin": role == Membership.Role.ADMIN,
+    }
     if role == Membership.Role.ADMIN:
         days, invalid = _proposed(request.GET)
         context.update(

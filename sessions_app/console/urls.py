@@ -3,7 +3,7 @@
 from django.urls import path, register_converter
 
 from agentloom.api import MAX_ID
-from sessions_app.console import actions, fragments, pages, spaces, usage
+from sessions_app.console import actions, fragments, oauth, pages, spaces, usage
 
 
 class ObjectIdConverter:
@@ -28,6 +28,18 @@ urlpatterns = [
     path("usage/", usage.usage, name="console-usage"),
     path("spaces/<pk:space_id>/", spaces.space, name="console-space"),
     path("spaces/<pk:space_id>/retention/", spaces.retention, name="console-space-retention"),
+    path(
+        "spaces/<pk:space_id>/tool-servers/<pk:server_id>/connect/",
+        oauth.connect,
+        name="console-oauth-connect",
+    ),
+    path(
+        "spaces/<pk:space_id>/tool-servers/<pk:server_id>/disconnect/",
+        oauth.disconnect,
+        name="console-oauth-disconnect",
+    ),
+    path("oauth/callback/", oauth.callback, name="console-oauth-callback"),
+    path("oauth/client-metadata.json", oauth.metadata_document, name="console-oauth-document"),
     path("sessions/new/", actions.session_new, name="console-session-new"),
     path("sessions/table/", fragments.home_sessions, name="console-home-sessions"),
     path("sessions/<pk:session_id>/", pages.chat, name="console-chat"),

@@ -404,6 +404,7 @@ def _start(run_id: int, owner: str):
             connection=connection,
             named_uris=lambda names: resource_uris_named(run.session_id, names),
             cache_key=f"agentloom-session-{run.session_id}",
+            member_id=run.session.created_by_id,
         )
     except ApplicationError as error:
         _fail_without_engine(run, owner, error.detail)

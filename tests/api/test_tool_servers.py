@@ -29,6 +29,8 @@ SERVER_FIELDS = {
     "listing_stale_since",
     "declares_resources",
     "resources",
+    "oauth",
+    "oauth_client_id",
     "created_at",
     "updated_at",
 }
@@ -71,6 +73,23 @@ def test_a_server_is_registered_and_its_headers_are_never_returned(api, space, m
     for path in ("/api/v1/tool-servers/", f"/api/v1/tool-servers/{body['id']}/"):
         assert HEADER_SECRET not in api.get(path).content.decode()
     assert ToolServer.objects.get().headers == {"Authorization": HEADER_SECRET}
+
+
+def test_oauth_settings_are_returned_and_the_client_secret_never(api, space, mcp_server):
+    url, _calls = mcp_server
+    secret = "client-NONCE-s3cret-8901"
+    response = _create(
+        api, space, url, oauth="member", oauth_client_id="agentloom", oauth_client_secret=secret
+    )
+    body = response.json()
+    assert (body["oauth"], body["oauth_client_id"]) == ("member", "agentloom")
+    assert secret not in api.get(f"/api/v1/tool-servers/{body['id']}/").content.decode()
+    assert ToolServer.objects.get().oauth_client_secret == secret
+    changed = api.patch(f"/api/v1/tool-servers/{body['id']}/", {"url": url + "/v2"}, "json")
+    assert changed.json()["oauth_client_id"] == "", "a new URL drops the client"
+    assert ToolServer.objects.get().oauth_client_secret == ""
+    refused = api.patch(f"/api/v1/tool-servers/{body['id']}/", {"oauth": "everyone"}, "json")
+    assert refused.status_code == 400
 
 
 def test_registering_a_server_lists_its_tools_at_once(api, space, mcp_server):

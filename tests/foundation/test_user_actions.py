@@ -71,6 +71,11 @@ ACTIONS = {
     "tool_server_delete": lambda act, w: act(user=w.alice, server=w.server),
     "tool_server_refresh": lambda act, w: act(user=w.alice, server=w.server),
     "tool_server_list_new": lambda act, w: act(user=w.alice, server=w.server),
+    "oauth_connect_start": lambda act, w: act(
+        user=w.alice, server=w.server, session_key="k", origin="http://testserver"
+    ),
+    "oauth_connect_finish": lambda act, w: act(user=w.alice, session_key="k", state="s", code="c"),
+    "oauth_disconnect": lambda act, w: act(user=w.alice, server=w.server),
     "agent_create": lambda act, w: act(user=w.alice, space=w.space, name="Another"),
     "agent_update": lambda act, w: act(user=w.alice, agent=w.agent, name="Renamed"),
     "agent_publish": lambda act, w: act(user=w.alice, agent=w.agent),
@@ -137,6 +142,10 @@ NOT_ACTIONS = {
     "retention_apply": WORKER,
     "index_journal": "an operator's command after an upgrade or a rotation, not a user's request",
     "retention_due": READ,
+    "oauth_token_renew": WORKER,
+    "oauth_revoke_later": "queues revocations in the transaction of the action deleting rows",
+    "client_metadata_document": READ,
+    "member_connections_removed": "part of removing a member, in that deletion's transaction",
     "retention_days_validate": VALIDATES,
 }
 

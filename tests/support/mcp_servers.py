@@ -1,7 +1,8 @@
 """Real MCP servers for tests: built with the SDK, served over Streamable HTTP on 127.0.0.1.
 
 `serve(app)` runs an ASGI app with uvicorn in a thread and yields its base URL. `tool_server()`
-builds the server the tool-server tests talk to: a text tool, a `structuredContent` tool, an
+builds the server the tool-server tests talk to (`settings` go to `MCPServer`, such as its OAuth
+settings and token verifier): a text tool, a `structuredContent` tool, an
 image block, a slow tool, a failing tool (`isError`) and a 40,000-character result; `Calls`
 records what it was asked. `drift=True` lists another input schema for `greet`. `era` picks the
 protocol it answers: `"2026"` (both eras, as the SDK serves), or `"2025"` (the `initialize`
@@ -61,6 +62,7 @@ class Calls:
         self.reads: list[str] = []
         self.answers: list[tuple[str, dict[str, Any] | None, str | None]] = []
         self.declared: list[bool] = []
+        self.subjects: list[str] = []
         self.started = threading.Event()
 
 
@@ -196,8 +198,9 @@ def tool_server(
     resources: bool = False,
     changing: bool = False,
     asking: bool = False,
+    **settings: Any,
 ) -> MCPServer:
-    server = MCPServer(name, log_level="WARNING")
+    server = MCPServer(name, log_level="WARNING", **settings)
     if resources:
         _add_resources(server, calls)
     if asking:
@@ -357,9 +360,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(app) -> Iterator[str]:
-    """Serve `app` on 127.0.0.1 in a thread; yield `http://127.0.0.1:<port>`."""
-    port = free_port()
+def serve(app, *, port: int | None = None) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 (on `port`, else a free one) in a thread; yield
+    `http://127.0.0.1:<port>`."""
+    port = port or free_port()
     # A call still running at the test's end (a killed worker's, a cancelled one's slow tool) is
     # cut a second after the stop instead of holding the test's end until it finishes.
     config = uvicorn.Config(
