@@ -66,8 +66,10 @@ def test_a_checkpoint_that_embeds_its_snapshots_still_reads(alice, gateway, make
     runs = [ask(session, alice, _tool(n)) for n in range(4)]
     run = next(run for run in runs if frame_of(run).compactions)
     before = frame_of(run).to_dict()
-    # As saved before snapshots were stored apart: embedded, no row.
+    # As saved before snapshots were stored apart: embedded, no row (and no view of a masking,
+    # which compaction 5 saves and which refers to its snapshot row).
     Run.objects.filter(pk=run.pk).update(checkpoint=run_checkpoint(run))
+    SessionView.objects.filter(run=run).delete()
     CompactionSnapshot.objects.filter(run=run).delete()
     run = Run.objects.get(pk=run.pk)
     assert not pointed_snapshots(run.checkpoint)
@@ -81,6 +83,7 @@ def test_a_pointer_to_a_missing_snapshot_is_an_error(alice, gateway, make_demo_s
     session = make_demo_session(context_window=9_000)
     runs = [ask(session, alice, _tool(n)) for n in range(4)]
     run = next(run for run in runs if pointed_snapshots(run.checkpoint))
+    SessionView.objects.filter(run=run).delete()
     CompactionSnapshot.objects.filter(run=run).delete()
     with pytest.raises(CompactionSnapshot.DoesNotExist):
         frame_of(run)
