@@ -2730,8 +2730,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a fork's records are indexed under the fork's key",
         "fork_not_indexed",
         "sessions_app/services/fork.py",
-        "    index_records(batch)\n    Session.objects",
-        "    Session.objects",
+        "    index_records(batch)\n    fork.next_seq",
+        "    fork.next_seq",
         ("tests/sessions_app/test_search_index.py::test_a_fork_is_indexed_under_its_own_key",),
     ),
     Mutant(
@@ -3125,6 +3125,120 @@ MUTANTS: tuple[Mutant, ...] = (
         "        .filter(server=server)",
         (
             "tests/console/test_oauth_tool_servers.py::test_a_member_connects_by_pkce_with_the_resource_and_runs_act_as_them",
+        ),
+    ),
+    # --- imported history's note (rendering 6), views a fork carries -------------------------
+    Mutant(
+        "rendering 6: the imported history's note comes before the first record not imported",
+        "imported_note_at_the_end",
+        f"{_ENGINE}/_projection.py",
+        "        if self.imported is not None and record.seq > self.imported.upto:",
+        "        if False:",
+        (
+            "tests/engine/test_rendering.py::test_rendering_6_follows_imported_history_with_one_note_that_never_moves",
+            "tests/sessions_app/test_import.py::test_runs_of_an_imported_session_are_told_its_history_was_imported",
+        ),
+    ),
+    Mutant(
+        "rendering 6: a history of imported records only ends with the note",
+        "imported_note_not_at_the_end",
+        f"{_ENGINE}/_projection.py",
+        "        self.close_group()\n        self.mark_import()",
+        "        self.close_group()",
+        (
+            "tests/engine/test_rendering.py::test_rendering_6_follows_imported_history_with_one_note_that_never_moves",
+            "tests/sessions_app/test_import.py::test_runs_of_an_imported_session_are_told_its_history_was_imported",
+        ),
+    ),
+    Mutant(
+        "rendering 6: a projection past the imported records adds no second note",
+        "imported_note_repeated",
+        f"{_ENGINE}/_projection.py",
+        "        if self.imported is not None and floor > self.imported.upto:",
+        "        if False:",
+        (
+            "tests/engine/test_rendering.py::test_a_projection_that_starts_past_the_imported_records_adds_no_note",
+        ),
+    ),
+    Mutant(
+        "renderings 1-5 show no note after imported history",
+        "imported_note_in_old_renderings",
+        f"{_ENGINE}/_projection.py",
+        "        self.imported = imported if rules.marks_imports and imported"
+        " and imported.upto else None",
+        "        self.imported = imported if imported and imported.upto else None",
+        (
+            "tests/engine/test_rendering.py::test_a_session_not_imported_and_older_renderings_show_no_note",
+        ),
+    ),
+    Mutant(
+        "a fork of an imported session notes where its imported records end",
+        "fork_forgets_the_import",
+        "sessions_app/services/fork.py",
+        '        fork.origin["imported"] = {**(import_origin(session.origin) or {}), "upto": last}',
+        "        pass",
+        (
+            "tests/sessions_app/test_import.py::test_runs_of_an_imported_session_are_told_its_history_was_imported",
+        ),
+    ),
+    Mutant(
+        "a carried view shows the fork's copies of the records it showed",
+        "carried_view_refs_unmapped",
+        "sessions_app/services/fork.py",
+        '        mapped["s"] = _mapped_seq(entry["s"], seqs)',
+        "        pass",
+        (
+            "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
+        ),
+    ),
+    Mutant(
+        "a carried view's summary cites the fork's seqs",
+        "carried_summary_refs_unmapped",
+        "sessions_app/services/fork.py",
+        "            first = _mapped_seq(int(match[1]), seqs)",
+        "            first = int(match[1])",
+        (
+            "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
+        ),
+    ),
+    Mutant(
+        "a view with a reference the fork did not copy is not carried",
+        "unmapped_view_carried",
+        "sessions_app/services/fork.py",
+        "    if seq not in seqs:\n        raise _Unmapped(seq)\n    return seqs[seq]",
+        "    return seqs.get(seq, seq)",
+        (
+            "tests/sessions_app/test_fork.py::test_a_view_that_does_not_map_whole_or_is_revoked_is_not_carried",
+        ),
+    ),
+    Mutant(
+        "a revoked view is not carried by a fork",
+        "revoked_view_carried",
+        "sessions_app/services/fork.py",
+        "        session=session, watermark__lte=seq, revoked_at__isnull=True",
+        "        session=session, watermark__lte=seq",
+        (
+            "tests/sessions_app/test_fork.py::test_a_view_that_does_not_map_whole_or_is_revoked_is_not_carried",
+        ),
+    ),
+    Mutant(
+        "a fork's copies keep their local seqs: a run reference reads the fork's copy",
+        "fork_drops_local_seqs",
+        "sessions_app/services/fork.py",
+        "        local_seq=record.local_seq,",
+        "        local_seq=None,",
+        (
+            "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
+        ),
+    ),
+    Mutant(
+        "a carried view keeps its records by reference rows of its own",
+        "carried_view_unreferenced",
+        "sessions_app/services/fork.py",
+        "        reference_rows(fork.pk, entries, view=copy)",
+        "        pass",
+        (
+            "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
         ),
     ),
 )

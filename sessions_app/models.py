@@ -32,8 +32,10 @@ class Session(models.Model):
     # The next session seq to hand out; read and bumped under SELECT … FOR UPDATE.
     next_seq = models.PositiveBigIntegerField(default=1)
     # Where the session came from, when it was not opened empty: a fork (`{"kind": "fork",
-    # "session", "seq", "at"}`) or an import (`{"kind": "import", "session", "exported_at",
-    # "exported_by", "agentloom", "at"}`); empty for a session opened here.
+    # "session", "seq", "at"}`, with `imported`: its original's import, `upto` its last copy of
+    # an imported record) or an import (`{"kind": "import", "session", "exported_at",
+    # "exported_by", "agentloom", "at", "upto"}`, `upto` the last imported record); empty for a
+    # session opened here.
     origin = models.JSONField(default=dict, blank=True)
     # An imported session bound to no agent version of its space: it is read, never run.
     read_only = models.BooleanField(default=False)

@@ -178,7 +178,9 @@ from agentloom.engine._policy import (
     load_policy,
 )
 from agentloom.engine._projection import (
+    IMPORTED_PREFIX,
     ExcerptJudge,
+    ImportedHistory,
     JournalRecord,
     ProjectedHistory,
     ProjectionPoint,
@@ -328,7 +330,9 @@ __all__ = [  # noqa: RUF022
     "TriggerPolicy",
     "load_policy",
     # _projection
+    "IMPORTED_PREFIX",
     "ExcerptJudge",
+    "ImportedHistory",
     "JournalRecord",
     "ProjectedHistory",
     "ProjectionPoint",

@@ -24,6 +24,13 @@ Projection repairs protocol and never changes sources:
   reads the same in the history of the runs after it;
 - from rendering 5 each run state is a note of its own: a note already shown never changes, so
   projecting more records only appends to what projecting fewer showed (before the end's close);
+- from rendering 6, the records an imported session brought with it (`ImportedHistory`: seqs up
+  to `upto`) are followed by one note that says they were imported and from where, so the model
+  does not take them for its own earlier work here. It is placed once, before the first record
+  that was not imported (waiting, as notes do, for an open tool group), or at the end of the
+  history while every record was imported: the place is the same in every later projection, so
+  a new run's first request still extends the last request of the run before it. A projection
+  that starts after `upto` (from a view or a point past it) already holds the note;
 - from rendering 4, a `[feedback] …` message of a run from before the journal, which adoption
   stored as a supplement (`legacy:<n>` key), is shown as the feedback or run note it was, never
   in the user's voice (`is_adopted_feedback`); the journal row itself is never rewritten.
@@ -83,7 +90,9 @@ _RUN_CALL_ID = re.compile(r"r\d+-\d+-\d+")
 ExcerptJudge = Callable[[str, str], int | None]
 
 __all__ = [
+    "IMPORTED_PREFIX",
     "ExcerptJudge",
+    "ImportedHistory",
     "JournalRecord",
     "ProjectedHistory",
     "ProjectionPoint",
@@ -111,6 +120,31 @@ class JournalRecord:
     # Its seq among its run's records of its instance (None when not known): with the run's
     # number (`run_id`), the reference the run gave it (`r<run>:<seq>`, rendering 5).
     local_seq: int | None = None
+
+
+# The mark of the note that follows an imported session's imported history (rendering 6).
+IMPORTED_PREFIX = "[imported history] "
+
+
+@dataclass(frozen=True)
+class ImportedHistory:
+    """The records an imported session brought (main seqs up to `upto`) and where from."""
+
+    upto: int
+    # Where they came from, as the note names it ("session 12 (AgentLoom 1.4), exported …").
+    origin: str
+
+    def note(self, role: str) -> dict[str, Any]:
+        """Return the note that follows the imported records (the same text every time)."""
+        return {
+            "role": role,
+            "content": (
+                f"{IMPORTED_PREFIX}Everything above this note was imported from {self.origin}. "
+                "It is not your own earlier work in this session: its tool calls ran where it "
+                "was made, not here, and nothing in it grants a tool. What follows is this "
+                "session's own."
+            ),
+        }
 
 
 @dataclass(frozen=True)
@@ -358,8 +392,11 @@ class _Projector:
         judge: ExcerptJudge | None,
         excerpts: Mapping[int, int] | None,
         rules: Rendering,
+        imported: ImportedHistory | None = None,
     ):
         self.rules = rules
+        # Rendering 6: the imported history, while its note is still to be shown.
+        self.imported = imported if rules.marks_imports and imported and imported.upto else None
         self.out = history.messages
         self.origins = history.origins
         self.decided = history.excerpts
@@ -493,6 +530,22 @@ class _Projector:
         origin = self.sized(record, origin)
         self.emit(materialize(origin, record.message), origin)
 
+    def import_due(self, floor: int) -> None:
+        """Drop the note when projection starts past the imported records (shown already)."""
+        if self.imported is not None and floor > self.imported.upto:
+            self.imported = None
+
+    def mark_import(self) -> None:
+        """Show the note that follows the imported records, once (see the module docstring)."""
+        if self.imported is not None:
+            self.note(self.imported.note(self.rules.note_role), None)
+            self.imported = None
+
+    def finish(self) -> None:
+        """Close what is still open at the end of the history, then show a note still due."""
+        self.close_group()
+        self.mark_import()
+
     def close_group(self) -> None:
         group = self.group
         if group is None:
@@ -625,6 +678,8 @@ class _Projector:
             self.plan, self.plan_text, self.plan_known = None, None, False
 
     def add(self, record: JournalRecord) -> None:
+        if self.imported is not None and record.seq > self.imported.upto:
+            self.mark_import()
         self.follow_plan(record)
         kind = record.kind
         if self.rules.reads_adopted_feedback and is_adopted_feedback(record):
@@ -751,6 +806,7 @@ def project_history(
     rendering: int | None = None,
     point: ProjectionPoint | None = None,
     keep_point: bool = False,
+    imported: ImportedHistory | None = None,
 ) -> ProjectedHistory:
     """Return the history a new run inherits: `view` plus the main records after its watermark.
 
@@ -766,6 +822,9 @@ def project_history(
     `history.point` is the state after the last record, for a later projection to resume from.
     The plan is then the one the records after the view set, carried by the point; when it is
     not known from the point (`plan_known` False), the caller reads those records.
+
+    `imported` names an imported session's imported records: from rendering 6 one note follows
+    them (see the module docstring).
     """
     rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
@@ -788,13 +847,14 @@ def project_history(
             from_journal=True,
             rendering=rules.version,
         )
-    projector = _Projector(history, tool_result_chars, judge, excerpts, rules)
+    projector = _Projector(history, tool_result_chars, judge, excerpts, rules, imported)
     if point is not None:
         projector.resume(point)
         history.watermark = point.watermark
         history.user_turns = point.user_turns
         history.model_steps = point.model_steps
     floor = history.watermark
+    projector.import_due(floor)
     main: list[JournalRecord] = []
     for record in records:
         # Child instances' inner messages are not inherited; only the main instance's are.
@@ -811,7 +871,7 @@ def project_history(
         projector.add(record)
     if keep_point:
         history.point = projector.point(history)
-    projector.close_group()
+    projector.finish()
     if point is None:
         history.plan = inherited_plan(reversed(main))
     else:

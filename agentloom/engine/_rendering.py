@@ -28,6 +28,10 @@ that version, and new runs use `CURRENT_RENDERING`.
 |   | `_large.run_ref`) instead of `s:<seq>`, so the excerpt a run sent is sent again as it was; |
 |   | a run's state is a note of its own, never merged into the note before it (notes are |
 |   | append-only): a new run's first request extends the last request of the run before it |
+| 6 | an imported session's history is followed by one note saying it was imported and from |
+|   | where (`_projection.ImportedHistory`), placed once, before the first record that was not |
+|   | imported (or at the end of history while every record is), so the model never takes it |
+|   | for its own earlier work here and the note never moves within the session |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
@@ -78,6 +82,8 @@ class Rendering:
     keeps_run_refs: bool = False
     # Show each run state as a note of its own, never changing a note already shown.
     appends_notes: bool = False
+    # Follow an imported session's imported records with one note naming where they came from.
+    marks_imports: bool = False
 
 
 RENDERINGS: tuple[Rendering, ...] = (
@@ -127,6 +133,21 @@ RENDERINGS: tuple[Rendering, ...] = (
         reads_adopted_feedback=True,
         keeps_run_refs=True,
         appends_notes=True,
+    ),
+    Rendering(
+        6,
+        "as 5, and an imported session's imported history is followed by one note saying so",
+        keeps_reasoning=True,
+        note_role="system",
+        notes_wait=True,
+        keeps_call_ids=True,
+        collapses_notes=True,
+        offers_reader_first=True,
+        inherits_plan=True,
+        reads_adopted_feedback=True,
+        keeps_run_refs=True,
+        appends_notes=True,
+        marks_imports=True,
     ),
 )
 CURRENT_RENDERING = RENDERINGS[-1].version

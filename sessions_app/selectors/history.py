@@ -32,10 +32,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Max
+
 from agentloom.encryption import keyring_id
 from agentloom.engine import (
     TOOL_RESULT_VIEW_CHARS,
     ExcerptJudge,
+    ImportedHistory,
     JournalRecord,
     Origin,
     ProjectedHistory,
@@ -77,6 +80,43 @@ def _journal_records(rows) -> Iterator[JournalRecord]:
             entry_key=entry_key,
             local_seq=local_seq,
         )
+
+
+def imported_history(origin: dict[str, Any] | None, session_id: int) -> ImportedHistory | None:
+    """Return the records an imported session brought and where from (None: not imported).
+
+    An import keeps its records' seqs and notes the last one (`upto`); a fork of an imported
+    session notes the last copy of one (`imported`). An import made before `upto` was noted
+    counts the records of its copied runs.
+    """
+    origin = import_origin(origin)
+    if origin is None:
+        return None
+    upto = origin.get("upto")
+    if not isinstance(upto, int):
+        upto = SessionMessage.objects.filter(
+            session_id=session_id, run__origin_number__isnull=False
+        ).aggregate(top=Max("seq"))["top"]
+    if not upto:
+        return None
+    return ImportedHistory(upto=upto, origin=imported_from(origin))
+
+
+def import_origin(origin: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Return the import a session's history came from: its own, or its original's (a fork)."""
+    origin = origin or {}
+    if origin.get("kind") == "fork":
+        origin = origin.get("imported") or {}
+    return origin if origin.get("kind") == "import" else None
+
+
+def imported_from(origin: dict[str, Any]) -> str:
+    """Return where an import came from, as the note names it (the same text every time)."""
+    exported = str(origin.get("exported_at") or "")[:10]
+    place = f"session {origin.get('session')}"
+    if origin.get("agentloom"):
+        place += f" (AgentLoom {origin['agentloom']})"
+    return f"{place}, exported {exported}" if exported else place
 
 
 def plan_as_of(session: Session, *, up_to: int | None, after: int = 0) -> str | None:
@@ -121,6 +161,7 @@ def project_after_view(
     rendering: int | None = None,
     point: ProjectionPoint | None = None,
     keep_point: bool = False,
+    imported: ImportedHistory | None = None,
 ) -> ProjectedHistory:
     """Return `view` (if any) followed by the projection of `records` (those after it).
 
@@ -128,7 +169,7 @@ def project_after_view(
     `rendering` is the version of the rules records are shown with (default: the current one).
     With `point` (saved after `view`), projection resumes from it and `records` are those after
     its watermark. With `keep_point`, the history carries the point after its last record
-    (`history.point`).
+    (`history.point`). `imported` names an imported session's records (`imported_history`).
     """
     options = {
         "tool_result_chars": tool_result_chars,
@@ -137,6 +178,7 @@ def project_after_view(
         "rendering": rendering,
         "point": point,
         "keep_point": keep_point,
+        "imported": imported,
     }
     if view is None:
         return project_history(records, **options)
@@ -209,6 +251,7 @@ def inherited_history(
         rendering=rules.version,
         point=point,
         keep_point=True,
+        imported=imported_history(session.origin, session.pk),
     )
     if point is not None and not sets_plans(session):
         history.plan = None  # as reading the records after the view would find
@@ -333,7 +376,8 @@ def history_block(
     view = None
     if block.get("view") is not None:
         view = SessionView.objects.get(session_id=session_id, revision=block["view"])
-    session = Session(pk=session_id)
+    origin = Session.objects.filter(pk=session_id).values_list("origin", flat=True).first()
+    session = Session(pk=session_id, origin=origin or {})
     records = main_records_after(session, block["after"], up_to=block["upto"])
     history = project_after_view(
         records,
@@ -341,5 +385,6 @@ def history_block(
         tool_result_chars=block["cap"],
         excerpts=block_excerpts(block),
         rendering=rendering,
+        imported=imported_history(session.origin, session_id),
     )
     return history.messages, history.origins

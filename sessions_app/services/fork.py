@@ -7,18 +7,36 @@ numbered from 1, each naming its seq in the original (`origin_seq`), under copie
 still open at that seq is closed by the fork with one `status: unknown` result per call
 (never assumed done, never re-executed). Being a copy, the fork's journal is read, paged,
 searched, exported and purged on its own: the original may be purged while the fork lives.
-Reusable views are not carried over: the fork's first run projects its copied prefix. Forking
-while a run of the original is active is refused (409).
+Copies keep their local seqs, so a run reference (`r3:7`) names the fork's copy there too. A
+fork of an imported session notes where its imported records end (`origin["imported"]`), so its
+runs mark them as the original's do (rendering 6).
+
+A reusable view of the original is carried over when its watermark lies within the prefix and
+every record it refers to was copied: its references are mapped to the copies' seqs — the
+records it shows (`s`), the ranges a summary stands for (`src`), and `s:<seq>` references and
+`h<seq>_<n>` call ids in what it stores inline or names (a summary's kept lines, a stub's
+reference, a placeholder's call id). A view with one reference that cannot be mapped, or
+revoked (itself or by derivation), is not carried. A carried view keeps its binding, counters
+and derivation among the carried views; it refers to no snapshot of the fork and keeps its
+records with reference rows of its own. So the fork's first run starts from the compacted view
+instead of projecting (and compacting again) the whole prefix. Forking while a run of the
+original is active is refused (409).
 """
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from django.db import transaction
 from django.utils import timezone
 
-from agentloom.engine import MAIN_INSTANCE, UNKNOWN_RESULT
+from agentloom.engine import MAIN_INSTANCE, UNKNOWN_RESULT, as_ranges
 from agentloom.errors import Conflict, InvalidInput, NotFound
-from sessions_app.models import Run, Session, SessionMessage
+from sessions_app.models import Run, Session, SessionMessage, SessionView
+from sessions_app.selectors.history import import_origin, imported_history
+from sessions_app.selectors.views import view_derivations
+from sessions_app.services.reusable_views import reference_rows
 from sessions_app.services.runs import lock_live_session, sweep_expired_leases
 from sessions_app.services.search_index import index_records
 
@@ -58,9 +76,12 @@ def session_fork(*, user, session: Session, seq: int) -> Session:
     open_calls: list[str] = []
     batch: list[SessionMessage] = []
     number = 0
+    # The original's seq of each copied record -> the copy's.
+    seqs: dict[int, int] = {}
     for record in rows.select_related("run").iterator(chunk_size=FORK_BATCH):
         copy = runs.get(record.run_id) or _copied_run(fork, record.run, runs)
         number += 1
+        seqs[record.seq] = number
         batch.append(_copied_record(fork, copy, record, number))
         open_calls = _still_open(open_calls, record)
         if len(batch) == FORK_BATCH:
@@ -72,8 +93,13 @@ def session_fork(*, user, session: Session, seq: int) -> Session:
         batch.append(_unknown_result(fork, copy, call_id, number))
     SessionMessage.objects.bulk_create(batch)
     index_records(batch)
-    Session.objects.filter(pk=fork.pk).update(next_seq=number + 1)
     fork.next_seq = number + 1
+    imported = imported_history(session.origin, session.pk)
+    if imported is not None:
+        last = max((copy for seq, copy in seqs.items() if seq <= imported.upto), default=0)
+        fork.origin["imported"] = {**(import_origin(session.origin) or {}), "upto": last}
+    Session.objects.filter(pk=fork.pk).update(next_seq=fork.next_seq, origin=fork.origin)
+    _carry_views(session, fork, seq, seqs, {run.number: run for run in runs.values()})
     return fork
 
 
@@ -96,6 +122,7 @@ def _copied_record(fork: Session, run: Run, record: SessionMessage, seq: int) ->
         instance=record.instance,
         kind=record.kind,
         entry_key=record.entry_key,
+        local_seq=record.local_seq,
         message=record.message,
         origin_seq=record.seq,
         created_at=record.created_at,
@@ -123,3 +150,88 @@ def _unknown_result(fork: Session, run: Run, call_id: str, seq: int) -> SessionM
         message={"role": "tool", "tool_call_id": call_id, "content": UNKNOWN_RESULT},
         created_at=timezone.now(),
     )
+
+
+# References a view may hold in text: `s:<seq>` (or a span `s:<a>–<b>`) and `h<seq>_<n>` ids.
+_SEQ_REF = re.compile(r"\bs:(\d+)(?:–(\d+))?")
+_CALL_ID = re.compile(r"\bh(\d+)_(\d+)\b")
+
+
+class _Unmapped(Exception):
+    """A view refers to a record the fork did not copy."""
+
+
+def _carry_views(
+    session: Session, fork: Session, seq: int, seqs: dict[int, int], runs: dict[int, Run]
+) -> None:
+    """Carry over the original's views that lie within the prefix and map whole (see above)."""
+    derivations = view_derivations(session.pk)
+    carried: dict[int, SessionView] = {}
+    views = SessionView.objects.filter(
+        session=session, watermark__lte=seq, revoked_at__isnull=True
+    ).select_related("run")
+    for view in views.order_by("revision"):
+        if derivations[view.revision].revoked_ancestor is not None:
+            continue
+        try:
+            watermark = _mapped_seq(view.watermark, seqs)
+            entries = [_mapped_entry(entry, seqs) for entry in view.entries]
+            messages = _mapped_value(view.messages, seqs)
+        except _Unmapped:
+            continue
+        copy = SessionView.objects.create(
+            session=fork,
+            revision=len(carried) + 1,
+            watermark=watermark,
+            messages=messages,
+            entries=entries,
+            user_turns=view.user_turns,
+            model_steps=view.model_steps,
+            baseline_user_turns=view.baseline_user_turns,
+            baseline_model_steps=view.baseline_model_steps,
+            run=runs[view.run.number],
+            binding=view.binding,
+            binding_key=view.binding_key,
+            snapshot_revision=view.snapshot_revision,
+            derived_from=carried.get(view.derived_from_id),
+        )
+        carried[view.pk] = copy
+        # The fork's copy of the view keeps its records by rows of its own.
+        reference_rows(fork.pk, entries, view=copy)
+
+
+def _mapped_seq(seq: int, seqs: dict[int, int]) -> int:
+    if seq not in seqs:
+        raise _Unmapped(seq)
+    return seqs[seq]
+
+
+def _mapped_entry(entry: dict[str, Any], seqs: dict[int, int]) -> dict[str, Any]:
+    mapped = {key: _mapped_value(value, seqs) for key, value in entry.items()}
+    if "s" in entry:
+        mapped["s"] = _mapped_seq(entry["s"], seqs)
+    if "src" in entry:
+        stood = [seq for first, last in entry["src"] for seq in range(first, last + 1)]
+        mapped["src"] = as_ranges({_mapped_seq(seq, seqs) for seq in stood})
+    return mapped
+
+
+def _mapped_value(value: Any, seqs: dict[int, int]) -> Any:
+    """Return `value` with every `s:<seq>` reference and `h<seq>_<n>` id in its text mapped."""
+    if isinstance(value, str):
+
+        def seq_ref(match: re.Match[str]) -> str:
+            first = _mapped_seq(int(match[1]), seqs)
+            if match[2] is None:
+                return f"s:{first}"
+            return f"s:{first}–{_mapped_seq(int(match[2]), seqs)}"
+
+        def call_id(match: re.Match[str]) -> str:
+            return f"h{_mapped_seq(int(match[1]), seqs)}_{match[2]}"
+
+        return _CALL_ID.sub(call_id, _SEQ_REF.sub(seq_ref, value))
+    if isinstance(value, dict):
+        return {key: _mapped_value(item, seqs) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_mapped_value(item, seqs) for item in value]
+    return value

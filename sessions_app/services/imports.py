@@ -10,7 +10,10 @@ batches of `IMPORT_BATCH` rows, a transaction each, so a large import never hold
 writer for its whole length; the last step publishes it. Records keep their seqs, order, kinds
 and messages (export → import → export gives the same records); runs come back finished, as
 copies (`origin_number`), never resumed. Tools come only from the chosen version, so nothing
-imported grants one; views are not imported (a new run projects the imported records).
+imported grants one; views are not imported (a new run projects the imported records). The
+session's `origin` notes the last imported record (`upto`): from rendering 6 a run's history
+follows the imported records with one note saying where they came from
+(`selectors.history.imported_history`).
 
 An import that stopped half-way (its process killed) leaves a staged session nobody sees:
 `staged_discard` removes those older than `STAGED_MAX_AGE` (an import still writing is younger),
@@ -162,7 +165,9 @@ def session_import(*, user, space, stream: IO[bytes], agent_version=None) -> Ses
             batch = []
     _write(batch)
     with transaction.atomic(durable=True):
-        Session.objects.filter(pk=session.pk).update(staged=False, next_seq=top + 1)
+        # `upto`: the last imported record, which the note of rendering 6 follows.
+        origin = {**session.origin, "upto": top}
+        Session.objects.filter(pk=session.pk).update(staged=False, next_seq=top + 1, origin=origin)
     session.refresh_from_db()
     return session
 

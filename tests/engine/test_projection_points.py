@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentloom.engine import (
+    ImportedHistory,
     JournalRecord,
     ProjectionPoint,
     ReusableView,
@@ -137,13 +138,16 @@ def _stored(point: ProjectionPoint, rows) -> ProjectionPoint:
     cuts=st.lists(st.integers(0, 40), max_size=4),
     rendering=st.integers(1, CURRENT_RENDERING),
     judged=st.booleans(),
+    imported_upto=st.integers(0, 40),
 )
 def test_resuming_from_points_equals_projecting_every_record(
-    rows, view_at, cuts, rendering, judged
+    rows, view_at, cuts, rendering, judged, imported_upto
 ):
     view = _view(rows, view_at) if view_at else None
     after = [row for row in rows if view is None or row.seq > view.watermark]
-    options = {"rendering": rendering, "judge": _judge if judged else None}
+    # An imported session's records up to `imported_upto` (rendering 6 follows them with a note).
+    imported = ImportedHistory(imported_upto, "session 7") if imported_upto else None
+    options = {"rendering": rendering, "judge": _judge if judged else None, "imported": imported}
     whole = project_history(after, view, **options)
 
     point = None

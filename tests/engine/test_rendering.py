@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentloom.engine import (
+    IMPORTED_PREFIX,
     ConfigurationError,
     ContextBinding,
     ContextPolicy,
     GatewayError,
+    ImportedHistory,
+    JournalRecord,
     ModelBudget,
     ModelResponse,
     ProjectedHistory,
+    project_history,
     rendering_of,
 )
 from agentloom.engine._rendering import CURRENT_RENDERING, RENDERINGS
@@ -80,3 +86,68 @@ def test_history_projected_under_another_version_is_refused(scripted):
     engine = make_engine(scripted(text_response("x")))
     with pytest.raises(ConfigurationError, match="rendering"):
         _start(engine, history=history)
+
+
+def _row(seq, run, kind, message):
+    return JournalRecord(seq, run, "main", kind, message, f"k{seq}", seq)
+
+
+def _call(seq, run, call):
+    calls = [{"id": call, "type": "function", "function": {"name": "echo", "arguments": "{}"}}]
+    return _row(seq, run, "assistant", {"role": "assistant", "content": None, "tool_calls": calls})
+
+
+# An imported session: runs 1 and 2 came with the file (seqs 1-5, run 2's call left open), run 3
+# is the first of its own.
+IMPORTED_ROWS = [
+    _row(1, 1, "user_input", {"role": "user", "content": "q 1"}),
+    _row(2, 1, "assistant", {"role": "assistant", "content": "done 1"}),
+    _row(3, 2, "user_input", {"role": "user", "content": "q 2"}),
+    _call(4, 2, "r2-1-1"),
+    _row(5, 2, "supplement", {"role": "user", "content": "meanwhile"}),
+    _row(6, 3, "user_input", {"role": "user", "content": "q 3"}),
+    _row(7, 3, "assistant", {"role": "assistant", "content": "done 3"}),
+]
+IMPORTED = ImportedHistory(upto=5, origin="session 12 (AgentLoom 1.4), exported 2026-11-30")
+
+
+def _marks(messages):
+    return [i for i, m in enumerate(messages) if str(m["content"]).startswith(IMPORTED_PREFIX)]
+
+
+def test_rendering_6_follows_imported_history_with_one_note_that_never_moves():
+    whole = project_history(IMPORTED_ROWS, imported=IMPORTED).messages
+    [at] = _marks(whole)
+    note = whole[at]
+    assert note["role"] == "system" and "session 12 (AgentLoom 1.4)" in note["content"]
+    # After the open group's placeholder and the supplement waiting for it, before run 3.
+    assert [m["role"] for m in whole[at - 3 : at]] == ["assistant", "tool", "user"]
+    assert whole[at + 1] == {"role": "user", "content": "q 3"}
+    # While every record is imported, the note ends the history at the same place: a run's
+    # first request is extended, byte for byte, by the next run's.
+    for upto in range(5, len(IMPORTED_ROWS)):
+        shorter = project_history(IMPORTED_ROWS[:upto], imported=IMPORTED).messages
+        assert len(_marks(shorter)) == 1
+        assert json.dumps(whole[: len(shorter)]) == json.dumps(shorter)
+
+
+def test_a_session_not_imported_and_older_renderings_show_no_note():
+    plain = project_history(IMPORTED_ROWS).messages
+    assert plain == project_history(IMPORTED_ROWS, rendering=5).messages
+    assert _marks(plain) == []
+    for version in range(1, 6):
+        old = project_history(IMPORTED_ROWS, rendering=version).messages
+        assert project_history(IMPORTED_ROWS, rendering=version, imported=IMPORTED).messages == old
+    marked = project_history(IMPORTED_ROWS, imported=IMPORTED).messages
+    assert [m for m in marked if not _marks([m])] == plain
+
+
+def test_a_projection_that_starts_past_the_imported_records_adds_no_note():
+    # The view (or point) it starts from holds the note already.
+    view = {"watermark": 6, "messages": [{"role": "user", "content": "held"}]}
+    after = project_history(IMPORTED_ROWS[6:], view, imported=IMPORTED).messages
+    assert _marks(after) == [] and len(after) == 2
+    at_the_end = {"watermark": 5, "messages": []}
+    assert (
+        len(_marks(project_history(IMPORTED_ROWS[5:], at_the_end, imported=IMPORTED).messages)) == 1
+    )

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from agentloom.engine import UNKNOWN_RESULT
+from agentloom.engine import HANDOFF_MARK, UNKNOWN_RESULT
 from agentloom.errors import Conflict, NotFound
-from sessions_app.models import Session, SessionMessage
+from context_app.engine_adapter import version_binding
+from sessions_app.models import JournalReference, Session, SessionMessage, SessionView
+from sessions_app.selectors.checkpoints import JournalStore
+from sessions_app.selectors.history import history_for_new_run
+from sessions_app.selectors.views import compliant_view
 from sessions_app.services.deletion import session_delete, session_purge
 from sessions_app.services.fork import session_fork
+from sessions_app.services.reusable_views import view_revoke
 from sessions_app.services.runs import run_ask
 from tests.factories import ask, make_user
+from tests.sessions_app.conftest import long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -89,3 +96,101 @@ def test_the_api_and_the_journal_page_fork(alice, bob, gateway, make_demo_sessio
     }
     client.force_login(bob)
     assert client.post(url, {"seq": 1}, content_type="application/json").status_code == 404
+
+
+def _compacted(alice, make_demo_session):
+    """A session whose sub-agent's records come first (so a fork's seqs differ from the
+    original's), then runs that compact: a reusable view with a summary citing `s:` refs."""
+    session = make_demo_session(
+        context_window=9_000,
+        sub_agents=[
+            {"name": "helper", "description": "d", "system_prompt": "Echo.", "tools": ["echo"]}
+        ],
+    )
+    ask(session, alice, '/tool delegate_helper {"task": "/tool echo {\\"text\\": \\"kid\\"}"}')
+    assert SessionMessage.objects.filter(session=session).exclude(instance="main").exists()
+    for n in range(4):
+        ask(session, alice, long_question(n))
+    view = compliant_view(session, version_binding(session.agent_version))
+    assert view is not None
+    return session, view
+
+
+def _cited(view) -> list[str]:
+    return re.findall(r"\bs:\d+", json.dumps(view.messages))
+
+
+def test_a_fork_after_a_views_watermark_starts_from_the_view(alice, gateway, make_demo_session):
+    root = make_user("root", superuser=True)
+    session, view = _compacted(alice, make_demo_session)
+    last = SessionMessage.objects.filter(session=session, instance="main").order_by("-seq")[0]
+    fork = session_fork(user=alice, session=session, seq=last.seq)
+    binding = version_binding(fork.agent_version)
+    carried = compliant_view(fork, binding)
+    assert SessionView.objects.filter(session=fork).count() == session.views.count()
+    copies = dict(SessionMessage.objects.filter(session=fork).values_list("seq", "origin_seq"))
+    # Every reference names the fork's copy of the record the original's named.
+    assert copies[carried.watermark] == view.watermark != carried.watermark
+    shown = [
+        (a["s"], b["s"]) for a, b in zip(view.entries, carried.entries, strict=True) if "s" in a
+    ]
+    assert shown and all(copies[mine] == theirs for theirs, mine in shown)
+    assert _cited(view) and len(_cited(view)) == len(_cited(carried))
+    store = JournalStore(fork.runs.order_by("number")[0])
+    original = dict(SessionMessage.objects.filter(session=session).values_list("seq", "message"))
+    for theirs, mine in zip(_cited(view), _cited(carried), strict=True):
+        assert copies[int(mine[2:])] == int(theirs[2:])
+        read = store.main_record(up_to=fork.next_seq, seq=int(mine[2:]))
+        assert read == original[int(theirs[2:])]
+    # A run reference names the same run and local seq in the fork.
+    assert (
+        store.main_record(up_to=fork.next_seq, run=1, local=1)
+        == original[
+            SessionMessage.objects.get(
+                session=session, run__number=1, instance="main", local_seq=1
+            ).seq
+        ]
+    )
+    assert JournalReference.objects.filter(view=carried).exists()
+    # Its first run starts from the carried view: no compaction, the summary shown.
+    assert history_for_new_run(fork, binding).view_revision == carried.revision
+    gateway.requests.clear()
+    assert ask(fork, alice, "NONCE-FORKED").status == "succeeded"
+    assert {request.purpose for request in gateway.requests} == {"action"}
+    assert HANDOFF_MARK in json.dumps(gateway.action_requests()[0].messages)
+    # The original purged, the fork and its view live on.
+    session_delete(user=alice, session=session)
+    session_purge(user=root, session_id=session.pk)
+    assert SessionView.objects.filter(pk=carried.pk).exists()
+    assert ask(fork, alice, "NONCE-AFTER-PURGE").status == "succeeded"
+
+
+def test_a_fork_before_a_views_watermark_carries_no_view(alice, gateway, make_demo_session):
+    session, _ = _compacted(alice, make_demo_session)
+    view = session.views.order_by("watermark")[0]
+    before = SessionMessage.objects.filter(session=session, instance="main", seq__lt=view.watermark)
+    fork = session_fork(user=alice, session=session, seq=before.order_by("-seq")[0].seq)
+    assert not SessionView.objects.filter(session=fork).exists()
+
+
+def test_a_view_that_does_not_map_whole_or_is_revoked_is_not_carried(
+    alice, gateway, make_demo_session
+):
+    session, view = _compacted(alice, make_demo_session)
+    views = list(session.views.order_by("revision"))
+    assert len(views) >= 2
+    # A reference to a record the fork does not copy (the sub-agent's): the view stays behind.
+    child = SessionMessage.objects.filter(session=session).exclude(instance="main")[0]
+    first = views[0]
+    SessionView.objects.filter(pk=first.pk).update(
+        entries=[*first.entries, {"s": child.seq, "as": "user"}]
+    )
+    view_revoke(user=alice, session=session, revision=view.revision)
+    last = SessionMessage.objects.filter(session=session, instance="main").order_by("-seq")[0]
+    fork = session_fork(user=alice, session=session, seq=last.seq)
+    carried = SessionMessage.objects.filter(session=fork)
+    watermarks = {
+        dict(carried.values_list("seq", "origin_seq"))[w]
+        for w in SessionView.objects.filter(session=fork).values_list("watermark", flat=True)
+    }
+    assert watermarks == {v.watermark for v in views[1:] if v.pk != view.pk}

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from agentloom.engine import IMPORTED_PREFIX
 from sessions_app.models import Session
 from sessions_app.services.export import session_export
+from sessions_app.services.fork import session_fork
 from sessions_app.services.imports import ImportRefused, session_import
 from tests.factories import ask
 
@@ -145,3 +147,42 @@ def test_an_import_that_stopped_half_way_is_discarded_once_stale(
     assert not Session.objects.filter(pk=staged.pk).exists()
     assert not SessionMessage.objects.filter(session_id=staged.pk).exists()
     assert Session.objects.filter(pk=session.pk).exists()  # a published session stays
+
+
+def _marks(request) -> int:
+    return sum(str(m.get("content")).startswith(IMPORTED_PREFIX) for m in request.messages)
+
+
+def test_runs_of_an_imported_session_are_told_its_history_was_imported(
+    alice, gateway, make_demo_session
+):
+    session, data = _exported(alice, gateway, make_demo_session)
+    gateway.requests.clear()
+    ask(session, alice, "NONCE-OWN")
+    assert _marks(gateway.action_requests()[0]) == 0  # a session opened here: no note
+    imported = session_import(
+        user=alice,
+        space=session.space,
+        stream=io.BytesIO(data),
+        agent_version=session.agent_version,
+    )
+    assert imported.origin["upto"] == imported.next_seq - 1
+    gateway.requests.clear()
+    ask(imported, alice, "NONCE-FIRST-HERE")
+    first = gateway.action_requests()
+    assert _marks(first[0]) == 1
+    note = next(m for m in first[0].messages if str(m["content"]).startswith(IMPORTED_PREFIX))
+    assert f"session {session.pk}" in note["content"] and note["role"] == "system"
+    gateway.requests.clear()
+    ask(imported, alice, "NONCE-SECOND-HERE")
+    second = gateway.action_requests()[0]
+    # Placed once, where it was: the next run's first request extends the last one before it.
+    assert _marks(second) == 1
+    last = first[-1].messages
+    assert json.dumps(second.messages[: len(last)]) == json.dumps(last)
+    # A fork of the imported session still says where its imported records came from.
+    fork = session_fork(user=alice, session=imported, seq=imported.next_seq - 1)
+    assert 0 < fork.origin["imported"]["upto"] < fork.next_seq
+    gateway.requests.clear()
+    ask(fork, alice, "NONCE-IN-FORK")
+    assert _marks(gateway.action_requests()[0]) == 1
