@@ -67,6 +67,9 @@ RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 120, minimum=2)
 RUN_HEARTBEAT_SECONDS = env_heartbeat(RUN_LEASE_SECONDS)
 # A queued run no worker picks up within this time is marked failed (worker_lost).
 RUN_QUEUE_SECONDS = env_int("RUN_QUEUE_SECONDS", 600, minimum=5)
+# Days after which the beat purges a session a space's retention rule hid (its journal and runs
+# removed for good; the audit row stays).
+RETENTION_PURGE_DAYS = env_int("RETENTION_PURGE_DAYS", 30, minimum=0)
 # A run waiting for a person's approval of its tool calls ends `cancelled` after this long.
 RUN_APPROVAL_SECONDS = env_int("RUN_APPROVAL_SECONDS", 86_400, minimum=1)
 # How long a Redis broker waits for a delivered task's acknowledgement before it delivers the

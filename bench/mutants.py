@@ -1164,6 +1164,36 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "the beat purges what the retention rule hid only after RETENTION_PURGE_DAYS",
+        "retention_purge_without_grace",
+        "sessions_app/services/retention.py",
+        "    before = (now or timezone.now()) - timedelta(days=settings.RETENTION_PURGE_DAYS)",
+        "    before = (now or timezone.now()) + timedelta(days=365)",
+        (
+            "tests/sessions_app/test_retention.py::test_the_beat_purges_what_the_rule_hid_after_the_grace_and_nothing_else",
+        ),
+    ),
+    Mutant(
+        "the beat purges only sessions the retention rule hid, never one a person hid",
+        "retention_purges_any_deletion",
+        "sessions_app/services/deletion.py",
+        "session_number=session_id, by_retention=True, purged_at__isnull=True,",
+        "session_number=session_id, purged_at__isnull=True,",
+        (
+            "tests/sessions_app/test_retention.py::test_the_beat_purges_what_the_rule_hid_after_the_grace_and_nothing_else",
+        ),
+    ),
+    Mutant(
+        "a legal hold placed during the grace keeps a session from the retention purge",
+        "retention_purge_ignores_hold",
+        "sessions_app/services/deletion.py",
+        "        .filter(pk=session_id, deleted_at__isnull=False, legal_hold=False)",
+        "        .filter(pk=session_id, deleted_at__isnull=False)",
+        (
+            "tests/sessions_app/test_retention.py::test_the_beat_purges_what_the_rule_hid_after_the_grace_and_nothing_else",
+        ),
+    ),
+    Mutant(
         "a refusal's count of the input is read where the words say it apart",
         "input_count_unread",
         "agentloom/providers/_refusals.py",

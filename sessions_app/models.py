@@ -596,8 +596,11 @@ class SessionDeletion(models.Model):
     deleted_by_username = models.CharField(max_length=150)
     deleted_at = models.DateTimeField()
     purged_at = models.DateTimeField(null=True, blank=True)
-    # The superuser named to `manage.py purge_deleted_sessions --by`.
+    # The superuser named to `manage.py purge_deleted_sessions --by`, or the retention rule.
     purged_by_username = models.CharField(max_length=150, blank=True, default="")
+    # Hidden by the space's retention rule (the beat purges it after `RETENTION_PURGE_DAYS`),
+    # not by a person.
+    by_retention = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-deleted_at"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_ready
@@ -70,11 +71,12 @@ def _sweep_on_worker_start(**_kwargs) -> None:
 
 
 @shared_task(name="sessions_app.tasks.apply_retention", ignore_result=True)
-def apply_retention() -> dict[int, list[int]]:
-    """Delete the sessions each space's retention rule removes (soft delete, audited)."""
-    from sessions_app.services.retention import retention_apply
+def apply_retention() -> dict[str, Any]:
+    """Delete the sessions each space's retention rule removes (soft delete, audited), and purge
+    those it hid `RETENTION_PURGE_DAYS` ago."""
+    from sessions_app.services.retention import retention_apply, retention_purge
 
-    return retention_apply()
+    return {"deleted": retention_apply(), "purged": retention_purge()}
 
 
 @shared_task(name="sessions_app.tasks.discard_stale_imports", ignore_result=True)

@@ -3,8 +3,10 @@
 A space admin sets the rule (`agentloom.spaces.services.retention.retention_set`), recorded with
 who set it and when. The beat applies every rule (`retention_apply`) through the existing soft
 delete (`session_delete`, with its `SessionDeletion` audit row, in the name of the admin who set
-the rule); the operator's `purge_deleted_sessions` then removes them as it removes any deleted
-session. What a rule removes now, applied or only previewed (`apply_retention --dry-run`, the
+the rule, marked `by_retention`), and purges what it hid `RETENTION_PURGE_DAYS` before
+(`retention_purge`, 30 by default: the grace in which an admin may still put a session on legal
+hold, which the purge then skips); the operator's `purge_deleted_sessions` removes any deleted
+session sooner. What a rule removes now, applied or only previewed (`apply_retention --dry-run`, the
 API's and the console's previews), is `retention_due`. A session with an active or waiting run is
 skipped, as is one under a legal hold (`session_legal_hold`, placed and released by a space
 admin, who and when kept on the session and each change in its history); a session's last run
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
@@ -25,9 +28,9 @@ from django.utils import timezone
 from agentloom.errors import ApplicationError, NotFound, PermissionDenied
 from agentloom.spaces.models import Membership, Space
 from agentloom.spaces.selectors import require_member
-from sessions_app.models import Run, Session
+from sessions_app.models import Run, Session, SessionDeletion
 from sessions_app.selectors.sessions import live_sessions
-from sessions_app.services.deletion import session_delete
+from sessions_app.services.deletion import session_delete, session_purge_retained
 
 
 @transaction.atomic(durable=True)
@@ -96,8 +99,22 @@ def retention_apply(*, dry_run: bool = False, now=None) -> dict[int, list[int]]:
         done[space.pk] = []
         for session in Session.objects.filter(pk__in=ids):
             try:
-                session_delete(user=space.retention_set_by, session=session)
+                session_delete(user=space.retention_set_by, session=session, by_retention=True)
             except ApplicationError:
                 continue  # a run started meanwhile, or the admin left the space
             done[space.pk].append(session.pk)
     return done
+
+
+def retention_purge(*, now=None) -> list[int]:
+    """Purge the sessions retention rules hid `RETENTION_PURGE_DAYS` ago or more; return them.
+
+    Each in its own transaction; a session put on legal hold since it was hidden stays.
+    """
+    before = (now or timezone.now()) - timedelta(days=settings.RETENTION_PURGE_DAYS)
+    due = SessionDeletion.objects.filter(
+        by_retention=True, purged_at__isnull=True, deleted_at__lt=before
+    ).values_list("session_number", flat=True)
+    return [
+        number for number in list(due) if session_purge_retained(session_id=number, before=before)
+    ]

@@ -140,6 +140,8 @@ NOT_ACTIONS = {
     "references_migrate_batch": "an operator's one-off migration command, not a user's request",
     "snapshots_store_batch": "an operator's one-off migration command, not a user's request",
     "retention_apply": WORKER,
+    "retention_purge": WORKER,
+    "session_purge_retained": WORKER,
     "index_journal": "an operator's command after an upgrade or a rotation, not a user's request",
     "retention_due": READ,
     "oauth_token_renew": WORKER,
