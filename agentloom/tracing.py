@@ -15,7 +15,11 @@ at Development status there). Spans:
   `agentloom.instance.status`;
 - `agentloom.compaction` per compaction attempt, for as long as its work lasts (its summary calls
   included): `agentloom.compaction.stage` (the last it ran), `…stages` (when masking came before
-  a summary), `…outcome`, `…reason`, `…triggers`, `…tokens_before`, `…tokens_after`.
+  a summary), `…outcome`, `…reason`, `…triggers`, `…tokens_before`, `…tokens_after`;
+- `agentloom.compaction.stage {stage}` per stage of an attempt (`masking`, `summary`), a child
+  of its attempt, for as long as the stage lasted (a masking until the first summary call, a
+  summary from it to the attempt's end): `agentloom.compaction.stage`, `…outcome`, `…reason`,
+  `…tokens_before`, `…tokens_after`, `…calls`.
 
 Parents: the web request (Django's instrumentation) → the Celery task (Celery's, which carries the
 trace context in the task's headers) → `invoke_agent` → its calls, tools and compactions; a
@@ -207,12 +211,18 @@ def _failed(span: Any, kind: str) -> None:
 
 
 def ended_span(
-    name: str, attributes: dict[str, Any], *, seconds: float, error: str | None = None
+    name: str,
+    attributes: dict[str, Any],
+    *,
+    seconds: float,
+    error: str | None = None,
+    ended_before: float = 0.0,
 ) -> None:
-    """Record a span that ended now after `seconds`, under the current span."""
+    """Record a span that lasted `seconds` and ended `ended_before` seconds ago (now by
+    default), under the current span."""
     if _TRACER is None:
         return
-    end = time.time_ns()
+    end = time.time_ns() - int(max(0.0, ended_before) * 1e9)
     span = _TRACER.start_span(
         name, attributes=_clean(attributes), start_time=end - int(max(0.0, seconds) * 1e9)
     )

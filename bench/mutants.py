@@ -1194,6 +1194,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "each stage of a compaction attempt is a span of its own",
+        "compaction_stages_unspanned",
+        "sessions_app/services/execution.py",
+        '            if kind == "compaction":\n                _stage_spans(engine_late)',
+        '            if kind == "no compaction":\n                _stage_spans(engine_late)',
+        (
+            "tests/sessions_app/test_tracing.py::test_a_compaction_span_lasts_its_work_and_holds_its_summary_call",
+        ),
+    ),
+    Mutant(
         "a refusal's count of the input is read where the words say it apart",
         "input_count_unread",
         "agentloom/providers/_refusals.py",

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import abc
 import bisect
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -863,16 +864,32 @@ class JournalContextManager(ContextManager):
 
         The attempt's span (`span("compaction", …)`) lasts as long as its work, its summary
         calls included, and ends with the rows it logged (`rows`: one a stage, or the throttled
-        row it counted again).
+        row it counted again) and how long each row's stage took (`stage_seconds`: a masking
+        lasts until the first summary call, a summary from it to the end).
         """
         size, fired = self.triggers(tools)
         if not fired:
             return None
         with self.span("compaction", {"triggers": fired}) as late:
             logged = len(self.frame.state.compaction_log)
-            outcome = self._compact(tools, call_model, size, fired)
+            started, first_call = time.perf_counter(), []
+
+            def timed(request: ModelRequest) -> ModelResponse:
+                if not first_call:
+                    first_call.append(time.perf_counter())
+                return call_model(request)  # type: ignore[misc]
+
+            outcome = self._compact(tools, timed if call_model else None, size, fired)
+            ended = time.perf_counter()
             log = self.frame.state.compaction_log
-            late["rows"] = log[logged:] or log[-1:]
+            rows = late["rows"] = log[logged:] or log[-1:]
+            summary_from = first_call[0] if first_call else ended
+            late["stage_seconds"] = [
+                (summary_from - started if row.get("stage") == "masking" else ended - summary_from)
+                if len(rows) > 1
+                else ended - started
+                for row in rows
+            ]
         return outcome
 
     def _compact(

@@ -215,8 +215,40 @@ def _span_hook(run: Run, allowed: set[str]):
             engine_late: dict[str, Any] = {}
             yield engine_late
             late.update(_late_attributes(kind, engine_late))
+            if kind == "compaction":
+                _stage_spans(engine_late)
 
     return span
+
+
+# The stages a compaction attempt logs rows for (a throttled attempt's row names none: `other`).
+_STAGES = ("masking", "summary")
+
+
+def _stage_spans(late: dict[str, Any]) -> None:
+    """Record a child span per stage of a compaction attempt, each as long as it lasted (the
+    stages ran one after the other and the last ended now)."""
+    rows = [row for row in late.get("rows") or () if isinstance(row, dict)]
+    seconds = list(late.get("stage_seconds") or ())
+    if len(seconds) != len(rows):
+        return
+    ended_before = 0.0
+    for row, lasted in reversed(list(zip(rows, seconds, strict=True))):
+        stage = metrics.label(row.get("stage"), _STAGES)
+        tracing.ended_span(
+            f"agentloom.compaction.stage {stage}",
+            {
+                "agentloom.compaction.stage": stage,
+                "agentloom.compaction.outcome": row.get("outcome"),
+                "agentloom.compaction.reason": row.get("reason"),
+                "agentloom.compaction.tokens_before": row.get("before"),
+                "agentloom.compaction.tokens_after": row.get("after"),
+                "agentloom.compaction.calls": row.get("calls"),
+            },
+            seconds=lasted,
+            ended_before=ended_before,
+        )
+        ended_before += lasted
 
 
 def _late_attributes(kind: str, late: dict[str, Any]) -> dict[str, Any]:

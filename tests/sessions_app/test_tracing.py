@@ -3,6 +3,8 @@ and attributes, and no content unless asked for."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -242,6 +244,26 @@ def test_a_compaction_span_lasts_its_work_and_holds_its_summary_call(
     assert all(chat.end_time <= compaction.end_time for chat in chats)
     agents = {span.context.span_id for span in finished if span.name.startswith("invoke_agent")}
     assert compaction.parent.span_id in agents
+
+    # Each stage is a span of its own under its attempt, in order, as long as it lasted: a
+    # summary stage holds the attempt's summary calls.
+    for attempt in summaries:
+        stages = sorted(
+            (s for s in _children(finished, attempt) if s.name.startswith("agentloom.compaction.")),
+            key=lambda s: s.start_time,
+        )
+        names = [s.attributes["agentloom.compaction.stage"] for s in stages]
+        expected = attempt.attributes.get("agentloom.compaction.stages") or ["summary"]
+        assert names == list(expected), names
+        assert all(s.parent.span_id == attempt.context.span_id for s in stages)
+        assert all(
+            attempt.start_time <= s.start_time <= s.end_time <= attempt.end_time for s in stages
+        )
+        assert all(a.end_time <= b.start_time for a, b in itertools.pairwise(stages))
+        summary = stages[-1]
+        calls = [s for s in _children(finished, attempt) if s.name.startswith("chat ")]
+        assert calls and all(summary.start_time <= c.start_time for c in calls)
+        assert summary.attributes["agentloom.compaction.calls"] == len(calls)
 
 
 def test_an_error_ends_a_span_with_its_kind_never_its_message(alice, make_demo_session, spans):
