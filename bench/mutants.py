@@ -1204,6 +1204,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "the OpenAI-format export starts with the system prompt a run asked now starts with",
+        "openai_export_without_pins",
+        "sessions_app/services/export.py",
+        "    system = pinned_prompt(session.agent_version.snapshot, session.pinned)",
+        '    system = session.agent_version.snapshot.get("system_prompt") or ""',
+        ("tests/sessions_app/test_export.py::test_the_openai_format_is_the_main_conversation",),
+    ),
+    Mutant(
         "a refusal's count of the input is read where the words say it apart",
         "input_count_unread",
         "agentloom/providers/_refusals.py",

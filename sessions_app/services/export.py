@@ -25,6 +25,7 @@ from django.utils import timezone
 from agentloom import __version__
 from agentloom.engine import project_history
 from agentloom.errors import NotFound, PermissionDenied
+from context_app.engine_adapter import pinned_prompt
 from sessions_app.models import (
     JournalReference,
     ModelCall,
@@ -265,7 +266,8 @@ def _call_items(calls: list[ModelCall], *, bodies: bool) -> Iterator[dict[str, A
 
 def _openai_lines(session: Session) -> Iterator[bytes]:
     history = project_history(main_records_after(session, 0), tool_result_chars=_WHOLE)
-    system = session.agent_version.snapshot.get("system_prompt") or ""
+    # The system prompt a run asked now starts with: the version's, then the session's pins.
+    system = pinned_prompt(session.agent_version.snapshot, session.pinned)
     messages = [{"role": "system", "content": system}] if system else []
     messages += history.messages
     yield b"[\n"

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from agentloom.errors import NotFound, PermissionDenied
-from sessions_app.models import Run, SessionExport, SessionMessage
+from sessions_app.models import Run, Session, SessionExport, SessionMessage
 from sessions_app.services.execution import run_execute
 from sessions_app.services.export import export_lines, session_export, session_export_by_operator
 from sessions_app.services.legacy import adopt_legacy_runs
@@ -114,6 +114,13 @@ def test_the_openai_format_is_the_main_conversation(alice, gateway, make_demo_se
     assert [m["role"] for m in messages].count("user") == 2
     assert any(m.get("tool_calls") for m in messages)
     assert any(m["role"] == "tool" and "NONCE-ECHO" in m["content"] for m in messages)
+
+    # Pinned instructions follow the system prompt, as every run asked now starts with them.
+    Session.objects.filter(pk=session.pk).update(pinned="Answer in French. NONCE-PIN")
+    session.refresh_from_db()
+    messages = json.loads(b"".join(session_export(user=alice, session=session, format="openai")))
+    assert messages[0]["content"].startswith("You are the demo agent.\n\n")
+    assert messages[0]["content"].endswith("Answer in French. NONCE-PIN")
 
 
 def test_the_operator_command_exports_and_is_audited(alice, gateway, make_demo_session, tmp_path):
