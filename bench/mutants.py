@@ -1212,6 +1212,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/sessions_app/test_export.py::test_the_openai_format_is_the_main_conversation",),
     ),
     Mutant(
+        "a tool a server runs only as a task is listed unavailable",
+        "task_tools_offered",
+        "models_app/services/tool_servers.py",
+        "    elif tool.requires_tasks:",
+        "    elif False:",
+        (
+            "tests/sessions_app/test_reference_tool_server.py::test_a_tool_that_requires_tasks_is_listed_as_unavailable",
+        ),
+    ),
+    Mutant(
         "a refusal's count of the input is read where the words say it apart",
         "input_count_unread",
         "agentloom/providers/_refusals.py",
@@ -3346,6 +3356,10 @@ def scratch_copy() -> Path:
     scratch = Path(tempfile.mkdtemp(prefix="agentloom-mutants-")) / "tree"
     shutil.copytree(ROOT, scratch, ignore=_IGNORED, symlinks=True)
     (scratch / "_mutants_plugin.py").write_text(_PLUGIN)
+    # Installed packages are not copied but linked: the reference tool server's tests need them.
+    for modules in ROOT.glob("tests/**/node_modules"):
+        if modules.is_dir() and "node_modules" not in modules.parent.parts:
+            (scratch / modules.relative_to(ROOT)).symlink_to(modules, target_is_directory=True)
     return scratch
 
 

@@ -191,6 +191,9 @@ class ListedTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    # The tool can only be called as a task (`execution.taskSupport: "required"`), which this
+    # client does not declare: listed, never offered.
+    requires_tasks: bool = False
 
 
 @dataclass(frozen=True)
@@ -448,6 +451,7 @@ async def _all_tools(client: Client) -> list[ListedTool]:
                 name=tool.name,
                 description=tool.description or "",
                 input_schema=dict(tool.input_schema or {}),
+                requires_tasks=getattr(tool.execution, "task_support", None) == "required",
             )
             for tool in page.tools
         )

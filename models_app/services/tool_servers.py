@@ -352,6 +352,11 @@ def _listing_entry(server_name: str, tool) -> dict[str, Any]:
         )
     elif tool.input_schema.get("type") != "object":
         entry["unavailable"] = "Its input schema is not a JSON object schema."
+    elif tool.requires_tasks:
+        entry["unavailable"] = (
+            "The server runs it only as a task (taskSupport: required), which AgentLoom does not "
+            "speak."
+        )
     return entry
 
 
