@@ -94,7 +94,12 @@ def test_every_encrypted_column_is_covered():
     assert labels == {
         "models_app.ModelConnection.api_key",
         "models_app.ModelConnection.previous_api_keys",
+        "models_app.OAuthAuthorization.verifier",
+        "models_app.OAuthConnection.access_token",
+        "models_app.OAuthConnection.refresh_token",
+        "models_app.OAuthRegistration.client_secret",
         "models_app.ToolServer.headers",
+        "models_app.ToolServer.oauth_client_secret",
         "sessions_app.CompactionSnapshot.snapshot",
         "sessions_app.ModelCall.response",
         "sessions_app.Run.answer",
