@@ -3127,6 +3127,46 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/console/test_oauth_tool_servers.py::test_a_member_connects_by_pkce_with_the_resource_and_runs_act_as_them",
         ),
     ),
+    Mutant(
+        "a step measures its payload once",
+        "step_measured_again",
+        "agentloom/engine/_measure.py",
+        "    if figures is None or server_estimator_of(estimator) is not None:",
+        "    if True:",
+        (
+            "tests/engine/test_measure.py::test_each_step_measures_the_payload_it_sends_once",
+            "tests/engine/test_measure.py::test_an_estimator_with_its_own_bound_computes_each_figure_once_a_step",
+        ),
+    ),
+    Mutant(
+        "the engine opens one measure for each step",
+        "step_unscoped",
+        "agentloom/engine/_engine.py",
+        "            with one_measure_per_step():",
+        "            with nullcontext():",
+        ("tests/engine/test_measure.py::test_each_step_measures_the_payload_it_sends_once",),
+    ),
+    Mutant(
+        "a figure is given again only for the same payload",
+        "step_any_payload",
+        "agentloom/engine/_measure.py",
+        "        if last is None or last[0] is not estimator or last[1:] != sent[1:]:",
+        "        if last is None or last[0] is not estimator:",
+        (
+            "tests/engine/test_measure.py::test_a_step_measures_another_payload_anew_and_the_same_one_from_equal_items",
+            "tests/engine/test_measure.py::test_a_changed_item_is_measured_anew",
+        ),
+    ),
+    Mutant(
+        "only the default upper bound is the estimate",
+        "step_bound_as_estimate",
+        "agentloom/engine/_measure.py",
+        "        if type(self.inner).upper_bound is TokenEstimator.upper_bound:",
+        "        if True:",
+        (
+            "tests/engine/test_measure.py::test_an_estimator_with_its_own_bound_computes_each_figure_once_a_step",
+        ),
+    ),
 )
 
 
