@@ -198,7 +198,7 @@ def same_json(a: Any, b: Any) -> bool:
     """Return True when `a` and `b` serialise to the same compact JSON, up to the order of keys.
 
     Stricter than `==`, which holds between 1, 1.0 and True (three texts) and between 0.0 and
-    -0.0: values must have the same types, and floats the same text.
+    -0.0: values must have the same types, floats the same text and keys be strings.
     """
     if a is b:
         return True
@@ -206,12 +206,26 @@ def same_json(a: Any, b: Any) -> bool:
     if kind is not type(b):
         return False
     if kind is dict:
-        return len(a) == len(b) and all(key in b and same_json(v, b[key]) for key, v in a.items())
+        return _same_dict(a, b)
     if kind is list:
-        return len(a) == len(b) and all(map(same_json, a, b))
+        return len(a) == len(b) and all(
+            value is other or same_json(value, other) for value, other in zip(a, b, strict=True)
+        )
     if kind is float:
         return repr(a) == repr(b)
     return bool(a == b)
+
+
+def _same_dict(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for key, value in a.items():
+        if type(key) is not str or key not in b:
+            return False
+        other = b[key]
+        if value is not other and not same_json(value, other):
+            return False
+    return True
 
 
 def carry_json_bytes(item: Any, source: Any, size: int | None) -> None:

@@ -9,6 +9,7 @@ from agentloom.engine._sizecache import JSON_BYTES, carry_json_bytes, json_bytes
         ({"n": 1}, {"n": 1.0}),
         ({"n": 1}, {"n": True}),
         ({"n": 0.0}, {"n": -0.0}),
+        ({1: "a"}, {1.0: "a"}),
         ({"a": "x"}, {"a": "x", "b": None}),
         ([{"a": "x"}], [{"a": "y"}]),
     ],
