@@ -50,6 +50,7 @@ __all__ = [
     "LEGACY_VERSION",
     "UnreadableValue",
     "decrypt",
+    "decrypt_sized",
     "encrypt",
     "is_current",
     "is_legacy",
@@ -173,13 +174,32 @@ def decrypt(token: bytes) -> Any:
     token = bytes(token)
     if is_legacy(token):
         return legacy_decrypt(token)
+    return _from_json(_plaintext(token))
+
+
+def decrypt_sized(token: bytes) -> tuple[Any, int | None]:
+    """Return `decrypt(token)` and the UTF-8 length of the value's compact JSON, which is the
+    stored text's (None when not known: a legacy value, or text with a lone surrogate)."""
+    token = bytes(token)
+    if is_legacy(token):
+        return legacy_decrypt(token), None
+    data = _plaintext(token)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _from_json(data), None
+    return json.loads(text), len(data)
+
+
+def _plaintext(token: bytes) -> bytes:
+    """Return the JSON text of a Fernet-format `token`, decompressed."""
     try:
         data = _current().decrypt(token)
     except InvalidToken:
         raise UnreadableValue("no field encryption key opens this value") from None
     if data.startswith(COMPRESSED_MARK):
         data = zlib.decompress(data[len(COMPRESSED_MARK) :])
-    return _from_json(data)
+    return data
 
 
 def is_legacy(token: bytes) -> bool:

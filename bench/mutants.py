@@ -3299,6 +3299,118 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
         ),
     ),
+    Mutant(
+        "a step measures its payload once",
+        "step_measured_again",
+        "agentloom/engine/_measure.py",
+        "    if figures is None or server_estimator_of(estimator) is not None:",
+        "    if True:",
+        (
+            "tests/engine/test_measure.py::test_each_step_measures_the_payload_it_sends_once",
+            "tests/engine/test_measure.py::test_an_estimator_with_its_own_bound_computes_each_figure_once_a_step",
+        ),
+    ),
+    Mutant(
+        "the engine opens one measure for each step",
+        "step_unscoped",
+        "agentloom/engine/_engine.py",
+        "            with one_measure_per_step():",
+        "            with nullcontext():",
+        ("tests/engine/test_measure.py::test_each_step_measures_the_payload_it_sends_once",),
+    ),
+    Mutant(
+        "a figure is given again only for the same payload",
+        "step_any_payload",
+        "agentloom/engine/_measure.py",
+        "        if last is None or last[0] is not estimator or last[1:] != sent[1:]:",
+        "        if last is None or last[0] is not estimator:",
+        (
+            "tests/engine/test_measure.py::test_a_step_measures_another_payload_anew_and_the_same_one_from_equal_items",
+            "tests/engine/test_measure.py::test_a_changed_item_is_measured_anew",
+        ),
+    ),
+    Mutant(
+        "only the default upper bound is the estimate",
+        "step_bound_as_estimate",
+        "agentloom/engine/_measure.py",
+        "        if type(self.inner).upper_bound is TokenEstimator.upper_bound:",
+        "        if True:",
+        (
+            "tests/engine/test_measure.py::test_an_estimator_with_its_own_bound_computes_each_figure_once_a_step",
+        ),
+    ),
+    Mutant(
+        "a record's stored size is carried only to the same JSON",
+        "size_carried_to_any",
+        "agentloom/engine/_sizecache.py",
+        "    if size is not None and same_json(item, source):",
+        "    if size is not None:",
+        (
+            "tests/engine/test_sizecache.py::test_a_size_is_carried_only_to_the_same_json",
+            "tests/engine/test_projection.py::test_a_history_read_anew_is_measured_from_the_sizes_its_records_carry",
+        ),
+    ),
+    Mutant(
+        "the same JSON is stricter than equality",
+        "same_json_as_equality",
+        "agentloom/engine/_sizecache.py",
+        "    if a is b:",
+        "    if a == b:",
+        (
+            "tests/engine/test_sizecache.py::test_values_equal_in_python_but_not_in_json_are_not_the_same_json",
+            "tests/engine/test_sizecache.py::test_a_size_is_carried_only_to_the_same_json",
+        ),
+    ),
+    Mutant(
+        "projection carries a record's size to the message it shows as recorded",
+        "projection_sizes_dropped",
+        "agentloom/engine/_projection.py",
+        "    carry_json_bytes(message, record.message, record.size)",
+        "    pass",
+        (
+            "tests/engine/test_projection.py::test_a_history_read_anew_is_measured_from_the_sizes_its_records_carry",
+        ),
+    ),
+    Mutant(
+        "a point read anew carries its records' sizes",
+        "point_sizes_dropped",
+        "agentloom/engine/_projection.py",
+        """                carry_json_bytes(message, record, sizes.get(entry["s"]))""",
+        "                pass",
+        (
+            "tests/sessions_app/test_projection_points.py::test_a_history_read_anew_is_measured_without_serialising_what_it_shows_as_recorded",
+        ),
+    ),
+    Mutant(
+        "the journal reader gives each record its stored size",
+        "reader_sizes_dropped",
+        "sessions_app/selectors/history.py",
+        "            size=size,",
+        "            size=None,",
+        (
+            "tests/sessions_app/test_projection_points.py::test_a_history_read_anew_is_measured_without_serialising_what_it_shows_as_recorded",
+        ),
+    ),
+    Mutant(
+        "a stored size is the UTF-8 length of the stored text",
+        "stored_size_in_characters",
+        "agentloom/encryption.py",
+        "    return json.loads(text), len(data)",
+        "    return json.loads(text), len(text)",
+        (
+            "tests/sessions_app/test_encryption_keys.py::test_a_value_is_read_with_the_byte_size_of_its_compact_json",
+        ),
+    ),
+    Mutant(
+        "text with a lone surrogate has no known size",
+        "surrogate_sized",
+        "agentloom/encryption.py",
+        "        return _from_json(data), None",
+        "        return _from_json(data), len(data)",
+        (
+            "tests/sessions_app/test_encryption_keys.py::test_a_size_is_not_known_for_a_legacy_value_or_a_lone_surrogate",
+        ),
+    ),
 )
 
 

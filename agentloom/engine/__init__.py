@@ -14,7 +14,9 @@ Where each rule of the design lives (each module's docstring states its rules):
 
 - the triggers (the budget trigger at `context_ratio`, 80% of the effective input budget by
   default, and the turn and step triggers): `_policy`; the one measure of a view against them,
-  the door for a question or supplement and the room for a question: `_measure`;
+  the door for a question or supplement and the room for a question, and a step's payload
+  measured once: `_measure`; sizes kept per item, and a record's stored size carried to the
+  message history shows as recorded: `_sizecache`;
 - the hard check (no request over the effective input budget is sent, measured by an upper
   bound): `_budget`, before every action, compaction and verification request; calibration moves
   the triggers only, never the hard check: `_calibration`; a call that reported no usage stays

@@ -68,7 +68,7 @@ from agentloom.engine._gate import sent_request
 from agentloom.engine._gateway import PURPOSES, ModelRequest, ModelResponse
 from agentloom.engine._identifiers import cited
 from agentloom.engine._large import LargeRecords, RecordSizer, masked, parse_ref, run_ref
-from agentloom.engine._measure import input_size, measure_context, plan_reserve
+from agentloom.engine._measure import input_size, measure_context, plan_reserve, step_measure
 from agentloom.engine._policy import TRIGGER_BUDGET, TriggerPolicy, load_policy
 from agentloom.engine._projection import ProjectedHistory
 from agentloom.engine._protocol import (
@@ -802,7 +802,7 @@ class JournalContextManager(ContextManager):
             # A summary request on the conversation's prefix carries its tools, not to call them.
             tool_choice="none" if purpose == "compaction" and tools else None,
         )
-        estimate = self.estimator.upper_bound(*self.sent(request))
+        estimate = step_measure(self.estimator).upper_bound(*self.sent(request))
         reason = budget_refusal(purpose, estimate, self.budget)
         if reason is not None:
             note = fallback_note(self.estimator)
@@ -836,10 +836,11 @@ class JournalContextManager(ContextManager):
         """Return the size of the action request and the triggers that fire for it."""
         frame = self.frame
         messages, tools = self._sent_view(frame.messages, tools)
+        measure = step_measure(self.estimator)
         size = measure_context(
             policy=self.policy,
             budget=self.budget,
-            estimator=self.estimator,
+            estimator=measure,
             messages=messages,
             tools=tools,
         ).size
@@ -850,7 +851,7 @@ class JournalContextManager(ContextManager):
                 or server_estimator_of(self.estimator) is not None
             )
             and TRIGGER_BUDGET not in fired
-            and self.estimator.upper_bound(messages, tools) > self.budget.effective_input_budget
+            and measure.upper_bound(messages, tools) > self.budget.effective_input_budget
         ):
             # Small in the provider's tokens (or by the template's own markers), but not provably
             # under the budget: it could not be sent, so it is compacted first.

@@ -98,7 +98,12 @@ from agentloom.engine._frame import InstanceFrame
 from agentloom.engine._gate import check_payload, sent_request
 from agentloom.engine._gateway import CallStream, ModelGateway, ModelRequest, ModelResponse
 from agentloom.engine._large import READ_RECORD, LargeRecords
-from agentloom.engine._measure import QUESTION_ROOM_FLOOR, question_room
+from agentloom.engine._measure import (
+    QUESTION_ROOM_FLOOR,
+    one_measure_per_step,
+    question_room,
+    step_measure,
+)
 from agentloom.engine._policy import TriggerPolicy, load_policy
 from agentloom.engine._projection import ProjectedHistory
 from agentloom.engine._protocol import CANCELLED_RESULT, INTERRUPTED_RESULT, message_text
@@ -878,11 +883,13 @@ class _Execution:
         server = server_estimator_of(estimator)
         # Counted first: the figures below are then read from the cache, not asked again.
         counts = server.counts(request.messages, request.tools) if server is not None else None
+        # The step's trigger and prepared checks measured this same payload: read, not redone.
+        measure = step_measure(estimator)
         if isinstance(estimator, CalibratedEstimator):
-            decision = estimator.decision(request.messages, request.tools)
+            decision = measure.decision(request.messages, request.tools)
             measured = {
                 "estimate": decision["estimate"],
-                "upper_bound": estimator.upper_bound(request.messages, request.tools),
+                "upper_bound": measure.upper_bound(request.messages, request.tools),
                 "calibration": {
                     "ratio": decision["ratio"],
                     "base_tokens": decision["base_tokens"],
@@ -891,8 +898,8 @@ class _Execution:
             }
         else:
             measured = {
-                "estimate": estimator.estimate(request.messages, request.tools),
-                "upper_bound": estimator.upper_bound(request.messages, request.tools),
+                "estimate": measure.estimate(request.messages, request.tools),
+                "upper_bound": measure.upper_bound(request.messages, request.tools),
                 "calibration": None,
             }
         if counts is not None:
@@ -1170,24 +1177,31 @@ class _InstanceLoop:
         call_model = execution.call_model
         for second in (False, True):
             learned = len(execution.learned)
-            prepared = self.context.prepare(
-                "action", tools=self.offered(schemas), call_model=call_model
-            )
-            if prepared.request is None:
-                failure = prepared.stop_reason
-            elif execution.cancel_seen.is_set():
-                return self.finish("cancelled", None, None)
-            else:
-                try:
-                    return call_model(prepared.request)
-                except ModelCallCancelled:
+            # The trigger check, the prepared check and the check of the payload sent measure
+            # the same payload when nothing changed between them: once.
+            with one_measure_per_step():
+                prepared = self.context.prepare(
+                    "action", tools=self.offered(schemas), call_model=call_model
+                )
+                if prepared.request is None:
+                    failure = prepared.stop_reason
+                elif execution.cancel_seen.is_set():
                     return self.finish("cancelled", None, None)
-                except WindowLearned as exc:
-                    failure = f"{exc.kind}: {exc.message}"
-                except GatewayError as exc:
-                    return self.finish("failed", None, f"{exc.kind}: {exc.message}")
-                except (ModelCallLimitReached, ContextBudgetExceeded, PayloadRuleBroken) as exc:
-                    return self.finish("failed", None, str(exc))
+                else:
+                    try:
+                        return call_model(prepared.request)
+                    except ModelCallCancelled:
+                        return self.finish("cancelled", None, None)
+                    except WindowLearned as exc:
+                        failure = f"{exc.kind}: {exc.message}"
+                    except GatewayError as exc:
+                        return self.finish("failed", None, f"{exc.kind}: {exc.message}")
+                    except (
+                        ModelCallLimitReached,
+                        ContextBudgetExceeded,
+                        PayloadRuleBroken,
+                    ) as exc:
+                        return self.finish("failed", None, str(exc))
             windows = [w for w in execution.learned[learned:] if w.kind == "context_window"]
             if not windows:
                 return self.finish("failed", None, failure)

@@ -26,15 +26,29 @@ luck, so its sessions could not be kept alive.
 
 The unit is the policy's: estimator units for a context policy, characters for the legacy
 character policy.
+
+A step measures its payload once (`one_measure_per_step`, opened by the engine around each model
+step): the trigger check, the prepared request's hard check and the engine's check of what the
+gateway sends each build the gateway's payload and measure it through `step_measure`, which
+computes each figure (estimate, upper bound, a calibrated decision) of one payload once and gives
+it again while the next payload measured has exactly the same messages and tool schemas (equal
+item by item; the same objects in the same order when nothing changed between them). Another
+payload (a compaction changed the view, a summary request) is measured anew. The server
+tokenizer's estimator is not memoised: each measure records the counts and the fallback it used.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from agentloom.engine._budget import ModelBudget, TokenEstimator
+from agentloom.engine._calibration import CalibratedEstimator
 from agentloom.engine._policy import LegacyCharPolicy, TriggerPolicy
+from agentloom.engine._server_count import server_estimator_of
 
 __all__ = [
     "PLAN_MAX_CHARS",
@@ -47,8 +61,10 @@ __all__ = [
     "input_limit",
     "input_size",
     "measure_context",
+    "one_measure_per_step",
     "plan_reserve",
     "question_room",
+    "step_measure",
 ]
 
 # The largest plan an agent may keep (pinned through compaction): the size of this many
@@ -218,3 +234,93 @@ def question_room(
         summary=min(int(target * SUMMARY_RESERVE_SHARE), budget.max_output_tokens),
         large_record=large_record_limit,
     )
+
+
+# --- one measure per step ----------------------------------------------------------------------
+
+
+class _StepFigures:
+    """The figures of the payload a step measured last (one payload: the step sends one)."""
+
+    def __init__(self) -> None:
+        self._sent: tuple[TokenEstimator, tuple[Any, ...], tuple[Any, ...]] | None = None
+        self._figures: dict[str, Any] = {}
+
+    def figure(
+        self,
+        estimator: TokenEstimator,
+        name: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        compute: Callable[[], Any],
+    ) -> Any:
+        sent = (estimator, tuple(messages), tuple(tools))
+        last = self._sent
+        if last is None or last[0] is not estimator or last[1:] != sent[1:]:
+            self._sent, self._figures = sent, {}
+        if name not in self._figures:
+            self._figures[name] = compute()
+        return self._figures[name]
+
+
+_STEP: ContextVar[_StepFigures | None] = ContextVar("agentloom_step_figures", default=None)
+
+
+@contextmanager
+def one_measure_per_step() -> Iterator[None]:
+    """Measure each payload of the step within once (see the module docstring)."""
+    token = _STEP.set(_StepFigures())
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+class _OnceMeasured(TokenEstimator):
+    """Measures with `inner`, each figure of the step's payload once."""
+
+    def __init__(self, inner: TokenEstimator, figures: _StepFigures):
+        self.inner = inner
+        self.figures = figures
+        self.module_id = inner.module_id
+        self.config = inner.config
+
+    def binding(self) -> dict[str, Any]:
+        return self.inner.binding()
+
+    def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        if isinstance(self.inner, CalibratedEstimator):
+            return self.decision(messages, tools)["estimate"]
+        return self.figures.figure(
+            self.inner, "estimate", messages, tools, lambda: self.inner.estimate(messages, tools)
+        )
+
+    def upper_bound(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        if type(self.inner).upper_bound is TokenEstimator.upper_bound:
+            # The default bound is the estimate itself.
+            return self.estimate(messages, tools)
+        return self.figures.figure(
+            self.inner,
+            "upper_bound",
+            messages,
+            tools,
+            lambda: self.inner.upper_bound(messages, tools),
+        )
+
+    def decision(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict:
+        """Return a calibrated estimator's decision (`CalibratedEstimator.decision`)."""
+        inner = self.inner
+        assert isinstance(inner, CalibratedEstimator)
+        decided = self.figures.figure(
+            inner, "decision", messages, tools, lambda: inner.decision(messages, tools)
+        )
+        return dict(decided)
+
+
+def step_measure(estimator: TokenEstimator) -> TokenEstimator:
+    """Return what measures a payload with `estimator` in the step under way: each figure once
+    (`one_measure_per_step`); outside a step, or with the server's tokenizer, `estimator`."""
+    figures = _STEP.get()
+    if figures is None or server_estimator_of(estimator) is not None:
+        return estimator
+    return _OnceMeasured(estimator, figures)

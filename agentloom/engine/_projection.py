@@ -81,6 +81,7 @@ from agentloom.engine._protocol import (
 from agentloom.engine._records import LEGACY_KEY_PREFIX, MAIN_INSTANCE
 from agentloom.engine._refs import Origin, materialize
 from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
+from agentloom.engine._sizecache import carry_json_bytes
 from agentloom.engine._tools import PLAN_UPDATED, UpdatePlanTool, plan_set_by
 
 # The call ids the engine gives a main-instance run's calls: unique in the session.
@@ -120,6 +121,17 @@ class JournalRecord:
     # Its seq among its run's records of its instance (None when not known): with the run's
     # number (`run_id`), the reference the run gave it (`r<run>:<seq>`, rendering 5).
     local_seq: int | None = None
+    # The byte length of its message's compact JSON as the journal stored it (None: not known),
+    # carried to the view message shown from it (`_sizecache.carry_json_bytes`).
+    size: int | None = field(default=None, compare=False)
+
+
+def _shown(origin: dict[str, Any], record: JournalRecord) -> dict[str, Any]:
+    """Return the view message `origin` makes of `record`, with the byte length it was read with
+    when it is the same JSON."""
+    message = materialize(origin, record.message)
+    carry_json_bytes(message, record.message, record.size)
+    return message
 
 
 # The mark of the note that follows an imported session's imported history (rendering 6).
@@ -323,9 +335,10 @@ class ProjectionPoint:
         body: Mapping[str, Any],
         inline: list[dict[str, Any]],
         records: Mapping[int, dict[str, Any]],
+        sizes: Mapping[int, int | None] | None = None,
     ) -> ProjectionPoint:
         """Return the point `stored` gave, its references materialised from `records` (seq ->
-        journal message).
+        journal message; `sizes`: seq -> the byte length each was stored with, when known).
 
         A point stored before it carried the plan reads with the plan not known (the records are
         read), its `update_plan` calls taken from the calls it shows.
@@ -334,7 +347,11 @@ class ProjectionPoint:
         def made(entry: dict[str, Any]) -> tuple[dict[str, Any], Origin]:
             if "i" in entry:
                 return inline[entry["i"]], None
-            return materialize(entry, records[entry["s"]]), entry
+            record = records[entry["s"]]
+            message = materialize(entry, record)
+            if sizes is not None:
+                carry_json_bytes(message, record, sizes.get(entry["s"]))
+            return message, entry
 
         shown = [made(entry) for entry in body["e"]]
         group = body["g"]
@@ -528,7 +545,7 @@ class _Projector:
     def made(self, record: JournalRecord, origin: dict[str, Any]) -> None:
         """Show `record` as `origin` says (the one transform a rebuilt view also uses)."""
         origin = self.sized(record, origin)
-        self.emit(materialize(origin, record.message), origin)
+        self.emit(_shown(origin, record), origin)
 
     def import_due(self, floor: int) -> None:
         """Drop the note when projection starts past the imported records (shown already)."""
@@ -589,13 +606,13 @@ class _Projector:
 
     def note_of(self, record: JournalRecord, origin: dict[str, Any]) -> None:
         origin = self.sized(record, origin)
-        self.note(materialize(origin, record.message), origin)
+        self.note(_shown(origin, record), origin)
 
     def assistant(self, record: JournalRecord) -> None:
         self.close_group()
         how = "assistant_ids" if self.keeps_ids(record) else "assistant"
         origin = self.sized(record, {"s": record.seq, "as": how})
-        message = materialize(origin, record.message)
+        message = _shown(origin, record)
         self.emit(message, origin)
         calls = record.message.get("tool_calls") or []
         if not calls:

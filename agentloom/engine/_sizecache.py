@@ -10,6 +10,13 @@ depends on the item alone, not on any estimator setting, so every byte-counting 
 it: a new run's estimator measures only what no earlier run in the process measured. A run that
 inherits its history from a decrypted projection point (kept by the worker) inherits the same
 message objects, so its history is measured by identity, without serialising it again.
+
+A record read anew from the journal carries the byte length of its stored form, which is its
+compact JSON (`JournalRecord.size`); a view message projected from it that is exactly the same
+JSON (`same_json`: the same keys, and values of the same types with the same text) takes that
+length into `JSON_BYTES` (`carry_json_bytes`), so a worker that reads a session's records for the
+first time measures its history without serialising what it read. A message projection changed
+(call ids rewritten, an excerpt, a note) is measured as before.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ __all__ = [
     "JSON_BYTES",
     "SizeCache",
     "canonical_json",
+    "carry_json_bytes",
     "content_key",
     "json_bytes",
+    "same_json",
 ]
 
 DEFAULT_CACHE_ITEMS = 50_000
@@ -170,6 +179,12 @@ class SizeCache:
             self.store_key(key, size)
         self._remember(item, size, len(text), key)
 
+    def keep(self, item: Any, size: int) -> None:
+        """Keep `size` as the size of `item` by identity, measured elsewhere (a size known from
+        where the item was read); its weight is the size."""
+        if self.max_items > 0:
+            self._remember(item, size, size)
+
     def store_key(self, key: bytes, size: int) -> None:
         """Keep `size` under a content key (a size recorded earlier, read back)."""
         with self._lock:
@@ -177,6 +192,47 @@ class SizeCache:
             self._by_content.move_to_end(key)
             while len(self._by_content) > self.max_items:
                 self._by_content.popitem(last=False)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Return True when `a` and `b` serialise to the same compact JSON, up to the order of keys.
+
+    Stricter than `==`, which holds between 1, 1.0 and True (three texts) and between 0.0 and
+    -0.0: values must have the same types, floats the same text and keys be strings.
+    """
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        return _same_dict(a, b)
+    if kind is list:
+        return len(a) == len(b) and all(
+            value is other or same_json(value, other) for value, other in zip(a, b, strict=True)
+        )
+    if kind is float:
+        return repr(a) == repr(b)
+    return bool(a == b)
+
+
+def _same_dict(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for key, value in a.items():
+        if type(key) is not str or key not in b:
+            return False
+        other = b[key]
+        if value is not other and not same_json(value, other):
+            return False
+    return True
+
+
+def carry_json_bytes(item: Any, source: Any, size: int | None) -> None:
+    """Keep `size`, the byte length of `source`'s compact JSON as it was read, as the byte length
+    of `item` when `item` is the same JSON (see the module docstring); None: nothing known."""
+    if size is not None and same_json(item, source):
+        JSON_BYTES.keep(item, size)
 
 
 # The byte length of each item measured in this process (see the module docstring). Serialising is

@@ -22,6 +22,11 @@ cache stays safe:
   worker's memory until then, as any value a worker read does until it is collected.
 - A point's row is moved forward, never rewritten at the same watermark, and the journal records
   it refers to are never rewritten, so (row, watermark) names one content.
+
+Records are decrypted here rather than by their field (`stored_message`): the stored text is the
+message's compact JSON, so its length is the message's byte size, which the records carry into
+the engine (`JournalRecord.size`): a view message shown as recorded is then measured without
+being serialised again, in a worker that reads the records for the first time.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import BinaryField, Max
+from django.db.models.functions import Cast
 
-from agentloom.encryption import keyring_id
+from agentloom.encryption import decrypt_sized, keyring_id
 from agentloom.engine import (
     TOOL_RESULT_VIEW_CHARS,
     ExcerptJudge,
@@ -65,12 +71,21 @@ def main_records_after(
     return list(_journal_records(rows.order_by("seq")))
 
 
+def stored_message():
+    """Return the expression of a journal row's stored message, read without decrypting it
+    (`decrypt_sized` decrypts it with its size)."""
+    return Cast("message", output_field=BinaryField())
+
+
 def _journal_records(rows) -> Iterator[JournalRecord]:
     """Yield main-instance journal rows as the engine reads them, decrypted one at a time."""
-    rows = rows.values_list("seq", "run__number", "kind", "entry_key", "message", "local_seq")
+    rows = rows.values_list(
+        "seq", "run__number", "kind", "entry_key", stored_message(), "local_seq"
+    )
     # Projected notes name runs by their number in the session ("[run 3 failed: …]"), and
     # references the records by their run's number and local seq (`r3:7`, rendering 5).
-    for seq, number, kind, entry_key, message, local_seq in rows.iterator(chunk_size=2_000):
+    for seq, number, kind, entry_key, stored, local_seq in rows.iterator(chunk_size=2_000):
+        message, size = decrypt_sized(stored)
         yield JournalRecord(
             seq=seq,
             run_id=number,
@@ -79,6 +94,7 @@ def _journal_records(rows) -> Iterator[JournalRecord]:
             message=message,
             entry_key=entry_key,
             local_seq=local_seq,
+            size=size,
         )
 
 
@@ -309,17 +325,18 @@ def point_of(row: PointRow) -> ProjectionPoint:
     body, inline = stored["body"], stored["inline"]
     seqs = ProjectionPoint.references(body)
     records: dict[int, dict[str, Any]] = {}
+    sizes: dict[int, int | None] = {}
     if seqs:
         # One range query: a point refers to most main records up to its watermark.
-        records = dict(
-            SessionMessage.objects.filter(
-                session_id=row.session_id,
-                instance=MAIN_INSTANCE,
-                seq__gte=min(seqs),
-                seq__lte=max(seqs),
-            ).values_list("seq", "message")
-        )
-    point = ProjectionPoint.from_stored(body, inline, records)
+        rows = SessionMessage.objects.filter(
+            session_id=row.session_id,
+            instance=MAIN_INSTANCE,
+            seq__gte=min(seqs),
+            seq__lte=max(seqs),
+        ).values_list("seq", stored_message())
+        for seq, stored in rows:
+            records[seq], sizes[seq] = decrypt_sized(stored)
+    point = ProjectionPoint.from_stored(body, inline, records, sizes)
     DECRYPTED_POINTS.put(row.pk, row.watermark, point)
     return point
 

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 from agentloom.engine import (
     GatewayError,
@@ -375,3 +376,40 @@ def test_under_rendering_3_adopted_legacy_feedback_projects_as_before():
         {"role": "system", "content": "[run note] run 1 failed: crash"},
         {"role": "user", "content": "[feedback] mine"},
     ]
+
+
+def test_a_history_read_anew_is_measured_from_the_sizes_its_records_carry(monkeypatch):
+    import agentloom.engine._sizecache as sizecache_module
+    from agentloom.engine import JsonBytesEstimator
+
+    def sized(record):
+        return replace(record, size=len(json.dumps(record.message, separators=(",", ":"))))
+
+    records = [
+        sized(user(1, 1, "NONCE-sized first")),
+        sized(calls(2, 1, "r1-1-1")),  # the run's own id: shown as recorded
+        sized(result(3, 1, "r1-1-1", "NONCE-sized one")),
+        sized(answer(4, 1, "NONCE-sized done")),
+        sized(user(5, 2, "NONCE-sized second")),
+        sized(calls(6, 2, "call_1")),  # rewritten to h6_1: measured anew
+        sized(result(7, 2, "call_1", "NONCE-sized two")),
+    ]
+    history = project_history(records)
+    expected = len(json.dumps(history.messages, separators=(",", ":")))
+    serialised = []
+    real = sizecache_module.canonical_json
+    monkeypatch.setattr(
+        sizecache_module, "canonical_json", lambda item: serialised.append(item) or real(item)
+    )
+
+    size = JsonBytesEstimator(per_request=0, per_message=0).estimate(history.messages, [])
+
+    assert size == expected
+    by_seq = {record.seq: record.message for record in records}
+    changed = [
+        message
+        for message, origin in zip(history.messages, history.origins, strict=True)
+        if not origin or message != by_seq[origin["s"]]
+    ]
+    assert changed[0]["tool_calls"][0]["id"] == "h6_1"
+    assert serialised == changed

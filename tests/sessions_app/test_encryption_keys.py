@@ -171,6 +171,31 @@ def test_values_come_back_as_json_would_return_them():
 # --- rotation ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"role": "user", "content": "短い NONCE-SIZED"},
+        {"role": "tool", "content": "NONCE-LONG " * 400, "n": 1.5, "ok": True, "x": None},
+    ],
+)
+def test_a_value_is_read_with_the_byte_size_of_its_compact_json(value):
+    stored = encryption.encrypt(value, compress=True)
+
+    read, size = encryption.decrypt_sized(stored)
+
+    assert read == encryption.decrypt(stored) == value
+    assert size == len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def test_a_size_is_not_known_for_a_legacy_value_or_a_lone_surrogate():
+    assert encryption.decrypt_sized(legacy_token({"content": "NONCE-OLD"})) == (
+        {"content": "NONCE-OLD"},
+        None,
+    )
+    lone = {"content": "NONCE-\ud800"}
+    assert encryption.decrypt_sized(encryption.encrypt(lone)) == (lone, None)
+
+
 def test_rotate_moves_every_value_to_the_new_key_and_resumes_after_an_interruption(
     populated, settings, capsys
 ):

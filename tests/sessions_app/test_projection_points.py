@@ -225,3 +225,42 @@ def test_a_plan_set_before_a_point_is_inherited_from_it(
     assert loaded.point_row is not None and loaded.point_row.watermark > 3
     assert "NONCE-PLAN" in loaded.history.plan
     assert loaded.history.plan == _journal_projection(session, binding).plan
+
+
+def test_a_history_read_anew_is_measured_without_serialising_what_it_shows_as_recorded(
+    alice, gateway, make_demo_session, monkeypatch
+):
+    # A worker that never read the session: the point and the records after it are decrypted
+    # with the byte sizes they were stored with, and what history shows as recorded keeps them.
+    import agentloom.engine._sizecache as sizecache_module
+    from agentloom.engine import JsonBytesEstimator
+    from agentloom.engine._sizecache import same_json
+
+    session = _echo_session(alice, make_demo_session)
+    ask(session, alice, "one more question after the point")
+    binding = version_binding(session.agent_version)
+    DECRYPTED_POINTS.clear()
+    loaded = inherited_history(session, binding)
+    assert loaded.point_row is not None
+    history = loaded.history
+    assert len(main_records_after(session, loaded.point_row.watermark)) > 0
+    compact = json.dumps(history.messages, ensure_ascii=False, separators=(",", ":"))
+    expected = 16 + 12 * len(history.messages) + len(compact.encode())
+    serialised = []
+    real = sizecache_module.canonical_json
+    monkeypatch.setattr(
+        sizecache_module, "canonical_json", lambda item: serialised.append(item) or real(item)
+    )
+
+    assert JsonBytesEstimator().estimate(history.messages, []) == expected
+    journal = {record.seq: record.message for record in main_records_after(session, 0)}
+    as_recorded = [
+        origin is not None and "s" in origin and same_json(message, journal[origin["s"]])
+        for message, origin in zip(history.messages, history.origins, strict=True)
+    ]
+    assert sum(as_recorded) > len(history.messages) // 2
+    assert [id(item) for item in serialised] == [
+        id(message)
+        for message, recorded in zip(history.messages, as_recorded, strict=True)
+        if not recorded
+    ]
