@@ -98,12 +98,17 @@ def tool_server_secrets(space_id: int) -> list[str]:
     A value like `Bearer <token>` is redacted whole and so is its token.
     """
     secrets: list[str] = []
-    for headers in ToolServer.objects.filter(space_id=space_id).values_list("headers", flat=True):
+    servers = ToolServer.objects.filter(space_id=space_id).values_list("headers", "oauth")
+    oauth = False
+    for headers, mode in servers:
+        oauth = oauth or bool(mode)
         for value in (headers or {}).values():
             parts = [value, *str(value).split()[1:]]
             secrets.extend(part for part in parts if len(part) >= MIN_SECRET_CHARS)
-    tokens = OAuthConnection.objects.filter(server__space_id=space_id).values_list(
-        "access_token", "refresh_token"
-    )
-    secrets.extend(token for pair in tokens for token in pair if len(token) >= MIN_SECRET_CHARS)
+    if oauth:
+        # Read only where a server of the space uses OAuth: a run's statements stay as before.
+        tokens = OAuthConnection.objects.filter(server__space_id=space_id).values_list(
+            "access_token", "refresh_token"
+        )
+        secrets.extend(token for pair in tokens for token in pair if len(token) >= MIN_SECRET_CHARS)
     return list(dict.fromkeys(secrets))
