@@ -1156,8 +1156,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "compaction 5 measures every size of an attempt with the hard check's bound",
         "compaction_measures_the_estimate",
         f"{_ENGINE}/_compaction_versions.py",
-        "        keeps_masks=True,\n        measures_bound=True,",
-        "        keeps_masks=True,\n        measures_bound=False,",
+        "    keeps_masks=True,\n    measures_bound=True,",
+        "    keeps_masks=True,\n    measures_bound=False,",
         (
             "tests/engine/test_server_count.py::test_a_request_whose_bound_is_over_the_budget_is_compacted_though_its_estimate_is_not",
             "tests/sessions_app/test_real_servers.py::test_a_typed_in_window_with_the_server_tokenizer_is_never_refused",
@@ -3065,8 +3065,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "from compaction 5 a masking is saved as a view: the next run keeps its stubs",
         "masks_unmasked_by_the_next_run",
         f"{_ENGINE}/_compaction_versions.py",
-        "        keeps_masks=True,",
-        "        keeps_masks=False,",
+        "    keeps_masks=True,",
+        "    keeps_masks=False,",
         (
             "tests/sessions_app/test_run_boundary.py::"
             "test_a_masked_result_stays_masked_in_the_next_runs_first_request",

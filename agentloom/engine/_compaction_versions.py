@@ -40,7 +40,7 @@ append an entry to `COMPACTIONS` that sets it, and read the field where the rule
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentloom.engine._errors import ConfigurationError
@@ -76,46 +76,48 @@ class Compaction:
     measures_bound: bool = False
 
 
-COMPACTIONS: tuple[Compaction, ...] = (
-    Compaction(
-        1,
-        "the summary request has its own system prompt and the material as one user message, "
-        "no tools; masking whenever a trigger fires",
-    ),
-    Compaction(
-        2,
-        "a sectioned summary prompt; lost identifiers appended verbatim with their references; "
-        "the summarised records cited",
-        kept_verbatim=True,
-    ),
-    Compaction(
-        3,
-        "the summary request is the conversation as sent with the instruction last, its prefix "
-        "cached; the segmented request where it does not fit",
-        kept_verbatim=True,
-        prefix_summary=True,
-    ),
-    Compaction(
-        4,
-        "identifiers found under rules 2: ids with a code inside kept whole, linear on long "
-        "records, the search tool's own words left out",
-        kept_verbatim=True,
-        prefix_summary=True,
-        identifier_rules=2,
-    ),
-    Compaction(
-        5,
-        "masking in batches, oldest results first, never below the policy's batch; a masking "
-        "is saved as a reusable view, so the runs after keep its stubs; sizes are the hard "
-        "check's bound",
-        kept_verbatim=True,
-        prefix_summary=True,
-        identifier_rules=2,
-        batches_masks=True,
-        keeps_masks=True,
-        measures_bound=True,
-    ),
+def _then(previous: Compaction, version: int, changes: str, **rules: Any) -> Compaction:
+    """Return the version after `previous`: its procedure, with `rules` changed."""
+    return replace(previous, version=version, changes=changes, **rules)
+
+
+_C1 = Compaction(
+    1,
+    "the summary request has its own system prompt and the material as one user message, no "
+    "tools; masking whenever a trigger fires",
 )
+_C2 = _then(
+    _C1,
+    2,
+    "a sectioned summary prompt; lost identifiers appended verbatim with their references; the "
+    "summarised records cited",
+    kept_verbatim=True,
+)
+_C3 = _then(
+    _C2,
+    3,
+    "the summary request is the conversation as sent with the instruction last, its prefix "
+    "cached; the segmented request where it does not fit",
+    prefix_summary=True,
+)
+_C4 = _then(
+    _C3,
+    4,
+    "identifiers found under rules 2: ids with a code inside kept whole, linear on long "
+    "records, the search tool's own words left out",
+    identifier_rules=2,
+)
+_C5 = _then(
+    _C4,
+    5,
+    "masking in batches, oldest results first, never below the policy's batch; a masking is "
+    "saved as a reusable view, so the runs after keep its stubs; sizes are the hard check's "
+    "bound",
+    batches_masks=True,
+    keeps_masks=True,
+    measures_bound=True,
+)
+COMPACTIONS: tuple[Compaction, ...] = (_C1, _C2, _C3, _C4, _C5)
 CURRENT_COMPACTION = COMPACTIONS[-1].version
 _BY_VERSION = {compaction.version: compaction for compaction in COMPACTIONS}
 

@@ -40,7 +40,7 @@ append an entry to `RENDERINGS` that sets it, and read the field where the rule 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentloom.engine._errors import ConfigurationError
@@ -86,70 +86,53 @@ class Rendering:
     marks_imports: bool = False
 
 
-RENDERINGS: tuple[Rendering, ...] = (
-    Rendering(1, "assistant records keep only protocol fields"),
-    Rendering(
-        2,
-        "assistant records keep reasoning_content; run notes are system messages shown before "
-        "the message that follows them",
-        keeps_reasoning=True,
-        note_role="system",
-        notes_wait=True,
-    ),
-    Rendering(
-        3,
-        "as 2, and history keeps the session-unique call ids runs gave their calls; run states "
-        "in a row are one short note",
-        keeps_reasoning=True,
-        note_role="system",
-        notes_wait=True,
-        keeps_call_ids=True,
-        collapses_notes=True,
-    ),
-    Rendering(
-        4,
-        "as 3, and read_record is offered from the first request; a new run inherits the plan; "
-        "adopted legacy feedback is shown as feedback",
-        keeps_reasoning=True,
-        note_role="system",
-        notes_wait=True,
-        keeps_call_ids=True,
-        collapses_notes=True,
-        offers_reader_first=True,
-        inherits_plan=True,
-        reads_adopted_feedback=True,
-    ),
-    Rendering(
-        5,
-        "as 4, and history names records by the references their runs gave them; each run "
-        "state is a note of its own",
-        keeps_reasoning=True,
-        note_role="system",
-        notes_wait=True,
-        keeps_call_ids=True,
-        collapses_notes=True,
-        offers_reader_first=True,
-        inherits_plan=True,
-        reads_adopted_feedback=True,
-        keeps_run_refs=True,
-        appends_notes=True,
-    ),
-    Rendering(
-        6,
-        "as 5, and an imported session's imported history is followed by one note saying so",
-        keeps_reasoning=True,
-        note_role="system",
-        notes_wait=True,
-        keeps_call_ids=True,
-        collapses_notes=True,
-        offers_reader_first=True,
-        inherits_plan=True,
-        reads_adopted_feedback=True,
-        keeps_run_refs=True,
-        appends_notes=True,
-        marks_imports=True,
-    ),
+def _then(previous: Rendering, version: int, changes: str, **rules: Any) -> Rendering:
+    """Return the version after `previous`: its rules, with `rules` changed."""
+    return replace(previous, version=version, changes=changes, **rules)
+
+
+_R1 = Rendering(1, "assistant records keep only protocol fields")
+_R2 = _then(
+    _R1,
+    2,
+    "assistant records keep reasoning_content; run notes are system messages shown before the "
+    "message that follows them",
+    keeps_reasoning=True,
+    note_role="system",
+    notes_wait=True,
 )
+_R3 = _then(
+    _R2,
+    3,
+    "as 2, and history keeps the session-unique call ids runs gave their calls; run states in "
+    "a row are one short note",
+    keeps_call_ids=True,
+    collapses_notes=True,
+)
+_R4 = _then(
+    _R3,
+    4,
+    "as 3, and read_record is offered from the first request; a new run inherits the plan; "
+    "adopted legacy feedback is shown as feedback",
+    offers_reader_first=True,
+    inherits_plan=True,
+    reads_adopted_feedback=True,
+)
+_R5 = _then(
+    _R4,
+    5,
+    "as 4, and history names records by the references their runs gave them; each run state "
+    "is a note of its own",
+    keeps_run_refs=True,
+    appends_notes=True,
+)
+_R6 = _then(
+    _R5,
+    6,
+    "as 5, and an imported session's imported history is followed by one note saying so",
+    marks_imports=True,
+)
+RENDERINGS: tuple[Rendering, ...] = (_R1, _R2, _R3, _R4, _R5, _R6)
 CURRENT_RENDERING = RENDERINGS[-1].version
 _BY_VERSION = {rendering.version: rendering for rendering in RENDERINGS}
 
