@@ -74,17 +74,22 @@ _WINDOW_WORDS = (
     re.compile(r"max_model_len=(?:max_total_tokens=)?(\d+)", re.IGNORECASE),
 )
 
+# Words that name the prompt alone, which is also what the request needed there.
+# llama.cpp server-context.cpp: "request (%d tokens) exceeds ...", "input (%d tokens) is ...".
+_LLAMA_CPP_REQUEST = re.compile(r"request \((\d+) tokens?\) exceeds", re.IGNORECASE)
+_LLAMA_CPP_INPUT = re.compile(r"input \((\d+) tokens?\) is larger", re.IGNORECASE)
+# llama-cpp-python: "Requested tokens (M) exceed context window of N".
+_LLAMA_CPP_PYTHON = re.compile(r"requested tokens \((\d+)\) exceed", re.IGNORECASE)
+
 # What the request needed, as the refusal says it (one number).
 _REQUESTED_WORDS = (
     # OpenAI, llama-cpp-python, vLLM serving_engine.py: "However, you requested M tokens".
     re.compile(r"you requested (\d+) tokens", re.IGNORECASE),
     # vLLM renderers/params.py: "for a total of at least Z tokens" / "for a total of Z tokens".
     re.compile(r"for a total of (?:at least )?(\d+) tokens", re.IGNORECASE),
-    # llama.cpp server-context.cpp: "request (%d tokens) exceeds ...", "input (%d tokens) is ...".
-    re.compile(r"request \((\d+) tokens?\) exceeds", re.IGNORECASE),
-    re.compile(r"input \((\d+) tokens?\) is larger", re.IGNORECASE),
-    # llama-cpp-python: "Requested tokens (M) exceed context window of N".
-    re.compile(r"requested tokens \((\d+)\) exceed", re.IGNORECASE),
+    _LLAMA_CPP_REQUEST,
+    _LLAMA_CPP_INPUT,
+    _LLAMA_CPP_PYTHON,
 )
 # What the request needed, said as input plus output (two numbers to add).
 _REQUESTED_SUMS = (
@@ -105,11 +110,9 @@ _REQUEST_HAS = re.compile(r"your request has (\d+) input tokens", re.IGNORECASE)
 _INPUT_WORDS = (
     # OpenAI and llama-cpp-python's rewrite: "... (X in the messages, Y in the completion)".
     re.compile(r"\((\d+) in the messages", re.IGNORECASE),
-    # llama-cpp-python's own words count the prompt alone: "Requested tokens (M) exceed ...".
-    re.compile(r"requested tokens \((\d+)\) exceed", re.IGNORECASE),
-    # llama.cpp server-context.cpp: "request (N tokens) exceeds ...", "input (N tokens) is ...".
-    re.compile(r"request \((\d+) tokens?\) exceeds", re.IGNORECASE),
-    re.compile(r"input \((\d+) tokens?\) is larger", re.IGNORECASE),
+    _LLAMA_CPP_PYTHON,
+    _LLAMA_CPP_REQUEST,
+    _LLAMA_CPP_INPUT,
     # vLLM: "You passed X input tokens ...", "your request has X input tokens", "your prompt
     # contains at least X input tokens".
     re.compile(r"you passed (\d+) input tokens", re.IGNORECASE),
