@@ -329,18 +329,24 @@ def mcp_app(
     return _only_handshake(app) if era == "2025" else app
 
 
+async def answer_lifespan(receive, send) -> None:
+    """Answer an ASGI lifespan until shutdown (an app with nothing to start or stop)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 def redirecting_app(target: str):
     """Answer every request with a 307 to `target`."""
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         await send(
             {
                 "type": "http.response.start",

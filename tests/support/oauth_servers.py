@@ -41,7 +41,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.support.mcp_servers import Calls, free_port, serve, tool_server
+from tests.support.mcp_servers import Calls, answer_lifespan, free_port, serve, tool_server
 
 SCOPE = "tools"
 
@@ -311,13 +311,8 @@ def _late_issuer(state: AuthState, *, dynamic: bool, documents: bool):
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if not built:
             host, port = scope["server"]
             built.append(
