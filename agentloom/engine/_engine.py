@@ -808,12 +808,7 @@ class _Execution:
         measured = self.last_measured
         assert measured is not None
         budget = self.budget
-        named = getattr(exc, "window", None)
-        if isinstance(named, bool) or not isinstance(named, int) or named <= 0:
-            named = None
-        counted = getattr(exc, "input_tokens", None)
-        if isinstance(counted, bool) or not isinstance(counted, int) or counted <= 0:
-            counted = None
+        named, counted = _said_tokens(exc, "window"), _said_tokens(exc, "input_tokens")
         refused = measured["upper_bound"]
         largest_ok = self.largest_ok
         window = learned_window(
@@ -1028,6 +1023,14 @@ class _DeltaRelay:
                 "purpose": self.purpose,
             }
             self.on_delta(self.instance, delta)
+
+
+def _said_tokens(error: GatewayError, name: str) -> int | None:
+    """Return a positive token count a refusal carries as `name` (None: none, or not one)."""
+    value = getattr(error, name, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
 
 
 def _refusal(error: GatewayError) -> dict[str, Any] | None:
