@@ -9,8 +9,12 @@ at Development status there). Spans:
 - `chat {model}` per model call: provider, request and response model, `gen_ai.response.id`,
   `gen_ai.usage.input_tokens`, `…output_tokens`, `…cache_read.input_tokens`,
   `…reasoning.output_tokens`, `agentloom.call.purpose`, `error.type` when it failed;
-- `execute_tool {tool}` per tool call that runs, for as long as it runs: `gen_ai.tool.name` (a
-  tool the version lists, else `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
+- `execute_tool {tool}` per tool call the model made, for as long as it runs: `gen_ai.tool.name`
+  (a tool the version lists, else `other`), `gen_ai.tool.call.id`, `error.type` when it failed;
+  a call that never ran is one too, as long as its refusal took, its `error.type` saying why
+  (the engine's `NOT_RUN`: `cancelled`, `denied`, `invalid_arguments`, `tool_unavailable` — an
+  unknown tool, or one its server lists but that cannot be offered, such as a task-only MCP tool
+  — and `outcome_unknown`, a call a resume found pending and answered without running it);
 - `invoke_agent {sub-agent}` per sub-agent instance: `gen_ai.agent.name`, `agentloom.instance`,
   `agentloom.instance.status`;
 - `agentloom.compaction` per compaction attempt, for as long as its work lasts (its summary calls

@@ -82,8 +82,9 @@ Where each rule of the design lives (each module's docstring states its rules):
   the lease heartbeat and cancellation relay: `_watch`; identifiers a summary keeps and search
   terms: `_identifiers`; `search_history`'s matching, ranking and result: `_search` (the tool in
   `_tools`, the visibility in the context manager, the journal's keyed index on the app side);
-- spans of its operations (a tool call while it runs, a sub-agent inside its delegation's call, a
-  compaction attempt around its work and summary calls): `EngineHooks.span` in `_engine`, the
+- spans of its operations (a tool call while it runs, the answer to a call that never runs with
+  why in `NOT_RUN`, a sub-agent inside its delegation's call, a compaction attempt around its
+  work and summary calls): `EngineHooks.span` in `_engine`, the
   compaction's in `_context`; the application makes them OpenTelemetry spans
   (`sessions_app/services/execution.py`, `agentloom/tracing.py`).
 """
@@ -130,6 +131,7 @@ from agentloom.engine._context import (
     PreparedContext,
 )
 from agentloom.engine._engine import (
+    NOT_RUN,
     Checkpoint,
     Engine,
     EngineConfig,
@@ -285,6 +287,7 @@ __all__ = [  # noqa: RUF022
     "EngineConfig",
     "EngineHooks",
     "ExecutionLimits",
+    "NOT_RUN",
     "RunOutcome",
     "WindowLearned",
     "create_engine",

@@ -141,6 +141,11 @@ __all__ = [
 ]
 
 DEFAULT_MAX_MODEL_CALLS = 32
+# Why a tool call the model made never ran: the `error` of its `execute_tool` span (a bounded
+# set, never content). Cancelled before it started, denied by a person, arguments that are not
+# what its schema asks, a tool the agent does not have (unknown, or listed by its server but
+# unusable), a call a resume found pending (its outcome unknown; never run again).
+NOT_RUN = ("cancelled", "denied", "invalid_arguments", "tool_unavailable", "outcome_unknown")
 # The deadline of one model call when its gateway names none (see `ModelGateway.deadline_seconds`).
 DEFAULT_MODEL_CALL_SECONDS = 900.0
 
@@ -233,6 +238,7 @@ class EngineHooks:
     - `span(kind, facts)` opens the span of an operation for as long as it lasts and yields a
       dict the engine fills with what is known only at its end (see `SpanHook`): `execute_tool`
       around each tool call that runs (`name`, `call_id`; `error` at the end when it failed),
+      and around the answer to each call that never runs (`error`: why, one of `NOT_RUN`),
       `invoke_agent` around a sub-agent's instance, inside its delegation tool's call (`name`,
       `instance`; `status` at the end), and `compaction` around each compaction attempt, its
       summary calls included (`triggers`; the `rows` it logged at the end). Model calls are
@@ -1146,7 +1152,7 @@ class _InstanceLoop:
     def step(self, schemas: list[dict[str, Any]]) -> _Ending | None:
         """Take one loop step from a safe point; return how the instance ended, or None."""
         context = self.context
-        context.settle_pending()
+        self.settle()
         # A resume answers a call that waited on a person `unknown`; its questions stay journaled.
         context.managed.state.asking = None
         self.journal_asked()
@@ -1255,10 +1261,19 @@ class _InstanceLoop:
             "output limit, fewer tools or a shorter system prompt)"
         )
 
+    def settle(self) -> None:
+        """Answer the calls a resume finds pending `unknown` (never run again), a span each."""
+        pending = [
+            (call["id"], call["name"]) for call in self.context.managed.state.pending_tool_calls
+        ]
+        self.context.settle_pending()
+        for call_id, name in pending:
+            self.refuse(call_id, name, "outcome_unknown", None)
+
     def cancel_response(self, record: Record, calls: list[dict[str, Any]]) -> _Ending:
         """End cancelled after a response: its calls get a `cancelled` result and never run."""
         for call in calls:
-            self.context.add_tool_result(call["id"], CANCELLED_RESULT)
+            self.refuse(call["id"], call["function"]["name"], "cancelled", CANCELLED_RESULT)
         if not calls:
             self.context.managed.state.candidate_answer = message_text(record.message)
         return self.finish("cancelled", None, None)
@@ -1400,7 +1415,7 @@ class _InstanceLoop:
             call_id = call["id"]
             name = call["function"]["name"]
             if self.execution.cancel_requested():
-                self.context.add_tool_result(call_id, CANCELLED_RESULT)
+                self.refuse(call_id, name, "cancelled", CANCELLED_RESULT)
                 continue
             waiting, reply = self.answered(call_id, name)
             if waiting:
@@ -1424,8 +1439,20 @@ class _InstanceLoop:
         # Journaled before the call runs: a worker lost during it keeps the record.
         self.save()
         if not decision.approved:
-            self.context.add_tool_result(call_id, denied_result(decision.note))
+            self.refuse(call_id, name, "denied", denied_result(decision.note))
         return not decision.approved
+
+    def tool_span(self, call_id: str, name: str) -> AbstractContextManager[dict[str, Any]]:
+        """Return the `execute_tool` span of one call (`EngineHooks.span`)."""
+        return self.execution.span("execute_tool", {"name": name, "call_id": call_id})
+
+    def refuse(self, call_id: str, name: str, why: str, result: str | None) -> None:
+        """Answer a call that never runs with `result` (None: answered already) in a span whose
+        `error` says why (one of `NOT_RUN`): the trace keeps every call the model made."""
+        with self.tool_span(call_id, name) as late:
+            if result is not None:
+                self.context.add_tool_result(call_id, result)
+            late["error"] = why
 
     def run_call(self, call_id: str, name: str, arguments: str, reply: Any) -> bool:
         """Run one call and record its result; return True when it waits on a person instead."""
@@ -1433,17 +1460,22 @@ class _InstanceLoop:
         if tool is None and name == READ_RECORD:
             tool = self.reader
         if tool is None:
-            self.context.add_tool_result(
-                call_id, f"ERROR: tool {name!r} is not available to this agent."
-            )
+            error = f"ERROR: tool {name!r} is not available to this agent."
+            self.refuse(call_id, name, "tool_unavailable", error)
             self.context.add_feedback(f"refused call to unavailable tool {name!r} ({call_id})")
             return False
-        with self.execution.span("execute_tool", {"name": name, "call_id": call_id}) as late:
-            waits, late["error"] = self.call_tool(tool, call_id, name, arguments, reply)
+        try:
+            parsed = tool_arguments(tool, arguments)
+        except ToolError as exc:
+            self.refuse(call_id, name, "invalid_arguments", f"ERROR: {exc}")
+            self.context.add_feedback(f"tool {name} ({call_id}) failed: {exc}")
+            return False
+        with self.tool_span(call_id, name) as late:
+            waits, late["error"] = self.call_tool(tool, call_id, name, parsed, reply)
         return waits
 
     def call_tool(
-        self, tool: Tool, call_id: str, name: str, arguments: str, reply: Any
+        self, tool: Tool, call_id: str, name: str, arguments: dict[str, Any], reply: Any
     ) -> tuple[bool, str | None]:
         """Run one tool call and record its result; return whether it waits on a person, and
         `tool_error` when it failed."""
@@ -1477,20 +1509,11 @@ class _InstanceLoop:
     def _run_tool(
         self,
         tool: Tool,
-        raw_arguments: str,
+        arguments: dict[str, Any],
         call_id: str = "",
         reply: Any = None,
         ask: Callable[..., Any] | None = None,
     ) -> str | ToolOutput:
-        try:
-            arguments = json.loads(raw_arguments or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"the arguments are not valid JSON ({exc.msg})") from exc
-        if not isinstance(arguments, dict):
-            raise ToolError("the arguments must be a JSON object")
-        problems = argument_errors(tool.parameters, arguments)
-        if problems:
-            raise ToolError("invalid arguments: " + "; ".join(problems))
         signal = threading.Event()
         context = ToolContext(
             cancelled=signal,
@@ -1516,6 +1539,20 @@ class _InstanceLoop:
             raise ToolError(f"the tool failed unexpectedly ({type(exc).__name__})") from exc
         self.execution.check_lease()
         return result if isinstance(result, str | ToolOutput) else str(result)
+
+
+def tool_arguments(tool: Tool, raw_arguments: str) -> dict[str, Any]:
+    """Return a call's arguments, or raise `ToolError` when they are not what `tool` takes."""
+    try:
+        arguments = json.loads(raw_arguments or "{}")
+    except json.JSONDecodeError as exc:
+        raise ToolError(f"the arguments are not valid JSON ({exc.msg})") from exc
+    if not isinstance(arguments, dict):
+        raise ToolError("the arguments must be a JSON object")
+    problems = argument_errors(tool.parameters, arguments)
+    if problems:
+        raise ToolError("invalid arguments: " + "; ".join(problems))
+    return arguments
 
 
 def create_engine(

@@ -551,6 +551,106 @@ def test_the_span_hook_holds_each_operation_while_it_lasts(scripted):
     ]
 
 
+class SpanLog:
+    """A `span` hook that keeps each tool call's span as (name, call id, error)."""
+
+    def __init__(self):
+        self.tools: list[tuple[str, str, str | None]] = []
+
+    @contextlib.contextmanager
+    def __call__(self, kind, facts):
+        late = {}
+        yield late
+        if kind == "execute_tool":
+            self.tools.append((facts["name"], facts["call_id"], late.get("error")))
+
+
+class Transfer(Tool):
+    name = "transfer"
+    description = "Move money."
+    parameters = {"type": "object", "properties": {"amount": {"type": "integer"}}}
+    needs_approval = True
+
+    def run(self, arguments):
+        raise AssertionError("a denied call never runs")
+
+
+def test_a_call_that_never_runs_still_has_its_span_saying_why(scripted):
+    """Every call the model made is a span: one the engine refuses says why it did not run."""
+    from agentloom.engine import NOT_RUN, Decision
+
+    spans = SpanLog()
+    gateway = scripted(
+        tool_call_response(
+            ("nosuch", {}),
+            ("echo", "{not json"),
+            ("echo", {"text": 5}),
+            ("echo", {"text": "ran"}),
+        ),
+        text_response("done"),
+    )
+    assert start(make_engine(gateway, span=spans)).status == "succeeded"
+    assert spans.tools == [
+        ("nosuch", "r1-1-1", "tool_unavailable"),
+        ("echo", "r1-1-2", "invalid_arguments"),
+        ("echo", "r1-1-3", "invalid_arguments"),
+        ("echo", "r1-1-4", None),
+    ]
+
+    # Cancelled: the calls of a response that came after the cancel request, and a call of a
+    # group reached after it.
+    spans = SpanLog()
+    gateway = scripted(tool_call_response(("echo", {"text": "a"}), ("echo", {"text": "b"})))
+    outcome = start(
+        make_engine(gateway, span=spans, should_cancel=lambda: len(gateway.requests) >= 1)
+    )
+    assert outcome.status == "cancelled"
+    assert spans.tools == [("echo", "r1-1-1", "cancelled"), ("echo", "r1-1-2", "cancelled")]
+    spans, stop = SpanLog(), []
+
+    class Stop(Tool):
+        name = "stop"
+        description = "Asks the run to stop."
+        parameters = {"type": "object", "properties": {}}
+
+        def run(self, arguments):
+            stop.append(True)
+            return "stopping"
+
+    gateway = scripted(tool_call_response(("stop", {}), ("echo", {"text": "b"})))
+    engine = make_engine(gateway, tools=[Stop(), "echo"], span=spans, should_cancel=lambda: stop)
+    assert start(engine).status == "cancelled"
+    assert spans.tools == [("stop", "r1-1-1", None), ("echo", "r1-1-2", "cancelled")]
+
+    # Denied by a person.
+    spans, decisions = SpanLog(), {}
+    engine = make_engine(
+        scripted(tool_call_response(("transfer", {"amount": 9})), text_response("ok")),
+        tools=[Transfer()],
+        decisions=lambda: decisions,
+        span=spans,
+    )
+    waiting = start(engine)
+    decisions[waiting.pending_approvals[0]["call_id"]] = Decision(False, by="alice", at="t")
+    assert engine.continue_run(waiting.frame).status == "succeeded"
+    assert spans.tools == [("transfer", "r1-1-1", "denied")]
+
+    # Found pending by a resume: answered `unknown`, never run again.
+    spans, executions = SpanLog(), []
+    checkpoint = crash_during_tool(scripted, executions)
+    engine = make_engine(scripted(text_response("?")), tools=[launcher(executions)], span=spans)
+    assert engine.resume(checkpoint, attempt=2).status == "succeeded"
+    assert spans.tools == [("launch", "r1-1-1", "outcome_unknown")]
+    assert executions == [{}]
+    assert set(NOT_RUN) == {
+        "tool_unavailable",
+        "invalid_arguments",
+        "cancelled",
+        "denied",
+        "outcome_unknown",
+    }
+
+
 def test_child_ids_continue_across_resumes_and_child_failures_are_tool_errors(scripted):
     gateway = scripted(
         tool_call_response(("delegate_researcher", {"task": "one"})),

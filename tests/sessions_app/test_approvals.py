@@ -89,12 +89,30 @@ def test_a_call_waits_holds_no_lease_and_runs_once_approved(alice, session, mcp_
 
 
 def test_a_denied_call_gets_a_denied_result_and_the_note(alice, session, mcp_server):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentloom import tracing
+
     _url, calls = mcp_server
     before = _greets(calls)
     run = ask(session, alice, GREET)
     call_id = run.pending_approvals[0]["call_id"]
     run_decide(user=alice, run=run, call_id=call_id, decision="deny", note="not today")
-    run_execute(run_id=run.pk)
+    exporter = InMemorySpanExporter()
+    tracing.configure(exporter=exporter)
+    try:
+        run_execute(run_id=run.pk)
+    finally:
+        tracing.unconfigure()
+    # The call never ran; its span says so, under the continuation's.
+    (denied,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    (agent,) = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert (
+        denied.name == "execute_tool demo__greet" and denied.parent.span_id == agent.context.span_id
+    )
+    assert denied.attributes["error.type"] == "denied"
+    assert denied.attributes["gen_ai.tool.call.id"] == call_id
+    assert "not today" not in repr(dict(denied.attributes))
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert _greets(calls) == before

@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentloom import tracing
 from sessions_app.models import Run
+from sessions_app.services.execution import run_execute
 from tests.factories import ask
 
 pytestmark = pytest.mark.django_db
@@ -25,9 +26,9 @@ def spans():
     tracing.unconfigure()
 
 
-def _traced_run(session, alice):
+def _traced_run(session, alice, question=f'/tool echo {{"text": "{NONCE}"}} {NONCE}'):
     with tracing.span_from("request", {}):
-        return ask(session, alice, f'/tool echo {{"text": "{NONCE}"}} {NONCE}')
+        return ask(session, alice, question)
 
 
 def test_a_run_is_a_tree_of_agent_chat_and_tool_spans(alice, gateway, make_demo_session, spans):
@@ -311,3 +312,40 @@ def test_a_run_ended_outside_its_engine_is_a_span_of_what_ended_it(
     assert end.attributes["agentloom.run.id"] == queued.pk
     assert end.attributes["gen_ai.conversation.id"] == str(session.pk)
     assert NONCE not in repr([dict(span.attributes) for span in finished])
+
+
+def _tool_spans(spans):
+    return [span for span in spans.get_finished_spans() if span.name.startswith("execute_tool")]
+
+
+def test_a_call_that_never_ran_is_a_span_saying_why_without_its_content(
+    alice, gateway, make_demo_session, spans
+):
+    """An unknown tool (its name is the model's: `other`) and arguments its schema refuses; a
+    cancel seen before the calls of a response ran. Each is a failed `execute_tool` span under
+    the run's, its call id and why, never what the model wrote."""
+    from opentelemetry.trace import StatusCode
+
+    from sessions_app.services.runs import run_ask, run_cancel
+
+    session = make_demo_session()
+    run = _traced_run(session, alice, f'/tool {NONCE} {{}}\n/tool echo {{"text": 5}}')
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    unknown, invalid = _tool_spans(spans)
+    (agent,) = [span for span in spans.get_finished_spans() if span.name.startswith("invoke_")]
+    assert (unknown.name, invalid.name) == ("execute_tool other", "execute_tool echo")
+    assert unknown.attributes["error.type"] == "tool_unavailable"
+    assert invalid.attributes["error.type"] == "invalid_arguments"
+    for span in (unknown, invalid):
+        assert span.parent.span_id == agent.context.span_id
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes["gen_ai.tool.call.id"].startswith(f"r{run.number}-")
+    assert NONCE not in repr([(s.name, dict(s.attributes)) for s in spans.get_finished_spans()])
+
+    spans.clear()
+    queued = run_ask(user=alice, session=session, question='/tool echo {"text": "a"}')
+    gateway.during_call.append(lambda: run_cancel(user=alice, run=Run.objects.get(pk=queued.pk)))
+    run_execute(run_id=queued.pk)
+    (cancelled,) = _tool_spans(spans)
+    assert cancelled.attributes["error.type"] == "cancelled"
+    assert cancelled.attributes["gen_ai.tool.name"] == "echo"
