@@ -39,6 +39,14 @@ engine started) is a span `agentloom.run.end` under the request or task that end
 Rule: no message content unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true; then
 only the model's answers (`gen_ai.output.messages`), as the journal holds them: redacted.
 
+Processes: every process that loads Django configures its own provider (`sessions_app.apps`),
+batched to the endpoint. `python -m agentloom.work` spawns its workers (`subprocess`, a new
+interpreter each; the launcher itself never configures tracing), so each worker's export thread
+is started in it, after its start. The one fork after tracing started is Celery's embedded beat
+(`--beat`, a `multiprocessing` child): the SDK's batch processor starts its export thread again
+in the child (`os.register_at_fork`). Both are tested against a loopback OTLP/HTTP receiver
+(`tests/sessions_app/test_worker.py`).
+
 Off (no endpoint set), `tracer()` is None and callers skip every span: nothing is imported and
 nothing is measured.
 """

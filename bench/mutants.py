@@ -2844,6 +2844,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a started worker process switches tracing on as Django starts in it",
+        "worker_untraced",
+        "sessions_app/apps.py",
+        "        _start_tracing()\n",
+        "",
+        (
+            "tests/sessions_app/test_worker.py::test_a_started_worker_process_sends_its_spans_to_the_collector",
+        ),
+    ),
+    Mutant(
         "a tool call that never runs is a span saying why",
         "refused_call_unspanned",
         f"{_ENGINE}/_engine.py",

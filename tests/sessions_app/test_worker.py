@@ -44,9 +44,17 @@ def _database_url() -> str:
 
 
 def _start_worker(
-    redis_url: str, tmp_path: Path, *, lease: int = 3, pool: str = "solo", **extra
+    redis_url: str,
+    tmp_path: Path,
+    *,
+    lease: int = 3,
+    pool: str = "solo",
+    launcher: bool = False,
+    **extra,
 ) -> subprocess.Popen:
-    """Start a worker process (`pool`: solo, or `threads:N` for N runs in flight)."""
+    """Start a worker process (`pool`: solo, or `threads:N` for N runs in flight); `launcher`:
+    as a deployment does, one worker on the thread pool under `python -m agentloom.work` (stop
+    it with a SIGTERM to the launcher, which passes it on)."""
     pool, _, concurrency = pool.partition(":")
     env = {
         **os.environ,
@@ -60,8 +68,11 @@ def _start_worker(
         **extra,
     }
     log = open(tmp_path / f"worker-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    launched = [sys.executable, "-m", "agentloom.work", "--processes", "1", "--concurrency", "4"]
     return subprocess.Popen(
-        [
+        launched
+        if launcher
+        else [
             sys.executable,
             "-m",
             "celery",
@@ -363,3 +374,98 @@ def test_cancelling_a_20_second_sleep_ends_the_run_within_3_seconds(
     assert done.finished_at is not None
     result = SessionMessage.objects.get(run=run, kind="tool_result")
     assert result.message["content"] == INTERRUPTED_RESULT
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_started_worker_process_sends_its_spans_to_the_collector(
+    redis_url, alice, local_session, tmp_path
+):
+    """The launcher spawns each worker (a new interpreter, not a fork of itself), and the worker
+    switches tracing on as Django starts in it: its batch processor's export thread is its own.
+    A run's spans reach a loopback OTLP/HTTP receiver while the worker goes on, and the trace
+    goes from Celery's task span to the engine's."""
+    from agentloom import tracing
+    from tests.support.otlp import TraceReceiver
+
+    assert tracing.tracer() is None, "every span the receiver gets is the worker's"
+    receiver = TraceReceiver()
+    worker = _start_worker(
+        redis_url,
+        tmp_path,
+        launcher=True,
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="200",
+    )
+    try:
+        run = run_ask(user=alice, session=local_session, question='/tool echo {"text": "hi"}')
+        _send(redis_url, run.pk)
+        _wait(lambda: Run.objects.filter(pk=run.pk, status="succeeded").exists(), 60, "success")
+
+        def run_spans():
+            spans = receiver.spans()
+            agents = [s for s in spans if s.attributes.get("agentloom.run.id") == run.pk]
+            return agents and [s for s in spans if s.trace_id == agents[0].trace_id]
+
+        # Before the worker stops: the export thread sends them, not the flush at exit.
+        spans = _wait(run_spans, 20, "the run's spans at the collector")
+        assert worker.poll() is None
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        stopped = worker.wait(timeout=60)
+        receiver.close()
+    assert stopped == 0
+    named = {span.name: span for span in spans}
+    task = named["run/sessions_app.tasks.execute_run"]
+    agent = named["invoke_agent " + local_session.agent.name]
+    assert agent.parent_span_id == task.span_id
+    assert named["execute_tool echo"].parent_span_id == agent.span_id
+    assert len([s for s in spans if s.name.startswith("chat ")]) == 2
+    assert agent.resource["service.name"] == "agentloom"
+    assert Run.objects.get(pk=run.pk).trace_id == agent.trace_id
+
+
+_FORKED = """
+import multiprocessing, sys, time
+from agentloom import tracing
+
+tracing.configure(endpoint=sys.argv[1] + "/v1/traces")
+
+def child():
+    with tracing.span_from("in the forked child", {}):
+        pass
+    time.sleep(1.5)  # the batch's delay (200 ms) and more; then os._exit, no flush at exit
+
+with tracing.span_from("in the parent", {}):
+    process = multiprocessing.Process(target=child)
+    process.start()
+    process.join()
+sys.exit(process.exitcode)
+"""
+
+
+def test_a_span_ended_in_a_process_forked_after_tracing_started_reaches_the_collector():
+    """The one fork of a worker: `--beat` runs Celery's embedded beat in a child forked by
+    `multiprocessing` after Django (and tracing) started. The SDK's batch processor starts its
+    export thread again in the child (`os.register_at_fork`): the child's span is sent while it
+    lives, though it ends by `os._exit`, without the flush at exit."""
+    from tests.support.otlp import TraceReceiver
+
+    receiver = TraceReceiver()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FORKED, receiver.endpoint],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "OTEL_BSP_SCHEDULE_DELAY": "200"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        receiver.close()
+    assert done.returncode == 0, done.stderr
+    names = [span.name for span in receiver.spans()]
+    assert sorted(names) == ["in the forked child", "in the parent"]
+    child, parent = sorted(receiver.spans(), key=lambda span: span.name)
+    assert child.parent_span_id == parent.span_id
