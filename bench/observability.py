@@ -12,6 +12,18 @@ exporter as it ends); prints the median CPU ms of each, after two warm-up runs e
 median of each pair's difference (an on run less the off run just before it: a shared machine's
 load changes less between neighbours than over the whole bench).
 
+`--instructions` counts instead of timing: the instructions our process executes per two-call
+run, counted by `valgrind --tool=callgrind` (the same for the same inputs whatever the load), for
+tracing off and on (spans to an in-memory exporter), `RUNS` of each alternating after one warm-up
+run each. Only `run_execute` (and the task span around it) is counted: each measured run is
+called through `sys.call_tracing`, the one function callgrind collects in and dumps after.
+Valgrind instruments nothing until the warm-up runs are done (a client request, compiled with
+`cc` from `valgrind/callgrind.h`, starts it), so start-up runs at near native speed. The
+database is the test database made natively first (`--create-db`) and reused under callgrind;
+only this process runs under valgrind, and the demo model makes no connection.
+
+    .venv/bin/python bench/observability.py --instructions [--runs 6]
+
 `test_usage_page`: writes the spend record of `CALLS` model calls over a year (365 days, 5 agents,
 20 members, 2 models, two currencies: one row per key and day) and times the usage page's
 report over the whole year and over 30 days (median of 5), and the page itself (rendered).
@@ -72,6 +84,89 @@ def test_cpu_per_run(alice, demo_model, make_demo_session):
     print(f"  off: {off:.2f}   on (metrics + spans to memory): {on:.2f}   +{(on / off - 1):.1%}")
     print(f"  paired (on less the off run before it): {paired:+.2f} ms, {paired / off:+.1%}")
     print(f"  spans exported: {len(exporter.get_finished_spans())}")
+
+
+def test_instructions_per_run(alice, demo_model, make_demo_session):
+    """The runs `--instructions` counts under callgrind (skipped unless it runs them)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentloom import tracing
+    from sessions_app.services.execution import run_execute
+    from sessions_app.services.runs import run_ask
+
+    if not os.environ.get(_UNDER_CALLGRIND):
+        pytest.skip("counted by `bench/observability.py --instructions`, under callgrind")
+    exporter = InMemorySpanExporter()
+    for number in range(2 * (RUNS + 1)):
+        on = number % 2 == 1
+        if on:
+            tracing.configure(exporter=exporter)
+        run = run_ask(user=alice, session=make_demo_session(), question=TWO_CALLS)
+
+        def execute(run_id=run.pk):
+            with tracing.span_from("task", {}):
+                assert run_execute(run_id=run_id) == "succeeded"
+
+        if number == 2:
+            _start_instrumentation()
+        if number >= 2:
+            sys.call_tracing(execute, ())  # collected, and dumped after: one file a run
+        else:
+            execute()
+        tracing.unconfigure()
+
+
+_UNDER_CALLGRIND = "OBS_BENCH_UNDER_CALLGRIND"  # the client-request library's path
+_CLIENT_REQUESTS = """
+#include <valgrind/callgrind.h>
+void obs_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
+"""
+
+
+def _start_instrumentation() -> None:
+    import ctypes
+
+    ctypes.CDLL(os.environ[_UNDER_CALLGRIND]).obs_start_instrumentation()
+
+
+def count_instructions(root: Path, runs: int) -> None:
+    """Run `test_instructions_per_run` under callgrind; print instructions per run off and on."""
+    import subprocess
+    import tempfile
+
+    test = f"{__file__}::test_instructions_per_run"
+    pytest_args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    pytest_args += ["--rootdir", str(root), "-c", str(root / "pyproject.toml"), test]
+    env = {**os.environ, "OBS_BENCH_RUNS": str(runs)}
+    # The test database, made natively (its migrations would take long under valgrind).
+    subprocess.run([sys.executable, *pytest_args, "--create-db"], env=env, check=True)
+    out = Path(tempfile.mkdtemp(prefix="obs-callgrind-"))
+    (out / "requests.c").write_text(_CLIENT_REQUESTS)
+    library = out / "requests.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", library, out / "requests.c"], check=True)
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no"]
+    valgrind += ["--toggle-collect=sys_call_tracing", "--dump-after=sys_call_tracing"]
+    valgrind += [f"--callgrind-out-file={out}/run", "--log-file=" + str(out / "valgrind.log")]
+    started = time.monotonic()
+    subprocess.run(
+        [*valgrind, sys.executable, *pytest_args, "--reuse-db", "--timeout=0"],
+        env={**env, _UNDER_CALLGRIND: str(library)},
+        check=True,
+    )
+    counts = []
+    for dump in sorted(out.glob("run.*"), key=lambda path: int(path.name.split(".")[1])):
+        totals = [line for line in dump.read_text().splitlines() if line.startswith("totals:")]
+        if totals and int(totals[0].split()[1]):
+            counts.append(int(totals[0].split()[1]))
+    if len(counts) != 2 * runs:
+        raise SystemExit(f"expected {2 * runs} dumps of a run in {out}, found {len(counts)}")
+    off, on = counts[0::2], counts[1::2]
+    off_median, on_median = statistics.median(off), statistics.median(on)
+    print(f"\ninstructions per two-call run (callgrind, {runs} runs each after 1 warm-up)")
+    print(f"  off: {off_median:,.0f} (min {min(off):,}, max {max(off):,})")
+    print(f"  on:  {on_median:,.0f} (min {min(on):,}, max {max(on):,})")
+    print(f"  on / off: {on_median / off_median:.4f} ({on_median / off_median - 1:+.2%})")
+    print(f"  ({time.monotonic() - started:.0f} s under valgrind; dumps in {out})")
 
 
 def test_usage_page(alice, client):
@@ -140,12 +235,23 @@ def test_usage_page(alice, client):
 
 
 if __name__ == "__main__":
+    import argparse
+
     import pytest
 
     root = Path(__file__).resolve().parents[1]
     os.chdir(root)
     sys.path.insert(0, str(root))
     os.environ.setdefault("TEST_SQLITE_NAME", "/tmp/agentloom-observability.sqlite3")
+    parser = argparse.ArgumentParser(description="What observing costs.")
+    parser.add_argument("--instructions", action="store_true", help="count under callgrind")
+    parser.add_argument("--runs", type=int, default=6, help="runs of each mode (--instructions)")
+    options = parser.parse_args()
+    if options.instructions:
+        if options.runs < 1:
+            parser.error("--runs must be at least 1")
+        count_instructions(root, options.runs)
+        sys.exit(0)
     sys.exit(
         pytest.main(
             [
