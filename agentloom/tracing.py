@@ -48,7 +48,9 @@ in the child (`os.register_at_fork`). Both are tested against a loopback OTLP/HT
 (`tests/sessions_app/test_worker.py`).
 
 Off (no endpoint set), `tracer()` is None and callers skip every span: nothing is imported and
-nothing is measured.
+nothing is measured, and the callers make no span attributes. On, a two-call run's five spans
+cost about 1.0 million instructions of 63 million, 1.5–1.7% (`bench/observability.py
+--instructions`), most of it in the SDK (span creation, attribute checks, the processor).
 """
 
 from __future__ import annotations

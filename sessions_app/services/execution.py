@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db import transaction
@@ -144,30 +144,38 @@ def _run_span(run: Run) -> tuple[str, dict[str, Any], tuple[tuple[str, str], ...
     )
 
 
-def _trace_call(
-    labels: tuple[str, str], call: Any, row: ModelCall, session_id: int, capture: bool
-) -> None:
-    """Record a model call's `chat` span, ended now after its latency (with the answer when
-    `capture`: the content setting, read once a run)."""
+def _call_tracer(labels: tuple[str, str], session_id: int) -> Callable[[Any, ModelCall], None]:
+    """Return what records a model call's `chat` span, ended now after its latency (tracing on
+    only). What every call of the run shares — its name, provider, model, session and the
+    content setting — is made once a run; a call adds its own."""
     provider, model = labels
-    response = call.response if isinstance(call.response, dict) else {}
-    attributes = {
+    name = f"chat {model}"
+    shared = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider,
         "gen_ai.request.model": model,
-        "gen_ai.response.model": response.get("model"),
-        "gen_ai.response.id": response.get("id"),
         "gen_ai.conversation.id": str(session_id),
-        "gen_ai.usage.input_tokens": row.reported_prompt_tokens,
-        "gen_ai.usage.output_tokens": row.reported_completion_tokens,
-        "gen_ai.usage.cache_read.input_tokens": row.cached_tokens,
-        "gen_ai.usage.reasoning.output_tokens": reasoning_tokens(row.usage),
-        "agentloom.call.purpose": row.purpose,
     }
-    if capture and response.get("message"):
-        attributes["gen_ai.output.messages"] = tracing.content_attribute(response["message"])
-    error = row.error.split(":", 1)[0][:60] if row.error else None
-    tracing.ended_span(f"chat {model}", attributes, seconds=row.latency_ms / 1000, error=error)
+    capture = tracing.capture_content()
+
+    def trace(call: Any, row: ModelCall) -> None:
+        response = call.response if isinstance(call.response, dict) else {}
+        attributes = {
+            **shared,
+            "gen_ai.response.model": response.get("model"),
+            "gen_ai.response.id": response.get("id"),
+            "gen_ai.usage.input_tokens": row.reported_prompt_tokens,
+            "gen_ai.usage.output_tokens": row.reported_completion_tokens,
+            "gen_ai.usage.cache_read.input_tokens": row.cached_tokens,
+            "gen_ai.usage.reasoning.output_tokens": reasoning_tokens(row.usage),
+            "agentloom.call.purpose": row.purpose,
+        }
+        if capture and response.get("message"):
+            attributes["gen_ai.output.messages"] = tracing.content_attribute(response["message"])
+        error = row.error.split(":", 1)[0][:60] if row.error else None
+        tracing.ended_span(name, attributes, seconds=row.latency_ms / 1000, error=error)
+
+    return trace
 
 
 def _span_hook(run: Run, allowed: set[str]):
@@ -327,7 +335,9 @@ def run_execute(*, run_id: int, owner: str | None = None) -> str:
         return started
     engine, run, writer, begin = started
     try:
-        with tracing.span_from(*_run_span(run)) as span:
+        # Its attributes are made only when tracing is on.
+        traced = tracing.span_from(*_run_span(run)) if tracing.configured() else nullcontext()
+        with traced as span:
             if span is not None:
                 writer.carried.update(_trace_fields(span))
             outcome = begin(engine)
@@ -511,15 +521,15 @@ def _hooks(
 
     budget = version.snapshot.get("budget") or {}
     call_labels = (metrics.label(budget.get("provider")), metrics.label(budget.get("model_id")))
-    capture = tracing.configured() and tracing.capture_content()
+    trace_call = _call_tracer(call_labels, run.session_id) if tracing.configured() else None
 
     def on_model_call(call: Any) -> None:
         deltas.end_call(call.instance, call.purpose, failed=call.response is None)
         row = _model_call_row(run_id, call, price(call))
         writer.add_call(row)
         _count_call(call_labels, row)
-        if tracing.configured():
-            _trace_call(call_labels, call, row, run.session_id, capture)
+        if trace_call is not None:
+            trace_call(call, row)
         # The run's signals are as old as its last write, from before the call: renewing the
         # lease reads them again, in this slot, for the cancel check that follows the answer.
         writer.renew()
