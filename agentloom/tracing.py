@@ -34,7 +34,8 @@ A run that waits for approval goes on in a new execution queued by the decision:
 execution that stopped to wait (see `sessions_app.services.execution._run_span`).
 
 A run ended outside its engine (cancelled while queued or waiting, swept, failed before its
-engine started) is a span `agentloom.run.end` under the request or task that ended it.
+engine started) is a span `agentloom.run.end` under the request or task that ended it; the calls
+it waited on for a decision are `execute_tool` spans under it that never ran (`cancelled`).
 
 Rule: no message content unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true; then
 only the model's answers (`gen_ai.output.messages`), as the journal holds them: redacted.

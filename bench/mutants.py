@@ -2885,6 +2885,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a call a run waited on when it ended outside its engine is a span saying why",
+        "waited_call_unspanned",
+        "sessions_app/services/journal.py",
+        '(item.get("tool"), item.get("call_id")) for item in run.pending_approvals or []]',
+        '(item.get("tool"), item.get("call_id")) for item in []]',
+        ("tests/sessions_app/test_approvals.py::test_cancel_while_waiting_ends_the_run_at_once",),
+    ),
+    Mutant(
         "a sub-agent's invoke_agent is a child of its delegation tool's span",
         "sub_agent_unspanned",
         f"{_ENGINE}/_engine.py",
@@ -2945,8 +2953,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a run ended outside its engine is a span of what ended it",
         "outside_ending_untraced",
         "sessions_app/services/journal.py",
-        "    if tracing.configured():",
-        "    if False:",
+        "    if not tracing.configured():\n        return",
+        "    if True:\n        return",
         (
             "tests/sessions_app/test_tracing.py::test_a_run_ended_outside_its_engine_is_a_span_of_what_ended_it",
         ),

@@ -179,24 +179,56 @@ def status_journal(run: Run, *, status: str, error: str) -> None:
     forget_run(run.pk)
     usage_add(owner=UsageOwner.of_run(run), ended=status)
     ending = {"status": status, "finished_at": run.finished_at or now}
-    transaction.on_commit(lambda: _ended_outside(run, ending, error))
+    # The calls it waited on for a decision never ran.
+    waited = [(item.get("tool"), item.get("call_id")) for item in run.pending_approvals or []]
+    transaction.on_commit(lambda: _ended_outside(run, ending, error, waited))
 
 
-def _ended_outside(run: Run, ending: dict[str, Any], error: str) -> None:
-    """Count the end of a run ended outside its engine, and trace it (once it committed)."""
+def _ended_outside(
+    run: Run, ending: dict[str, Any], error: str, waited: list[tuple[Any, Any]]
+) -> None:
+    """Count the end of a run ended outside its engine, and trace it (once it committed): a
+    span `agentloom.run.end` and under it an `execute_tool` span for each call the run waited
+    on for a decision, which never ran (`error.type` `cancelled` when the run was cancelled,
+    else `outcome_unknown`)."""
     _count_ending(run, ending, [])
-    if tracing.configured():
-        tracing.ended_span(
-            "agentloom.run.end",
-            {
-                "gen_ai.conversation.id": str(run.session_id),
-                "agentloom.run.id": run.pk,
-                "agentloom.run.number": run.number,
-                "agentloom.run.status": ending["status"],
-            },
-            seconds=0,
-            error=error.split(":", 1)[0][:60] if error else None,
-        )
+    if not tracing.configured():
+        return
+    attributes = {
+        "gen_ai.conversation.id": str(run.session_id),
+        "agentloom.run.id": run.pk,
+        "agentloom.run.number": run.number,
+        "agentloom.run.status": ending["status"],
+    }
+    with tracing.operation_span("agentloom.run.end", attributes) as late:
+        if error:
+            late["error"] = error.split(":", 1)[0][:60]
+        never_ran = "cancelled" if ending["status"] == Run.Status.CANCELLED else "outcome_unknown"
+        allowed = version_tools(run.session.agent_version) if waited else set()
+        for tool, call_id in waited:
+            name = metrics.label(tool, allowed)
+            tracing.ended_span(
+                f"execute_tool {name}",
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": str(call_id or "")[:100] or None,
+                },
+                seconds=0,
+                error=never_ran,
+            )
+
+
+def version_tools(agent_version: Any) -> set[str]:
+    """Return the tool names an agent version offers (its sub-agents' delegation tools too): the
+    values a metric label or span name may carry for a tool; any other is `other`."""
+    snapshot = agent_version.snapshot or {}
+    names = {str(tool) for tool in snapshot.get("tools") or [] if isinstance(tool, str)}
+    return names | {
+        f"delegate_{agent.get('name')}"
+        for agent in snapshot.get("sub_agents") or []
+        if isinstance(agent, dict)
+    }
 
 
 def supplements_journal(
@@ -513,13 +545,7 @@ class JournalWriter:
 
     @property
     def allowed_tools(self) -> set[str]:
-        snapshot = self._run.session.agent_version.snapshot or {}
-        names = {str(tool) for tool in snapshot.get("tools") or [] if isinstance(tool, str)}
-        return names | {
-            f"delegate_{agent.get('name')}"
-            for agent in snapshot.get("sub_agents") or []
-            if isinstance(agent, dict)
-        }
+        return version_tools(self._run.session.agent_version)
 
     def _record_calls(self, new_rows: list[SessionMessage]) -> None:
         """Record the calls made since the last save; an answer this save journaled is referred

@@ -154,12 +154,33 @@ def test_only_the_sessions_creator_decides(alice, bob, session):
     assert run.approval_decisions == {} and run.status == Run.Status.WAITING_APPROVAL
 
 
-def test_cancel_while_waiting_ends_the_run_at_once(alice, session, mcp_server):
+def test_cancel_while_waiting_ends_the_run_at_once(
+    alice, session, mcp_server, django_capture_on_commit_callbacks
+):
+    """The call it waited on never ran: under the run's end, its `execute_tool` span says it was
+    cancelled, with its call id and none of its arguments."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentloom import tracing
+
     _url, calls = mcp_server
     before = _greets(calls)
     run = ask(session, alice, GREET)
-    cancelled = run_cancel(user=alice, run=run)
+    exporter = InMemorySpanExporter()
+    tracing.configure(exporter=exporter)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            cancelled = run_cancel(user=alice, run=run)
+    finally:
+        tracing.unconfigure()
     assert cancelled.status == Run.Status.CANCELLED
+    (end,) = [s for s in exporter.get_finished_spans() if s.name == "agentloom.run.end"]
+    (waited,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert waited.name == "execute_tool demo__greet"
+    assert waited.parent.span_id == end.context.span_id
+    assert waited.attributes["error.type"] == "cancelled"
+    assert waited.attributes["gen_ai.tool.call.id"] == run.pending_approvals[0]["call_id"]
+    assert "Ada" not in repr([dict(s.attributes) for s in exporter.get_finished_spans()])
     with pytest.raises(Conflict):
         run_decide(
             user=alice, run=run, call_id=run.pending_approvals[0]["call_id"], decision="approve"
