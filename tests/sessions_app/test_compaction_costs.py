@@ -1,13 +1,18 @@
 """What a compaction saved is computed when read: the units it removed times the action requests
-sent with it in force, until the next compaction."""
+sent with it in force, until the next compaction, in the following runs that kept its view too;
+in money at the prices each call copied, against what its own calls cost."""
 
 from __future__ import annotations
 
+import json
+from decimal import Decimal
+
 import pytest
 
-from sessions_app.models import Run
+from sessions_app.models import CompactionSnapshot, ModelCall, Run, SessionView
 from sessions_app.selectors.context import run_context
 from tests.factories import ask
+from tests.sessions_app.conftest import long_question
 
 pytestmark = pytest.mark.django_db
 
@@ -48,3 +53,179 @@ def test_each_saving_ends_where_the_next_compaction_takes_over():
     _add_savings(items, log, {"model_steps": 9})
     # 200 units for no request (the summary came at the same step), 400 for 4, 500 for 3.
     assert [item["saved"] for item in items] == [0, 1_600, None, 1_500, None]
+
+
+# --- money: what each compaction spent and saved at the prices its calls copied -------------
+
+MILLION = Decimal(1_000_000)
+
+
+def _compacting_session(alice, make_demo_session):
+    """Return runs 1-10 of a session: 4 masks, 5-7 summarise (one call each), 8-10 start from
+    run 7's view and do not compact."""
+    session = make_demo_session(context_window=9_000)
+    for n in range(3):
+        ask(session, alice, f'/tool big_output {{"chars": 1500}} NONCE-{n}')
+    for n in range(3, 7):
+        ask(session, alice, long_question(n))
+    for n in range(3):
+        ask(session, alice, f"hello {n}")
+    runs = list(Run.objects.filter(session=session).order_by("number"))
+    stages = [
+        [row["stage"] for row in run.checkpoint["state"]["compaction_log"]] for run in runs
+    ]
+    assert stages == [[], [], [], ["masking"], ["summary"], ["summary"], ["summary"], [], [], []]
+    assert [run.counters["baseline_model_steps"] for run in runs[6:]] == [9, 9, 9, 9]
+    return runs
+
+
+def _price_every_call(session, currency=lambda call: "USD"):
+    """Give each call of `session` its own prices and cached tokens (as copied at call time)."""
+    for call in ModelCall.objects.filter(run__session=session).order_by("id"):
+        call.price_currency = currency(call)
+        call.price_input = Decimal(call.pk)
+        call.price_cached_input = Decimal(call.pk) / 10
+        call.price_output = Decimal(20)
+        call.cached_tokens = call.reported_prompt_tokens // (call.pk % 3 + 2)
+        call.save()
+
+
+def _requests_between(run_ids, after, upto=None):
+    """Return the answered action requests whose answer the journal holds after seq `after`
+    (and up to `upto`): the requests sent with a compaction at `after` in force."""
+    calls = ModelCall.objects.filter(run_id__in=run_ids, purpose="action", response_seq__gt=after)
+    if upto is not None:
+        calls = calls.filter(response_seq__lte=upto)
+    return list(calls.order_by("id"))
+
+
+def _worth(removed, requests):
+    """What `removed` units were worth in `requests`: each at what it paid per unit measured."""
+    return sum(
+        removed
+        * (
+            (call.reported_prompt_tokens - call.cached_tokens) * call.price_input
+            + call.cached_tokens * call.price_cached_input
+        )
+        / MILLION
+        / call.request_estimate
+        for call in requests
+    )
+
+
+def test_spent_and_saved_are_sums_over_the_call_rows_at_their_own_prices(
+    alice, gateway, make_demo_session
+):
+    runs = _compacting_session(alice, make_demo_session)
+    _price_every_call(runs[0].session)
+    masking, first, last = (run_context(runs[n], costs=True)["compactions"][0] for n in (3, 4, 6))
+    # Spent: the attempt's own call, at its own prices.
+    for run, item in ((runs[4], first), (runs[6], last)):
+        (call,) = ModelCall.objects.filter(run=run, purpose="compaction")
+        assert item["spent_cost"]["amount"] == call.cost
+        assert (item["spent_cost"]["currency"], item["spent_cost"]["complete"]) == ("USD", True)
+    assert masking["spent_cost"] is None  # it made no call, and spent nothing
+    # Saved in its run, up to the next compaction: run 5 compacted at its start, so run 4's
+    # masking was in force for one request only, though run 5 started from its view.
+    removed = masking["before"] - masking["after"]
+    sent = _requests_between([runs[3].pk], masking["journal_seq"])
+    assert len(sent) == 1 and masking["saved"] == removed
+    assert masking["saved_cost"]["amount"] == _worth(removed, sent)
+    assert (masking["saved_requests"], masking["saved_runs"]) == (1, [4, 4])
+    assert masking["net"]["amount"] == masking["saved_cost"]["amount"]
+    # Run 7's summary goes on in runs 8-10, which started from its view.
+    removed = last["before"] - last["after"]
+    sent = _requests_between([run.pk for run in runs[6:]], last["journal_seq"])
+    assert len(sent) == 4 and last["saved"] == removed * 4
+    assert (last["saved_requests"], last["saved_runs"]) == (4, [7, 10])
+    assert last["saved_cost"] == {
+        "amount": _worth(removed, sent),
+        "currency": "USD",
+        "requests": 4,
+        "unpriced": 0,
+        "complete": True,
+    }
+    assert last["net"] == {
+        "amount": last["saved_cost"]["amount"] - last["spent_cost"]["amount"],
+        "currency": "USD",
+    }
+
+
+def test_unknown_prices_leave_tokens_and_missing_usage_is_never_zero(
+    alice, gateway, make_demo_session, client
+):
+    runs = _compacting_session(alice, make_demo_session)
+    session = runs[0].session
+    # Prices unknown: the figures stay in tokens and units.
+    item = run_context(runs[6], costs=True)["compactions"][0]
+    assert (item["spent_cost"], item["saved_cost"], item["net"]) == (None, None, None)
+    assert item["saved"] == (item["before"] - item["after"]) * 4
+    client.force_login(alice)
+    page = client.get(f"/runs/{runs[6].pk}/context/").content.decode()
+    spent = item["spent"]
+    assert f"{spent['prompt_tokens']:,} tokens in (0 cached)" in page
+    assert f"{item['saved']:,} bytes" in page and "runs #7–#10" in page
+    # Mixed currencies: run 9 was priced in EUR; saved is not added up across them.
+    _price_every_call(session, lambda call: "EUR" if call.run_id == runs[8].pk else "USD")
+    item = run_context(runs[6], costs=True)["compactions"][0]
+    assert item["spent_cost"]["currency"] == "USD"
+    assert (item["saved_cost"], item["net"]) == (None, None)
+    # A request without usage: saved is a marked lower bound, and no net is given.
+    _price_every_call(session)
+    ModelCall.objects.filter(run=runs[9], purpose="action").update(
+        reported_prompt_tokens=None, cached_tokens=None, reported_completion_tokens=None, usage=None
+    )
+    item = run_context(runs[6], costs=True)["compactions"][0]
+    sent = _requests_between([run.pk for run in runs[6:9]], item["journal_seq"])
+    assert item["saved_cost"]["amount"] == _worth(item["before"] - item["after"], sent)
+    assert (item["saved_cost"]["unpriced"], item["saved_cost"]["complete"]) == (1, False)
+    assert item["net"] is None
+    # The compaction call without usage: no cost, said so, not zero.
+    ModelCall.objects.filter(run=runs[6], purpose="compaction").update(
+        reported_prompt_tokens=None, cached_tokens=None, reported_completion_tokens=None, usage=None
+    )
+    checkpoint = runs[6].checkpoint
+    checkpoint["state"]["compaction_log"][0]["spent"] = {
+        "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "unreported": 1,
+    }  # fmt: skip
+    Run.objects.filter(pk=runs[6].pk).update(checkpoint=checkpoint)
+    item = run_context(Run.objects.get(pk=runs[6].pk), costs=True)["compactions"][0]
+    assert item["spent_cost"] is None
+    page = client.get(f"/runs/{runs[6].pk}/context/").content.decode()
+    assert "at least " in page and "/ <span class=\"spent\">no usage reported</span>" in page
+
+
+def _stored(session):
+    """Return everything stored that a compaction's figures could be written into."""
+    return (
+        [(run.pk, run.checkpoint, run.counters) for run in Run.objects.filter(session=session)],
+        list(CompactionSnapshot.objects.filter(run__session=session).values_list("snapshot")),
+        list(SessionView.objects.filter(session=session).values_list("messages", "entries")),
+    )
+
+
+def test_reading_the_figures_writes_nothing_back(alice, gateway, make_demo_session, client):
+    runs = _compacting_session(alice, make_demo_session)
+    session = runs[0].session
+    _price_every_call(session)
+    before = _stored(session)
+    client.force_login(alice)
+    for run in runs[3:]:
+        page = client.get(f"/runs/{run.pk}/context/")
+        assert page.status_code == 200
+        answer = client.get(f"/api/v1/runs/{run.pk}/context")
+        assert answer.status_code == 200
+    # The objects read in this process, which a later save would write, are unchanged too.
+    run = runs[6]
+    item = run_context(run, costs=True)["compactions"][0]
+    assert item["saved"] and item["saved_cost"]
+    after = _stored(session)
+    assert after == before
+    assert "saved" not in json.dumps(after[1]) and "saved" not in json.dumps(run.checkpoint)
+    # The API gives the page's figures, from the same selector.
+    answer = client.get(f"/api/v1/runs/{run.pk}/context").json()["compactions"][0]
+    assert answer["saved_runs"] == [7, 10] and answer["saved"] == item["saved"]
+    assert Decimal(answer["saved_cost"]["amount"]) == item["saved_cost"]["amount"].quantize(
+        Decimal("1e-12")
+    )
+    assert Decimal(answer["net"]["amount"]) == item["net"]["amount"].quantize(Decimal("1e-12"))
