@@ -71,9 +71,7 @@ def _compacting_session(alice, make_demo_session):
     for n in range(3):
         ask(session, alice, f"hello {n}")
     runs = list(Run.objects.filter(session=session).order_by("number"))
-    stages = [
-        [row["stage"] for row in run.checkpoint["state"]["compaction_log"]] for run in runs
-    ]
+    stages = [[row["stage"] for row in run.checkpoint["state"]["compaction_log"]] for run in runs]
     assert stages == [[], [], [], ["masking"], ["summary"], ["summary"], ["summary"], [], [], []]
     assert [run.counters["baseline_model_steps"] for run in runs[6:]] == [9, 9, 9, 9]
     return runs
@@ -192,7 +190,7 @@ def test_unknown_prices_leave_tokens_and_missing_usage_is_never_zero(
     item = run_context(Run.objects.get(pk=runs[6].pk), costs=True)["compactions"][0]
     assert item["spent_cost"] is None
     page = client.get(f"/runs/{runs[6].pk}/context/").content.decode()
-    assert "at least " in page and "/ <span class=\"spent\">no usage reported</span>" in page
+    assert "at least " in page and '/ <span class="spent">no usage reported</span>' in page
 
 
 def _stored(session):
