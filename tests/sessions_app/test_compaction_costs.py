@@ -4,6 +4,7 @@ in money at the prices each call copied, against what its own calls cost."""
 
 from __future__ import annotations
 
+import copy
 import json
 from decimal import Decimal
 
@@ -11,6 +12,7 @@ import pytest
 
 from sessions_app.models import CompactionSnapshot, ModelCall, Run, SessionView
 from sessions_app.selectors.context import run_context
+from sessions_app.selectors.costs import cached_share_by_run
 from tests.factories import ask
 from tests.sessions_app.conftest import long_question
 
@@ -149,6 +151,33 @@ def test_spent_and_saved_are_sums_over_the_call_rows_at_their_own_prices(
     }
 
 
+def test_each_attempt_is_spent_its_own_calls_in_order(alice, gateway, make_demo_session):
+    runs = _compacting_session(alice, make_demo_session)
+    run = runs[4]
+    _price_every_call(run.session)
+    # A later attempt of run 5 that failed after two calls; a call discarded between them (a
+    # lost lease) was billed but is no call of the attempt the checkpoint logged.
+    checkpoint = run.checkpoint
+    log = checkpoint["state"]["compaction_log"]
+    log.append({**log[0], "outcome": "failed", "revision": None, "calls": 2, "steps": 8})
+    Run.objects.filter(pk=run.pk).update(checkpoint=checkpoint)
+    priced = {"price_currency": "USD", "price_input": 3, "price_output": 30}
+    usage = {"reported_prompt_tokens": 900, "reported_completion_tokens": 90}
+    second = ModelCall.objects.create(run=run, purpose="compaction", **priced, **usage)
+    ModelCall.objects.create(run=run, purpose="compaction", discarded=True, **priced, **usage)
+    third = ModelCall.objects.create(
+        run=run, purpose="compaction", **{**priced, "price_input": 5}, **usage
+    )
+    cost = {call.pk: call.cost for call in ModelCall.objects.filter(run=run, purpose="compaction")}
+    first = min(cost)
+    items = run_context(Run.objects.get(pk=run.pk), costs=True)["compactions"]
+    assert [item["spent_cost"]["amount"] for item in items] == [
+        cost[first],
+        cost[second.pk] + cost[third.pk],
+    ]
+    assert items[1]["saved"] is None and items[1]["net"] is None
+
+
 def test_unknown_prices_leave_tokens_and_missing_usage_is_never_zero(
     alice, gateway, make_demo_session, client
 ):
@@ -215,11 +244,13 @@ def test_reading_the_figures_writes_nothing_back(alice, gateway, make_demo_sessi
         assert answer.status_code == 200
     # The objects read in this process, which a later save would write, are unchanged too.
     run = runs[6]
+    read = copy.deepcopy(run.checkpoint)
     item = run_context(run, costs=True)["compactions"][0]
     assert item["saved"] and item["saved_cost"]
+    assert run.checkpoint == read
     after = _stored(session)
     assert after == before
-    assert "saved" not in json.dumps(after[1]) and "saved" not in json.dumps(run.checkpoint)
+    assert "saved" not in json.dumps(after[1]) and "saved" not in json.dumps(after[0][6][1])
     # The API gives the page's figures, from the same selector.
     answer = client.get(f"/api/v1/runs/{run.pk}/context").json()["compactions"][0]
     assert answer["saved_runs"] == [7, 10] and answer["saved"] == item["saved"]
@@ -227,3 +258,69 @@ def test_reading_the_figures_writes_nothing_back(alice, gateway, make_demo_sessi
         Decimal("1e-12")
     )
     assert Decimal(answer["net"]["amount"]) == item["net"]["amount"].quantize(Decimal("1e-12"))
+
+
+def _following_runs(session, count, *, start_number, start_steps, baseline, calls=3):
+    """Add `count` finished runs that started from the view at `baseline` and did not compact,
+    each with `calls` priced action requests (as rows, the way a long session leaves them)."""
+    runs = Run.objects.bulk_create(
+        Run(
+            session=session,
+            number=start_number + n,
+            status=Run.Status.SUCCEEDED,
+            question=f"q{n}",
+            counters={
+                "user_turns": 0,
+                "model_steps": start_steps + calls * (n + 1),
+                "baseline_user_turns": 0,
+                "baseline_model_steps": baseline,
+            },
+        )
+        for n in range(count)
+    )
+    ModelCall.objects.bulk_create(
+        ModelCall(
+            run=run,
+            purpose="action",
+            request_estimate=4_000,
+            reported_prompt_tokens=1_000,
+            cached_tokens=500,
+            reported_completion_tokens=10,
+            price_currency="USD",
+            price_input=Decimal(2),
+            price_cached_input=Decimal("0.2"),
+            price_output=Decimal(8),
+        )
+        for run in runs
+        for _ in range(calls)
+    )
+
+
+def test_the_figures_take_the_same_queries_on_a_session_of_hundreds_of_runs(
+    alice, gateway, make_demo_session
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    runs = _compacting_session(alice, make_demo_session)
+    session, run = runs[0].session, runs[6]
+    _price_every_call(session)
+    run_context(run, costs=True)  # the run's session, version and connection, read once
+    with CaptureQueriesContext(connection) as short:
+        item = run_context(run, costs=True)["compactions"][0]
+        cached_share_by_run(session)
+    assert item["saved_runs"] == [7, 10]
+    final = runs[-1].counters["model_steps"]
+    _following_runs(session, 300, start_number=11, start_steps=final, baseline=9)
+    with CaptureQueriesContext(connection) as long:
+        item = run_context(run, costs=True)["compactions"][0]
+        shares = cached_share_by_run(session)
+    assert len(long) == len(short) and len(shares) == 310
+    removed = item["before"] - item["after"]
+    assert item["saved_runs"] == [7, 310]
+    assert item["saved"] == removed * (final + 900 - 9)
+    assert item["saved_requests"] == 4 + 900
+    sent = _requests_between([r.pk for r in runs[6:]], item["journal_seq"])
+    # Each added request paid (500 x 2 + 500 x 0.2) / 1e6 for 4,000 bytes measured.
+    added = removed * Decimal("0.0011") / 4_000 * 900
+    assert item["saved_cost"]["amount"] == _worth(removed, sent) + added
