@@ -56,13 +56,16 @@ def add_compaction_costs(
     frame: dict[str, Any],
     *,
     whole_log: bool = True,
+    value_saved: bool = True,
 ) -> None:
     """Set `spent_cost`, `saved_cost`, `saved_requests`, `saved_runs` and `net` on each item of
     the frame's compaction log (`items[n]` is `log[n]`), and extend the run's last stage's
     `saved` over the following runs that kept its view.
 
     `whole_log` false: the log holds only the successes (a frame older than the attempt log),
-    so the calls cannot be told apart by attempt and nothing is spent in money.
+    so the calls cannot be told apart by attempt and nothing is spent in money. `value_saved`
+    false: the log's sizes are in a unit no request was measured in (a legacy policy's
+    characters), so what was saved stays in that unit.
     """
     instance = frame.get("instance") or MAIN_INSTANCE
     for item in items:
@@ -78,6 +81,9 @@ def add_compaction_costs(
     ]
     if applied:
         _add_saved(items, log, applied, run, frame, instance)
+    if not value_saved:
+        for item in items:
+            item["saved_cost"] = None
     for item, entry in zip(items, log, strict=True):
         item["net"] = _net(item["saved_cost"], item["spent_cost"], bool(entry.get("calls")))
 

@@ -36,14 +36,16 @@ COMPACTION_FIELDS = (
 )
 
 
-def _compactions(frame: dict[str, Any], run: Run, *, costs: bool = False) -> list[dict[str, Any]]:
+def _compactions(
+    frame: dict[str, Any], run: Run, *, costs: bool = False, unit: str = "estimate"
+) -> list[dict[str, Any]]:
     """Return every compaction attempt of the frame: successes, skips and failures.
 
     A success lists the journal seq ranges its summary replaced (`summarised_ranges`) and the
     tool results it masked to one-line references (`masked_ranges`); the run's own records are
     named in the frame by local seq and looked up here in one query. With `costs`, each also
     says what it spent and saved in money, over the following runs that kept its view too
-    (`compaction_costs`).
+    (`compaction_costs`); `unit` is the policy's (`measure_context`).
     """
     log = (frame.get("state") or {}).get("compaction_log")
     attempts = bool(log)
@@ -88,7 +90,15 @@ def _compactions(frame: dict[str, Any], run: Run, *, costs: bool = False) -> lis
     _add_savings(items, log, (frame.get("context") or {}).get("counters") or {})
     if costs:
         # Without the attempt log (successes only) calls cannot be told apart by attempt.
-        add_compaction_costs(items, log, run, frame, whole_log=attempts)
+        add_compaction_costs(
+            items,
+            log,
+            run,
+            frame,
+            whole_log=attempts,
+            # A legacy policy measures characters, which no request's estimate is in.
+            value_saved=unit != "characters",
+        )
     return items
 
 
@@ -205,7 +215,7 @@ def run_context(run: Run, *, costs: bool = False) -> dict[str, Any]:
         "effective_budget": budget.effective_input_budget,
         "trigger_at": measure.trigger_at,
         "target_at": measure.target_at,
-        "compactions": _compactions(frame, run, costs=costs),
+        "compactions": _compactions(frame, run, costs=costs, unit=measure.unit),
         "last_reported": last_reported(run),
         "last_call_unreported": last_call_unreported(run),
         "cost": run_cost(run),
