@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -21,6 +22,8 @@ from sessions_app.console.usage import stacked_bars
 from sessions_app.models import ModelCall, Session, SessionMessage
 from sessions_app.templatetags.console_text import unit_name
 
+# Amounts of money a compaction spent and saved are shown to the prices' precision.
+MONEY_PLACES = Decimal("1e-8")
 # View messages longer than this are shown collapsed on the context page.
 LONG_MESSAGE_CHARS = 800
 # A moment as the engine writes it into a note (ISO 8601 with its offset, microseconds and all).
@@ -332,7 +335,7 @@ def compaction_money(items: list[dict[str, Any]], unit: str) -> list[dict[str, A
         item["spent_text"] = _spent_text(item)
         item["saved_text"] = _saved_text(item, unit)
         net = item.get("net")
-        item["net_text"] = cost_text(net["amount"], net["currency"]) if net else None
+        item["net_text"] = _money_text(net) if net else None
         runs = item.get("saved_runs")
         item["saved_runs_text"] = (
             None
@@ -349,8 +352,7 @@ def _spent_text(item: dict[str, Any]) -> str:
     if not item.get("calls"):
         return "no call"
     if money is not None:
-        bound = "" if money["complete"] else "at least "
-        return f"{bound}{cost_text(money['amount'], money['currency'])}"
+        return ("" if money["complete"] else "at least ") + _money_text(money)
     if not spent:
         return "–"
     if spent.get("unreported") == item["calls"]:
@@ -369,8 +371,13 @@ def _saved_text(item: dict[str, Any], unit: str) -> str:
     units = f"{saved:,} {unit}"
     if money is None:
         return units
-    bound = "" if money["complete"] else "at least "
-    return f"{bound}{cost_text(money['amount'], money['currency'])} ({units})"
+    return ("" if money["complete"] else "at least ") + f"{_money_text(money)} ({units})"
+
+
+def _money_text(money: dict[str, Any]) -> str:
+    """Return an amount to the prices' own precision (8 decimal places): a saving valued per
+    unit of a request's size has as many digits as a division gives."""
+    return cost_text(money["amount"].quantize(MONEY_PLACES), money["currency"])
 
 
 def cached_share_chart(series: list[dict[str, Any]]) -> dict[str, Any]:

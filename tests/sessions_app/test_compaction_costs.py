@@ -251,6 +251,16 @@ def test_reading_the_figures_writes_nothing_back(alice, gateway, make_demo_sessi
     after = _stored(session)
     assert after == before
     assert "saved" not in json.dumps(after[1]) and "saved" not in json.dumps(after[0][6][1])
+    # The page shows them to the prices' precision, with the runs they count.
+    page = client.get(f"/runs/{run.pk}/context/").content.decode()
+
+    def money(amount):
+        return f"{amount.quantize(Decimal('1e-8')).normalize():f} USD"
+
+    saved = f"{money(item['saved_cost']['amount'])} ({item['saved']:,} bytes)"
+    assert f'{saved}</span> <span class="quiet">over 4 requests, runs #7–#10</span>' in page
+    assert f'<span class="spent">{money(item["spent_cost"]["amount"])}</span>' in page
+    assert f'compaction-net">{money(item["net"]["amount"])}</td>' in page
     # The API gives the page's figures, from the same selector.
     answer = client.get(f"/api/v1/runs/{run.pk}/context").json()["compactions"][0]
     assert answer["saved_runs"] == [7, 10] and answer["saved"] == item["saved"]
