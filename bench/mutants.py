@@ -3462,6 +3462,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "purpose=ModelCall.Purpose.COMPACTION",
         (f"{_MONEY}test_each_attempt_is_spent_its_own_calls_in_order",),
     ),
+    Mutant(
+        "a following run that compacts again counts up to its own compaction",
+        "partial_run_uncounted",
+        _COSTS,
+        "        kept.append((*stop, replaced_at))",
+        "        pass",
+        (f"{_MONEY}test_a_following_run_that_compacts_again_counts_up_to_its_compaction",),
+    ),
+    Mutant(
+        "it counts only when the view its compaction saved derives from the stage's view",
+        "replaced_at_any_derivation",
+        _COSTS,
+        "    if first is None or first[:2] != (run.pk, steps):",
+        "    if first is None:",
+        (f"{_MONEY}test_a_following_run_that_compacts_again_counts_up_to_its_compaction",),
+    ),
 )
 
 

@@ -24,6 +24,8 @@ from sessions_app.templatetags.console_text import unit_name
 
 # Amounts of money a compaction spent and saved are shown to the prices' precision.
 MONEY_PLACES = Decimal("1e-8")
+# The cached-share table under its chart lists this many of the latest runs (the chart: all).
+CACHE_TABLE_RUNS = 100
 # View messages longer than this are shown collapsed on the context page.
 LONG_MESSAGE_CHARS = 800
 # A moment as the engine writes it into a note (ISO 8601 with its offset, microseconds and all).
@@ -401,4 +403,5 @@ def cached_share_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
         title=lambda label, part, value: f"{label}: {value}% of prompt tokens cached",
         top=100,
     )
-    return {**chart, "runs": items}
+    # The table lists the latest runs only: a row costs the page far more than a bar does.
+    return {**chart, "runs": items[-CACHE_TABLE_RUNS:], "run_count": len(items)}

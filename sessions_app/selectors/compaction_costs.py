@@ -12,8 +12,9 @@ its snapshots are read as they are. The rules:
   step it came at until the next applied stage of the run; the run's last stage is also in force
   in the session's following runs that started from its view and did not compact again (their
   counters keep its step as their baseline, `baseline_model_steps`), and stops at the first that
-  does not (the runs counted are named). A following run that inherited the view and then
-  compacted is not counted at all: a lower bound.
+  does not (the runs counted are named). That run counts up to its own first compaction when the
+  view that compaction saved derives from this stage's view (`SessionView.derived_from`); when no
+  such view was saved it is not counted at all: a lower bound.
 - **Valued at each request's own prices**: a removed unit is worth what that request paid per
   unit of its own measured size (its prompt cost at the prices it copied, cached tokens at the
   cached price, over its `request_estimate`): the removed material would have been sent in that
@@ -29,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from agentloom.providers import call_cost
-from sessions_app.models import MAIN_INSTANCE, ModelCall, Run
+from sessions_app.models import MAIN_INSTANCE, ModelCall, Run, SessionView
 from sessions_app.selectors.costs import COST_FIELDS, cost_summary
 
 APPLIED = ("succeeded", "applied")
@@ -137,10 +138,14 @@ def _add_saved(
         sent = own[max(entry["steps"] - start, 0) : max(until - start, 0)]
         runs = [run.number] if sent else []
         if position + 1 == len(applied) and following:
-            for pk, number, steps in following:
-                sent = [*sent, *requests.get(pk, [])]
-                runs.append(number)
-                until = steps
+            for pk, number, upto in following:
+                # Each following run's requests from its start (the step the one before ended
+                # at) up to the step it ended at, or replaced the view at.
+                theirs = requests.get(pk, [])[: max(upto - until, 0)]
+                if theirs:
+                    sent = [*sent, *theirs]
+                    runs.append(number)
+                until = upto
             items[n]["saved"] = removed * max(until - entry["steps"], 0)
         items[n]["saved_requests"] = len(sent)
         items[n]["saved_runs"] = [runs[0], runs[-1]] if runs else None
@@ -148,23 +153,47 @@ def _add_saved(
 
 
 def _following_runs(run: Run, steps: int) -> list[tuple[int, int, int]]:
-    """Return `(pk, number, model_steps)` of the session's runs after `run` that started from its
-    view and did not compact again: in order, up to the first whose counters no longer hold the
-    stage's step as their baseline."""
+    """Return `(pk, number, upto)` of the session's runs after `run` that had its last stage (at
+    `steps`) in force, in order, with the step each had it in force up to.
+
+    They are the runs whose counters still hold the stage's step as their baseline (they started
+    from its view and did not compact: up to their last step), then the first that does not,
+    up to the step of its first compaction, when that compaction's view derives from the stage's.
+    """
     rows = (
         Run.objects.filter(session_id=run.session_id, number__gt=run.number)
         .order_by("number")
         .values_list("pk", "number", "counters")
     )
-    kept = []
+    kept, stop = [], None
     for pk, number, counters in rows.iterator(chunk_size=RUN_CHUNK):
         counters = counters or {}
         if counters.get("baseline_model_steps") != steps or not isinstance(
             counters.get("model_steps"), int
         ):
+            stop = (pk, number)
             break
         kept.append((pk, number, counters["model_steps"]))
+    replaced_at = _replaced_at(stop[0], run, steps) if stop else None
+    if replaced_at is not None:
+        kept.append((*stop, replaced_at))
     return kept
+
+
+def _replaced_at(run_id: int, run: Run, steps: int) -> int | None:
+    """Return the step at which run `run_id` replaced the view of `run`'s stage at `steps`: where
+    its first compaction came, if the view that compaction saved derives from that stage's view;
+    else None (not known: no view was saved, or it derives from another)."""
+    first = (
+        SessionView.objects.filter(run_id=run_id, snapshot_revision=1)
+        .values_list(
+            "derived_from__run_id", "derived_from__baseline_model_steps", "baseline_model_steps"
+        )
+        .first()
+    )
+    if first is None or first[:2] != (run.pk, steps):
+        return None
+    return first[2]
 
 
 def _requests(

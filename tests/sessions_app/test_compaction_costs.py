@@ -151,6 +151,30 @@ def test_spent_and_saved_are_sums_over_the_call_rows_at_their_own_prices(
     }
 
 
+def test_a_following_run_that_compacts_again_counts_up_to_its_compaction(
+    alice, gateway, make_demo_session
+):
+    runs = _compacting_session(alice, make_demo_session)
+    # Run 11 starts from run 7's view; its tool's large result makes it compact after a step.
+    eleventh = ask(runs[0].session, alice, '/tool big_output {"chars": 4000} NONCE-X')
+    (row,) = eleventh.checkpoint["state"]["compaction_log"]
+    assert row["steps"] == runs[-1].counters["model_steps"] + 1
+    _price_every_call(runs[0].session)
+    item = run_context(runs[6], costs=True)["compactions"][0]
+    removed = item["before"] - item["after"]
+    first_of_eleventh = ModelCall.objects.filter(run=eleventh, purpose="action").order_by("id")[:1]
+    sent = [*_requests_between([r.pk for r in runs[6:]], item["journal_seq"]), *first_of_eleventh]
+    assert (item["saved_requests"], item["saved_runs"]) == (5, [7, 11])
+    assert item["saved"] == removed * 5
+    assert item["saved_cost"]["amount"] == _worth(removed, sent)
+    # When the view run 11's compaction saved does not derive from run 7's, run 11 had another
+    # view in force: it is not counted.
+    SessionView.objects.filter(run=eleventh).update(derived_from=None)
+    item = run_context(runs[6], costs=True)["compactions"][0]
+    assert (item["saved_requests"], item["saved_runs"]) == (4, [7, 10])
+    assert item["saved"] == removed * 4
+
+
 def test_each_attempt_is_spent_its_own_calls_in_order(alice, gateway, make_demo_session):
     runs = _compacting_session(alice, make_demo_session)
     run = runs[4]
@@ -307,7 +331,7 @@ def _following_runs(session, count, *, start_number, start_steps, baseline, call
 
 
 def test_the_figures_take_the_same_queries_on_a_session_of_hundreds_of_runs(
-    alice, gateway, make_demo_session
+    alice, gateway, make_demo_session, client
 ):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -334,3 +358,15 @@ def test_the_figures_take_the_same_queries_on_a_session_of_hundreds_of_runs(
     # Each added request paid (500 x 2 + 500 x 0.2) / 1e6 for 4,000 bytes measured.
     added = removed * Decimal("0.0011") / 4_000 * 900
     assert item["saved_cost"]["amount"] == _worth(removed, sent) + added
+    # The chart draws every run; the table under it lists the latest hundred, and says so.
+    client.force_login(alice)
+    page = client.get(f"/runs/{run.pk}/context/").content.decode()
+    chart = page[page.index('<svg class="chart"') : page.index("</svg>")]
+    assert chart.count("<rect ") == 310
+    table = page[
+        page.index('id="cache-runs"') : page.index("</table>", page.index('id="cache-runs"'))
+    ]
+    assert (
+        table.count("<tr>") == 1 + 100 and "<td>#310</td>" in table and "<td>#210</td>" not in table
+    )
+    assert "The table lists the latest 100 of the session's 310 runs with calls" in page
