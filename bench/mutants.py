@@ -72,6 +72,8 @@ _ENGINE = "agentloom/engine"
 _VIEWS = "sessions_app/services/reusable_views.py"
 _REASONING = "tests/providers/test_reasoning_passback.py::"
 _MASKING = "tests/engine/test_compaction_masking.py::"
+_COSTS = "sessions_app/selectors/compaction_costs.py"
+_MONEY = "tests/sessions_app/test_compaction_costs.py::"
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -3459,6 +3461,71 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_encryption_keys.py::test_a_size_is_not_known_for_a_legacy_value_or_a_lone_surrogate",
         ),
+    ),
+    # --- the net cost of a compaction (computed on read) ---------------------------------------
+    Mutant(
+        "what a compaction saved is computed on read, never written into the checkpoint read",
+        "saved_cost_written_into_the_log",
+        _COSTS,
+        '        items[n]["saved_cost"] = saved_value(removed, sent)',
+        '        items[n]["saved_cost"] = entry["saved_cost"] = saved_value(removed, sent)',
+        (f"{_MONEY}test_reading_the_figures_writes_nothing_back",),
+    ),
+    Mutant(
+        "a run's last compaction saves in the following runs only until one compacts again",
+        "saving_past_the_next_compaction",
+        _COSTS,
+        '        if counters.get("baseline_model_steps") != steps or not isinstance(',
+        "        if not isinstance(",
+        (f"{_MONEY}test_spent_and_saved_are_sums_over_the_call_rows_at_their_own_prices",),
+    ),
+    Mutant(
+        "each request values the removed units at the prices it copied",
+        "saved_at_one_requests_prices",
+        _COSTS,
+        '        items[n]["saved_cost"] = saved_value(removed, sent)',
+        '        items[n]["saved_cost"] = saved_value(removed, sent[-1:] * len(sent))',
+        (f"{_MONEY}test_spent_and_saved_are_sums_over_the_call_rows_at_their_own_prices",),
+    ),
+    Mutant(
+        "a request's cached tokens value the removed units at its cached price",
+        "saved_cached_at_the_input_price",
+        _COSTS,
+        "            cached_tokens=request.cached_tokens,",
+        "            cached_tokens=0,",
+        (f"{_MONEY}test_spent_and_saved_are_sums_over_the_call_rows_at_their_own_prices",),
+    ),
+    Mutant(
+        "an attempt is spent its own calls, in order, as many as it logged",
+        "spent_of_the_first_calls",
+        _COSTS,
+        "        own = calls[start : start + count]",
+        "        own = calls[:count]",
+        (f"{_MONEY}test_each_attempt_is_spent_its_own_calls_in_order",),
+    ),
+    Mutant(
+        "a discarded call is no call of the attempt the checkpoint logged",
+        "spent_counts_discarded_calls",
+        _COSTS,
+        "purpose=ModelCall.Purpose.COMPACTION, discarded=False",
+        "purpose=ModelCall.Purpose.COMPACTION",
+        (f"{_MONEY}test_each_attempt_is_spent_its_own_calls_in_order",),
+    ),
+    Mutant(
+        "a following run that compacts again counts up to its own compaction",
+        "partial_run_uncounted",
+        _COSTS,
+        "        kept.append((*stop, replaced_at))",
+        "        pass",
+        (f"{_MONEY}test_a_following_run_that_compacts_again_counts_up_to_its_compaction",),
+    ),
+    Mutant(
+        "it counts only when the view its compaction saved derives from the stage's view",
+        "replaced_at_any_derivation",
+        _COSTS,
+        "    if first is None or first[:2] != (run.pk, steps):",
+        "    if first is None:",
+        (f"{_MONEY}test_a_following_run_that_compacts_again_counts_up_to_its_compaction",),
     ),
 )
 

@@ -447,12 +447,13 @@ class RunContextApi(ApiView):
         operation_id="runs_context_retrieve",
         description="The run's current view and its measure against the budget and policy "
         "bound into its checkpoint (the frozen version's before the first checkpoint), with "
-        "every compaction attempt.",
+        "every compaction attempt and what it spent and saved, in money where the calls' "
+        "prices are known (computed when read).",
     )
     def get(self, request, id):
         """Return the run's context."""
         run = run_get(user=request.user, run_id=object_id(id))
-        return Response(RunContextSerializer(run_context(run)).data)
+        return Response(RunContextSerializer(run_context(run, costs=True)).data)
 
 
 class RunModelCallsApi(ApiView):

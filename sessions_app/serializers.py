@@ -464,6 +464,26 @@ class SpentSerializer(serializers.Serializer):
     unreported = serializers.IntegerField(help_text="Its calls whose provider reported no usage.")
 
 
+class MoneySerializer(serializers.Serializer):
+    amount = serializers.DecimalField(max_digits=24, decimal_places=12, coerce_to_string=True)
+    currency = serializers.CharField()
+
+
+class SpentCostSerializer(MoneySerializer):
+    complete = serializers.BooleanField(
+        help_text="False when some of its calls has no known cost: `amount` is a lower bound."
+    )
+    unpriced_calls = serializers.IntegerField()
+
+
+class SavedCostSerializer(MoneySerializer):
+    requests = serializers.IntegerField(help_text="The action requests it was in force for.")
+    unpriced = serializers.IntegerField(
+        help_text="Of those, requests without usage or prices, left out of `amount`."
+    )
+    complete = serializers.BooleanField(help_text="False when `unpriced`: a lower bound.")
+
+
 class CompactionSerializer(serializers.Serializer):
     revision = serializers.IntegerField(
         allow_null=True, help_text="The view revision it produced; null unless it succeeded."
@@ -514,8 +534,36 @@ class CompactionSerializer(serializers.Serializer):
     saved = serializers.IntegerField(
         allow_null=True,
         help_text="What the stage saved so far, computed when read: the units (`before` − "
-        "`after`) it removed times the action requests sent since, until the next compaction. "
+        "`after`) it removed times the action requests sent since, until the next compaction "
+        "(in the following runs that kept its view too). "
         "Null for attempts that replaced nothing.",
+    )
+    spent_cost = SpentCostSerializer(
+        allow_null=True,
+        help_text="What its own calls cost at the prices each call copied; null without a call, "
+        "when no call's cost is known (see `spent`) or in more than one currency.",
+    )
+    saved_cost = SavedCostSerializer(
+        allow_null=True,
+        help_text="What `saved` was worth, computed when read: each removed unit at what each "
+        "request it was in force for paid per unit of its measured size (cached tokens at the "
+        "cached price), at the prices that request copied; null when none of them has a known "
+        "value, or in more than one currency.",
+    )
+    saved_requests = serializers.IntegerField(
+        allow_null=True, help_text="The action requests `saved_cost` counts."
+    )
+    saved_runs = serializers.ListField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        min_length=2,
+        max_length=2,
+        help_text="The first and last run numbers whose requests it counts: the run's last "
+        "stage goes on in the following runs that started from its view and did not compact.",
+    )
+    net = MoneySerializer(
+        allow_null=True,
+        help_text="`saved_cost` − `spent_cost` when both are known whole in one currency.",
     )
     identifiers = IdentifierCountsSerializer(
         allow_null=True,

@@ -31,6 +31,8 @@ from sessions_app.console.fragments import (
 from sessions_app.console.presenters import (
     binding,
     cached_share,
+    cached_share_chart,
+    compaction_money,
     cost_summary_text,
     meter,
     model_call,
@@ -39,11 +41,12 @@ from sessions_app.console.presenters import (
 )
 from sessions_app.models import Session
 from sessions_app.selectors.context import compaction_marks, run_context
-from sessions_app.selectors.costs import cost_summary, session_cost
+from sessions_app.selectors.costs import cached_share_by_run, cost_summary, session_cost
 from sessions_app.selectors.runs import active_run, first_seq_of, model_calls_of, run_get, runs_of
 from sessions_app.selectors.sessions import instances_of, session_get
 from sessions_app.selectors.views import view_derivations, views_of
 from sessions_app.services.runs import MAX_QUESTION_CHARS
+from sessions_app.templatetags.console_text import meter_unit
 
 # The chat shows the latest runs in full; older ones are read in the journal viewer.
 CHAT_RUNS = 20
@@ -239,7 +242,8 @@ def run_context_page(request, run_id: int):
     """Show what the model sees in a run, how it measures against the budget, and its history."""
     run = run_get(user=request.user, run_id=run_id)
     session = run.session
-    context = run_context(run)
+    context = run_context(run, costs=True)
+    shown = meter(context)
     calls = list(model_calls_of(run))
     run_numbers = dict(runs_of(session).values_list("pk", "number"))
     derivations = view_derivations(session.pk)
@@ -269,9 +273,10 @@ def run_context_page(request, run_id: int):
             "run": run,
             "binding": binding(session),
             "counters": counters(run),
-            "meter": meter(context),
+            "meter": shown,
             "view": view_messages(context["messages"]),
-            "compactions": context["compactions"],
+            "compactions": compaction_money(context["compactions"], meter_unit(shown)),
+            "cache_chart": cached_share_chart(cached_share_by_run(session)),
             "views": views,
             "model_calls": [model_call(call) for call in calls],
             "cached_share": cached_share(calls),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -17,9 +18,14 @@ from django.utils.dateformat import format as format_date
 
 from agentloom.engine import FEEDBACK_PREFIX, REASONING_KEY, message_text
 from models_app.models import ModelConnection
-from sessions_app.models import Session, SessionMessage
+from sessions_app.console.usage import stacked_bars
+from sessions_app.models import ModelCall, Session, SessionMessage
 from sessions_app.templatetags.console_text import unit_name
 
+# Amounts of money a compaction spent and saved are shown to the prices' precision.
+MONEY_PLACES = Decimal("1e-8")
+# The cached-share table under its chart lists this many of the latest runs (the chart: all).
+CACHE_TABLE_RUNS = 100
 # View messages longer than this are shown collapsed on the context page.
 LONG_MESSAGE_CHARS = 800
 # A moment as the engine writes it into a note (ISO 8601 with its offset, microseconds and all).
@@ -318,3 +324,84 @@ def cost_summary_text(summary: dict | None) -> dict | None:
         "complete": summary["complete"],
         "unpriced": summary["unpriced_calls"],
     }
+
+
+def compaction_money(items: list[dict[str, Any]], unit: str) -> list[dict[str, Any]]:
+    """Return the compaction items with what each spent, saved and netted written out.
+
+    Money where the calls' prices are known (`at least` where some call's is not), else the
+    tokens; a call without usage is said so, never counted as zero. `unit` names the unit of
+    `saved` (the policy's).
+    """
+    for item in items:
+        item["spent_text"] = _spent_text(item)
+        item["saved_text"] = _saved_text(item, unit)
+        net = item.get("net")
+        item["net_text"] = _money_text(net) if net else None
+        runs = item.get("saved_runs")
+        item["saved_runs_text"] = (
+            None
+            if not runs
+            else f"run #{runs[0]}"
+            if runs[0] == runs[1]
+            else f"runs #{runs[0]}–#{runs[1]}"
+        )
+    return items
+
+
+def _spent_text(item: dict[str, Any]) -> str:
+    spent, money = item.get("spent"), item.get("spent_cost")
+    if not item.get("calls"):
+        return "no call"
+    if money is not None:
+        return ("" if money["complete"] else "at least ") + _money_text(money)
+    if not spent:
+        return "–"
+    if spent.get("unreported") == item["calls"]:
+        return ModelCall.NO_USAGE
+    text = f"{spent['prompt_tokens']:,} tokens in ({spent['cached_tokens']:,} cached)"
+    unreported = spent.get("unreported")
+    if unreported:
+        text += f", {unreported} call{'s' if unreported > 1 else ''} without usage"
+    return text
+
+
+def _saved_text(item: dict[str, Any], unit: str) -> str:
+    saved, money = item.get("saved"), item.get("saved_cost")
+    if saved is None:
+        return "–"
+    units = f"{saved:,} {unit}"
+    if money is None:
+        return units
+    return ("" if money["complete"] else "at least ") + f"{_money_text(money)} ({units})"
+
+
+def _money_text(money: dict[str, Any]) -> str:
+    """Return an amount to the prices' own precision (8 decimal places): a saving valued per
+    unit of a request's size has as many digits as a division gives."""
+    return cost_text(money["amount"].quantize(MONEY_PLACES), money["currency"])
+
+
+def cached_share_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return the Context page's chart of the session's cached share, one bar per run (the
+    usage page's SVG bars, on a fixed scale of 100%); a run without reported usage is drawn
+    as unknown, not zero."""
+    items = [
+        {
+            **row,
+            "percent": None if row["share"] is None else round(100 * row["share"], 1),
+            "compaction_percent": None
+            if row["compaction_share"] is None
+            else round(100 * row["compaction_share"], 1),
+        }
+        for row in series
+    ]
+    chart = stacked_bars(
+        items,
+        ("percent",),
+        label=lambda item: f"Run #{item['number']}",
+        title=lambda label, part, value: f"{label}: {value}% of prompt tokens cached",
+        top=100,
+    )
+    # The table lists the latest runs only: a row costs the page far more than a bar does.
+    return {**chart, "runs": items[-CACHE_TABLE_RUNS:], "run_count": len(items)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime
 import zoneinfo
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -84,16 +85,53 @@ def _span(data: dict[str, Any], today: datetime.date) -> UsageRange:
     return UsageRange(start, end)
 
 
-def stacked_bars(days: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str, Any]:
-    """Return the geometry of a stacked bar chart of `parts` per day (SVG user units)."""
-    top = max((sum(day[part] for part in parts) for day in days), default=0)
+def _series_class(series: int | str) -> str:
+    return "unknown" if series == "unknown" else f"series-{series}"
+
+
+def _day_label(day: dict[str, Any]) -> str:
+    return day["day"].isoformat()
+
+
+def _part_title(label: str, part: str, value: Any) -> str:
+    return f"{label} {part.replace('_', ' ')}: {value}"
+
+
+def stacked_bars(
+    days: list[dict[str, Any]],
+    parts: tuple[str, ...],
+    *,
+    label: Callable[[dict[str, Any]], str] = _day_label,
+    title: Callable[[str, str, Any], str] = _part_title,
+    top: float | None = None,
+) -> dict[str, Any]:
+    """Return the geometry of a stacked bar chart of `parts` per item (SVG user units).
+
+    Items are days unless `label` names them otherwise; `top` fixes the scale (a share: 100),
+    else the tallest item sets it. An item whose parts are all None (not known, which is not
+    zero) is drawn as an empty outline the chart's height (`unknown`), titled so.
+    """
+    if top is None:
+        top = max((sum(day[part] or 0 for part in parts) for day in days), default=0)
     slot = CHART_WIDTH / max(len(days), 1)
     width = max(slot * 0.8, 1)
     bars = []
     for index, day in enumerate(days):
         y = float(CHART_HEIGHT)
+        if all(day[part] is None for part in parts):
+            bars.append(
+                {
+                    "x": round(index * slot, 2),
+                    "y": 0,
+                    "width": round(width, 2),
+                    "height": CHART_HEIGHT,
+                    "series": "unknown",
+                    "title": f"{label(day)}: unknown",
+                }
+            )
+            continue
         for number, part in enumerate(parts):
-            height = (day[part] / top * CHART_HEIGHT) if top else 0
+            height = ((day[part] or 0) / top * CHART_HEIGHT) if top else 0
             if height:
                 y -= height
                 bars.append(
@@ -103,12 +141,12 @@ def stacked_bars(days: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str
                         "width": round(width, 2),
                         "height": round(height, 2),
                         "series": number,
-                        "title": f"{day['day'].isoformat()} {part.replace('_', ' ')}: {day[part]}",
+                        "title": title(label(day), part, day[part]),
                     }
                 )
     # Drawn here, not in a template loop: a year is over three thousand bars a chart.
     markup = "".join(
-        f'<rect class="series-{bar["series"]}" x="{bar["x"]}" y="{bar["y"]}" '
+        f'<rect class="{_series_class(bar["series"])}" x="{bar["x"]}" y="{bar["y"]}" '
         f'width="{bar["width"]}" height="{bar["height"]}">'
         f"<title>{escape(bar['title'])}</title></rect>"
         for bar in bars

@@ -12,7 +12,9 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `history`: the history a new run inherits, and the inherited block a checkpoint names.
 - `checkpoints`: the journal-backed record store and a run's checkpoint as a frame.
 - `context`: a run's view measured against its budget, its compactions, calibration starts.
-- `costs`: the cost of a model call, a run and a session.
+- `costs`: the cost of a model call, a run and a session; a session's cached share per run.
+- `compaction_costs`: what each compaction spent and saved, in money at its calls' prices
+  (computed when read; the rules in its docstring).
 - `approvals`: the calls a run still waits on, and the decisions taken so far.
 - `questions`: a tool server's questions a run still waits on, and the answers so far.
 - `usage`: the spend record over a range of a space's days, as its reader may see it (admins:

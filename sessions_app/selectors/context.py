@@ -21,6 +21,7 @@ from agentloom.engine import (
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures, sent_messages
 from sessions_app.models import ModelCall, Run, SessionMessage
 from sessions_app.selectors.checkpoints import frame_of
+from sessions_app.selectors.compaction_costs import add_compaction_costs
 from sessions_app.selectors.costs import run_cost
 
 COMPACTION_FIELDS = (
@@ -35,14 +36,19 @@ COMPACTION_FIELDS = (
 )
 
 
-def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
+def _compactions(
+    frame: dict[str, Any], run: Run, *, costs: bool = False, unit: str = "estimate"
+) -> list[dict[str, Any]]:
     """Return every compaction attempt of the frame: successes, skips and failures.
 
     A success lists the journal seq ranges its summary replaced (`summarised_ranges`) and the
     tool results it masked to one-line references (`masked_ranges`); the run's own records are
-    named in the frame by local seq and looked up here in one query.
+    named in the frame by local seq and looked up here in one query. With `costs`, each also
+    says what it spent and saved in money, over the following runs that kept its view too
+    (`compaction_costs`); `unit` is the policy's (`measure_context`).
     """
     log = (frame.get("state") or {}).get("compaction_log")
+    attempts = bool(log)
     if not log:
         # Frames written before the attempt log existed only kept their successes.
         log = [
@@ -82,6 +88,17 @@ def _compactions(frame: dict[str, Any], run: Run) -> list[dict[str, Any]]:
         item["masked_ranges"] = _session_ranges(masked, by_local) if masked else []
         items.append(item)
     _add_savings(items, log, (frame.get("context") or {}).get("counters") or {})
+    if costs:
+        # Without the attempt log (successes only) calls cannot be told apart by attempt.
+        add_compaction_costs(
+            items,
+            log,
+            run,
+            frame,
+            whole_log=attempts,
+            # A legacy policy measures characters, which no request's estimate is in.
+            value_saved=unit != "characters",
+        )
     return items
 
 
@@ -155,8 +172,11 @@ def _session_ranges(sources: dict[str, Any], by_local: dict[int, int]) -> list[l
     return as_ranges(seqs)
 
 
-def run_context(run: Run) -> dict[str, Any]:
+def run_context(run: Run, *, costs: bool = False) -> dict[str, Any]:
     """Return the run's current view and how it measures against its budget and policy.
+
+    With `costs` (the Context page and its API), each compaction says what it spent and saved
+    in money too; the meter and the chat read it without.
 
     The policy, budget and estimator are the ones bound into the checkpoint (what the run really
     uses); before the first checkpoint they come from the frozen version snapshot. The measure is
@@ -195,7 +215,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "effective_budget": budget.effective_input_budget,
         "trigger_at": measure.trigger_at,
         "target_at": measure.target_at,
-        "compactions": _compactions(frame, run),
+        "compactions": _compactions(frame, run, costs=costs, unit=measure.unit),
         "last_reported": last_reported(run),
         "last_call_unreported": last_call_unreported(run),
         "cost": run_cost(run),

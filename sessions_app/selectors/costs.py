@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Count, Q, Sum
+
 from sessions_app.models import ModelCall, Run, Session
 
 # What a cost is computed from: the prices copied at call time and the reported usage.
@@ -83,3 +85,47 @@ def session_cost(session: Session) -> dict[str, Any] | None:
     """Return the cost of every model call of every run of `session` (see `cost_summary`)."""
     calls = ModelCall.objects.filter(run__session=session).only(*COST_FIELDS)
     return cost_summary(calls.iterator())
+
+
+def cached_share_by_run(session: Session) -> list[dict[str, Any]]:
+    """Return, per run of `session` that made a call, in order, the share of its reported prompt
+    tokens served from the provider's cache, of all its calls and of its compaction calls.
+
+    `{number, calls, prompt_tokens, cached_tokens, share, compaction_prompt_tokens,
+    compaction_cached_tokens, compaction_share, unreported}`; a share is None (unknown, not zero)
+    when no call of it reported usage; `unreported` counts the answered calls that reported none,
+    left out of the share. One grouped query, whatever the session's length.
+    """
+    compaction = Q(purpose=ModelCall.Purpose.COMPACTION)
+    rows = (
+        ModelCall.objects.filter(run__session=session)
+        .values("run__number")
+        .annotate(
+            calls=Count("id"),
+            prompt=Sum("reported_prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            compaction_prompt=Sum("reported_prompt_tokens", filter=compaction),
+            compaction_cached=Sum("cached_tokens", filter=compaction),
+            unreported=Count("id", filter=Q(reported_prompt_tokens__isnull=True, error="")),
+        )
+        .order_by("run__number")
+    )
+    return [
+        {
+            "number": row["run__number"],
+            "calls": row["calls"],
+            "prompt_tokens": row["prompt"],
+            "cached_tokens": row["cached"] or 0,
+            "share": _share(row["cached"], row["prompt"]),
+            "compaction_prompt_tokens": row["compaction_prompt"],
+            "compaction_cached_tokens": row["compaction_cached"] or 0,
+            "compaction_share": _share(row["compaction_cached"], row["compaction_prompt"]),
+            "unreported": row["unreported"],
+        }
+        for row in rows
+    ]
+
+
+def _share(cached: int | None, prompt: int | None) -> float | None:
+    """Return cached / prompt, or None when no prompt token was reported."""
+    return (cached or 0) / prompt if prompt else None

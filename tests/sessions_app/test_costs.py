@@ -14,7 +14,7 @@ from agentloom.providers.manifest import Prices
 from agentloom.providers.pricing import PriceInForce
 from context_app import engine_adapter
 from sessions_app.models import ModelCall
-from sessions_app.selectors.costs import run_cost, session_cost
+from sessions_app.selectors.costs import cached_share_by_run, run_cost, session_cost
 from sessions_app.services import execution
 from tests.api.factories import client_for
 from tests.factories import ask, make_connection
@@ -167,3 +167,36 @@ def test_the_context_page_shows_call_run_and_session_costs(alice, make_demo_sess
     assert "Cost of this run: <strong>0.037 USD</strong>" in page
     assert "prices verified 2026-11-30" in page
     assert '<strong id="session-cost">0.037 USD</strong>' in page
+
+
+def test_the_cached_share_per_run_sums_the_call_rows_and_knows_what_it_does_not(
+    alice, make_demo_session, client
+):
+    session = make_demo_session()
+    first, second, third = (ask(session, alice, question) for question in ("one", "two", "x"))
+    ModelCall.objects.filter(run=first).update(reported_prompt_tokens=1_000, cached_tokens=250)
+    ModelCall.objects.filter(run=second).update(reported_prompt_tokens=1_500, cached_tokens=None)
+    ModelCall.objects.create(
+        run=second, purpose="compaction", reported_prompt_tokens=500, cached_tokens=500
+    )
+    # Run 3 answered without usage; its failed call reported none either, and is not unknown.
+    ModelCall.objects.filter(run=third).update(reported_prompt_tokens=None, cached_tokens=None)
+    ModelCall.objects.create(run=third, purpose="action", error="connection reset")
+    shares = cached_share_by_run(session)
+    assert [(row["number"], row["prompt_tokens"], row["cached_tokens"]) for row in shares] == [
+        (1, 1_000, 250),
+        (2, 2_000, 500),
+        (3, None, 0),
+    ]
+    assert [row["share"] for row in shares] == [0.25, 0.25, None]
+    assert [row["compaction_share"] for row in shares] == [None, 1.0, None]
+    assert [row["unreported"] for row in shares] == [0, 0, 1]
+    client.force_login(alice)
+    page = client.get(f"/runs/{third.pk}/context/").content.decode()
+    table = page[page.index('id="cache-runs"') :]
+    assert table.count("25.0%") == 2 and "100.0%" in table
+    assert table.count('<span class="quiet no-usage">unknown</span>') == 2  # tokens and share
+    chart = page[page.index('<svg class="chart"') : page.index("</svg>")]
+    assert chart.count('<rect class="series-0"') == 2
+    assert chart.count('<rect class="unknown"') == 1 and "Run #3: unknown" in chart
+    assert "<script" not in chart and "style=" not in chart
