@@ -3094,11 +3094,35 @@ MUTANTS: tuple[Mutant, ...] = (
         "a batch never masks the newest unit's results",
         "mask_the_newest_unit",
         f"{_ENGINE}/_compaction.py",
-        "        reach = max(self.kept_from, len(self.units) - 1)",
-        "        reach = len(self.units)",
+        "        reach = max(self.kept_from, len(self.units) - 1)\n"
+        "        if request.spare_newest:\n"
+        "            reach = len(self.units) - 1\n",
+        "        reach = len(self.units)\n",
         (
             _MASKING
             + "test_a_batch_the_older_results_cannot_free_masks_nothing_not_even_the_newest",
+        ),
+    ),
+    Mutant(
+        "from compaction 6 the newest unit is never masked, also when no unit is kept",
+        "mask_the_newest_when_none_kept",
+        f"{_ENGINE}/_compaction.py",
+        "        if request.spare_newest:\n            reach = len(self.units) - 1\n",
+        "",
+        (
+            _MASKING
+            + "test_the_result_the_model_has_not_read_is_never_masked_even_when_no_unit_is_kept",
+        ),
+    ),
+    Mutant(
+        "compaction 6 is given to the compaction of every new run",
+        "spare_newest_not_passed",
+        f"{_ENGINE}/_context.py",
+        "                spare_newest=self.compaction.spares_newest,\n",
+        "",
+        (
+            _MASKING
+            + "test_the_result_the_model_has_not_read_is_never_masked_even_when_no_unit_is_kept",
         ),
     ),
     Mutant(

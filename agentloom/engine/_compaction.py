@@ -21,7 +21,9 @@ the attempt with its outcome or hands on to the next:
    the batch, reaching into the kept units (never the newest one) for the batch; when even
    masking all of those frees less than the batch, nothing is masked and the summary stage
    compacts. Masking rewrites the prompt from its first new stub on, so a masking that frees
-   little would cost the prompt cache more than it saves.
+   little would cost the prompt cache more than it saves. From version 6 (`request.spare_newest`)
+   the newest unit is never masked even when no unit is kept: its results are what the model has
+   not read yet, and masking them would only make it read them back.
 3. `summary_stage` summarises the older units in order, in as many segments as needed (at most
    `max_compaction_calls`), each request sized to fit the effective budget on its own and
    carrying the summary so far. An earlier handoff summary in the view is that summary so far (it
@@ -193,6 +195,9 @@ class CompactionRequest:
     # The least a masking frees, oldest results first (compaction version 5 on: the policy's
     # `mask_batch_at`); None: the results of every unit not kept are masked, as before.
     mask_batch: int | None = None
+    # Masking never reaches the newest unit, even when no unit is kept (version 6 on); before,
+    # a view that kept no unit had the newest unit's results masked too.
+    spare_newest: bool = False
 
     @property
     def kept_verbatim(self) -> bool:
@@ -574,7 +579,8 @@ class _Attempt:
         """Return the view masked oldest first, and where (nothing when it frees below `batch`).
 
         Masks until the view is at the target and at least `batch` is freed, over the units not
-        kept and then the kept ones but the newest.
+        kept and then the kept ones but the newest; from version 6 (`spare_newest`) never the
+        newest, also when no unit is kept.
         """
         request, view = self.request, self.view
         policy, estimator = request.policy, request.estimator
@@ -583,6 +589,8 @@ class _Attempt:
         masked_at: list[int] = []
         freed = 0
         reach = max(self.kept_from, len(self.units) - 1)
+        if request.spare_newest:
+            reach = len(self.units) - 1
         for unit in self.units[:reach]:
             for index in range(unit.start, unit.end):
                 stub = request.mask(index)  # type: ignore[misc]

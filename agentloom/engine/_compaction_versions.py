@@ -31,6 +31,9 @@ views and projection points are keyed by.
 |   | every size of the attempt is the hard check's bound (`_budget.BoundMeasure`), so a view   |
 |   | accepted below the trigger is one the check sends (a server tokenizer's estimate without  |
 |   | the template's margins had left a masked view one token over the input budget)           |
+| 6 | the newest unit's results (what the model has not read yet) are never masked, also when   |
+|   | no unit is kept (a pinned head and task that leave no room for one): version 5 masked     |
+|   | them then, and the model had to read them back, the same bytes again, to answer          |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -74,6 +77,8 @@ class Compaction:
     # Every size of an attempt is the hard check's bound (`_budget.BoundMeasure`), not the
     # estimate.
     measures_bound: bool = False
+    # Masking never reaches the newest unit, even when no unit is kept (`_compaction`).
+    spares_newest: bool = False
 
 
 def _then(previous: Compaction, version: int, changes: str, **rules: Any) -> Compaction:
@@ -117,7 +122,14 @@ _C5 = _then(
     keeps_masks=True,
     measures_bound=True,
 )
-COMPACTIONS: tuple[Compaction, ...] = (_C1, _C2, _C3, _C4, _C5)
+_C6 = _then(
+    _C5,
+    6,
+    "the newest unit's results, which the model has not read, are never masked, also when no "
+    "unit is kept",
+    spares_newest=True,
+)
+COMPACTIONS: tuple[Compaction, ...] = (_C1, _C2, _C3, _C4, _C5, _C6)
 CURRENT_COMPACTION = COMPACTIONS[-1].version
 _BY_VERSION = {compaction.version: compaction for compaction in COMPACTIONS}
 

@@ -966,6 +966,7 @@ class JournalContextManager(ContextManager):
                     if self.compaction.batches_masks
                     else None
                 ),
+                spare_newest=self.compaction.spares_newest,
             )
         )
         self._commit(outcome, spent if outcome.calls else None)

@@ -169,3 +169,36 @@ def test_a_batch_of_zero_masks_as_much_as_the_target_needs():
     _small_old_results(context)
     context.prepare("action", call_model=_summary)
     assert context.frame.state.compaction_log[0]["stage"] == "masking"
+
+
+def _large_newest_result(compaction: int):
+    """A task that leaves no room for keeping a unit, then results until the trigger fires."""
+    context = new_context(
+        ContextPolicy(context_ratio=0.8, target_ratio=0.6),
+        BUDGET,
+        task="the task NONCE-TASK " + "t" * 2_400,
+        large_records=LargeRecords(),
+        compaction=compaction,
+    )
+    for n in range(8):
+        add_group(context, [f"NONCE-{n} " + "r" * 400])
+        outcome = context.prepare("action", call_model=_summary).compaction
+        if outcome is not None:
+            return context, outcome
+    raise AssertionError("the trigger never fired")
+
+
+def test_the_result_the_model_has_not_read_is_never_masked_even_when_no_unit_is_kept():
+    # Masking the newest result would make the model read it back (one more call, the same
+    # bytes again, masked again): from compaction version 6 the older ones are masked alone.
+    context, outcome = _large_newest_result(6)
+    results, masked = _results(context), _masked(context)
+    assert outcome.succeeded and outcome.reason == "masked"
+    assert masked == results[:2] and results[-1] not in masked
+    assert f"NONCE-{len(results) - 1}" in context.frame.messages[results[-1]]["content"]
+
+
+def test_a_replayed_compaction_5_still_masks_the_newest_result_when_no_unit_is_kept():
+    context, _outcome = _large_newest_result(5)
+    results = _results(context)
+    assert _masked(context) == results
