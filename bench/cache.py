@@ -206,7 +206,18 @@ def _policy(text: str) -> dict:
     values = text.split("/")
     if not 2 <= len(values) <= 3:
         raise argparse.ArgumentTypeError(f"--policies: {text!r} is not trigger/target[/batch]")
-    return {name: float(value) for name, value in zip(names, values, strict=False)}
+    from agentloom.engine import ConfigurationError, ContextPolicy
+
+    try:
+        changes = {name: float(value) for name, value in zip(names, values, strict=False)}
+        ContextPolicy.from_dict(changes)
+    except ValueError:
+        problem = f"--policies: {text!r} holds a value that is no number"
+        raise argparse.ArgumentTypeError(problem) from None
+    except ConfigurationError as error:
+        problem = f"--policies: {text!r}: {error.field} {error.message}"
+        raise argparse.ArgumentTypeError(problem) from None
+    return changes
 
 
 def _session(window: int, provider: str, policy: dict):
