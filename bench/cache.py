@@ -355,11 +355,12 @@ def priced_models(provider: str) -> list[tuple[str, object]]:
     return found
 
 
-def cost_per_turn(row: dict, prices) -> float:
-    """Return the session's cost per question at `prices` (cached input at its cached price)."""
+def cost_per_turn(row: dict, prices) -> float | None:
+    """Return the session's cost per question at `prices` (cached input at its cached price),
+    or None when a call has none (a prompt above the prices' `max_prompt_tokens`)."""
     from agentloom.providers.pricing import call_cost
 
-    total = sum(
+    costs = [
         call_cost(
             prices,
             prompt_tokens=call["prompt"],
@@ -367,8 +368,14 @@ def cost_per_turn(row: dict, prices) -> float:
             completion_tokens=call["output"],
         )
         for call in row["calls"]
-    )
-    return float(total) / row["turns"]
+    ]
+    if any(cost is None for cost in costs):
+        return None
+    return float(sum(costs)) / row["turns"]
+
+
+def _money(cost: float | None) -> str:
+    return f"{cost:>22.6f}" if cost is not None else f"{'– (no price)':>22}"
 
 
 def report_costs(rows: list[dict], provider: str) -> None:
@@ -378,7 +385,7 @@ def report_costs(rows: list[dict], provider: str) -> None:
         return
     print(
         f"\ncost per turn, USD (manifest prices; cached input at its cached price; "
-        f"tokens of the session's tokenizer)\n"
+        f"tokens of the session's tokenizer; no price: a prompt above the prices' limit)\n"
         f"{'turns':>5} | {'window':>7} | {'version':>7} | {'rendering':>9} | {'policy':>11} | "
         f"{'compactions':>11} | " + " | ".join(f"{label:>22}" for label, _ in models)
     )
@@ -386,7 +393,7 @@ def report_costs(rows: list[dict], provider: str) -> None:
         compactions = sum(1 for call in row["calls"] if call["purpose"] == "compaction")
         print(
             f"{_label(row)} | {compactions:>11} | "
-            + " | ".join(f"{cost_per_turn(row, prices):>22.6f}" for _, prices in models)
+            + " | ".join(_money(cost_per_turn(row, prices)) for _, prices in models)
         )
 
 
