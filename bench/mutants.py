@@ -69,6 +69,7 @@ class Mutant:
 
 
 _ENGINE = "agentloom/engine"
+_PROMPT_CACHE = "tests/support/prompt_cache.py"
 _VIEWS = "sessions_app/services/reusable_views.py"
 _REASONING = "tests/providers/test_reasoning_passback.py::"
 _MASKING = "tests/engine/test_compaction_masking.py::"
@@ -3550,6 +3551,77 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if first is None or first[:2] != (run.pk, steps):",
         "    if first is None:",
         (f"{_MONEY}test_a_following_run_that_compacts_again_counts_up_to_its_compaction",),
+    ),
+    Mutant(
+        "OpenAI's cache double caches nothing below 1,024 shared tokens",
+        "openai_cache_without_minimum",
+        _PROMPT_CACHE,
+        "        cached = matched // BLOCK * BLOCK if matched >= MINIMUM else 0\n",
+        "        cached = matched // BLOCK * BLOCK\n",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_openai_caches_the_longest_shared_prefix_in_blocks_from_1024_tokens",
+        ),
+    ),
+    Mutant(
+        "OpenAI's cache double caches whole blocks of 128 tokens",
+        "openai_cache_without_blocks",
+        _PROMPT_CACHE,
+        "        cached = matched // BLOCK * BLOCK if matched >= MINIMUM else 0\n",
+        "        cached = matched if matched >= MINIMUM else 0\n",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_openai_caches_the_longest_shared_prefix_in_blocks_from_1024_tokens",
+        ),
+    ),
+    Mutant(
+        "DeepSeek's cache double hits whole units only, never a shared prefix",
+        "deepseek_cache_shared_prefix_hits",
+        _PROMPT_CACHE,
+        "        cached = self._hit(parts, keys)\n",
+        "        cached = self.prompts.tokens(parts, *self.prompts.shared(parts, keys))\n",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_deepseek_persists_a_common_prefix_for_the_requests_after_the_one_that_shows_it",
+            "tests/providers/test_prompt_cache_doubles.py::test_deepseek_hits_only_whole_units",
+        ),
+    ),
+    Mutant(
+        "DeepSeek's cache double persists a unit at the end of each output",
+        "deepseek_cache_no_output_unit",
+        _PROMPT_CACHE,
+        "self._persist(hash((keys[-1], output))",
+        "(lambda *_: None)(hash((keys[-1], output))",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_deepseek_hits_the_unit_at_the_end_of_an_earlier_output",
+        ),
+    ),
+    Mutant(
+        "DeepSeek's cache double persists a prefix common to earlier requests",
+        "deepseek_cache_no_common_unit",
+        _PROMPT_CACHE,
+        "        self._persist(keys[whole], partial, self.prompts.tokens(parts, whole, partial))\n",
+        "        pass\n",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_deepseek_persists_a_common_prefix_for_the_requests_after_the_one_that_shows_it",
+        ),
+    ),
+    Mutant(
+        "DeepSeek's cache double persists units at fixed token intervals",
+        "deepseek_cache_no_interval_units",
+        _PROMPT_CACHE,
+        "            while mark < done + size:\n",
+        "            while False:\n",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_deepseek_persists_units_at_fixed_intervals_of_a_long_input",
+        ),
+    ),
+    Mutant(
+        "a unit cut inside a part hits only a request whose part starts with the cut",
+        "deepseek_cache_cut_hits_any_part",
+        _PROMPT_CACHE,
+        " and parts[index].startswith(start))",
+        ")",
+        (
+            "tests/providers/test_prompt_cache_doubles.py::test_deepseek_persists_units_at_fixed_intervals_of_a_long_input",
+        ),
     ),
 )
 
