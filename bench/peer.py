@@ -117,6 +117,11 @@ def _setup_django(url: str) -> None:
 APPS = ("sessions_app", "context_app", "models_app")
 
 
+def _of_apps(column: str) -> str:
+    """Return the SQL condition that `column` names a table of the three apps."""
+    return " OR ".join(f"{column} LIKE '{app}\\_%' ESCAPE '\\'" for app in APPS)
+
+
 def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
     """Return the bytes of every table of the three apps, indexes (and TOAST) included.
 
@@ -125,19 +130,18 @@ def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
     """
     from django.db import DatabaseError, connection
 
-    like = " OR ".join(f"{{column}} LIKE '{app}\\_%' ESCAPE '\\'" for app in APPS)
     with connection.cursor() as cursor:
         if backend == "postgres":
             cursor.execute(
                 "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
-                f"WHERE relkind = 'r' AND ({like.format(column='relname')})"
+                f"WHERE relkind = 'r' AND ({_of_apps('relname')})"
             )
             return dict(cursor.fetchall())
         try:
             cursor.execute(
                 "SELECT m.tbl_name, SUM(d.pgsize) FROM dbstat AS d "
                 "JOIN sqlite_master AS m ON m.name = d.name "
-                f"WHERE {like.format(column='m.tbl_name')} GROUP BY m.tbl_name"
+                f"WHERE {_of_apps('m.tbl_name')} GROUP BY m.tbl_name"
             )
             return dict(cursor.fetchall())
         except DatabaseError:  # SQLite built without dbstat
@@ -149,6 +153,126 @@ def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
                     if os.path.exists(path)
                 )
             }
+
+
+def _table_parts(backend: str) -> dict[str, dict[str, int]]:
+    """Return, per table of the three apps, its bytes by part: PostgreSQL `heap` (with its free
+    space and visibility maps), `toast` (with the TOAST index) and `indexes`, and its live and
+    dead row versions as the statistics collector last counted them; SQLite `table` and
+    `indexes` (the pages `dbstat` counts) and `unused` (free bytes inside those pages)."""
+    from django.db import DatabaseError, connection
+
+    parts: dict[str, dict[str, int]] = {}
+    with connection.cursor() as cursor:
+        if backend == "postgres":
+            cursor.execute(
+                "SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid), "
+                "CASE WHEN c.reltoastrelid = 0 THEN 0 "
+                "ELSE pg_total_relation_size(c.reltoastrelid) END, "
+                "COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0) "
+                "FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid "
+                f"WHERE c.relkind = 'r' AND ({_of_apps('c.relname')})"
+            )
+            for name, table, indexes, toast, live, dead in cursor.fetchall():
+                parts[name] = {
+                    "heap": table - toast,
+                    "toast": toast,
+                    "indexes": indexes,
+                    "live": live,
+                    "dead": dead,
+                }
+            return parts
+        try:
+            cursor.execute(
+                "SELECT m.tbl_name, m.type, SUM(d.pgsize), SUM(d.unused) FROM dbstat AS d "
+                "JOIN sqlite_master AS m ON m.name = d.name "
+                f"WHERE {_of_apps('m.tbl_name')} GROUP BY m.tbl_name, m.type"
+            )
+        except DatabaseError:  # SQLite built without dbstat: no parts to tell
+            return parts
+        for name, kind, size, unused in cursor.fetchall():
+            entry = parts.setdefault(name, {"table": 0, "indexes": 0, "unused": 0})
+            entry["table" if kind == "table" else "indexes"] += size
+            entry["unused"] += unused
+    return parts
+
+
+def _encrypted_columns() -> list[dict]:
+    """Return, per encrypted column of the three apps that holds values, its stored bytes (the
+    Fernet tokens' base64 text), the bytes of the same tokens in binary (base64 decoded) and
+    the token count; each token's binary form is 57 bytes of version, time, IV and HMAC plus
+    the ciphertext, padded to 16 bytes."""
+    import base64
+
+    from django.db import connection
+
+    from agentloom.fields import encrypted_fields
+
+    found = []
+    for model, field in encrypted_fields():
+        if model._meta.app_label not in APPS:
+            continue
+        stored = binary = count = 0
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {connection.ops.quote_name(field.column)} "
+                f"FROM {connection.ops.quote_name(model._meta.db_table)} "
+                f"WHERE {connection.ops.quote_name(field.column)} IS NOT NULL"
+            )
+            while batch := cursor.fetchmany(1_000):
+                for (token,) in batch:
+                    token = bytes(token)
+                    stored += len(token)
+                    binary += len(base64.urlsafe_b64decode(token))
+                    count += 1
+        if count:
+            found.append(
+                {
+                    "column": f"{model._meta.db_table}.{field.column}",
+                    "stored": stored,
+                    "binary": binary,
+                    "tokens": count,
+                }
+            )
+    return found
+
+
+def _print_breakdown(backend: str, baseline: dict[str, dict[str, int]]) -> None:
+    """Print the growth of each table by part, and what the encrypted columns hold."""
+    parts = _table_parts(backend)
+    sizes = ("heap", "toast", "indexes") if backend == "postgres" else ("table", "indexes")
+    extra = ("live", "dead") if backend == "postgres" else ("unused",)
+    print(
+        "growth by table and part, MB"
+        + (" (live / dead row versions as last counted)" if backend == "postgres" else ""),
+        flush=True,
+    )
+    counts = f" {'live':>8} {'dead':>8}" if backend == "postgres" else f" {'unused':>9}"
+    print(f"  {'table':<36} " + " ".join(f"{part:>9}" for part in sizes) + counts, flush=True)
+    rows = []
+    for name, now in parts.items():
+        before = baseline.get(name, {})
+        grown = {part: now[part] - before.get(part, 0) for part in (*sizes, *extra)}
+        if any(grown[part] for part in sizes):
+            rows.append((name, grown))
+    for name, grown in sorted(rows, key=lambda row: -sum(row[1][part] for part in sizes)):
+        line = f"  {name:<36} " + " ".join(f"{grown[part] / MB:>9.3f}" for part in sizes)
+        if backend == "postgres":
+            line += f" {parts[name]['live']:>8,} {parts[name]['dead']:>8,}"
+        else:
+            line += f" {grown['unused'] / MB:>9.3f}"
+        print(line, flush=True)
+    print(
+        "encrypted columns: tokens, stored MB (base64 text), as binary Fernet MB, of which "
+        "57 B a token of Fernet's own",
+        flush=True,
+    )
+    for column in sorted(_encrypted_columns(), key=lambda column: -column["stored"]):
+        print(
+            f"  {column['column']:<44} {column['tokens']:>8,} {column['stored'] / MB:>9.3f} "
+            f"{column['binary'] / MB:>9.3f} {column['tokens'] * 57 / MB:>9.3f}",
+            flush=True,
+        )
 
 
 # --- the scripted peer model -----------------------------------------------------------------
@@ -331,6 +455,7 @@ def run_combination(
 
     call_command("migrate", verbosity=0)
     baseline = _table_bytes(backend, sqlite_path)
+    baseline_parts = _table_parts(backend)
     # Runs are driven inline below; the Celery task that run_ask queues on commit is not.
     runs._enqueue = lambda run: None
     engine_adapter.set_gateway_factory(lambda version, connection: PeerGateway())
@@ -396,6 +521,7 @@ def run_combination(
         grown = size - baseline.get(table, 0)
         if grown:
             print(f"  {table:<36} {grown / MB:>8.3f} MB", flush=True)
+    _print_breakdown(backend, baseline_parts)
     connections.close_all()
     results.put(rows)
 
