@@ -202,47 +202,50 @@ def _table_parts(backend: str) -> dict[str, dict[str, int]]:
 
 
 def _encrypted_columns() -> list[dict]:
-    """Return, per encrypted column of the three apps that holds values, its stored bytes (the
-    Fernet tokens' base64 text), the bytes of the same tokens in binary (base64 decoded) and
-    the token count; each token's binary form is 57 bytes of version, time, IV and HMAC plus
-    the ciphertext, padded to 16 bytes."""
+    """Return, per encrypted column of the three apps that holds values, its token count and
+    bytes: `json` the values' compact JSON text, `ciphertext` the AES-CBC ciphertext (the text,
+    zlib-compressed first where the column compresses, padded to 16 bytes), `binary` the Fernet
+    tokens in binary (the ciphertext and 57 bytes of version, time, IV and HMAC) and `stored`
+    the tokens as the column holds them (their base64 text)."""
     import base64
 
     from django.db import connection
 
+    from agentloom import encryption
     from agentloom.fields import encrypted_fields
 
     found = []
     for model, field in encrypted_fields():
         if model._meta.app_label not in APPS:
             continue
-        stored = binary = count = 0
+        sizes = {"tokens": 0, "json": 0, "ciphertext": 0, "binary": 0, "stored": 0}
+        column = connection.ops.quote_name(field.column)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {connection.ops.quote_name(field.column)} "
-                f"FROM {connection.ops.quote_name(model._meta.db_table)} "
-                f"WHERE {connection.ops.quote_name(field.column)} IS NOT NULL"
+                f"SELECT {column} FROM {connection.ops.quote_name(model._meta.db_table)} "
+                f"WHERE {column} IS NOT NULL"
             )
             while batch := cursor.fetchmany(1_000):
                 for (token,) in batch:
                     token = bytes(token)
-                    stored += len(token)
-                    binary += len(base64.urlsafe_b64decode(token))
-                    count += 1
-        if count:
-            found.append(
-                {
-                    "column": f"{model._meta.db_table}.{field.column}",
-                    "stored": stored,
-                    "binary": binary,
-                    "tokens": count,
-                }
-            )
+                    value, length = encryption.decrypt_sized(token)
+                    binary = len(base64.urlsafe_b64decode(token))
+                    sizes["tokens"] += 1
+                    if length is None:  # a legacy value: its compact JSON measured anew
+                        length = len(
+                            json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+                        )
+                    sizes["json"] += length
+                    sizes["ciphertext"] += binary - 57
+                    sizes["binary"] += binary
+                    sizes["stored"] += len(token)
+        if sizes["tokens"]:
+            found.append({"column": f"{model._meta.db_table}.{field.column}", **sizes})
     return found
 
 
 def _print_breakdown(backend: str, baseline: dict[str, dict[str, int]]) -> None:
-    """Print the growth of each table by part, and what the encrypted columns hold."""
+    """Print the growth of each table by part."""
     parts = _table_parts(backend)
     sizes = ("heap", "toast", "indexes") if backend == "postgres" else ("table", "indexes")
     extra = ("live", "dead") if backend == "postgres" else ("unused",)
@@ -266,15 +269,21 @@ def _print_breakdown(backend: str, baseline: dict[str, dict[str, int]]) -> None:
         else:
             line += f" {grown['unused'] / MB:>9.3f}"
         print(line, flush=True)
+
+
+def _print_encrypted_columns() -> None:
+    """Print what each encrypted column holds, from its values' JSON to its stored tokens."""
+    parts = ("json", "ciphertext", "binary", "stored")
     print(
-        "encrypted columns: tokens, stored MB (base64 text), as binary Fernet MB, of which "
-        "57 B a token of Fernet's own",
+        "encrypted columns, MB: the values' JSON, the ciphertext (compressed where the column "
+        "compresses), binary Fernet tokens (+57 B each), as stored (base64)",
         flush=True,
     )
+    print(f"  {'column':<44} {'tokens':>8} " + " ".join(f"{p:>10}" for p in parts), flush=True)
     for column in sorted(_encrypted_columns(), key=lambda column: -column["stored"]):
         print(
-            f"  {column['column']:<44} {column['tokens']:>8,} {column['stored'] / MB:>9.3f} "
-            f"{column['binary'] / MB:>9.3f} {column['tokens'] * 57 / MB:>9.3f}",
+            f"  {column['column']:<44} {column['tokens']:>8,} "
+            + " ".join(f"{column[part] / MB:>10.3f}" for part in parts),
             flush=True,
         )
 
@@ -549,6 +558,7 @@ def run_combination(
         if grown:
             print(f"  {table:<36} {grown / MB:>8.3f} MB", flush=True)
     _print_breakdown(backend, baseline_parts)
+    _print_encrypted_columns()
     if backend == "postgres":
         last["vacuumed"] = _vacuumed_growth(baseline, baseline_parts, last)
     connections.close_all()
