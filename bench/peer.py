@@ -26,8 +26,9 @@ At every checkpoint turn count it prints, per combination:
 then, at the last checkpoint, the growth of each table, by part (PostgreSQL heap, TOAST and
 indexes, with the live and dead row versions; SQLite table, indexes and the unused bytes inside
 their pages), and each encrypted column's tokens as stored (base64 text) and as binary Fernet;
-on PostgreSQL the same again after a plain VACUUM (what autovacuum would reclaim for reuse; a
-server with autovacuum off keeps every dead row version); and a summary of the last checkpoint of
+on PostgreSQL the same again after VACUUM FULL (the live rows alone: the dead versions of
+rewritten rows are freed for reuse by autovacuum, never given back, and a server with autovacuum
+off keeps them); and a summary of the last checkpoint of
 every combination, with the median turn time of turns 1-10 and the ratio of the last 10 turns to
 it (wall and CPU). `--turns 1,10,1000,10000` runs the long session.
 
@@ -291,20 +292,21 @@ def _print_encrypted_columns() -> None:
 def _vacuumed_growth(
     baseline: dict[str, int], baseline_parts: dict[str, dict[str, int]], last: dict
 ) -> int:
-    """PostgreSQL: run a plain VACUUM, as autovacuum would, and print the growth and its parts
-    again; return the growth. The dead row versions left by rewritten rows (the run, the
-    projection point, deleted deltas) and the GIN index's pending list stay in the figures
-    above until a vacuum, which a server with autovacuum off never runs."""
+    """PostgreSQL: rewrite every table with VACUUM FULL and print the growth and its parts again:
+    what the live rows hold. The figures before it also count the dead row versions left by
+    rewritten rows (the run's saves, the projection point moved forward, deleted deltas), which
+    a plain VACUUM (autovacuum) only frees for reuse, never gives back, and which a server with
+    autovacuum off keeps; return the growth."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW autovacuum")
         autovacuum = cursor.fetchone()[0]
-        cursor.execute("VACUUM")
+        cursor.execute("VACUUM FULL")
     growth = sum(_table_bytes("postgres", None).values()) - sum(baseline.values())
     print(
-        f"after VACUUM (the server's autovacuum is {autovacuum}): growth {growth / MB:.2f} MB, "
-        f"{growth / last['conversation']:.2f}x the conversation",
+        f"after VACUUM FULL (the server's autovacuum is {autovacuum}): growth "
+        f"{growth / MB:.2f} MB, {growth / last['conversation']:.2f}x the conversation",
         flush=True,
     )
     _print_breakdown("postgres", baseline_parts)
@@ -645,7 +647,7 @@ def main() -> None:
         f"{'combination':<38} | {'turn ms 1-10':>12} | {'last 10':>8} | {'ratio':>6} | "
         f"{'cpu ratio':>9} | {'history ms':>10} | {'hist cpu':>8} | {'views':>5} | "
         f"{'conv MB':>8} | {'growth MB':>9} | "
-        f"{'growth/conv':>11} | {'vacuumed':>8} | {'time s':>6}"
+        f"{'growth/conv':>11} | {'live rows':>9} | {'time s':>6}"
     )
     for row in summary:
         vacuumed = f"{row['vacuumed'] / row['conversation']:.2f}x" if "vacuumed" in row else "-"
@@ -655,7 +657,7 @@ def main() -> None:
             f"{row['turn_cpu_ms'] / row['first_cpu_ms']:>8.2f}x | "
             f"{row['history_ms']:>10.1f} | {row['history_cpu_ms']:>8.1f} | {row['views']:>5,} | "
             f"{row['conversation'] / MB:>8.2f} | {row['growth'] / MB:>9.2f} | "
-            f"{row['growth'] / row['conversation']:>10.2f}x | {vacuumed:>8} | "
+            f"{row['growth'] / row['conversation']:>10.2f}x | {vacuumed:>9} | "
             f"{row['elapsed_s']:>6.0f}"
         )
     print(f"\nTotal: {time.perf_counter() - started:.0f} s")
