@@ -23,7 +23,12 @@ At every checkpoint turn count it prints, per combination:
   just after migration of every table of sessions_app, context_app and models_app, indexes
   included (PostgreSQL: `pg_total_relation_size`; SQLite: the pages `dbstat` counts, else the
   file plus its -wal) and the ratio growth / conversation;
-then the growth of each table at the last checkpoint, and a summary of the last checkpoint of
+then, at the last checkpoint, the growth of each table, by part (PostgreSQL heap, TOAST and
+indexes, with the live and dead row versions; SQLite table, indexes and the unused bytes inside
+their pages), and each encrypted column's tokens as stored (base64 text) and as binary Fernet;
+on PostgreSQL the same again after VACUUM FULL (the live rows alone: the dead versions of
+rewritten rows are freed for reuse by autovacuum, never given back, and a server with autovacuum
+off keeps them); and a summary of the last checkpoint of
 every combination, with the median turn time of turns 1-10 and the ratio of the last 10 turns to
 it (wall and CPU). `--turns 1,10,1000,10000` runs the long session.
 
@@ -117,6 +122,11 @@ def _setup_django(url: str) -> None:
 APPS = ("sessions_app", "context_app", "models_app")
 
 
+def _of_apps(column: str) -> str:
+    """Return the SQL condition that `column` names a table of the three apps."""
+    return " OR ".join(f"{column} LIKE '{app}\\_%' ESCAPE '\\'" for app in APPS)
+
+
 def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
     """Return the bytes of every table of the three apps, indexes (and TOAST) included.
 
@@ -125,19 +135,18 @@ def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
     """
     from django.db import DatabaseError, connection
 
-    like = " OR ".join(f"{{column}} LIKE '{app}\\_%' ESCAPE '\\'" for app in APPS)
     with connection.cursor() as cursor:
         if backend == "postgres":
             cursor.execute(
                 "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
-                f"WHERE relkind = 'r' AND ({like.format(column='relname')})"
+                f"WHERE relkind = 'r' AND ({_of_apps('relname')})"
             )
             return dict(cursor.fetchall())
         try:
             cursor.execute(
                 "SELECT m.tbl_name, SUM(d.pgsize) FROM dbstat AS d "
                 "JOIN sqlite_master AS m ON m.name = d.name "
-                f"WHERE {like.format(column='m.tbl_name')} GROUP BY m.tbl_name"
+                f"WHERE {_of_apps('m.tbl_name')} GROUP BY m.tbl_name"
             )
             return dict(cursor.fetchall())
         except DatabaseError:  # SQLite built without dbstat
@@ -149,6 +158,159 @@ def _table_bytes(backend: str, sqlite_path: str | None) -> dict[str, int]:
                     if os.path.exists(path)
                 )
             }
+
+
+def _table_parts(backend: str) -> dict[str, dict[str, int]]:
+    """Return, per table of the three apps, its bytes by part: PostgreSQL `heap` (with its free
+    space and visibility maps), `toast` (with the TOAST index) and `indexes`, and its live and
+    dead row versions as the statistics collector last counted them; SQLite `table` and
+    `indexes` (the pages `dbstat` counts) and `unused` (free bytes inside those pages)."""
+    from django.db import DatabaseError, connection
+
+    parts: dict[str, dict[str, int]] = {}
+    with connection.cursor() as cursor:
+        if backend == "postgres":
+            cursor.execute(
+                "SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid), "
+                "CASE WHEN c.reltoastrelid = 0 THEN 0 "
+                "ELSE pg_total_relation_size(c.reltoastrelid) END, "
+                "COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0) "
+                "FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid "
+                f"WHERE c.relkind = 'r' AND ({_of_apps('c.relname')})"
+            )
+            for name, table, indexes, toast, live, dead in cursor.fetchall():
+                parts[name] = {
+                    "heap": table - toast,
+                    "toast": toast,
+                    "indexes": indexes,
+                    "live": live,
+                    "dead": dead,
+                }
+            return parts
+        try:
+            cursor.execute(
+                "SELECT m.tbl_name, m.type, SUM(d.pgsize), SUM(d.unused) FROM dbstat AS d "
+                "JOIN sqlite_master AS m ON m.name = d.name "
+                f"WHERE {_of_apps('m.tbl_name')} GROUP BY m.tbl_name, m.type"
+            )
+        except DatabaseError:  # SQLite built without dbstat: no parts to tell
+            return parts
+        for name, kind, size, unused in cursor.fetchall():
+            entry = parts.setdefault(name, {"table": 0, "indexes": 0, "unused": 0})
+            entry["table" if kind == "table" else "indexes"] += size
+            entry["unused"] += unused
+    return parts
+
+
+def _encrypted_columns() -> list[dict]:
+    """Return, per encrypted column of the three apps that holds values, its token count and
+    bytes: `json` the values' compact JSON text, `ciphertext` the AES-CBC ciphertext (the text,
+    zlib-compressed first where the column compresses, padded to 16 bytes), `binary` the Fernet
+    tokens in binary (the ciphertext and 57 bytes of version, time, IV and HMAC) and `stored`
+    the tokens as the column holds them (their base64 text)."""
+    import base64
+
+    from django.db import connection
+
+    from agentloom import encryption
+    from agentloom.fields import encrypted_fields
+
+    found = []
+    for model, field in encrypted_fields():
+        if model._meta.app_label not in APPS:
+            continue
+        sizes = {"tokens": 0, "json": 0, "ciphertext": 0, "binary": 0, "stored": 0}
+        column = connection.ops.quote_name(field.column)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {column} FROM {connection.ops.quote_name(model._meta.db_table)} "
+                f"WHERE {column} IS NOT NULL"
+            )
+            while batch := cursor.fetchmany(1_000):
+                for (token,) in batch:
+                    token = bytes(token)
+                    value, length = encryption.decrypt_sized(token)
+                    binary = len(base64.urlsafe_b64decode(token))
+                    sizes["tokens"] += 1
+                    if length is None:  # a legacy value: its compact JSON measured anew
+                        length = len(
+                            json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+                        )
+                    sizes["json"] += length
+                    sizes["ciphertext"] += binary - 57
+                    sizes["binary"] += binary
+                    sizes["stored"] += len(token)
+        if sizes["tokens"]:
+            found.append({"column": f"{model._meta.db_table}.{field.column}", **sizes})
+    return found
+
+
+def _print_breakdown(backend: str, baseline: dict[str, dict[str, int]]) -> None:
+    """Print the growth of each table by part."""
+    parts = _table_parts(backend)
+    sizes = ("heap", "toast", "indexes") if backend == "postgres" else ("table", "indexes")
+    extra = ("live", "dead") if backend == "postgres" else ("unused",)
+    print(
+        "growth by table and part, MB"
+        + (" (live / dead row versions as last counted)" if backend == "postgres" else ""),
+        flush=True,
+    )
+    counts = f" {'live':>8} {'dead':>8}" if backend == "postgres" else f" {'unused':>9}"
+    print(f"  {'table':<36} " + " ".join(f"{part:>9}" for part in sizes) + counts, flush=True)
+    rows = []
+    for name, now in parts.items():
+        before = baseline.get(name, {})
+        grown = {part: now[part] - before.get(part, 0) for part in (*sizes, *extra)}
+        if any(grown[part] for part in sizes):
+            rows.append((name, grown))
+    for name, grown in sorted(rows, key=lambda row: -sum(row[1][part] for part in sizes)):
+        line = f"  {name:<36} " + " ".join(f"{grown[part] / MB:>9.3f}" for part in sizes)
+        if backend == "postgres":
+            line += f" {parts[name]['live']:>8,} {parts[name]['dead']:>8,}"
+        else:
+            line += f" {grown['unused'] / MB:>9.3f}"
+        print(line, flush=True)
+
+
+def _print_encrypted_columns() -> None:
+    """Print what each encrypted column holds, from its values' JSON to its stored tokens."""
+    parts = ("json", "ciphertext", "binary", "stored")
+    print(
+        "encrypted columns, MB: the values' JSON, the ciphertext (compressed where the column "
+        "compresses), binary Fernet tokens (+57 B each), as stored (base64)",
+        flush=True,
+    )
+    print(f"  {'column':<44} {'tokens':>8} " + " ".join(f"{p:>10}" for p in parts), flush=True)
+    for column in sorted(_encrypted_columns(), key=lambda column: -column["stored"]):
+        print(
+            f"  {column['column']:<44} {column['tokens']:>8,} "
+            + " ".join(f"{column[part] / MB:>10.3f}" for part in parts),
+            flush=True,
+        )
+
+
+def _vacuumed_growth(
+    baseline: dict[str, int], baseline_parts: dict[str, dict[str, int]], last: dict
+) -> int:
+    """PostgreSQL: rewrite every table with VACUUM FULL and print the growth and its parts again:
+    what the live rows hold. The figures before it also count the dead row versions left by
+    rewritten rows (the run's saves, the projection point moved forward, deleted deltas), which
+    a plain VACUUM (autovacuum) only frees for reuse, never gives back, and which a server with
+    autovacuum off keeps; return the growth."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        autovacuum = cursor.fetchone()[0]
+        cursor.execute("VACUUM FULL")
+    growth = sum(_table_bytes("postgres", None).values()) - sum(baseline.values())
+    print(
+        f"after VACUUM FULL (the server's autovacuum is {autovacuum}): growth "
+        f"{growth / MB:.2f} MB, {growth / last['conversation']:.2f}x the conversation",
+        flush=True,
+    )
+    _print_breakdown("postgres", baseline_parts)
+    return growth
 
 
 # --- the scripted peer model -----------------------------------------------------------------
@@ -331,6 +493,7 @@ def run_combination(
 
     call_command("migrate", verbosity=0)
     baseline = _table_bytes(backend, sqlite_path)
+    baseline_parts = _table_parts(backend)
     # Runs are driven inline below; the Celery task that run_ask queues on commit is not.
     runs._enqueue = lambda run: None
     engine_adapter.set_gateway_factory(lambda version, connection: PeerGateway())
@@ -396,6 +559,10 @@ def run_combination(
         grown = size - baseline.get(table, 0)
         if grown:
             print(f"  {table:<36} {grown / MB:>8.3f} MB", flush=True)
+    _print_breakdown(backend, baseline_parts)
+    _print_encrypted_columns()
+    if backend == "postgres":
+        last["vacuumed"] = _vacuumed_growth(baseline, baseline_parts, last)
     connections.close_all()
     results.put(rows)
 
@@ -480,16 +647,18 @@ def main() -> None:
         f"{'combination':<38} | {'turn ms 1-10':>12} | {'last 10':>8} | {'ratio':>6} | "
         f"{'cpu ratio':>9} | {'history ms':>10} | {'hist cpu':>8} | {'views':>5} | "
         f"{'conv MB':>8} | {'growth MB':>9} | "
-        f"{'growth/conv':>11} | {'time s':>6}"
+        f"{'growth/conv':>11} | {'live rows':>9} | {'time s':>6}"
     )
     for row in summary:
+        vacuumed = f"{row['vacuumed'] / row['conversation']:.2f}x" if "vacuumed" in row else "-"
         print(
             f"{_label(row['backend'], row['window']):<38} | {row['first_ms']:>12.1f} | "
             f"{row['turn_ms']:>8.1f} | {row['turn_ms'] / row['first_ms']:>5.2f}x | "
             f"{row['turn_cpu_ms'] / row['first_cpu_ms']:>8.2f}x | "
             f"{row['history_ms']:>10.1f} | {row['history_cpu_ms']:>8.1f} | {row['views']:>5,} | "
             f"{row['conversation'] / MB:>8.2f} | {row['growth'] / MB:>9.2f} | "
-            f"{row['growth'] / row['conversation']:>10.2f}x | {row['elapsed_s']:>6.0f}"
+            f"{row['growth'] / row['conversation']:>10.2f}x | {vacuumed:>9} | "
+            f"{row['elapsed_s']:>6.0f}"
         )
     print(f"\nTotal: {time.perf_counter() - started:.0f} s")
 
