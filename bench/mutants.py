@@ -2020,7 +2020,50 @@ MUTANTS: tuple[Mutant, ...] = (
         "    connection = version_connection(version)",
         "    connection = False",
         (
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_31_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+        ),
+    ),
+    Mutant(
+        "a question asked before anything was journaled reads no view",
+        "first_run_reads_views",
+        "sessions_app/selectors/views.py",
+        "    if as_of is not None and as_of.inherited_watermark < 1:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+        ),
+    ),
+    Mutant(
+        "a session without views is answered by the query of their derivations",
+        "viewless_session_reads_views_twice",
+        "sessions_app/selectors/views.py",
+        "    if not derivations:\n        return None\n",
+        "",
+        (
+            "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
+        ),
+    ),
+    Mutant(
+        "a question asked before anything was journaled reads no projection point",
+        "first_run_reads_points",
+        "sessions_app/selectors/history.py",
+        "    if up_to is not None and up_to < 1:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+        ),
+    ),
+    Mutant(
+        "an empty range of records is not read",
+        "empty_range_read",
+        "sessions_app/selectors/history.py",
+        "    if up_to is not None and up_to <= watermark:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
         ),
     ),
     Mutant(

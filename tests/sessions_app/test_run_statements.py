@@ -3,7 +3,8 @@
 A two-call run (a tool call, then the answer) makes at most `STATEMENTS_PER_RUN` statements:
 the run's writes return whether it was asked to cancel or sent a supplement, its queue is read
 only when it grew, its connection once, and its model calls are recorded by the saves after
-them, referring to the journaled answer instead of copying it. Each save that records calls adds
+them, referring to the journaled answer instead of copying it. A session's first run reads no
+history (nothing was journaled before its question). Each save that records calls adds
 them to the spend record in one more statement (`USAGE_UPSERTS`: the usage day upsert, in the
 same transaction), the run's end riding on the last; each save that journals records writes
 their search index rows in one more (`INDEX_INSERTS`, in the same transaction).
@@ -26,7 +27,7 @@ from tests.factories import ask
 
 # The run's own writes, the spend record's upserts (one per save that records a call) and the
 # search index's inserts (one per save that journals records: question, call, result, answer).
-RUN_STATEMENTS = 25
+RUN_STATEMENTS = 21
 USAGE_UPSERTS = 2
 INDEX_INSERTS = 4
 STATEMENTS_PER_RUN = RUN_STATEMENTS + USAGE_UPSERTS + INDEX_INSERTS
@@ -42,7 +43,7 @@ def _statements(queries) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if not NOT_COUNTED.match(q["sql"])]
 
 
-def test_a_two_call_run_makes_at_most_31_statements(alice, gateway, make_demo_session):
+def test_a_two_call_run_makes_at_most_27_statements(alice, gateway, make_demo_session):
     session = make_demo_session()
     run = run_ask(user=alice, session=session, question=TWO_CALLS)
     with CaptureQueriesContext(connection) as queries:
@@ -55,6 +56,10 @@ def test_a_two_call_run_makes_at_most_31_statements(alice, gateway, make_demo_se
     assert not any(re.match(r"\s*SELECT.*WHERE.*cancel_requested", s) for s in statements)
     assert sum("sessions_app_usageday" in s for s in statements) == USAGE_UPSERTS
     assert sum("sessions_app_journalterms" in s for s in statements) == INDEX_INSERTS
+    assert not any(
+        re.match(r"\s*SELECT.*sessions_app_(sessionview|projectionpoint)", s, re.S)
+        for s in statements
+    )
 
 
 def test_an_answer_the_journal_holds_is_referred_to_not_copied(alice, gateway, make_demo_session):
