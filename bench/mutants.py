@@ -2067,6 +2067,37 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a run's write is fenced by its lease owner and status",
+        "run_write_unfenced",
+        "sessions_app/services/journal.py",
+        "    if owner is not None:\n        fence = ",
+        "    if False:\n        fence = ",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_run_write_stores_each_value_as_its_field_does",
+            "tests/sessions_app/test_run_control.py::test_the_heartbeat_renews_only_its_own_lease_and_writes_only_the_expiry",
+        ),
+    ),
+    Mutant(
+        "a run's write stores each value as its field does (encrypted, JSON, dates)",
+        "run_write_unprepared",
+        "sessions_app/services/journal.py",
+        "        params.append(prepared)",
+        "        params.append(value)",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_run_write_stores_each_value_as_its_field_does",
+        ),
+    ),
+    Mutant(
+        "a run's write takes values, not expressions",
+        "run_write_expression",
+        "sessions_app/services/journal.py",
+        '            raise TypeError(f"{name}: a run\'s write takes values, not expressions")',
+        "            pass",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_run_write_stores_each_value_as_its_field_does",
+        ),
+    ),
+    Mutant(
         "a model call's journaled answer is referred to, not copied",
         "answer_referred_to",
         "sessions_app/services/journal.py",

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.db import connection
+from django.db.models import BinaryField, F
+from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from sessions_app.models import ModelCall, Run, RunSupplement, SessionMessage
 from sessions_app.selectors.runs import call_responses
 from sessions_app.services.execution import run_execute
-from sessions_app.services.journal import JournalWriter
+from sessions_app.services.journal import JournalWriter, update_returning_signals
 from sessions_app.services.renewer import RunLease, RunLeases
 from sessions_app.services.runs import run_ask, run_cancel, run_claim, supplement_add
 from tests.factories import ask
@@ -37,6 +41,11 @@ TWO_CALLS = '/tool echo {"text": "NONCE-7"}'
 NOT_COUNTED = re.compile(
     r'\s*(SAVEPOINT|RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT)|.*"?sessions_app_rundelta"?\s'
 )
+
+
+def stored_bytes(column: str) -> Cast:
+    """Return the expression of a stored column's bytes, read without decrypting them."""
+    return Cast(column, output_field=BinaryField())
 
 
 def _statements(queries) -> list[str]:
@@ -82,6 +91,30 @@ def test_a_save_returns_a_cancel_request(alice, make_demo_session):
     run_cancel(user=alice, run=run)
     assert writer.renew().cancel_requested is True
     assert writer.signals.cancel_requested is True
+
+
+def test_a_run_write_stores_each_value_as_its_field_does(alice, make_demo_session):
+    run = run_ask(user=alice, session=make_demo_session(), question="q")
+    assert run_claim(run_id=run.pk, owner="worker-1")
+    finished = timezone.now()
+    values = {
+        "checkpoint": {"frame": {"NONCE-CHECKPOINT": [1, "ü"]}},
+        "counters": {"model_steps": 2},
+        "answer": "NONCE-ANSWER",
+        "pending_approvals": [{"id": "c1"}],
+        "finished_at": finished,
+    }
+    assert update_returning_signals(run.pk, "worker-2", **values) is None, "fenced by the owner"
+    assert Run.objects.get(pk=run.pk).answer is None
+    signals = update_returning_signals(run.pk, "worker-1", **values)
+    assert signals is not None and signals.cancel_requested is False
+    stored = Run.objects.get(pk=run.pk)
+    assert {name: getattr(stored, name) for name in values} == values
+    # Encrypted at rest, as a queryset's update stores them.
+    raw = Run.objects.filter(pk=run.pk).values_list(stored_bytes("checkpoint"), flat=True)
+    assert b"NONCE-CHECKPOINT" not in bytes(raw.get())
+    with pytest.raises(TypeError, match="attempt"):
+        update_returning_signals(run.pk, "worker-1", attempt=F("attempt") + 1)
 
 
 def test_the_heartbeat_hands_a_cancel_request_to_its_run(alice, make_demo_session):
