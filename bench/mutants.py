@@ -2098,6 +2098,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "rows inserted without a queryset ignore a conflict only when asked",
+        "rows_conflicts_not_ignored",
+        "sessions_app/services/rows.py",
+        "    on_conflict = OnConflict.IGNORE if ignore_conflicts else None",
+        "    on_conflict = OnConflict.IGNORE",
+        ("tests/sessions_app/test_rows.py::test_a_conflict_is_ignored_only_when_asked",),
+    ),
+    Mutant(
+        "rows inserted without a queryset store each value as its field does",
+        "rows_unprepared",
+        "sessions_app/services/rows.py",
+        "                    value = field.get_db_prep_save(field.pre_save(obj, True), connection)",
+        "                    value = field.pre_save(obj, True)",
+        ("tests/sessions_app/test_rows.py::test_rows_are_stored_as_their_fields_store_them",),
+    ),
+    Mutant(
         "a model call's journaled answer is referred to, not copied",
         "answer_referred_to",
         "sessions_app/services/journal.py",

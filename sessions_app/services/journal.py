@@ -55,6 +55,7 @@ from sessions_app.selectors.checkpoints import pointed_snapshots
 from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
+from sessions_app.services.rows import insert_rows
 from sessions_app.services.search_index import index_records
 from sessions_app.services.snapshots import snapshots_store, stored_frame
 from sessions_app.services.usage import UsageOwner, compaction_counts, usage_add
@@ -126,7 +127,7 @@ def append_records(
             )
         )
         seq += 1
-    SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
+    insert_rows(rows, ignore_conflicts=True)
     index_records(rows, run_number=run_number)
     return rows
 
@@ -439,7 +440,7 @@ class JournalWriter:
             )
             for call in self.calls:
                 call.discarded = call.discarded or not held
-            ModelCall.objects.bulk_create(self.calls)
+            insert_rows(self.calls)
             usage_add(owner=self.owner, calls=self.calls)
         self.calls = []
 
@@ -558,7 +559,7 @@ class JournalWriter:
                 if rest is not None:
                     row.response_seq, row.response = journaled.pop(0).seq, rest
             rows.append(row)
-        ModelCall.objects.bulk_create(rows)
+        insert_rows(rows)
 
     def sync(self, checkpoint: Checkpoint, **run_fields: Any) -> SyncResult:
         """Persist `checkpoint` (and `run_fields`) atomically; return what was written.
