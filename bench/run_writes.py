@@ -3,27 +3,53 @@
     .venv/bin/python bench/run_writes.py                      # SQLite (a scratch file)
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentloom AGENTLOOM_TEST_LEG=postgres \\
         .venv/bin/python bench/run_writes.py                  # PostgreSQL (its test database)
+    .venv/bin/python bench/run_writes.py --callgrind          # + instructions per run
+    .venv/bin/python bench/run_writes.py --profile 30         # + where a warm run's CPU goes
 
 It runs `RUNS` runs of fresh sessions of the offline demo model, each a tool call and then the
 answer (two model calls), with `run_execute` in this process, and prints per run the mean SQL
 statements (savepoints of the test transaction left out; the database live channel's delta rows
 counted apart) by table and kind, the database slots it checked out, and the CPU time of
-`run_execute` (mean and median of the runs after the first two, which warm the process up).
+`run_execute` (mean and median of the runs after the first two, which warm the process up),
+with the load average before and after. Statements are counted by an execute wrapper, which
+adds a function call per statement to the CPU and nothing else.
+
+CPU time on a shared machine moves with its load; `--callgrind` runs the same bench under
+`valgrind --tool=callgrind` and counts the instructions of `run_execute` in each run (the
+calling thread's: callgrind's client requests start the count before the call and stop it
+after; it needs a C compiler and valgrind's headers), which another process's load does not
+change. `--profile N` prints the N functions of the warm runs with the most own time and the N
+with the most time inside them (cProfile, timed by the
+calling thread's CPU clock; the profiler slows what it measures two to three times).
 The test database and its fixtures are the suite's (pytest-django), so nothing else is needed.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import os
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 RUNS = int(os.environ.get("RUN_WRITES_RUNS", "12"))
+WARM_UP = 2
 TWO_CALLS = '/tool echo {"text": "NONCE-7"}'
+# Set by the command line for the collected test: the client-request library and the profile size.
+CALLGRIND_LIBRARY = os.environ.get("RUN_WRITES_CALLGRIND_LIBRARY", "")
+PROFILE_LINES = int(os.environ.get("RUN_WRITES_PROFILE", "0"))
+CLIENT_REQUESTS = r"""
+#include <valgrind/callgrind.h>
+void run_writes_start(void) { CALLGRIND_START_INSTRUMENTATION; }
+void run_writes_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+void run_writes_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
+"""
 if __name__ != "__main__":
     # Collected by pytest (Django set up by pytest-django): the suite's fixtures.
     import pytest
@@ -45,11 +71,36 @@ if __name__ != "__main__":
 
 SAVEPOINT = re.compile(r"\s*(SAVEPOINT|RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT)")
 TABLE = re.compile(r'^\s*(\w+)\s+(?:OR IGNORE\s+)?(?:.*?\b(?:FROM|INTO)\s+)?"?(\w+)"?', re.S)
+CALLGRIND_TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
+
+
+def _load() -> str:
+    return "/".join(f"{figure:.2f}" for figure in os.getloadavg())
+
+
+class _Callgrind:
+    """Callgrind's client requests, or nothing when the bench runs without it."""
+
+    def __init__(self, library: str) -> None:
+        self._library = ctypes.CDLL(library) if library else None
+        if self._library is not None:
+            self._library.run_writes_start()
+
+    def __enter__(self) -> None:
+        if self._library is not None:
+            self._library.run_writes_toggle()
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._library is not None:
+            self._library.run_writes_toggle()
+            self._library.run_writes_dump(b"run_execute")
 
 
 def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
+    import cProfile
+    import pstats
+
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     from sessions_app.services.execution import run_execute
     from sessions_app.services.runs import run_ask
@@ -60,22 +111,38 @@ def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
     monkeypatch.setattr(
         DatabaseSlots, "_give_back", lambda slots: (checkouts.append(1), give_back(slots))[1]
     )
+    statements: list[str] = []
+
+    def counted(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    load_before = _load()
+    callgrind = _Callgrind(CALLGRIND_LIBRARY)
+    # The calling thread's CPU time, not the wall clock: what other processes run does not count.
+    profile = cProfile.Profile(time.thread_time) if PROFILE_LINES else None
     cpu, counts, deltas, kinds = [], [], [], Counter()
-    for _run in range(RUNS):
+    for run_number in range(RUNS):
         run = run_ask(user=alice, session=make_demo_session(), question=TWO_CALLS)
-        with CaptureQueriesContext(connection) as queries:
+        statements.clear()
+        profiled = profile is not None and run_number >= WARM_UP
+        with connection.execute_wrapper(counted), callgrind:
             started = time.process_time()
+            if profiled:
+                profile.enable()
             assert run_execute(run_id=run.pk) == "succeeded"
+            if profiled:
+                profile.disable()
             cpu.append((time.process_time() - started) * 1000)
-        statements = [q["sql"] for q in queries.captured_queries if not SAVEPOINT.match(q["sql"])]
-        live = [s for s in statements if "sessions_app_rundelta" in s]
-        counts.append(len(statements) - len(live))
+        own = [sql for sql in statements if not SAVEPOINT.match(sql)]
+        live = [sql for sql in own if "sessions_app_rundelta" in sql]
+        counts.append(len(own) - len(live))
         deltas.append(len(live))
-        for sql in statements:
+        for sql in own:
             match = TABLE.match(sql)
             kinds[(match.group(1), match.group(2)) if match else (sql.split()[0], "?")] += 1
-    warm = cpu[2:] or cpu
-    print(f"\n{connection.vendor}: {RUNS} two-call runs")
+    warm = cpu[WARM_UP:] or cpu
+    print(f"\n{connection.vendor}: {RUNS} two-call runs (load average {load_before} → {_load()})")
     print(
         f"  statements per run: {statistics.mean(counts):.1f} (+ {statistics.mean(deltas):.1f} "
         "of the database live channel)"
@@ -83,30 +150,82 @@ def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
     print(f"  database slot checkouts per run: {len(checkouts) / RUNS:.1f}")
     print(
         f"  CPU ms per run: mean {statistics.mean(warm):.1f}, median {statistics.median(warm):.1f}"
+        + (" (under callgrind)" if CALLGRIND_LIBRARY else "")
+        + (" (profiled)" if profile is not None else "")
     )
     for (kind, table), number in kinds.most_common():
         print(f"  {number / RUNS:5.1f}  {kind:<7} {table}")
+    if profile is not None:
+        for order in ("tottime", "cumulative"):
+            print(f"\nwarm runs, by {order}:")
+            pstats.Stats(profile, stream=sys.stdout).sort_stats(order).print_stats(PROFILE_LINES)
+
+
+def _client_requests(directory: Path) -> Path:
+    """Compile callgrind's client requests into a library the bench loads with ctypes."""
+    source, library = directory / "requests.c", directory / "requests.so"
+    source.write_text(CLIENT_REQUESTS)
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", library, source], check=True)
+    return library
+
+
+def _callgrind(pytest_arguments: list[str]) -> int:
+    """Run the bench under callgrind and print the instructions of each warm run."""
+    with tempfile.TemporaryDirectory(prefix="run-writes-") as scratch:
+        directory = Path(scratch)
+        output = directory / "callgrind.out"
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--collect-atstart=no",
+            f"--callgrind-out-file={output}",
+            sys.executable,
+            "-m",
+            "pytest",
+            # Under callgrind the suite's database setup alone outlasts the per-test timeout.
+            "--timeout=0",
+            *pytest_arguments,
+        ]
+        library = _client_requests(directory)
+        environment = {**os.environ, "RUN_WRITES_CALLGRIND_LIBRARY": str(library)}
+        status = subprocess.run(command, env=environment, check=False).returncode
+        dumps = sorted(directory.glob("callgrind.out.*"), key=lambda path: int(path.suffix[1:]))
+        runs = [int(CALLGRIND_TOTAL.search(path.read_bytes()).group(1)) for path in dumps]
+        warm = runs[WARM_UP:] or runs
+        if warm:
+            mean, median = statistics.mean(warm) / 1e6, statistics.median(warm) / 1e6
+            print(
+                f"instructions of run_execute per run ({len(warm)} warm of {len(runs)}): mean "
+                f"{mean:.2f} M, median {median:.2f} M, min {min(warm) / 1e6:.2f} M, "
+                f"max {max(warm) / 1e6:.2f} M"
+            )
+        return status or (0 if warm else 1)
 
 
 if __name__ == "__main__":
     import pytest
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per run")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print a profile")
+    arguments = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
     os.chdir(root)
     sys.path.insert(0, str(root))
     os.environ.setdefault("TEST_SQLITE_NAME", "/tmp/agentloom-run-writes.sqlite3")
-    sys.exit(
-        pytest.main(
-            [
-                "-q",
-                "-s",
-                "-p",
-                "no:cacheprovider",
-                "--rootdir",
-                str(root),
-                "-c",
-                str(root / "pyproject.toml"),
-                __file__,
-            ]
-        )
-    )
+    os.environ["RUN_WRITES_PROFILE"] = str(arguments.profile)
+    pytest_arguments = [
+        "-q",
+        "-s",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(root),
+        "-c",
+        str(root / "pyproject.toml"),
+        __file__,
+    ]
+    if arguments.callgrind:
+        sys.exit(_callgrind(pytest_arguments))
+    sys.exit(pytest.main(pytest_arguments))

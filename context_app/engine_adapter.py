@@ -116,16 +116,25 @@ def version_connection(version: AgentVersion) -> ModelConnection | None:
     A run reads it once, when it starts, and hands it to everything below that would read it
     (`connection=`): its engine, its binding, its secrets and the prices of its calls.
     """
-    budget = version.snapshot.get("budget") or {}
-    return ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    return _connection_row(version.snapshot)
+
+
+def _connection_row(snapshot: dict[str, Any]) -> ModelConnection | None:
+    """Return the snapshot's connection row, or None (read by its key: no ordering to compile)."""
+    connection_id = (snapshot.get("budget") or {}).get("connection_id")
+    if connection_id is None:
+        return None
+    try:
+        return ModelConnection.objects.get(pk=connection_id)
+    except ModelConnection.DoesNotExist:
+        return None
 
 
 def _read(snapshot: dict[str, Any], connection: ModelConnection | bool | None) -> Any:
     """Return `connection` when the caller read it already, else the snapshot's connection row."""
     if connection is not False:
         return connection
-    budget = snapshot.get("budget") or {}
-    return ModelConnection.objects.filter(pk=budget.get("connection_id")).first()
+    return _connection_row(snapshot)
 
 
 def _live_connection(

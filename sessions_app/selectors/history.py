@@ -65,6 +65,8 @@ def main_records_after(
     session: Session, watermark: int, *, up_to: int | None = None
 ) -> list[JournalRecord]:
     """Return the session's main-instance journal records with watermark < seq <= up_to."""
+    if up_to is not None and up_to <= watermark:
+        return []  # an empty range: nothing to read
     rows = SessionMessage.objects.filter(session=session, instance=MAIN_INSTANCE, seq__gt=watermark)
     if up_to is not None:
         rows = rows.filter(seq__lte=up_to)
@@ -310,6 +312,8 @@ def projection_point_row(
 ) -> PointRow | None:
     """Return the point saved after exactly `view` under the binding `key` at the highest
     watermark within `up_to`, without its state (clear columns only), or None."""
+    if up_to is not None and up_to < 1:
+        return None  # a point stands after at least one record (seqs start at 1)
     rows = PointRow.objects.filter(session=session, binding_key=key, view=view)
     if up_to is not None:
         rows = rows.filter(watermark__lte=up_to)

@@ -67,14 +67,21 @@ def compliant_view(
 
     Neither a revoked view nor one revoked by derivation is chosen. `as_of` limits the choice to
     what existed when that run's question was asked. Candidates are matched on clear columns;
-    nothing is decrypted.
+    nothing is decrypted. A question asked before anything was journaled (inherited watermark 0)
+    has none to choose from, as a view stands for at least one record; a session without views
+    is answered by the one query that reads their derivations.
     """
+    if as_of is not None and as_of.inherited_watermark < 1:
+        return None
+    derivations = view_derivations(session.pk)
+    if not derivations:
+        return None
     views = SessionView.objects.filter(
         session=session, binding_key=binding_key(binding), revoked_at__isnull=True
     ).exclude(
         revision__in=[
             revision
-            for revision, derivation in view_derivations(session.pk).items()
+            for revision, derivation in derivations.items()
             if derivation.revoked_ancestor is not None
         ]
     )

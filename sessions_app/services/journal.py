@@ -36,9 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections, transaction
-from django.db.models import QuerySet
-from django.db.models.sql import UpdateQuery
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -57,6 +55,7 @@ from sessions_app.selectors.checkpoints import pointed_snapshots
 from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
+from sessions_app.services.rows import insert_rows
 from sessions_app.services.search_index import index_records
 from sessions_app.services.snapshots import snapshots_store, stored_frame
 from sessions_app.services.usage import UsageOwner, compaction_counts, usage_add
@@ -128,7 +127,7 @@ def append_records(
             )
         )
         seq += 1
-    SessionMessage.objects.bulk_create(rows, ignore_conflicts=True)
+    insert_rows(rows, ignore_conflicts=True)
     index_records(rows, run_number=run_number)
     return rows
 
@@ -285,20 +284,42 @@ class RunSignals:
     supplements_added: int | None
 
 
-def update_returning_signals(query: QuerySet[Run], **fields: Any) -> RunSignals | None:
-    """Update the one run `query` selects with `fields`; return its signals, or None when the
-    query selected no row.
+def update_returning_signals(run_id: int, owner: str | None, **fields: Any) -> RunSignals | None:
+    """Set `fields` of run `run_id` — fenced by `owner`'s lease on a running run, unless `owner`
+    is None; return the run's signals, or None when no row matched.
 
     One statement (UPDATE … RETURNING): a worker's every write also tells it whether the run was
-    asked to cancel or sent a supplement, so it never asks separately.
+    asked to cancel or sent a supplement, so it never asks separately. Each value is prepared by
+    its field as a queryset's `update` would (encrypted, JSON, dates; values, not expressions),
+    without building a query: a run writes its row this way several times a step.
     """
-    update = query.query.chain(UpdateQuery)
-    update.add_update_values(fields)
-    compiler = update.get_compiler(query.db)
-    compiler.pre_sql_setup()
-    sql, params = compiler.as_sql()
-    with connections[query.db].cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING cancel_requested, supplements_added", params)
+    meta = Run._meta
+    quote = connection.ops.quote_name
+    assignments, params = [], []
+    for name, value in fields.items():
+        if hasattr(value, "resolve_expression"):
+            raise TypeError(f"{name}: a run's write takes values, not expressions")
+        column = meta.get_field(name)
+        prepared = column.get_db_prep_save(value, connection)
+        placeholder = (
+            column.get_placeholder(prepared, None, connection)
+            if hasattr(column, "get_placeholder")
+            else "%s"
+        )
+        assignments.append(f"{quote(column.column)} = {placeholder}")
+        params.append(prepared)
+    fence = ""
+    params.append(run_id)
+    if owner is not None:
+        fence = f" AND {quote('lease_owner')} = %s AND {quote('status')} = %s"
+        params += [owner, Run.Status.RUNNING]
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608 - our names
+        f"WHERE {quote(meta.pk.column)} = %s{fence} "
+        "RETURNING cancel_requested, supplements_added"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     if len(rows) != 1:
         return None
@@ -314,8 +335,7 @@ def renew_lease(*, run_id: int, owner: str) -> RunSignals | None:
     expiry (no other column, not even `updated_at`), so it can never undo another writer.
     """
     expires = timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
-    query = Run.objects.filter(pk=run_id, lease_owner=owner, status=Run.Status.RUNNING)
-    return update_returning_signals(query, lease_expires_at=expires)
+    return update_returning_signals(run_id, owner, lease_expires_at=expires)
 
 
 def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -452,19 +472,17 @@ class JournalWriter:
             )
             for call in self.calls:
                 call.discarded = call.discarded or not held
-            ModelCall.objects.bulk_create(self.calls)
+            insert_rows(self.calls)
             usage_add(owner=self.owner, calls=self.calls)
         self.calls = []
 
     def _renew_lease(self, **fields: Any) -> None:
-        query = Run.objects.filter(pk=self.run_id)
         if self.lease_owner is not None:
-            query = query.filter(lease_owner=self.lease_owner, status=Run.Status.RUNNING)
             fields.setdefault(
                 "lease_expires_at", timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
             )
         fields["updated_at"] = timezone.now()
-        signals = update_returning_signals(query, **fields)
+        signals = update_returning_signals(self.run_id, self.lease_owner, **fields)
         if signals is None:
             raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
         self.signals = signals
@@ -567,7 +585,7 @@ class JournalWriter:
                 if rest is not None:
                     row.response_seq, row.response = journaled.pop(0).seq, rest
             rows.append(row)
-        ModelCall.objects.bulk_create(rows)
+        insert_rows(rows)
 
     def sync(self, checkpoint: Checkpoint, **run_fields: Any) -> SyncResult:
         """Persist `checkpoint` (and `run_fields`) atomically; return what was written.

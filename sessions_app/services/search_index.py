@@ -28,6 +28,7 @@ from django.db.models import Q
 from agentloom import encryption
 from agentloom.engine import record_terms
 from sessions_app.models import MAIN_INSTANCE, JournalTerms, Run, SessionMessage
+from sessions_app.services.rows import insert_rows
 
 DEFAULT_BATCH_SIZE = 500
 UNSEARCHABLE_KINDS = (SessionMessage.Kind.STATUS,)
@@ -49,7 +50,7 @@ def index_records(rows: Iterable[SessionMessage], *, run_number: int | None = No
         return 0
     numbers = _run_numbers(rows) if run_number is None else {}
     key_id, key = encryption.search_keys(rows[0].session_id)[0]
-    JournalTerms.objects.bulk_create(
+    insert_rows(
         [
             JournalTerms(
                 session_id=row.session_id,

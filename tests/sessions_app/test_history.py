@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agentloom.engine import Checkpoint
 from context_app.engine_adapter import version_binding
@@ -51,6 +53,27 @@ def test_eighth_question_sees_every_earlier_tool_interaction(alice, gateway, mak
     calls = [m for m in first if m.get("role") == "assistant" and m.get("tool_calls")]
     results = [m for m in first if m.get("role") == "tool"]
     assert len(calls) == 7 and len(results) == 7
+
+
+def test_a_history_load_reads_only_what_can_hold_its_records(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    binding = version_binding(session.agent_version)
+    first = run_ask(user=alice, session=session, question="NONCE-FIRST")
+    # Asked before anything was journaled: no view, point or record can precede it.
+    with CaptureQueriesContext(connection) as queries:
+        history = history_for_new_run(session, binding, as_of=first)
+    assert [q["sql"] for q in queries.captured_queries] == []
+    assert history.messages == [] and history.watermark == 0
+    assert run_execute(run_id=first.pk) == "succeeded"
+    second = run_ask(user=alice, session=session, question="NONCE-SECOND")
+    # A session without views: their derivations are read once, and no view.
+    with CaptureQueriesContext(connection) as queries:
+        history = history_for_new_run(session, binding, as_of=second)
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sum("sessions_app_sessionview" in sql for sql in statements) == 1, statements
+    assert sum("sessions_app_projectionpoint" in sql for sql in statements) == 1, statements
+    assert "NONCE-FIRST" in json.dumps(history.messages)
+    assert history.view_revision is None
 
 
 def test_failed_cancelled_runs_and_supplements_stay_in_history(alice, gateway, make_demo_session):

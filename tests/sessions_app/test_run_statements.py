@@ -3,7 +3,8 @@
 A two-call run (a tool call, then the answer) makes at most `STATEMENTS_PER_RUN` statements:
 the run's writes return whether it was asked to cancel or sent a supplement, its queue is read
 only when it grew, its connection once, and its model calls are recorded by the saves after
-them, referring to the journaled answer instead of copying it. Each save that records calls adds
+them, referring to the journaled answer instead of copying it. A session's first run reads no
+history (nothing was journaled before its question). Each save that records calls adds
 them to the spend record in one more statement (`USAGE_UPSERTS`: the usage day upsert, in the
 same transaction), the run's end riding on the last; each save that journals records writes
 their search index rows in one more (`INDEX_INSERTS`, in the same transaction).
@@ -13,20 +14,24 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.db import connection
+from django.db.models import BinaryField, F
+from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from sessions_app.models import ModelCall, Run, RunSupplement, SessionMessage
 from sessions_app.selectors.runs import call_responses
 from sessions_app.services.execution import run_execute
-from sessions_app.services.journal import JournalWriter
+from sessions_app.services.journal import JournalWriter, update_returning_signals
 from sessions_app.services.renewer import RunLease, RunLeases
 from sessions_app.services.runs import run_ask, run_cancel, run_claim, supplement_add
 from tests.factories import ask
 
 # The run's own writes, the spend record's upserts (one per save that records a call) and the
 # search index's inserts (one per save that journals records: question, call, result, answer).
-RUN_STATEMENTS = 25
+RUN_STATEMENTS = 21
 USAGE_UPSERTS = 2
 INDEX_INSERTS = 4
 STATEMENTS_PER_RUN = RUN_STATEMENTS + USAGE_UPSERTS + INDEX_INSERTS
@@ -38,11 +43,16 @@ NOT_COUNTED = re.compile(
 )
 
 
+def stored_bytes(column: str) -> Cast:
+    """Return the expression of a stored column's bytes, read without decrypting them."""
+    return Cast(column, output_field=BinaryField())
+
+
 def _statements(queries) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if not NOT_COUNTED.match(q["sql"])]
 
 
-def test_a_two_call_run_makes_at_most_31_statements(alice, gateway, make_demo_session):
+def test_a_two_call_run_makes_at_most_27_statements(alice, gateway, make_demo_session):
     session = make_demo_session()
     run = run_ask(user=alice, session=session, question=TWO_CALLS)
     with CaptureQueriesContext(connection) as queries:
@@ -55,6 +65,10 @@ def test_a_two_call_run_makes_at_most_31_statements(alice, gateway, make_demo_se
     assert not any(re.match(r"\s*SELECT.*WHERE.*cancel_requested", s) for s in statements)
     assert sum("sessions_app_usageday" in s for s in statements) == USAGE_UPSERTS
     assert sum("sessions_app_journalterms" in s for s in statements) == INDEX_INSERTS
+    assert not any(
+        re.match(r"\s*SELECT.*sessions_app_(sessionview|projectionpoint)", s, re.S)
+        for s in statements
+    )
 
 
 def test_an_answer_the_journal_holds_is_referred_to_not_copied(alice, gateway, make_demo_session):
@@ -77,6 +91,30 @@ def test_a_save_returns_a_cancel_request(alice, make_demo_session):
     run_cancel(user=alice, run=run)
     assert writer.renew().cancel_requested is True
     assert writer.signals.cancel_requested is True
+
+
+def test_a_run_write_stores_each_value_as_its_field_does(alice, make_demo_session):
+    run = run_ask(user=alice, session=make_demo_session(), question="q")
+    assert run_claim(run_id=run.pk, owner="worker-1")
+    finished = timezone.now()
+    values = {
+        "checkpoint": {"frame": {"NONCE-CHECKPOINT": [1, "ü"]}},
+        "counters": {"model_steps": 2},
+        "answer": "NONCE-ANSWER",
+        "pending_approvals": [{"id": "c1"}],
+        "finished_at": finished,
+    }
+    assert update_returning_signals(run.pk, "worker-2", **values) is None, "fenced by the owner"
+    assert Run.objects.get(pk=run.pk).answer is None
+    signals = update_returning_signals(run.pk, "worker-1", **values)
+    assert signals is not None and signals.cancel_requested is False
+    stored = Run.objects.get(pk=run.pk)
+    assert {name: getattr(stored, name) for name in values} == values
+    # Encrypted at rest, as a queryset's update stores them.
+    raw = Run.objects.filter(pk=run.pk).values_list(stored_bytes("checkpoint"), flat=True)
+    assert b"NONCE-CHECKPOINT" not in bytes(raw.get())
+    with pytest.raises(TypeError, match="attempt"):
+        update_returning_signals(run.pk, "worker-1", attempt=F("attempt") + 1)
 
 
 def test_the_heartbeat_hands_a_cancel_request_to_its_run(alice, make_demo_session):
