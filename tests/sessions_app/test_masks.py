@@ -1,0 +1,50 @@
+"""The masks a new run is given: read back from the runs' stored compaction snapshots."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_app.models import MAIN_INSTANCE, CompactionSnapshot, SessionMessage
+from sessions_app.selectors.masks import carried_masks
+from tests.factories import ask
+
+pytestmark = pytest.mark.django_db
+
+
+def _seq(run, local: int) -> int:
+    return SessionMessage.objects.get(run=run, instance=MAIN_INSTANCE, local_seq=local).seq
+
+
+def test_a_snapshots_stubs_are_found_by_session_seq_with_their_references(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    first = ask(session, alice, '/tool echo {"text": "one"}')
+    second = ask(session, alice, '/tool echo {"text": "two"}')
+    result = _seq(first, 3)
+    own = _seq(second, 3)
+    assert own != 3, "local and session seqs differ here"
+    # The second run masked the first run's result (as history named it) and its own.
+    CompactionSnapshot.objects.create(
+        run=second,
+        instance=MAIN_INSTANCE,
+        revision=9,
+        snapshot={
+            "view": [
+                {"m": {"role": "system", "content": "sys"}},
+                {"s": result, "as": "tool", "id": "r1-1-1", "mask": 1, "ref": f"s:{result}"},
+                {"own": [1, 2]},
+                {"own": [3, 3], "mask": 1, "ref": "r2:3"},
+            ]
+        },
+    )
+    assert carried_masks(session.pk, after=0) == {result: f"s:{result}", own: "r2:3"}
+    # Only the records after the view (and up to the run's limit) are projected.
+    assert carried_masks(session.pk, after=result) == {own: "r2:3"}
+    assert carried_masks(session.pk, after=0, up_to=result) == {result: f"s:{result}"}
+
+
+def test_a_session_whose_runs_masked_nothing_has_no_masks(alice, gateway, make_demo_session):
+    session = make_demo_session()
+    ask(session, alice, '/tool echo {"text": "one"}')
+    assert carried_masks(session.pk, after=0) == {}
