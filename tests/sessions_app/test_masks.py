@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.core.management import call_command
 
 from sessions_app.models import MAIN_INSTANCE, CompactionSnapshot, SessionMessage
 from sessions_app.selectors.masks import carried_masks
-from tests.factories import ask
+from sessions_app.services.deletion import session_delete
+from tests.factories import ask, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -15,9 +17,8 @@ def _seq(run, local: int) -> int:
     return SessionMessage.objects.get(run=run, instance=MAIN_INSTANCE, local_seq=local).seq
 
 
-def test_a_snapshots_stubs_are_found_by_session_seq_with_their_references(
-    alice, gateway, make_demo_session
-):
+def _masking_session(alice, make_demo_session):
+    """Return a session whose second run masked the first run's result and its own."""
     session = make_demo_session()
     first = ask(session, alice, '/tool echo {"text": "one"}')
     second = ask(session, alice, '/tool echo {"text": "two"}')
@@ -38,6 +39,13 @@ def test_a_snapshots_stubs_are_found_by_session_seq_with_their_references(
             ]
         },
     )
+    return session, result, own
+
+
+def test_a_snapshots_stubs_are_found_by_session_seq_with_their_references(
+    alice, gateway, make_demo_session
+):
+    session, result, own = _masking_session(alice, make_demo_session)
     assert carried_masks(session.pk, after=0) == {result: f"s:{result}", own: "r2:3"}
     # Only the records after the view (and up to the run's limit) are projected.
     assert carried_masks(session.pk, after=result) == {own: "r2:3"}
@@ -47,4 +55,13 @@ def test_a_snapshots_stubs_are_found_by_session_seq_with_their_references(
 def test_a_session_whose_runs_masked_nothing_has_no_masks(alice, gateway, make_demo_session):
     session = make_demo_session()
     ask(session, alice, '/tool echo {"text": "one"}')
+    assert carried_masks(session.pk, after=0) == {}
+
+
+def test_a_purged_sessions_masks_go_with_it(alice, gateway, make_demo_session):
+    session, _, _ = _masking_session(alice, make_demo_session)
+    make_user("root", superuser=True)
+    session_delete(user=alice, session=session)
+    call_command("purge_deleted_sessions", "--by", "root")
+    assert not CompactionSnapshot.objects.filter(run__session_id=session.pk).exists()
     assert carried_masks(session.pk, after=0) == {}
