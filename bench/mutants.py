@@ -3634,6 +3634,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_run_boundary.py::test_from_rendering_7_masks_no_view_keeps_reach_the_next_run_as_they_were_sent",
             "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
             "tests/sessions_app/test_run_boundary.py::test_a_run_with_another_runs_supplement_inside_keeps_its_masks_for_the_next_run",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_cancelled_while_a_call_waits_keeps_its_masks_for_the_next_run",
         ),
     ),
     Mutant(
@@ -3656,6 +3657,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/engine/test_rendering.py::test_rendering_7_shows_each_result_a_run_masked_as_that_runs_stub",
             "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
+        ),
+    ),
+    Mutant(
+        "rendering 7: the view a new run starts from shows a later masking's stubs",
+        "view_not_remasked",
+        f"{_ENGINE}/_projection.py",
+        "    projector.remask(history.messages, history.origins)",
+        "    pass",
+        (
+            "tests/engine/test_rendering.py::test_rendering_7_shows_a_result_masked_after_the_view_was_saved_as_its_stub",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_cancelled_while_a_call_waits_keeps_its_masks_for_the_next_run",
         ),
     ),
     Mutant(

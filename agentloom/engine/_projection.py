@@ -33,12 +33,14 @@ Projection repairs protocol and never changes sources:
   that starts after `upto` (from a view or a point past it) already holds the note;
 - from rendering 7, a tool result a run's compaction masked (`masks`: session seq -> the
   reference its stub named) is shown as that stub, the reference the masking run gave it
-  included, where it is shown as a tool message: a new run that projects the journal (the view
-  rule chose no view, or one older than the masking) starts from the stubs the masking run
-  sent, never from the results whole. Only the view changes; the journal keeps every result
-  and `read_record` reads it. A mask is a decision made once and kept (`ProjectedHistory.masks`,
-  the block's `mk`), so a rebuilt history shows the same stubs; a point resumed after a later
-  run masked one of the records it shows applies that mask too (masks are only ever added);
+  included, wherever it is shown as a tool message, in the view the projection starts after as
+  in the records after it: a new run whose view rule refused the masking's view (it chose none,
+  or one older than the masking) starts from the stubs the masking run sent, never from the
+  results whole. The view is still the compliant one; only the stubs are applied to it, and
+  only to the view: the journal keeps every result and `read_record` reads it. A mask is a
+  decision made once and kept (`ProjectedHistory.masks`, the block's `mk`), so a rebuilt
+  history shows the same stubs; a point resumed after a later run masked one of the records it
+  shows applies that mask too (masks are only ever added);
 - from rendering 4, a `[feedback] …` message of a run from before the journal, which adoption
   stored as a supplement (`legacy:<n>` key), is shown as the feedback or run note it was, never
   in the user's voice (`is_adopted_feedback`); the journal row itself is never rewritten.
@@ -507,9 +509,10 @@ class _Projector:
         self.view_plan, self.view_plan_known = point.view_plan, point.view_plan_known
 
     def remask(self, messages: list[dict[str, Any]], origins: list[Origin]) -> None:
-        """Show as stubs, in place, the results a run masked after the point was made."""
+        """Show as stubs, in place, the results a run masked that these messages (a view's, or a
+        point's made before the masking) show whole."""
         for index, origin in enumerate(origins):
-            if origin is None or origin.get("as") != "tool":
+            if origin is None or "s" not in origin or messages[index].get("role") != "tool":
                 continue
             if "mask" in origin:
                 self.applied[origin["s"]] = origin["ref"]
@@ -926,6 +929,8 @@ def project_history(
             rendering=rules.version,
         )
     projector = _Projector(history, tool_result_chars, judge, excerpts, rules, imported, masks)
+    # A view older than a masking shows what it masked whole (rendering 7: shown as stubs).
+    projector.remask(history.messages, history.origins)
     if point is not None:
         projector.resume(point)
         history.watermark = point.watermark

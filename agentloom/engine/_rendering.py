@@ -35,7 +35,7 @@ that version, and new runs use `CURRENT_RENDERING`.
 | 7 | a tool result a run masked (its compaction's stub) is shown as that stub in the history of |
 |   | the runs after it, with the reference the masking run gave it, where a new run projects |
 |   | the journal (no view, or a view older than the masking): a masked result is never shown |
-|   | whole again by a new run's projection (`_projection`, `masks`) |
+|   | whole again by a new run's projection, in the view it starts from or after it |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.

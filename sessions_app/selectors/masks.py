@@ -3,11 +3,12 @@
 A compaction that masks replaces tool results with one-line stubs naming a reference
 (`r<run>:<seq>`, or `s:<seq>` for an inherited record). Where the reusable-view rule saves that
 view, the next run starts from it; where it refuses (interleaved runs, pending tools, queued
-supplements, a failed attempt inside the covered range), the next run projects the journal, and
-without these masks it would show the results whole again, rewrite the prompt from the first of
-them and mask again. So the masks are read back from where they already live, the runs' stored
-compaction snapshots (a stub's entry keeps its reference), and given to projection; nothing else
-stores them, and they go with their runs and sessions. The journal itself is never changed.
+supplements, a failed attempt inside the covered range), the next run starts from an older view
+or none and projects the journal after it, and without these masks it would show the results
+whole again (the older view's too), rewrite the prompt from the first of them and mask again.
+So the masks are read back from where they already live, the runs' stored compaction snapshots
+(a stub's entry keeps its reference), and given to projection; nothing else stores them, and
+they go with their runs and sessions. The journal itself is never changed.
 
 The rule of what projection does with them is `agentloom.engine._projection` (rendering 7).
 """
@@ -20,11 +21,13 @@ from sessions_app.models import MAIN_INSTANCE, CompactionSnapshot, SessionMessag
 
 
 def carried_masks(session_id: int, *, after: int, up_to: int | None = None) -> dict[int, str]:
-    """Return the main records in (after, up_to] some run's compaction masked: seq -> the
-    reference its stub named (the newest snapshot's, where two runs masked one record).
+    """Return the main records up to `up_to` that a run with records after `after` (the view a
+    new run starts from) masked: seq -> the reference its stub named (the newest snapshot's,
+    where two runs masked one record).
 
-    Only runs with a main record after `after` can have masked one (a run masks what its view
-    shows, and shows nothing after its own records), so only their snapshots are read.
+    A masking the view already shows was made by a run before it, which the view's own run
+    projected; so only the runs after the view are read, and their stubs are applied to the
+    view's messages and to the records after it.
     """
     runs = (
         SessionMessage.objects.filter(session_id=session_id, instance=MAIN_INSTANCE, seq__gt=after)
@@ -37,9 +40,7 @@ def carried_masks(session_id: int, *, after: int, up_to: int | None = None) -> d
     masks: dict[int, str] = {}
     for run_id, snapshot in snapshots.values_list("run_id", "snapshot"):
         masks.update(_masked_in(run_id, snapshot.get("view") or []))
-    return {
-        seq: ref for seq, ref in masks.items() if seq > after and (up_to is None or seq <= up_to)
-    }
+    return {seq: ref for seq, ref in masks.items() if up_to is None or seq <= up_to}
 
 
 def _masked_in(run_id: int, entries: list[dict[str, Any]]) -> dict[int, str]:

@@ -214,3 +214,18 @@ def test_a_masked_result_shown_as_a_late_note_stays_a_note():
     history = project_history(rows, masks={11: "r2:9"})
     assert history.masks == {}
     assert WHOLE_RESULT in history.messages[-1]["content"]
+
+
+def test_rendering_7_shows_a_result_masked_after_the_view_was_saved_as_its_stub():
+    # The view a new run starts from is older than run 2's masking of the result it shows.
+    saved = project_history(MASKED_ROWS[:4])
+    view = {"watermark": 4, "messages": saved.messages, "origins": saved.origins}
+    history = project_history(MASKED_ROWS[4:], view, masks=MASKS)
+    assert _tool_contents(history.messages)[0] == (
+        '[tool result hidden to save room; read_record(ref="s:3") shows it again]'
+    )
+    assert history.block()["mk"] == {"3": "s:3", "7": "r2:3"}
+    # The view's own messages are left as they were; an older rendering shows the result whole.
+    assert view["messages"][2]["content"] == WHOLE_RESULT
+    old = project_history(MASKED_ROWS[4:], view, masks=MASKS, rendering=6)
+    assert _tool_contents(old.messages)[0] == WHOLE_RESULT

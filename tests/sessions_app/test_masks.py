@@ -47,8 +47,10 @@ def test_a_snapshots_stubs_are_found_by_session_seq_with_their_references(
 ):
     session, result, own = _masking_session(alice, make_demo_session)
     assert carried_masks(session.pk, after=0) == {result: f"s:{result}", own: "r2:3"}
-    # Only the records after the view (and up to the run's limit) are projected.
-    assert carried_masks(session.pk, after=result) == {own: "r2:3"}
+    # Only runs after the view are read (their stubs apply to the view too), up to the limit.
+    assert carried_masks(session.pk, after=result) == {result: f"s:{result}", own: "r2:3"}
+    last = SessionMessage.objects.filter(session=session).order_by("-seq")[0].seq
+    assert carried_masks(session.pk, after=last) == {}
     assert carried_masks(session.pk, after=0, up_to=result) == {result: f"s:{result}"}
 
 

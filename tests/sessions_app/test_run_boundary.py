@@ -10,10 +10,11 @@ import json
 
 import pytest
 
-from sessions_app.models import SessionView
+from sessions_app.models import Run, SessionView
+from sessions_app.services.approvals import run_decide
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
-from sessions_app.services.runs import run_ask, run_resume, supplement_add
+from sessions_app.services.runs import run_ask, run_cancel, run_resume, supplement_add
 from tests.factories import ask
 from tests.sessions_app.test_history import INTERLEAVED
 
@@ -168,18 +169,20 @@ def _last_masking_refused(run) -> bool:
 
 
 def _next_run_shows_the_stubs(session, alice, gateway, masking) -> None:
-    """Ask a new question after `masking`, the last run, and check that its first request,
-    sent before any compaction of its own, shows every stub `masking` last sent byte for byte."""
+    """Ask a new question after `masking`, the last run, and check that its first request shows
+    every stub `masking` last sent, byte for byte, with no masking of its own before it (a
+    summary on the conversation's prefix may come first: it sends that conversation)."""
     stubs = _stubs(gateway.action_requests()[-1])
     assert stubs
     gateway.requests.clear()
     after = ask(session, alice, "NONCE-NEXT and now?")
     assert after.status == "succeeded", after.error
-    # It started from the stubs: no compaction before its first request (a masking calls no
-    # model, so the log says it).
+    # A masking calls no model, so the log says whether one came first.
     log = after.checkpoint["state"]["compaction_log"]
-    assert not [row for row in log if row["covered_seq"] == 1], log
-    shown = _shown_results(gateway.action_requests()[0])
+    first = [row for row in log if row["covered_seq"] == 1]
+    assert not [row for row in first if "masked" in (row["reason"], row.get("stage"))], first
+    assert not [row for row in first if (row.get("sources") or {}).get("masked", {}).get("session")]
+    shown = _shown_results(gateway.requests[0])
     assert {call: shown.get(call) for call in stubs} == stubs
     report = replay_run(after)
     assert report.ok, "\n".join(report.differences)
@@ -209,3 +212,56 @@ def test_a_run_with_another_runs_supplement_inside_keeps_its_masks_for_the_next_
     assert refused is not None, "a masking was meant to be refused as a view"
     assert INTERLEAVED in view_refusals[refused.pk]
     _next_run_shows_the_stubs(session, alice, gateway, refused)
+
+
+@pytest.fixture
+def greeter(alice, settings):
+    """Return a session on a 9,000-token window whose `demo__greet` calls wait for approval."""
+    from context_app.services.agents import agent_create, agent_publish
+    from models_app.services.tool_servers import tool_server_create, tool_server_refresh
+    from sessions_app.services.runs import session_create
+    from tests.factories import make_connection, make_space
+    from tests.support.mcp_servers import Calls, mcp_app, serve
+
+    settings.ALLOW_PRIVATE_TOOL_HOSTS = True
+    settings.TOOL_CALL_SECONDS = 10
+    space = make_space(admin=alice)
+    with serve(mcp_app(Calls())) as base:
+        server = tool_server_create(
+            user=alice, space=space, name="demo", url=base + "/mcp", approval="always"
+        )
+        tool_server_refresh(user=alice, server=server)
+        connection = make_connection(
+            space, context_window=9_000, max_output_tokens=1_000, safety_margin_tokens=200
+        )
+        agent = agent_create(
+            user=alice,
+            space=space,
+            name="Careful",
+            model_connection=connection.pk,
+            tools=["big_output", "demo__greet"],
+        )
+        yield session_create(user=alice, agent_version=agent_publish(user=alice, agent=agent))
+
+
+def test_a_run_cancelled_while_a_call_waits_keeps_its_masks_for_the_next_run(
+    alice, gateway, greeter, view_refusals
+):
+    refused = None
+    for n in range(10):
+        assert ask(greeter, alice, f'/tool big_output {{"chars": 1500}} {n}').status == "succeeded"
+        gateway.requests.clear()
+        run = ask(greeter, alice, '/tool demo__greet {"who": "Ada"}')
+        assert run.status == Run.Status.WAITING_APPROVAL
+        if _last_masking_refused(run):
+            refused = run_cancel(user=alice, run=run)
+            break
+        [pending] = run.pending_approvals
+        run_decide(user=alice, run=run, call_id=pending["call_id"], decision="approve")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        assert run.status == "succeeded", run.error
+    assert refused is not None, "a masking was meant to be refused as a view"
+    assert refused.status == Run.Status.CANCELLED
+    assert "pending tool calls" in view_refusals[refused.pk]
+    _next_run_shows_the_stubs(greeter, alice, gateway, refused)
