@@ -10,13 +10,22 @@ import json
 
 import pytest
 
+from context_app.services.agents import agent_create, agent_publish
+from models_app.services.tool_servers import tool_server_create, tool_server_refresh
 from sessions_app.models import Run, SessionView
 from sessions_app.services.approvals import run_decide
 from sessions_app.services.execution import run_execute
 from sessions_app.services.replay import replay_run
-from sessions_app.services.runs import run_ask, run_cancel, run_resume, supplement_add
-from tests.factories import ask
+from sessions_app.services.runs import (
+    run_ask,
+    run_cancel,
+    run_resume,
+    session_create,
+    supplement_add,
+)
+from tests.factories import ask, make_connection, make_space
 from tests.sessions_app.test_history import INTERLEAVED
+from tests.support.mcp_servers import Calls, mcp_app, serve
 
 pytestmark = pytest.mark.django_db
 
@@ -217,12 +226,6 @@ def test_a_run_with_another_runs_supplement_inside_keeps_its_masks_for_the_next_
 @pytest.fixture
 def greeter(alice, settings):
     """Return a session on a 9,000-token window whose `demo__greet` calls wait for approval."""
-    from context_app.services.agents import agent_create, agent_publish
-    from models_app.services.tool_servers import tool_server_create, tool_server_refresh
-    from sessions_app.services.runs import session_create
-    from tests.factories import make_connection, make_space
-    from tests.support.mcp_servers import Calls, mcp_app, serve
-
     settings.ALLOW_PRIVATE_TOOL_HOSTS = True
     settings.TOOL_CALL_SECONDS = 10
     space = make_space(admin=alice)
