@@ -2230,7 +2230,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a projection point keeps the open group and the notes waiting for it",
         "point_forgets_waiting_notes",
         "agentloom/engine/_projection.py",
-        "        self.deferred = deferred\n",
+        "        self.deferred = self.remasked(deferred)\n",
         "        self.deferred = []\n",
         (
             "tests/engine/test_projection_points.py::test_a_point_keeps_the_open_group_and_the_note_waiting_for_it",
@@ -3711,6 +3711,106 @@ MUTANTS: tuple[Mutant, ...] = (
         ")",
         (
             "tests/providers/test_prompt_cache_doubles.py::test_deepseek_persists_units_at_fixed_intervals_of_a_long_input",
+        ),
+    ),
+    Mutant(
+        "rendering 7: a result a run masked stays a stub in a new run's projection",
+        "carried_masks_ignored",
+        f"{_ENGINE}/_projection.py",
+        "        self.masks = dict(masks or {}) if rules.keeps_masks else {}",
+        "        self.masks = {}",
+        (
+            "tests/engine/test_rendering.py::test_rendering_7_shows_each_result_a_run_masked_as_that_runs_stub",
+            "tests/sessions_app/test_run_boundary.py::test_from_rendering_7_masks_no_view_keeps_reach_the_next_run_as_they_were_sent",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_with_another_runs_supplement_inside_keeps_its_masks_for_the_next_run",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_cancelled_while_a_call_waits_keeps_its_masks_for_the_next_run",
+        ),
+    ),
+    Mutant(
+        "renderings 1-6 show a masked result whole in a new run's projection",
+        "carried_masks_in_old_renderings",
+        f"{_ENGINE}/_projection.py",
+        "        self.masks = dict(masks or {}) if rules.keeps_masks else {}",
+        "        self.masks = dict(masks or {})",
+        (
+            "tests/engine/test_rendering.py::test_renderings_1_to_6_show_masked_results_whole",
+            "tests/sessions_app/test_run_boundary.py::test_before_compaction_5_the_next_run_shows_masked_results_whole",
+        ),
+    ),
+    Mutant(
+        "a carried stub names the reference the masking run gave it",
+        "carried_stub_renamed",
+        f"{_ENGINE}/_projection.py",
+        "            origin = _masked_origin(origin, ref)",
+        '            origin = _masked_origin(origin, f"s:{record.seq}")',
+        (
+            "tests/engine/test_rendering.py::test_rendering_7_shows_each_result_a_run_masked_as_that_runs_stub",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
+        ),
+    ),
+    Mutant(
+        "rendering 7: the view a new run starts from shows a later masking's stubs",
+        "view_not_remasked",
+        f"{_ENGINE}/_projection.py",
+        "    projector.remask(history.messages, history.origins)",
+        "    pass",
+        (
+            "tests/engine/test_rendering.py::test_rendering_7_shows_a_result_masked_after_the_view_was_saved_as_its_stub",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_cancelled_while_a_call_waits_keeps_its_masks_for_the_next_run",
+        ),
+    ),
+    Mutant(
+        "a point resumed after a later masking shows that mask too",
+        "point_not_remasked",
+        f"{_ENGINE}/_projection.py",
+        '            ref = self.masks.get(origin["s"])',
+        "            ref = None",
+        (
+            "tests/engine/test_projection_points.py::test_a_result_masked_after_a_point_was_made_is_masked_when_it_is_resumed",
+        ),
+    ),
+    Mutant(
+        "the masks a new run is given are read from the runs' stored snapshots",
+        "masks_not_read",
+        "sessions_app/selectors/masks.py",
+        '        masks.update(_masked_in(run_id, snapshot.get("view") or []))',
+        "        pass",
+        (
+            "tests/sessions_app/test_masks.py::test_a_snapshots_stubs_are_found_by_session_seq_with_their_references",
+            "tests/sessions_app/test_run_boundary.py::test_from_rendering_7_masks_no_view_keeps_reach_the_next_run_as_they_were_sent",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
+        ),
+    ),
+    Mutant(
+        "a stub's own record is found by its run's local seq",
+        "own_masks_unmapped",
+        "sessions_app/selectors/masks.py",
+        "        found.update((seq, own[local]) for local, seq in rows)",
+        "        found.update((local, own[local]) for local, seq in rows)",
+        (
+            "tests/sessions_app/test_masks.py::test_a_snapshots_stubs_are_found_by_session_seq_with_their_references",
+        ),
+    ),
+    Mutant(
+        "a replay gives its run the masks its history block names, not today's",
+        "replay_with_todays_masks",
+        "sessions_app/services/replay.py",
+        "                masks=block_masks(_inherited_block(run.checkpoint or {})),",
+        "                masks=None,",
+        (
+            "tests/sessions_app/test_compaction_snapshots.py::test_a_checkpoint_points_to_its_snapshots_stored_once",
+        ),
+    ),
+    Mutant(
+        "a checkpoint's history block is rebuilt with the masks it names",
+        "block_rebuilt_without_masks",
+        "sessions_app/selectors/history.py",
+        "        masks=block_masks(block),",
+        "        masks=None,",
+        (
+            "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
+            "tests/sessions_app/test_run_boundary.py::test_a_run_with_another_runs_supplement_inside_keeps_its_masks_for_the_next_run",
         ),
     ),
 )

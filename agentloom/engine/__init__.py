@@ -46,8 +46,8 @@ Where each rule of the design lives (each module's docstring states its rules):
   application's `sessions_app/services/reusable_views.py`; the engine records what each snapshot
   observed (`covered_seq`, `_frame`);
 - projection and placeholders (a call with no result answered `status: unknown`, late results as
-  notes, call ids rewritten): `_projection`, with the placeholder texts and the chat ordering rules
-  in `_protocol`;
+  notes, call ids rewritten, a result a run masked shown as its stub): `_projection`, with the
+  placeholder texts and the chat ordering rules in `_protocol`;
 - supplements (they wait while a tool group is open, enter at a safe point, and a run never ends
   with one queued): `_context` and the agent loop in `_engine`;
 - legacy adoption (a format-1 frame without records loads with `raw_complete = false`): `_frame`,
@@ -190,6 +190,7 @@ from agentloom.engine._projection import (
     ProjectionPoint,
     ReusableView,
     block_excerpts,
+    block_masks,
     inherited_plan,
     inherited_plan_set,
     is_run_note,
@@ -343,6 +344,7 @@ __all__ = [  # noqa: RUF022
     "ProjectionPoint",
     "ReusableView",
     "block_excerpts",
+    "block_masks",
     "inherited_plan",
     "inherited_plan_set",
     "is_run_note",

@@ -31,6 +31,16 @@ Projection repairs protocol and never changes sources:
   history while every record was imported: the place is the same in every later projection, so
   a new run's first request still extends the last request of the run before it. A projection
   that starts after `upto` (from a view or a point past it) already holds the note;
+- from rendering 7, a tool result a run's compaction masked (`masks`: session seq -> the
+  reference its stub named) is shown as that stub, the reference the masking run gave it
+  included, wherever it is shown as a tool message, in the view the projection starts after as
+  in the records after it: a new run whose view rule refused the masking's view (it chose none,
+  or one older than the masking) starts from the stubs the masking run sent, never from the
+  results whole. The view is still the compliant one; only the stubs are applied to it, and
+  only to the view: the journal keeps every result and `read_record` reads it. A mask is a
+  decision made once and kept (`ProjectedHistory.masks`, the block's `mk`), so a rebuilt
+  history shows the same stubs; a point resumed after a later run masked one of the records it
+  shows applies that mask too (masks are only ever added);
 - from rendering 4, a `[feedback] …` message of a run from before the journal, which adoption
   stored as a supplement (`legacy:<n>` key), is shown as the feedback or run note it was, never
   in the user's voice (`is_adopted_feedback`); the journal row itself is never rewritten.
@@ -68,7 +78,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloom.engine._large import run_ref
+from agentloom.engine._large import masked, run_ref
 from agentloom.engine._protocol import (
     FEEDBACK_PREFIX,
     RUN_NOTE_PREFIX,
@@ -79,7 +89,7 @@ from agentloom.engine._protocol import (
     run_states_text,
 )
 from agentloom.engine._records import LEGACY_KEY_PREFIX, MAIN_INSTANCE
-from agentloom.engine._refs import Origin, materialize
+from agentloom.engine._refs import LARGE_KEYS, Origin, materialize
 from agentloom.engine._rendering import CURRENT_RENDERING, Rendering, rendering_named
 from agentloom.engine._sizecache import carry_json_bytes
 from agentloom.engine._tools import PLAN_UPDATED, UpdatePlanTool, plan_set_by
@@ -99,6 +109,7 @@ __all__ = [
     "ProjectionPoint",
     "ReusableView",
     "block_excerpts",
+    "block_masks",
     "inherited_plan",
     "inherited_plan_set",
     "is_adopted_feedback",
@@ -209,6 +220,8 @@ class ProjectedHistory:
     excerpts: dict[int, int] = field(default_factory=dict)
     # The rendering version the messages were projected with (see `_rendering`).
     rendering: int = CURRENT_RENDERING
+    # Session seq -> the reference of the stub shown for it (results masked by a run, rendering 7).
+    masks: dict[int, str] = field(default_factory=dict)
     # The plan the inherited records last set (`inherited_plan`); a run of rendering 4 starts
     # with it.
     plan: str | None = None
@@ -235,12 +248,25 @@ class ProjectedHistory:
         }
         if self.excerpts:
             block["ex"] = {str(seq): chars for seq, chars in sorted(self.excerpts.items())}
+        if self.masks:
+            block["mk"] = {str(seq): ref for seq, ref in sorted(self.masks.items())}
         return block
 
 
 def block_excerpts(block: Mapping[str, Any]) -> dict[int, int]:
     """Return the excerpt decisions a stored history block names (seq -> characters shown)."""
     return {int(seq): chars for seq, chars in (block.get("ex") or {}).items()}
+
+
+def block_masks(block: Mapping[str, Any]) -> dict[int, str]:
+    """Return the masks a stored history block names (seq -> the reference its stub names)."""
+    return {int(seq): ref for seq, ref in (block.get("mk") or {}).items()}
+
+
+def _masked_origin(origin: dict[str, Any], ref: str) -> dict[str, Any]:
+    """Return `origin` shown as the stub naming `ref`, as a compaction masks it."""
+    plain = {key: value for key, value in origin.items() if key not in (*LARGE_KEYS, "cap")}
+    return {**plain, "mask": 1, "ref": ref}
 
 
 class _OpenGroup:
@@ -410,8 +436,13 @@ class _Projector:
         excerpts: Mapping[int, int] | None,
         rules: Rendering,
         imported: ImportedHistory | None = None,
+        masks: Mapping[int, str] | None = None,
     ):
         self.rules = rules
+        # Rendering 7: the results runs masked (seq -> the reference of their stub), and those
+        # this history shows masked.
+        self.masks = dict(masks or {}) if rules.keeps_masks else {}
+        self.applied = history.masks
         # Rendering 6: the imported history, while its note is still to be shown.
         self.imported = imported if rules.marks_imports and imported and imported.upto else None
         self.out = history.messages
@@ -458,9 +489,11 @@ class _Projector:
         elif point.states_at == "deferred":
             deferred[-1] = (dict(deferred[-1][0]), deferred[-1][1])
             self.states_note = deferred[-1][0]
+        origins = list(point.origins)
+        self.remask(messages, origins)
         self.out.extend(messages)
-        self.origins.extend(point.origins)
-        self.deferred = deferred
+        self.origins.extend(origins)
+        self.deferred = self.remasked(deferred)
         if point.group is not None:
             run_id, ids, answered = point.group
             self.group = _OpenGroup(run_id, dict(ids))
@@ -474,6 +507,30 @@ class _Projector:
         self.plan, self.plan_text, self.plan_known = point.plan, point.plan_text, point.plan_known
         self.plan_calls = set(point.plan_calls)
         self.view_plan, self.view_plan_known = point.view_plan, point.view_plan_known
+
+    def remask(self, messages: list[dict[str, Any]], origins: list[Origin]) -> None:
+        """Show as stubs, in place, the results a run masked that these messages (a view's, or a
+        point's made before the masking) show whole."""
+        for index, origin in enumerate(origins):
+            if origin is None or "s" not in origin or messages[index].get("role") != "tool":
+                continue
+            if "mask" in origin:
+                self.applied[origin["s"]] = origin["ref"]
+                continue
+            ref = self.masks.get(origin["s"])
+            if ref is not None:
+                self.applied[origin["s"]] = ref
+                origins[index] = _masked_origin(origin, ref)
+                messages[index] = {**messages[index], "content": masked(ref)}
+
+    def remasked(
+        self, entries: list[tuple[dict[str, Any], Origin]]
+    ) -> list[tuple[dict[str, Any], Origin]]:
+        """Return `entries` (message, origin) with `remask` applied."""
+        messages = [message for message, _ in entries]
+        origins = [origin for _, origin in entries]
+        self.remask(messages, origins)
+        return list(zip(messages, origins, strict=True))
 
     def point(self, history: ProjectedHistory) -> ProjectionPoint:
         """Return the state after the records projected so far (before the end's close)."""
@@ -545,6 +602,11 @@ class _Projector:
     def made(self, record: JournalRecord, origin: dict[str, Any]) -> None:
         """Show `record` as `origin` says (the one transform a rebuilt view also uses)."""
         origin = self.sized(record, origin)
+        ref = self.masks.get(record.seq) if origin.get("as") == "tool" else None
+        if ref is not None:
+            # Decided after its excerpt, so a point and a rebuilt block decide the same excerpts.
+            self.applied[record.seq] = ref
+            origin = _masked_origin(origin, ref)
         self.emit(_shown(origin, record), origin)
 
     def import_due(self, floor: int) -> None:
@@ -824,6 +886,7 @@ def project_history(
     point: ProjectionPoint | None = None,
     keep_point: bool = False,
     imported: ImportedHistory | None = None,
+    masks: Mapping[int, str] | None = None,
 ) -> ProjectedHistory:
     """Return the history a new run inherits: `view` plus the main records after its watermark.
 
@@ -841,7 +904,8 @@ def project_history(
     not known from the point (`plan_known` False), the caller reads those records.
 
     `imported` names an imported session's imported records: from rendering 6 one note follows
-    them (see the module docstring).
+    them (see the module docstring). `masks` (seq -> reference) are the results runs masked:
+    from rendering 7 each is shown as its stub (see the module docstring).
     """
     rules = rendering_named(rendering)
     if view is not None and not isinstance(view, ReusableView):
@@ -864,7 +928,9 @@ def project_history(
             from_journal=True,
             rendering=rules.version,
         )
-    projector = _Projector(history, tool_result_chars, judge, excerpts, rules, imported)
+    projector = _Projector(history, tool_result_chars, judge, excerpts, rules, imported, masks)
+    # A view older than a masking shows what it masked whole (rendering 7: shown as stubs).
+    projector.remask(history.messages, history.origins)
     if point is not None:
         projector.resume(point)
         history.watermark = point.watermark

@@ -32,6 +32,10 @@ that version, and new runs use `CURRENT_RENDERING`.
 |   | where (`_projection.ImportedHistory`), placed once, before the first record that was not |
 |   | imported (or at the end of history while every record is), so the model never takes it |
 |   | for its own earlier work here and the note never moves within the session |
+| 7 | a tool result a run masked (its compaction's stub) is shown as that stub in the history of |
+|   | the runs after it, with the reference the masking run gave it, where a new run projects |
+|   | the journal (no view, or a view older than the masking): a masked result is never shown |
+|   | whole again by a new run's projection, in the view it starts from or after it |
 
 To add a version: give `Rendering` a field for the new rule (its default is the old behaviour),
 append an entry to `RENDERINGS` that sets it, and read the field where the rule is applied.
@@ -84,6 +88,8 @@ class Rendering:
     appends_notes: bool = False
     # Follow an imported session's imported records with one note naming where they came from.
     marks_imports: bool = False
+    # Show a tool result a run's compaction masked as the stub that run sent, not whole.
+    keeps_masks: bool = False
 
 
 def _then(previous: Rendering, version: int, changes: str, **rules: Any) -> Rendering:
@@ -132,7 +138,13 @@ _R6 = _then(
     "as 5, and an imported session's imported history is followed by one note saying so",
     marks_imports=True,
 )
-RENDERINGS: tuple[Rendering, ...] = (_R1, _R2, _R3, _R4, _R5, _R6)
+_R7 = _then(
+    _R6,
+    7,
+    "as 6, and a tool result a run masked is shown as that run's stub in the history after it",
+    keeps_masks=True,
+)
+RENDERINGS: tuple[Rendering, ...] = (_R1, _R2, _R3, _R4, _R5, _R6, _R7)
 CURRENT_RENDERING = RENDERINGS[-1].version
 _BY_VERSION = {rendering.version: rendering for rendering in RENDERINGS}
 

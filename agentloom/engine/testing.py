@@ -31,6 +31,7 @@ from agentloom.engine._projection import (
     JournalRecord,
     ProjectedHistory,
     block_excerpts,
+    block_masks,
     project_history,
 )
 from agentloom.engine._records import MAIN_INSTANCE, Record
@@ -207,6 +208,7 @@ class _Store(RecordStore):
             rows,
             tool_result_chars=block["cap"],
             excerpts=block_excerpts(block),
+            masks=block_masks(block),
             rendering=rendering,
         )
         return history.messages, history.origins

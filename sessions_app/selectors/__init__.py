@@ -10,6 +10,8 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `views`: the reusable view a new run reuses (the rule: `services.reusable_views`), where each
   view derives from, and its content.
 - `history`: the history a new run inherits, and the inherited block a checkpoint names.
+- `masks`: the tool results runs masked, read from their stored snapshots, which a new run's
+  projection keeps masked (rendering 7).
 - `checkpoints`: the journal-backed record store and a run's checkpoint as a frame.
 - `context`: a run's view measured against its budget, its compactions, calibration starts.
 - `costs`: the cost of a model call, a run and a session; a session's cached share per run.

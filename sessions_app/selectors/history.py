@@ -51,6 +51,7 @@ from agentloom.engine import (
     ProjectionPoint,
     ReusableView,
     block_excerpts,
+    block_masks,
     history_judge,
     inherited_plan_set,
     project_history,
@@ -58,6 +59,7 @@ from agentloom.engine import (
 )
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage, SessionView
 from sessions_app.models import ProjectionPoint as PointRow
+from sessions_app.selectors.masks import carried_masks
 from sessions_app.selectors.views import binding_key, compliant_view, view_content
 
 
@@ -180,6 +182,7 @@ def project_after_view(
     point: ProjectionPoint | None = None,
     keep_point: bool = False,
     imported: ImportedHistory | None = None,
+    masks: Mapping[int, str] | None = None,
 ) -> ProjectedHistory:
     """Return `view` (if any) followed by the projection of `records` (those after it).
 
@@ -187,7 +190,8 @@ def project_after_view(
     `rendering` is the version of the rules records are shown with (default: the current one).
     With `point` (saved after `view`), projection resumes from it and `records` are those after
     its watermark. With `keep_point`, the history carries the point after its last record
-    (`history.point`). `imported` names an imported session's records (`imported_history`).
+    (`history.point`). `imported` names an imported session's records (`imported_history`);
+    `masks` the results runs masked (`selectors.masks`).
     """
     options = {
         "tool_result_chars": tool_result_chars,
@@ -197,6 +201,7 @@ def project_after_view(
         "point": point,
         "keep_point": keep_point,
         "imported": imported,
+        "masks": masks,
     }
     if view is None:
         return project_history(records, **options)
@@ -236,7 +241,11 @@ class InheritedHistory:
 
 
 def history_for_new_run(
-    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
+    session: Session,
+    binding: dict[str, Any],
+    *,
+    as_of: Run | None = None,
+    masks: Mapping[int, str] | None = None,
 ) -> ProjectedHistory:
     """Return what a new run of `session` inherits under `binding`: the view the reusable-view
     rule chooses (`compliant_view`), then the main-instance records after its watermark, projected;
@@ -245,13 +254,19 @@ def history_for_new_run(
     With `as_of`, the session as it was when that run's question was asked (its inherited
     watermark): a question that waited in the queue, or was cancelled and resumed, still never
     sees what came after it. Projection resumes from the point saved after the chosen view, if
-    any (see the module docstring); the result is the same.
+    any (see the module docstring); the result is the same. From rendering 7 the results runs
+    masked are shown as their stubs: `masks` (seq -> reference) names them, by default those the
+    runs' snapshots hold now (`selectors.masks`); a replay passes the ones its run was given.
     """
-    return inherited_history(session, binding, as_of=as_of).history
+    return inherited_history(session, binding, as_of=as_of, masks=masks).history
 
 
 def inherited_history(
-    session: Session, binding: dict[str, Any], *, as_of: Run | None = None
+    session: Session,
+    binding: dict[str, Any],
+    *,
+    as_of: Run | None = None,
+    masks: Mapping[int, str] | None = None,
 ) -> InheritedHistory:
     """`history_for_new_run`, with the view and the point it was projected from."""
     view = compliant_view(session, binding, as_of=as_of)
@@ -262,6 +277,8 @@ def inherited_history(
     after = view.watermark if view is not None else 0
     records = main_records_after(session, point.watermark if point else after, up_to=up_to)
     rules = rendering_of(binding)
+    if masks is None and rules.keeps_masks:
+        masks = carried_masks(session.pk, after=after, up_to=up_to)
     history = project_after_view(
         records,
         view,
@@ -270,6 +287,7 @@ def inherited_history(
         point=point,
         keep_point=True,
         imported=imported_history(session.origin, session.pk),
+        masks=masks,
     )
     if point is not None and not sets_plans(session):
         history.plan = None  # as reading the records after the view would find
@@ -405,6 +423,7 @@ def history_block(
         view,
         tool_result_chars=block["cap"],
         excerpts=block_excerpts(block),
+        masks=block_masks(block),
         rendering=rendering,
         imported=imported_history(session.origin, session_id),
     )

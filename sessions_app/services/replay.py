@@ -52,6 +52,7 @@ from agentloom.engine import (
     ToolContext,
     ToolError,
     ToolOutput,
+    block_masks,
     builtin_tools,
     compaction_of,
     create_engine,
@@ -536,8 +537,13 @@ def _run_attempt(
     asked: _Asked,
     start: dict[str, Any],
     token_counts: dict[str, int] | None,
+    masks: dict[int, str],
 ) -> RunOutcome:
-    """Start (the first attempt that ran) or resume one attempt of the run, as it was."""
+    """Start (the first attempt that ran) or resume one attempt of the run, as it was.
+
+    The first attempt's history shows as stubs the results it was given masked (`masks`, from
+    its checkpoint's history block), not those runs masked since (rendering 7).
+    """
     if first:
         outcome = engine.start(
             run_number=run.number,
@@ -553,6 +559,7 @@ def _run_attempt(
                     start=start,
                 ),
                 as_of=run,
+                masks=masks,
             ),
             calibration_start=started.get("start"),
             calibration_base=started.get("start_base"),
@@ -570,6 +577,11 @@ def _run_attempt(
     ) or (outcome.status == WAITING_INPUT and asked.answered(outcome.pending_questions)):
         outcome = engine.continue_run(outcome.checkpoint.frame)
     return outcome
+
+
+def _inherited_block(frame: dict[str, Any]) -> dict[str, Any]:
+    """Return the history block a stored (`format: 2`) frame names (empty when none)."""
+    return ((frame.get("context") or {}).get("inherited") or {}).get("history") or {}
 
 
 def _differences(recordings: _Recordings, frame: dict[str, Any]) -> list[str]:
@@ -670,6 +682,7 @@ def replay_run(run: Run) -> ReplayReport:
                 asked=asked,
                 start=start,
                 token_counts=(recordings.checkpoint.get("state") or {}).get("token_counts"),
+                masks=block_masks(_inherited_block(run.checkpoint or {})),
             )
             frame, resume_from = outcome.frame, outcome.checkpoint.frame
         except _StopAttempt:

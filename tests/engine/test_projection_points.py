@@ -1,6 +1,7 @@
 """Projection points: resuming from the projector's saved state equals projecting every record.
 
 The journals drawn here interleave runs that are resumed later (late and missing results),
+results a run masked (known when a point was made, or only after it: rendering 7),
 supplements and feedback inside open groups, run notes and states, adopted legacy feedback,
 sub-agent records, engine call ids (kept from rendering 3) and provider ids, large records shown
 as excerpts, `update_plan` calls whose results set a plan or not (answered twice, too), and a view
@@ -139,25 +140,36 @@ def _stored(point: ProjectionPoint, rows) -> ProjectionPoint:
     rendering=st.integers(1, CURRENT_RENDERING),
     judged=st.booleans(),
     imported_upto=st.integers(0, 40),
+    masked=st.frozensets(st.integers(1, 80), max_size=8),
+    masked_late=st.booleans(),
 )
 def test_resuming_from_points_equals_projecting_every_record(
-    rows, view_at, cuts, rendering, judged, imported_upto
+    rows, view_at, cuts, rendering, judged, imported_upto, masked, masked_late
 ):
     view = _view(rows, view_at) if view_at else None
     after = [row for row in rows if view is None or row.seq > view.watermark]
     # An imported session's records up to `imported_upto` (rendering 6 follows them with a note).
     imported = ImportedHistory(imported_upto, "session 7") if imported_upto else None
     options = {"rendering": rendering, "judge": _judge if judged else None, "imported": imported}
-    whole = project_history(after, view, **options)
+    # Results runs masked (rendering 7), known when the points were made or only after them.
+    masks = {seq: f"r9:{seq}" for seq in masked}
+    whole = project_history(after, view, masks=masks, **options)
 
     point = None
     start = 0
     for cut in sorted({min(cut, len(after)) for cut in cuts}):
-        part = project_history(after[start:cut], view, point=point, keep_point=True, **options)
+        part = project_history(
+            after[start:cut],
+            view,
+            point=point,
+            keep_point=True,
+            masks=None if masked_late else masks,
+            **options,
+        )
         assert part.point is not None
         point = _stored(part.point, rows)
         start = cut
-    resumed = project_history(after[start:], view, point=point, **options)
+    resumed = project_history(after[start:], view, point=point, masks=masks, **options)
     # Where the point leaves the plan open, the loader reads the records after the view.
     plan = resumed.plan if resumed.plan_known else inherited_plan(reversed(after))
 
@@ -345,3 +357,46 @@ def test_a_point_stored_before_it_carried_the_plan_still_reads():
     assert resumed.messages == project_history(rows).messages
     # Its `update_plan` calls are those it shows, so a result after it still sets the plan.
     assert resumed.plan_known and resumed.plan == "- [ ] A"
+
+
+def test_a_result_masked_after_a_point_was_made_is_masked_when_it_is_resumed():
+    rows = [
+        JournalRecord(1, 1, "main", "user_input", {"role": "user", "content": "q"}),
+        _calls(2, 1, "r1-1-1"),
+        JournalRecord(
+            3,
+            1,
+            "main",
+            "tool_result",
+            {"role": "tool", "tool_call_id": "r1-1-1", "content": "A" * 300},
+        ),
+        JournalRecord(4, 2, "main", "user_input", {"role": "user", "content": "q 2"}),
+        _calls(5, 2, "r2-1-1"),
+        JournalRecord(
+            6,
+            2,
+            "main",
+            "tool_result",
+            {"role": "tool", "tool_call_id": "r2-1-1", "content": "B" * 300},
+        ),
+    ]
+    # The point was made before run 2 masked run 1's result; a later run resumes from it.
+    part = project_history(rows[:4], keep_point=True)
+    assert part.point is not None and part.masks == {}
+    masks = {3: "s:3", 6: "r2:2"}
+    resumed = project_history(rows[4:], point=_stored(part.point, rows), masks=masks)
+    whole = project_history(rows, masks=masks)
+    assert json.dumps(resumed.messages) == json.dumps(whole.messages)
+    assert resumed.origins == whole.origins
+    assert resumed.block() == whole.block()
+    assert [m["content"] for m in whole.messages if m["role"] == "tool"] == [
+        '[tool result hidden to save room; read_record(ref="s:3") shows it again]',
+        '[tool result hidden to save room; read_record(ref="r2:2") shows it again]',
+    ]
+    # A point made with the mask keeps it (stored by reference, rebuilt as the stub).
+    again = project_history(rows[:4], keep_point=True, masks=masks)
+    assert again.point is not None
+    body, _ = again.point.stored()
+    assert body["e"][2] == {"s": 3, "as": "tool", "id": "r1-1-1", "mask": 1, "ref": "s:3"}
+    resumed = project_history(rows[4:], point=_stored(again.point, rows), masks=masks)
+    assert json.dumps(resumed.messages) == json.dumps(whole.messages)

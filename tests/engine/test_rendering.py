@@ -151,3 +151,81 @@ def test_a_projection_that_starts_past_the_imported_records_adds_no_note():
     assert (
         len(_marks(project_history(IMPORTED_ROWS[5:], at_the_end, imported=IMPORTED).messages)) == 1
     )
+
+
+def _result(seq, run, call, text):
+    return _row(seq, run, "tool_result", {"role": "tool", "tool_call_id": call, "content": text})
+
+
+# Run 2 masked run 1's result (seq 3, named as run 1 had shown it, `s:3`) and its own (seq 7,
+# `r2:3`); seq 10's result was never masked.
+WHOLE_RESULT = "A" * 400
+MASKED_ROWS = [
+    _row(1, 1, "user_input", {"role": "user", "content": "q 1"}),
+    _call(2, 1, "r1-1-1"),
+    _result(3, 1, "r1-1-1", WHOLE_RESULT),
+    _row(4, 1, "assistant", {"role": "assistant", "content": "done 1"}),
+    _row(5, 2, "user_input", {"role": "user", "content": "q 2"}),
+    _call(6, 2, "r2-1-1"),
+    _result(7, 2, "r2-1-1", WHOLE_RESULT),
+    _row(8, 2, "status", {"status": "failed", "error": "upstream: down"}),
+    _call(9, 2, "r2-2-1"),
+    _result(10, 2, "r2-2-1", WHOLE_RESULT),
+]
+MASKS = {3: "s:3", 7: "r2:3"}
+
+
+def _tool_contents(messages):
+    return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+def test_rendering_7_shows_each_result_a_run_masked_as_that_runs_stub():
+    history = project_history(MASKED_ROWS, masks=MASKS)
+    assert _tool_contents(history.messages) == [
+        '[tool result hidden to save room; read_record(ref="s:3") shows it again]',
+        '[tool result hidden to save room; read_record(ref="r2:3") shows it again]',
+        WHOLE_RESULT,
+    ]
+    # The stub is a tool message answering its call, as the masking run sent it.
+    assert history.messages[2] == {
+        "role": "tool",
+        "tool_call_id": "r1-1-1",
+        "content": '[tool result hidden to save room; read_record(ref="s:3") shows it again]',
+    }
+    # The decision is kept with the history, so the block rebuilds the same stubs.
+    assert history.block()["mk"] == {"3": "s:3", "7": "r2:3"}
+    assert history.origins[2] == {"s": 3, "as": "tool", "id": "r1-1-1", "mask": 1, "ref": "s:3"}
+    # The journal's records are left whole.
+    assert MASKED_ROWS[2].message["content"] == WHOLE_RESULT
+
+
+def test_renderings_1_to_6_show_masked_results_whole():
+    for version in range(1, 7):
+        old = project_history(MASKED_ROWS, rendering=version)
+        given = project_history(MASKED_ROWS, rendering=version, masks=MASKS)
+        assert json.dumps(given.messages) == json.dumps(old.messages)
+        assert _tool_contents(given.messages) == [WHOLE_RESULT] * 3
+        assert "mk" not in given.block()
+
+
+def test_a_masked_result_shown_as_a_late_note_stays_a_note():
+    # A result recorded after its group was closed is a note, not the tool message a run masked.
+    rows = [*MASKED_ROWS, _result(11, 2, "r2-1-1", WHOLE_RESULT)]
+    history = project_history(rows, masks={11: "r2:9"})
+    assert history.masks == {}
+    assert WHOLE_RESULT in history.messages[-1]["content"]
+
+
+def test_rendering_7_shows_a_result_masked_after_the_view_was_saved_as_its_stub():
+    # The view a new run starts from is older than run 2's masking of the result it shows.
+    saved = project_history(MASKED_ROWS[:4])
+    view = {"watermark": 4, "messages": saved.messages, "origins": saved.origins}
+    history = project_history(MASKED_ROWS[4:], view, masks=MASKS)
+    assert _tool_contents(history.messages)[0] == (
+        '[tool result hidden to save room; read_record(ref="s:3") shows it again]'
+    )
+    assert history.block()["mk"] == {"3": "s:3", "7": "r2:3"}
+    # The view's own messages are left as they were; an older rendering shows the result whole.
+    assert view["messages"][2]["content"] == WHOLE_RESULT
+    old = project_history(MASKED_ROWS[4:], view, masks=MASKS, rendering=6)
+    assert _tool_contents(old.messages)[0] == WHOLE_RESULT
