@@ -29,13 +29,14 @@ def carried_masks(session_id: int, *, after: int, up_to: int | None = None) -> d
     projected; so only the runs after the view are read, and their stubs are applied to the
     view's messages and to the records after it.
     """
-    runs = (
-        SessionMessage.objects.filter(session_id=session_id, instance=MAIN_INSTANCE, seq__gt=after)
-        .values_list("run_id", flat=True)
-        .distinct()
+    if up_to is not None and up_to <= 0:
+        return {}  # asked before anything was journaled: nothing to mask
+    records = SessionMessage.objects.filter(
+        session_id=session_id, instance=MAIN_INSTANCE, seq__gt=after
     )
+    # One statement: the snapshots of the runs with records after the view.
     snapshots = CompactionSnapshot.objects.filter(
-        run_id__in=list(runs), instance=MAIN_INSTANCE
+        run_id__in=records.values("run_id"), instance=MAIN_INSTANCE
     ).order_by("pk")
     masks: dict[int, str] = {}
     for run_id, snapshot in snapshots.values_list("run_id", "snapshot"):

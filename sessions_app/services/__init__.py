@@ -20,6 +20,7 @@ Reads live in `sessions_app.selectors`.
 - `usage`: the spend record: calls and run outcomes summed by day (the space's), agent, member,
   model and currency in the transaction that records them, kept when sessions are purged;
 - `execution`: one run on a worker: its lease, the engine, every step journaled;
+- `rows`: a save's rows inserted as `bulk_create` would, without compiling a query each time;
 - `renewer`: the process's lease renewer: the heartbeat and the cancel relay of all its runs;
 - `slots`: how many of a worker process's runs use the database at once;
 - `live`: a running model call's redacted output, from the worker to the run's events stream;

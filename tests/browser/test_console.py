@@ -228,7 +228,9 @@ def test_a_supplement_sent_during_a_run_follows_the_tool_group(
     page = chat
     _, session = demo_session
 
-    ask(page, '/tool sleep {"seconds": 2}')
+    # Long enough for the supplement below to arrive while the tool runs on a loaded machine
+    # (arriving after it, the supplement is answered after the first answer instead).
+    ask(page, '/tool sleep {"seconds": 6}')
     # The call is journaled before the tool runs: the page shows it while the run sleeps.
     expect(page.locator(".records .tool-calls")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
     expect(page.locator("[data-live-tools]")).to_have_text("1 (running sleep)")
