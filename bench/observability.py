@@ -17,10 +17,10 @@ run, counted by `valgrind --tool=callgrind` (the same for the same inputs whatev
 tracing off and on (spans to an in-memory exporter), `RUNS` of each alternating after one warm-up
 run each. Only `run_execute` (and the task span around it) is counted: each measured run is
 called through `sys.call_tracing`, the one function callgrind collects in and dumps after.
-Valgrind instruments nothing until the warm-up runs are done (a client request, compiled with
-`cc` from `valgrind/callgrind.h`, starts it), so start-up runs at near native speed. The
-database is the test database made natively first (`--create-db`) and reused under callgrind;
-only this process runs under valgrind, and the demo model makes no connection.
+Valgrind instruments nothing until the warm-up runs are done (a client request of
+`bench/_callgrind.py` starts it), so start-up runs at near native speed. The database is the
+test database made natively first (`--create-db`) and reused under callgrind; only this process
+runs under valgrind, and the demo model makes no connection.
 
     .venv/bin/python bench/observability.py --instructions [--runs 6]
 
@@ -38,6 +38,8 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+
+import _callgrind
 
 RUNS = int(os.environ.get("OBS_BENCH_RUNS", "30"))
 CALLS = int(os.environ.get("OBS_BENCH_CALLS", "1000000"))
@@ -94,7 +96,8 @@ def test_instructions_per_run(alice, demo_model, make_demo_session):
     from sessions_app.services.execution import run_execute
     from sessions_app.services.runs import run_ask
 
-    if not os.environ.get(_UNDER_CALLGRIND):
+    callgrind = _callgrind.Requests()
+    if not callgrind.active:
         pytest.skip("counted by `bench/observability.py --instructions`, under callgrind")
     exporter = InMemorySpanExporter()
     for number in range(2 * (RUNS + 1)):
@@ -108,25 +111,12 @@ def test_instructions_per_run(alice, demo_model, make_demo_session):
                 assert run_execute(run_id=run_id) == "succeeded"
 
         if number == 2:
-            _start_instrumentation()
+            callgrind.start()
         if number >= 2:
             sys.call_tracing(execute, ())  # collected, and dumped after: one file a run
         else:
             execute()
         tracing.unconfigure()
-
-
-_UNDER_CALLGRIND = "OBS_BENCH_UNDER_CALLGRIND"  # the client-request library's path
-_CLIENT_REQUESTS = """
-#include <valgrind/callgrind.h>
-void obs_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
-"""
-
-
-def _start_instrumentation() -> None:
-    import ctypes
-
-    ctypes.CDLL(os.environ[_UNDER_CALLGRIND]).obs_start_instrumentation()
 
 
 def count_instructions(root: Path, runs: int) -> None:
@@ -141,23 +131,20 @@ def count_instructions(root: Path, runs: int) -> None:
     # The test database, made natively (its migrations would take long under valgrind).
     subprocess.run([sys.executable, *pytest_args, "--create-db"], env=env, check=True)
     out = Path(tempfile.mkdtemp(prefix="obs-callgrind-"))
-    (out / "requests.c").write_text(_CLIENT_REQUESTS)
-    library = out / "requests.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", library, out / "requests.c"], check=True)
-    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no"]
-    valgrind += ["--toggle-collect=sys_call_tracing", "--dump-after=sys_call_tracing"]
-    valgrind += [f"--callgrind-out-file={out}/run", "--log-file=" + str(out / "valgrind.log")]
+    library = _callgrind.client_requests(out)
+    valgrind = _callgrind.command(
+        out / "run",
+        "--toggle-collect=sys_call_tracing",
+        "--dump-after=sys_call_tracing",
+        "--log-file=" + str(out / "valgrind.log"),
+    )
     started = time.monotonic()
     subprocess.run(
         [*valgrind, sys.executable, *pytest_args, "--reuse-db", "--timeout=0"],
-        env={**env, _UNDER_CALLGRIND: str(library)},
+        env={**env, _callgrind.LIBRARY: str(library)},
         check=True,
     )
-    counts = []
-    for dump in sorted(out.glob("run.*"), key=lambda path: int(path.name.split(".")[1])):
-        totals = [line for line in dump.read_text().splitlines() if line.startswith("totals:")]
-        if totals and int(totals[0].split()[1]):
-            counts.append(int(totals[0].split()[1]))
+    counts = _callgrind.totals(out / "run")
     if len(counts) != 2 * runs:
         raise SystemExit(f"expected {2 * runs} dumps of a run in {out}, found {len(counts)}")
     off, on = counts[0::2], counts[1::2]

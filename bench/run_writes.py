@@ -27,7 +27,6 @@ The test database and its fixtures are the suite's (pytest-django), so nothing e
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import re
 import statistics
@@ -38,18 +37,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import _callgrind
+
 RUNS = int(os.environ.get("RUN_WRITES_RUNS", "12"))
 WARM_UP = 2
 TWO_CALLS = '/tool echo {"text": "NONCE-7"}'
-# Set by the command line for the collected test: the client-request library and the profile size.
-CALLGRIND_LIBRARY = os.environ.get("RUN_WRITES_CALLGRIND_LIBRARY", "")
+# Set by the command line for the collected test: the profile size.
 PROFILE_LINES = int(os.environ.get("RUN_WRITES_PROFILE", "0"))
-CLIENT_REQUESTS = r"""
-#include <valgrind/callgrind.h>
-void run_writes_start(void) { CALLGRIND_START_INSTRUMENTATION; }
-void run_writes_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
-void run_writes_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
-"""
 if __name__ != "__main__":
     # Collected by pytest (Django set up by pytest-django): the suite's fixtures.
     import pytest
@@ -71,29 +65,10 @@ if __name__ != "__main__":
 
 SAVEPOINT = re.compile(r"\s*(SAVEPOINT|RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT)")
 TABLE = re.compile(r'^\s*(\w+)\s+(?:OR IGNORE\s+)?(?:.*?\b(?:FROM|INTO)\s+)?"?(\w+)"?', re.S)
-CALLGRIND_TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
 
 
 def _load() -> str:
     return "/".join(f"{figure:.2f}" for figure in os.getloadavg())
-
-
-class _Callgrind:
-    """Callgrind's client requests, or nothing when the bench runs without it."""
-
-    def __init__(self, library: str) -> None:
-        self._library = ctypes.CDLL(library) if library else None
-        if self._library is not None:
-            self._library.run_writes_start()
-
-    def __enter__(self) -> None:
-        if self._library is not None:
-            self._library.run_writes_toggle()
-
-    def __exit__(self, *_exc: object) -> None:
-        if self._library is not None:
-            self._library.run_writes_toggle()
-            self._library.run_writes_dump(b"run_execute")
 
 
 def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
@@ -118,7 +93,8 @@ def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
         return execute(sql, params, many, context)
 
     load_before = _load()
-    callgrind = _Callgrind(CALLGRIND_LIBRARY)
+    callgrind = _callgrind.Requests()
+    callgrind.start()  # every run is collected; the warm ones are reported
     # The calling thread's CPU time, not the wall clock: what other processes run does not count.
     profile = cProfile.Profile(time.thread_time) if PROFILE_LINES else None
     cpu, counts, deltas, kinds = [], [], [], Counter()
@@ -126,7 +102,7 @@ def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
         run = run_ask(user=alice, session=make_demo_session(), question=TWO_CALLS)
         statements.clear()
         profiled = profile is not None and run_number >= WARM_UP
-        with connection.execute_wrapper(counted), callgrind:
+        with connection.execute_wrapper(counted), callgrind.collected("run_execute"):
             started = time.process_time()
             if profiled:
                 profile.enable()
@@ -150,7 +126,7 @@ def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
     print(f"  database slot checkouts per run: {len(checkouts) / RUNS:.1f}")
     print(
         f"  CPU ms per run: mean {statistics.mean(warm):.1f}, median {statistics.median(warm):.1f}"
-        + (" (under callgrind)" if CALLGRIND_LIBRARY else "")
+        + (" (under callgrind)" if callgrind.active else "")
         + (" (profiled)" if profile is not None else "")
     )
     for (kind, table), number in kinds.most_common():
@@ -161,37 +137,18 @@ def test_run_writes(alice, demo_model, make_demo_session, monkeypatch):
             pstats.Stats(profile, stream=sys.stdout).sort_stats(order).print_stats(PROFILE_LINES)
 
 
-def _client_requests(directory: Path) -> Path:
-    """Compile callgrind's client requests into a library the bench loads with ctypes."""
-    source, library = directory / "requests.c", directory / "requests.so"
-    source.write_text(CLIENT_REQUESTS)
-    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", library, source], check=True)
-    return library
-
-
-def _callgrind(pytest_arguments: list[str]) -> int:
+def _count_instructions(pytest_arguments: list[str]) -> int:
     """Run the bench under callgrind and print the instructions of each warm run."""
     with tempfile.TemporaryDirectory(prefix="run-writes-") as scratch:
         directory = Path(scratch)
         output = directory / "callgrind.out"
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--collect-atstart=no",
-            f"--callgrind-out-file={output}",
-            sys.executable,
-            "-m",
-            "pytest",
-            # Under callgrind the suite's database setup alone outlasts the per-test timeout.
-            "--timeout=0",
-            *pytest_arguments,
-        ]
-        library = _client_requests(directory)
-        environment = {**os.environ, "RUN_WRITES_CALLGRIND_LIBRARY": str(library)}
+        command = _callgrind.command(output, sys.executable, "-m", "pytest")
+        # Under callgrind the suite's database setup alone outlasts the per-test timeout.
+        command += ["--timeout=0", *pytest_arguments]
+        library = _callgrind.client_requests(directory)
+        environment = {**os.environ, _callgrind.LIBRARY: str(library)}
         status = subprocess.run(command, env=environment, check=False).returncode
-        dumps = sorted(directory.glob("callgrind.out.*"), key=lambda path: int(path.suffix[1:]))
-        runs = [int(CALLGRIND_TOTAL.search(path.read_bytes()).group(1)) for path in dumps]
+        runs = _callgrind.totals(output)
         warm = runs[WARM_UP:] or runs
         if warm:
             mean, median = statistics.mean(warm) / 1e6, statistics.median(warm) / 1e6
@@ -227,5 +184,5 @@ if __name__ == "__main__":
         __file__,
     ]
     if arguments.callgrind:
-        sys.exit(_callgrind(pytest_arguments))
+        sys.exit(_count_instructions(pytest_arguments))
     sys.exit(pytest.main(pytest_arguments))
