@@ -1,4 +1,5 @@
-"""What the benchmarks that start servers share: the machine line, percentiles, a server's port."""
+"""What the benchmarks share: the machine line, percentiles, a server's port, and the pytest
+command line of a bench that runs its own test functions."""
 
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ def print_machine() -> None:
         flush=True,
     )
     print("command:", " ".join(sys.argv), flush=True)
+
+
+def pytest_arguments(bench_file: str, test: str = "") -> list[str]:
+    """Return pytest's arguments that run the test functions of `bench_file` (or its one `test`)
+    with the project's configuration, printing what they print, in their order."""
+    target = f"{bench_file}::{test}" if test else bench_file
+    return [
+        *("-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly"),
+        *("--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), target),
+    ]
 
 
 def percentile(values: list[float], percent: float) -> float:

@@ -40,6 +40,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import _callgrind
+import _machine
 
 RUNS = int(os.environ.get("OBS_BENCH_RUNS", "30"))
 CALLS = int(os.environ.get("OBS_BENCH_CALLS", "1000000"))
@@ -119,14 +120,16 @@ def test_instructions_per_run(alice, demo_model, make_demo_session):
         tracing.unconfigure()
 
 
-def count_instructions(root: Path, runs: int) -> None:
+def count_instructions(runs: int) -> None:
     """Run `test_instructions_per_run` under callgrind; print instructions per run off and on."""
     import subprocess
     import tempfile
 
-    test = f"{__file__}::test_instructions_per_run"
-    pytest_args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
-    pytest_args += ["--rootdir", str(root), "-c", str(root / "pyproject.toml"), test]
+    pytest_args = [
+        "-m",
+        "pytest",
+        *_machine.pytest_arguments(__file__, "test_instructions_per_run"),
+    ]
     env = {**os.environ, "OBS_BENCH_RUNS": str(runs)}
     # The test database, made natively (its migrations would take long under valgrind).
     subprocess.run([sys.executable, *pytest_args, "--create-db"], env=env, check=True)
@@ -237,20 +240,6 @@ if __name__ == "__main__":
     if options.instructions:
         if options.runs < 1:
             parser.error("--runs must be at least 1")
-        count_instructions(root, options.runs)
+        count_instructions(options.runs)
         sys.exit(0)
-    sys.exit(
-        pytest.main(
-            [
-                "-q",
-                "-s",
-                "-p",
-                "no:cacheprovider",
-                "--rootdir",
-                str(root),
-                "-c",
-                str(root / "pyproject.toml"),
-                __file__,
-            ]
-        )
-    )
+    sys.exit(pytest.main(_machine.pytest_arguments(__file__)))

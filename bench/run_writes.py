@@ -38,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 
 import _callgrind
+import _machine
 
 RUNS = int(os.environ.get("RUN_WRITES_RUNS", "12"))
 WARM_UP = 2
@@ -172,17 +173,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(root))
     os.environ.setdefault("TEST_SQLITE_NAME", "/tmp/agentloom-run-writes.sqlite3")
     os.environ["RUN_WRITES_PROFILE"] = str(arguments.profile)
-    pytest_arguments = [
-        "-q",
-        "-s",
-        "-p",
-        "no:cacheprovider",
-        "--rootdir",
-        str(root),
-        "-c",
-        str(root / "pyproject.toml"),
-        __file__,
-    ]
+    pytest_arguments = _machine.pytest_arguments(__file__)
     if arguments.callgrind:
         sys.exit(_count_instructions(pytest_arguments))
     sys.exit(pytest.main(pytest_arguments))
