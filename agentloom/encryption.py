@@ -55,6 +55,7 @@ __all__ = [
     "is_current",
     "is_legacy",
     "keyring_id",
+    "message_digest",
     "reencrypt",
     "search_keys",
     "term_digests",
@@ -146,6 +147,29 @@ def term_digests(key: bytes, terms: list[str]) -> list[int]:
         int.from_bytes(hashlib.blake2b(term.encode(), key=key, digest_size=4).digest(), signed=True)
         for term in terms
     ]
+
+
+_ONCE_INFO = b"agentloom message stored once v1"
+
+
+@lru_cache(maxsize=256)
+def _session_once_key(secret: str, session_id: int) -> bytes:
+    info = _ONCE_INFO + b"\0" + str(session_id).encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret.encode())
+
+
+def message_digest(session_id: int, message: Any) -> str:
+    """Return the keyed digest under which a session stores `message` once (`StoredMessage`).
+
+    The same message gives the same digest in one session under the current field key, so it is
+    stored once however many views and snapshots show it; without the key the digest tells
+    nothing of the message, and two sessions' digests of one message differ. A new field key
+    starts new digests: a message stored before is then stored again once (never misread).
+    """
+    data = json.dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    key = _session_once_key(settings.FIELD_ENCRYPTION_KEY, session_id)
+    digest = hashlib.blake2b(data.encode("utf-8", "surrogatepass"), key=key, digest_size=16)
+    return digest.hexdigest()
 
 
 # --- the format --------------------------------------------------------------------------------

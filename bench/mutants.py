@@ -2260,7 +2260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a checkpoint's snapshot is stored where its pointer points",
         "snapshot_pointer_lost",
         "sessions_app/services/journal.py",
-        "                snapshots_store(self.run_id, fresh)\n",
+        "                snapshots_store(self.run_id, self.session_id, fresh)\n",
         "",
         (
             "tests/sessions_app/test_compaction_snapshots.py::test_a_checkpoint_points_to_its_snapshots_stored_once",
@@ -3811,6 +3811,77 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_run_boundary.py::test_a_run_resumed_after_failing_keeps_its_masks_for_the_next_run",
             "tests/sessions_app/test_run_boundary.py::test_a_run_with_another_runs_supplement_inside_keeps_its_masks_for_the_next_run",
+        ),
+    ),
+    Mutant(
+        "a large inline message is stored once, a marker in its place",
+        "summary_kept_inline",
+        "sessions_app/services/stored_messages.py",
+        '    return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")))'
+        " >= ONCE_BYTES",
+        "    return False",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_a_summary_is_stored_once_however_many_snapshots_and_views_show_it",
+        ),
+    ),
+    Mutant(
+        "a stored snapshot's markers are read back with the checkpoint",
+        "snapshot_markers_unread",
+        "sessions_app/selectors/checkpoints.py",
+        "    return with_snapshots(checkpoint, snapshots_read(run.session_id, stored))",
+        "    return with_snapshots(checkpoint, stored)",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_a_summary_is_stored_once_however_many_snapshots_and_views_show_it",
+        ),
+    ),
+    Mutant(
+        "a view's markers are read back with its messages",
+        "view_markers_unread",
+        "sessions_app/selectors/views.py",
+        "    inline = messages_read(view.session_id, view.messages)",
+        "    inline = view.messages",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_the_model_is_sent_the_summary_a_view_stores_once",
+        ),
+    ),
+    Mutant(
+        "the digest of a message stored once is keyed by the session",
+        "once_digest_unkeyed",
+        "agentloom/encryption.py",
+        '    info = _ONCE_INFO + b"\\0" + str(session_id).encode()',
+        "    info = _ONCE_INFO",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_the_digest_is_the_sessions_and_the_keys",
+        ),
+    ),
+    Mutant(
+        "a snapshot holding no large inline message is left as it is (the migration repeats)",
+        "once_rewrites_converted",
+        "sessions_app/services/stored_messages.py",
+        "    if kept is inline:\n        return snapshot\n",
+        "",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_the_migration_stores_old_rows_messages_once_resumably",
+        ),
+    ),
+    Mutant(
+        "the admin shows a view's summary, not its marker",
+        "admin_shows_markers",
+        "sessions_app/admin.py",
+        "        return json_tree(messages_read(obj.session_id, obj.messages))",
+        "        return json_tree(obj.messages)",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_the_admin_shows_a_views_summary_not_its_marker",
+        ),
+    ),
+    Mutant(
+        "a fork stores the messages its views name in its own session",
+        "fork_markers_borrowed",
+        "sessions_app/services/fork.py",
+        "            messages=stored_once(fork.pk, messages),",
+        "            messages=view.messages,",
+        (
+            "tests/sessions_app/test_stored_messages.py::test_a_fork_and_an_export_carry_the_summary",
         ),
     ),
 )

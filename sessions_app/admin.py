@@ -26,6 +26,7 @@ from sessions_app.models import (
 )
 from sessions_app.selectors.runs import call_responses
 from sessions_app.selectors.sessions import may_delete, sessions_in_reach
+from sessions_app.selectors.stored_messages import messages_read
 from sessions_app.services.deletion import session_delete, session_delete_nested
 from sessions_app.services.retention import session_legal_hold
 
@@ -194,6 +195,11 @@ class SessionViewAdmin(SessionScopedAdmin):
     json_fields = ("messages",)
     list_display = ["session", "revision", "watermark", "run", "user_turns", "model_steps"]
     ordering = ["-id"]
+
+    @admin.display(description="Messages")
+    def messages_tree(self, obj):
+        # A large message (the summary) is stored once for the session: show it, not its marker.
+        return json_tree(messages_read(obj.session_id, obj.messages))
 
 
 @admin.register(RunSupplement)

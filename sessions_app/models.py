@@ -225,9 +225,9 @@ class CompactionSnapshot(models.Model):
     "stored": true}`, so a save rewrites none of them and a run that masks again stores its
     snapshot once, not in every later checkpoint. `snapshot` holds the snapshot as the frame
     encodes it (`agentloom.engine._frame`: its view as entries, its counters, metrics and
-    sources); encrypted, since a summary and the system prompt are inline. Checkpoints saved
-    before this table embed their snapshots; they still read, and `manage.py store_snapshots`
-    moves their snapshots here.
+    sources); encrypted, since the system prompt and notes are inline (a large summary is a
+    marker of `StoredMessage`). Checkpoints saved before this table embed their snapshots; they
+    still read, and `manage.py store_snapshots` moves their snapshots here.
 
     A row goes with its run (the only owner of the checkpoint that points to it). A reusable
     view saved from the snapshot refers to it too (`SessionView.snapshot`, RESTRICT): the row
@@ -250,13 +250,44 @@ class CompactionSnapshot(models.Model):
         return f"Snapshot r{self.revision} of {self.instance} (run {self.run_id})"
 
 
+class StoredMessage(models.Model):
+    """A message no journal record holds (a handoff summary, mostly), stored once for its session.
+
+    Compaction snapshots and reusable views hold such messages inline. A summary stays in every
+    view of the session until the next summary, and each masking in between stores a snapshot
+    and saves a view: so a large inline message is stored here once and those rows name it by a
+    marker, `{"once": key}` (`services.stored_messages`; read back by `selectors.stored_messages`).
+    `key` is the message's keyed digest (`encryption.message_digest`): the same message is found
+    again without decrypting anything, and the key tells nothing of it. Rows are never changed;
+    they go with their session (which is the only thing that deletes them: a row some snapshot or
+    view of the session may name is never deleted alone).
+    """
+
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="stored_messages", db_index=False
+    )
+    key = models.CharField(max_length=32)
+    message = CompressedEncryptedJSONField()
+
+    class Meta:
+        # Found by (session, key); an id of its own, as every encrypted row has (key rotation
+        # rewrites rows by it).
+        constraints = [
+            models.UniqueConstraint(fields=["session", "key"], name="unique_stored_message"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Stored message {self.key[:8]} of session {self.session_id}"
+
+
 class SessionView(models.Model):
     """A reusable compacted main-instance view, valid for the journal prefix up to `watermark`.
 
     Stored by reference: `entries` (clear) lists the view in order, each item either a reference
     to a journal record with how it is shown (`{"s": seq, "as": …}`, see `agentloom.engine._refs`)
     or `{"i": n}`, the n-th of the `messages` that exist nowhere else (the handoff summary,
-    placeholders, notes), which alone are stored, encrypted. Views saved before references
+    placeholders, notes), which alone are stored, encrypted; a large one (the summary) as a
+    marker of the message its session stores once (`StoredMessage`). Views saved before references
     existed have no entries and hold every message in `messages`.
     """
 

@@ -13,6 +13,7 @@ member of the session's space; to anyone else it does not exist (NotFound). A de
 - `masks`: the tool results runs masked, read from their stored snapshots, which a new run's
   projection keeps masked (rendering 7).
 - `checkpoints`: the journal-backed record store and a run's checkpoint as a frame.
+- `stored_messages`: the large messages snapshots and views name by a marker, read back.
 - `context`: a run's view measured against its budget, its compactions, calibration starts.
 - `costs`: the cost of a model call, a run and a session; a session's cached share per run.
 - `compaction_costs`: what each compaction spent and saved, in money at its calls' prices

@@ -28,6 +28,7 @@ from sessions_app.models import MAIN_INSTANCE, CompactionSnapshot, Run, SessionM
 from sessions_app.selectors.history import history_block
 from sessions_app.selectors.journal import journal_messages
 from sessions_app.selectors.search import search_journal
+from sessions_app.selectors.stored_messages import snapshots_read
 
 
 class JournalStore(RecordStore):
@@ -136,7 +137,7 @@ def with_snapshots(
 
 def run_checkpoint(run: Run) -> dict[str, Any] | None:
     """Return the run's stored checkpoint with its snapshots read back (None before its first
-    save); one query, only when it points to any."""
+    save); one query, only when it points to any, and one for the messages they store once."""
     checkpoint = run.checkpoint
     if not pointed_snapshots(checkpoint):
         return checkpoint
@@ -146,7 +147,7 @@ def run_checkpoint(run: Run) -> dict[str, Any] | None:
             run_id=run.pk
         ).values_list("instance", "revision", "snapshot")
     }
-    return with_snapshots(checkpoint, stored)
+    return with_snapshots(checkpoint, snapshots_read(run.session_id, stored))
 
 
 def frame_of(run: Run) -> InstanceFrame | None:

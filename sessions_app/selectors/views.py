@@ -17,6 +17,7 @@ from django.db.models import Q, QuerySet
 from agentloom.engine import Origin, materialize
 from sessions_app.models import JournalReference, Run, Session, SessionView
 from sessions_app.selectors.journal import journal_messages
+from sessions_app.selectors.stored_messages import messages_read
 
 
 def binding_key(binding: dict[str, Any]) -> str:
@@ -93,8 +94,9 @@ def compliant_view(
 
 
 def view_content(view: SessionView) -> tuple[list[dict[str, Any]], list[Origin]]:
-    """Return the messages of `view` and where each came from (one query for its references)."""
-    inline = view.messages
+    """Return the messages of `view` and where each came from (one query for its references, and
+    one for the messages it stores once)."""
+    inline = messages_read(view.session_id, view.messages)
     if not view.entries:
         return list(inline), [None] * len(inline)
     seqs = [entry["s"] for entry in view.entries if "s" in entry]

@@ -27,6 +27,8 @@ Reads live in `sessions_app.selectors`.
 - `projection_points`: a new run's history loaded, and the point it reached saved for the next;
 - `snapshots`: a checkpoint's compaction snapshots stored once, apart, the checkpoint pointing
   to them;
+- `stored_messages`: a large inline message (a summary) stored once per session, snapshots and
+  views naming it by a marker;
 - `checkpoints`: a `format: 1` checkpoint rewritten by reference;
 - `legacy`: runs from before the journal existed adopted, marked `raw_complete: false`;
 - `replay`: a run re-driven from its own recordings and compared with its journal;

@@ -58,7 +58,7 @@ def snapshots_store_batch(*, after: int, limit: int) -> tuple[int, int]:
                 continue
             stored, fresh = stored_frame(checkpoint, pointed_snapshots(checkpoint))
             if stored is not checkpoint:
-                snapshots_store(run_id, fresh)
+                snapshots_store(run_id, session_id, fresh)
                 Run.objects.filter(pk=run_id).update(checkpoint=stored)
                 converted += 1
             _link_views(run_id, checkpoint["instance"])

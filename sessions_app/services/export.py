@@ -38,6 +38,7 @@ from sessions_app.models import (
 from sessions_app.selectors.context import run_compactions
 from sessions_app.selectors.history import main_records_after
 from sessions_app.selectors.runs import call_responses
+from sessions_app.selectors.stored_messages import messages_read
 from sessions_app.services.transfer import (
     FORMAT,
     FORMAT_VERSION,
@@ -211,7 +212,7 @@ def _views(session: Session) -> Iterator[dict[str, Any]]:
             "run": view.run.number,
             "snapshot_revision": view.snapshot_revision,
             "entries": view.entries,
-            "messages": view.messages,
+            "messages": messages_read(session.pk, view.messages),
             "binding": view.binding,
             "user_turns": view.user_turns,
             "model_steps": view.model_steps,

@@ -35,10 +35,12 @@ from agentloom.engine import MAIN_INSTANCE, UNKNOWN_RESULT, as_ranges
 from agentloom.errors import Conflict, InvalidInput, NotFound
 from sessions_app.models import Run, Session, SessionMessage, SessionView
 from sessions_app.selectors.history import import_origin, imported_history
+from sessions_app.selectors.stored_messages import messages_read
 from sessions_app.selectors.views import view_derivations
 from sessions_app.services.reusable_views import reference_rows
 from sessions_app.services.runs import lock_live_session, sweep_expired_leases
 from sessions_app.services.search_index import index_records
+from sessions_app.services.stored_messages import stored_once
 
 FORK_BATCH = 500
 RUN_COPY_FIELDS = ("status", "question", "answer", "error", "attempt", "counters", "finished_at")
@@ -176,14 +178,14 @@ def _carry_views(
         try:
             watermark = _mapped_seq(view.watermark, seqs)
             entries = [_mapped_entry(entry, seqs) for entry in view.entries]
-            messages = _mapped_value(view.messages, seqs)
+            messages = _mapped_value(messages_read(session.pk, view.messages), seqs)
         except _Unmapped:
             continue
         copy = SessionView.objects.create(
             session=fork,
             revision=len(carried) + 1,
             watermark=watermark,
-            messages=messages,
+            messages=stored_once(fork.pk, messages),
             entries=entries,
             user_turns=view.user_turns,
             model_steps=view.model_steps,

@@ -622,7 +622,7 @@ class JournalWriter:
                 # rewritten: on PostgreSQL every rewrite leaves a dead copy until vacuum. Its
                 # snapshots are stored apart, each once; the checkpoint points to them.
                 stored, fresh = stored_frame(frame, self.stored_snapshots)
-                snapshots_store(self.run_id, fresh)
+                snapshots_store(self.run_id, self.session_id, fresh)
                 run_fields.update(checkpoint=stored, counters=checkpoint.counters)
             self._renew_lease(**self.carried, **run_fields)
             self.carried = {}

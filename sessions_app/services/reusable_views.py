@@ -15,7 +15,8 @@ chain is read when a view is chosen, so a view saved after its ancestor was revo
 chosen either.
 
 Views are stored by reference (`SessionView.entries`): the handoff summary and other messages
-that exist nowhere else are stored encrypted, everything else as references to journal records.
+that exist nowhere else are stored encrypted (a large one, the summary, once per session:
+`services.stored_messages`), everything else as references to journal records.
 The compaction snapshot a view is saved from holds `JournalReference` rows (one per run of
 consecutive records), written once, so the database keeps what the snapshot and the view refer
 to; a view goes with its run, and so do they. The view refers to its snapshot's stored row
@@ -48,6 +49,7 @@ from sessions_app.models import (
     SessionView,
 )
 from sessions_app.selectors.views import binding_key, referenced_seqs
+from sessions_app.services.stored_messages import stored_once
 
 
 def session_refs(
@@ -274,7 +276,7 @@ def snapshot_save(
         )
         + 1,
         watermark=watermark,
-        messages=inline,
+        messages=stored_once(session_id, inline),
         entries=refs,
         user_turns=counters["user_turns"],
         model_steps=counters["model_steps"],

@@ -16,6 +16,7 @@ from typing import Any
 
 from sessions_app.models import CompactionSnapshot
 from sessions_app.selectors.checkpoints import SNAPSHOT_POINTER
+from sessions_app.services.stored_messages import snapshot_stored_once
 
 SnapshotKey = tuple[str, int]
 
@@ -55,13 +56,22 @@ def stored_frame(
     return walk(frame), fresh
 
 
-def snapshots_store(run_id: int, snapshots: list[tuple[SnapshotKey, dict[str, Any]]]) -> None:
-    """Store `snapshots` of run `run_id` (one statement); one stored already stays as it is."""
+def snapshots_store(
+    run_id: int, session_id: int, snapshots: list[tuple[SnapshotKey, dict[str, Any]]]
+) -> None:
+    """Store `snapshots` of run `run_id` (one statement); one stored already stays as it is.
+
+    A large inline message of a snapshot's view (its handoff summary) is stored once for the
+    session and named by a marker (`services.stored_messages`).
+    """
     if snapshots:
         CompactionSnapshot.objects.bulk_create(
             [
                 CompactionSnapshot(
-                    run_id=run_id, instance=instance, revision=revision, snapshot=snapshot
+                    run_id=run_id,
+                    instance=instance,
+                    revision=revision,
+                    snapshot=snapshot_stored_once(session_id, snapshot),
                 )
                 for (instance, revision), snapshot in snapshots
             ],

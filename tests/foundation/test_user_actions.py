@@ -139,6 +139,7 @@ NOT_ACTIONS = {
     "migrate_checkpoint": "an operator's one-off migration command, not a user's request",
     "references_migrate_batch": "an operator's one-off migration command, not a user's request",
     "snapshots_store_batch": "an operator's one-off migration command, not a user's request",
+    "stored_messages_batch": "an operator's one-off migration command, not a user's request",
     "retention_apply": WORKER,
     "retention_purge": WORKER,
     "session_purge_retained": WORKER,

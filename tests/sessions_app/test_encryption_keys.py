@@ -119,6 +119,7 @@ def test_every_encrypted_column_is_covered():
         "sessions_app.SessionDeletion.session_title",
         "sessions_app.SessionMessage.message",
         "sessions_app.SessionView.messages",
+        "sessions_app.StoredMessage.message",
     }
 
 

@@ -13,6 +13,7 @@ from context_app.engine_adapter import version_binding
 from sessions_app.models import JournalReference, Session, SessionMessage, SessionView
 from sessions_app.selectors.checkpoints import JournalStore
 from sessions_app.selectors.history import history_for_new_run
+from sessions_app.selectors.stored_messages import messages_read
 from sessions_app.selectors.views import compliant_view
 from sessions_app.services.deletion import session_delete, session_purge
 from sessions_app.services.fork import session_fork
@@ -117,7 +118,7 @@ def _compacted(alice, make_demo_session):
 
 
 def _cited(view) -> list[str]:
-    return re.findall(r"\bs:\d+", json.dumps(view.messages))
+    return re.findall(r"\bs:\d+", json.dumps(messages_read(view.session_id, view.messages)))
 
 
 def test_a_fork_after_a_views_watermark_starts_from_the_view(alice, gateway, make_demo_session):
