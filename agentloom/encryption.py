@@ -5,6 +5,23 @@ Rules:
 - A stored value is a Fernet token (`cryptography`: AES-128-CBC with an HMAC-SHA256 over the
   whole token) of the value's JSON text, zlib-compressed first and marked `z1:` when the column
   compresses and the text is large enough to gain from it. Nothing is ever pickled.
+- The token is stored in binary after a one-byte mark, `BINARY_MARK` (0x01): a third smaller
+  than the token's base64 text, which `Fernet.encrypt` returns and which values written before
+  this form hold. The mark is needed because a binary token starts with 0x80, as a legacy value
+  does. The first byte tells the form, and no two forms share one: 0x01 a binary token, 0x02 an
+  empty value, 0x80 a legacy value, "g" a base64 token (the base64 of 0x80); anything else is
+  unreadable. A value with a mark is read only as that form: a bad token after 0x01 is
+  `UnreadableValue`, never tried as another form. Key rotation (`is_current` is false for a
+  base64 token) rewrites base64 values in the binary form.
+- An empty value (`""`, `{}`, `[]`: the default of many columns) is stored as `EMPTY_MARK`
+  (0x02) followed by its JSON text, three bytes instead of a token of about a hundred, and
+  anything else after that mark is unreadable. It is neither encrypted nor authenticated, which
+  is safe: it holds no secret, and its ciphertext would show nearly as much (a token's length
+  gives the JSON's length to 16 bytes, so an empty value's token already says "under 16
+  bytes", and the column's type says which of the three). Someone who can write the database
+  gains nothing by writing the mark: tokens are bound to no row or column, so they can already
+  copy any row's encrypted empty value into another, or set a column to NULL. An empty value
+  needs no key, so rotation leaves it as it is and dropping a key never makes it unreadable.
 - Only the field keys encrypt and authenticate: `FIELD_ENCRYPTION_KEY` writes and reads,
   `FIELD_ENCRYPTION_KEY_FALLBACKS` only read. Each key is stretched into a Fernet key with HKDF,
   so any string of 32 or more characters is a key. `SECRET_KEY` plays no part: rotating it
@@ -46,7 +63,9 @@ from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 from django.conf import settings
 
 __all__ = [
+    "BINARY_MARK",
     "COMPRESSED_MARK",
+    "EMPTY_MARK",
     "LEGACY_VERSION",
     "UnreadableValue",
     "decrypt",
@@ -65,8 +84,13 @@ __all__ = [
 COMPRESSED_MARK = b"z1:"
 # Plaintext smaller than this is stored without compression: zlib would add more than it saves.
 MIN_COMPRESSED_BYTES = 128
-# The first byte of a django-cryptography value; Fernet tokens are base64 text ("gAAAAA…").
+# The first byte of a django-cryptography value (and of a Fernet token in binary).
 LEGACY_VERSION = 0x80
+# The first byte of a Fernet token stored in binary (what follows starts with 0x80).
+BINARY_MARK = b"\x01"
+# The first byte of an empty value, followed by its JSON text (one of `_EMPTY_JSON`).
+EMPTY_MARK = b"\x02"
+_EMPTY_JSON = frozenset({b'""', b"{}", b"[]"})
 _HKDF_INFO = b"agentloom encrypted columns v1"
 _LEGACY_SALT = b"django-cryptography"
 _LEGACY_ITERATIONS = 30_000
@@ -186,15 +210,18 @@ def _from_json(data: bytes) -> Any:
 
 
 def encrypt(value: Any, *, compress: bool = False) -> bytes:
-    """Return the stored form of `value` under the primary field key."""
+    """Return the stored form of `value` under the primary field key: an empty value's mark and
+    JSON, else the binary Fernet token of its JSON after its mark."""
     data = _to_json(value)
+    if data in _EMPTY_JSON:
+        return EMPTY_MARK + data
     if compress and len(data) >= MIN_COMPRESSED_BYTES:
         data = COMPRESSED_MARK + zlib.compress(data, 6)
-    return _primary().encrypt(data)
+    return BINARY_MARK + base64.urlsafe_b64decode(_primary().encrypt(data))
 
 
 def decrypt(token: bytes) -> Any:
-    """Return the value stored as `token`, in either format, under any configured key."""
+    """Return the value stored as `token`, in any form, under any configured key."""
     token = bytes(token)
     if is_legacy(token):
         return legacy_decrypt(token)
@@ -215,10 +242,28 @@ def decrypt_sized(token: bytes) -> tuple[Any, int | None]:
     return json.loads(text), len(data)
 
 
+def _empty_json(token: bytes) -> bytes:
+    """Return the JSON text an empty value's stored form holds."""
+    data = token[len(EMPTY_MARK) :]
+    if data not in _EMPTY_JSON:
+        raise UnreadableValue("the mark of an empty value is followed by something else")
+    return data
+
+
+def _fernet_token(token: bytes) -> bytes:
+    """Return a stored Fernet token (binary after its mark, or base64) as base64 text, which is
+    what `Fernet` reads."""
+    if token[:1] == BINARY_MARK:
+        return base64.urlsafe_b64encode(token[len(BINARY_MARK) :])
+    return token
+
+
 def _plaintext(token: bytes) -> bytes:
-    """Return the JSON text of a Fernet-format `token`, decompressed."""
+    """Return the JSON text of a stored value that is not legacy, decompressed."""
+    if token[:1] == EMPTY_MARK:
+        return _empty_json(token)
     try:
-        data = _current().decrypt(token)
+        data = _current().decrypt(_fernet_token(token))
     except InvalidToken:
         raise UnreadableValue("no field encryption key opens this value") from None
     if data.startswith(COMPRESSED_MARK):
@@ -232,11 +277,15 @@ def is_legacy(token: bytes) -> bool:
 
 
 def is_current(token: bytes) -> bool:
-    """Return whether `token` is a Fernet token under the primary key (checks the MAC only)."""
-    if is_legacy(token):
+    """Return whether `token` is in the form `encrypt` writes: an empty value's mark and JSON,
+    or a binary Fernet token under the primary key (checks the MAC only)."""
+    token = bytes(token)
+    if token[:1] == EMPTY_MARK:
+        return token[len(EMPTY_MARK) :] in _EMPTY_JSON
+    if token[:1] != BINARY_MARK:
         return False
     try:
-        _primary().extract_timestamp(bytes(token))
+        _primary().extract_timestamp(_fernet_token(token))
     except InvalidToken:
         return False
     return True

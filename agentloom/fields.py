@@ -1,8 +1,9 @@
-"""Encrypted model fields: text and JSON stored as Fernet tokens of their JSON form.
+"""Encrypted model fields: text and JSON stored as Fernet tokens of their JSON form, in binary.
 
-The stored format, the keys and how legacy values are read are in `agentloom.encryption`. A
-column holds bytes (BinaryField storage), can only be tested with `isnull`, and decrypts on
-every read, so selectors defer these columns when listing.
+The stored forms (a binary token after its mark, an empty value's mark, and the base64 tokens
+and legacy values written before), the keys and how legacy values are read are in
+`agentloom.encryption`. A column holds bytes (BinaryField storage), can only be tested with
+`isnull`, and decrypts on every read, so selectors defer these columns when listing.
 
 Ciphertext does not compress, so a database cannot shrink an encrypted value the way PostgreSQL
 compresses large plain values on its own. Journal messages, checkpoints and model responses are

@@ -25,7 +25,8 @@ At every checkpoint turn count it prints, per combination:
   file plus its -wal) and the ratio growth / conversation;
 then, at the last checkpoint, the growth of each table, by part (PostgreSQL heap, TOAST and
 indexes, with the live and dead row versions; SQLite table, indexes and the unused bytes inside
-their pages), and each encrypted column's tokens as stored (base64 text) and as binary Fernet;
+their pages), and each encrypted column's values as JSON, ciphertext, binary Fernet tokens, as
+stored and as base64 tokens would store them;
 on PostgreSQL the same again after VACUUM FULL (the live rows alone: the dead versions of
 rewritten rows are freed for reuse by autovacuum, never given back, and a server with autovacuum
 off keeps them); and a summary of the last checkpoint of
@@ -203,11 +204,14 @@ def _table_parts(backend: str) -> dict[str, dict[str, int]]:
 
 
 def _encrypted_columns() -> list[dict]:
-    """Return, per encrypted column of the three apps that holds values, its token count and
-    bytes: `json` the values' compact JSON text, `ciphertext` the AES-CBC ciphertext (the text,
-    zlib-compressed first where the column compresses, padded to 16 bytes), `binary` the Fernet
-    tokens in binary (the ciphertext and 57 bytes of version, time, IV and HMAC) and `stored`
-    the tokens as the column holds them (their base64 text)."""
+    """Return, per encrypted column of the three apps that holds values, its value count, how
+    many are empty and their bytes: `json` the values' compact JSON text, `ciphertext` the
+    AES-CBC ciphertext (the text, zlib-compressed first where the column compresses, padded to
+    16 bytes), `binary` the Fernet tokens in binary (the ciphertext and 57 bytes of version,
+    time, IV and HMAC; an empty value has none), `stored` what the column holds (a binary token
+    after its one-byte mark, an empty value's three bytes) and `base64` what it would hold with
+    every value a token in base64 text, as before the binary form (an empty value's token is
+    100 bytes)."""
     import base64
 
     from django.db import connection
@@ -215,11 +219,14 @@ def _encrypted_columns() -> list[dict]:
     from agentloom import encryption
     from agentloom.fields import encrypted_fields
 
+    empty_token = len(base64.urlsafe_b64encode(bytes(57 + 16)))
     found = []
     for model, field in encrypted_fields():
         if model._meta.app_label not in APPS:
             continue
-        sizes = {"tokens": 0, "json": 0, "ciphertext": 0, "binary": 0, "stored": 0}
+        sizes = dict.fromkeys(
+            ("values", "empty", "json", "ciphertext", "binary", "stored", "base64"), 0
+        )
         column = connection.ops.quote_name(field.column)
         with connection.cursor() as cursor:
             cursor.execute(
@@ -230,17 +237,27 @@ def _encrypted_columns() -> list[dict]:
                 for (token,) in batch:
                     token = bytes(token)
                     value, length = encryption.decrypt_sized(token)
-                    binary = len(base64.urlsafe_b64decode(token))
-                    sizes["tokens"] += 1
+                    sizes["values"] += 1
+                    sizes["stored"] += len(token)
                     if length is None:  # a legacy value: its compact JSON measured anew
                         length = len(
                             json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
                         )
                     sizes["json"] += length
+                    if token[:1] == encryption.EMPTY_MARK:
+                        sizes["empty"] += 1
+                        sizes["base64"] += empty_token
+                        continue
+                    if token[:1] == encryption.BINARY_MARK:
+                        binary = len(token) - len(encryption.BINARY_MARK)
+                    elif encryption.is_legacy(token):
+                        binary = len(token)
+                    else:
+                        binary = len(base64.urlsafe_b64decode(token))
                     sizes["ciphertext"] += binary - 57
                     sizes["binary"] += binary
-                    sizes["stored"] += len(token)
-        if sizes["tokens"]:
+                    sizes["base64"] += len(base64.urlsafe_b64encode(bytes(binary)))
+        if sizes["values"]:
             found.append({"column": f"{model._meta.db_table}.{field.column}", **sizes})
     return found
 
@@ -273,20 +290,32 @@ def _print_breakdown(backend: str, baseline: dict[str, dict[str, int]]) -> None:
 
 
 def _print_encrypted_columns() -> None:
-    """Print what each encrypted column holds, from its values' JSON to its stored tokens."""
-    parts = ("json", "ciphertext", "binary", "stored")
+    """Print what each encrypted column holds, from its values' JSON to its stored bytes."""
+    parts = ("json", "ciphertext", "binary", "stored", "base64")
     print(
         "encrypted columns, MB: the values' JSON, the ciphertext (compressed where the column "
-        "compresses), binary Fernet tokens (+57 B each), as stored (base64)",
+        "compresses), binary Fernet tokens (+57 B each), as stored (binary after a mark; an empty "
+        "value 3 B), as base64 tokens would store them",
         flush=True,
     )
-    print(f"  {'column':<44} {'tokens':>8} " + " ".join(f"{p:>10}" for p in parts), flush=True)
-    for column in sorted(_encrypted_columns(), key=lambda column: -column["stored"]):
+    print(
+        f"  {'column':<44} {'values':>8} {'empty':>8} " + " ".join(f"{p:>10}" for p in parts),
+        flush=True,
+    )
+    columns = _encrypted_columns()
+    for column in sorted(columns, key=lambda column: -column["stored"]):
         print(
-            f"  {column['column']:<44} {column['tokens']:>8,} "
+            f"  {column['column']:<44} {column['values']:>8,} {column['empty']:>8,} "
             + " ".join(f"{column[part] / MB:>10.3f}" for part in parts),
             flush=True,
         )
+    total = {part: sum(column[part] for column in columns) for part in parts}
+    print(
+        f"  {'all':<44} {sum(c['values'] for c in columns):>8,} "
+        f"{sum(c['empty'] for c in columns):>8,} "
+        + " ".join(f"{total[part] / MB:>10.3f}" for part in parts),
+        flush=True,
+    )
 
 
 def _vacuumed_growth(

@@ -1,4 +1,5 @@
-"""Encrypted columns depend on the field keys alone, rotate, and never unpickle code."""
+"""Encrypted columns depend on the field keys alone, rotate, are stored in binary, and never
+unpickle code."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import os
 import pickle
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.core.management import call_command
@@ -72,18 +74,48 @@ def _snapshot() -> dict:
     return values
 
 
-def _under(key: str) -> tuple[int, int]:
-    """Return (values under `key`, values under another key or format)."""
-    fernet, under, other = _fernet(key), 0, 0
+def _stored() -> list[tuple[type, object, int, bytes]]:
+    """Every encrypted value in the database as stored: (model, field, pk, bytes)."""
+    found = []
     for model, field in encrypted_fields():
         for (pk,) in model.objects.exclude(**{f"{field.name}__isnull": True}).values_list("pk"):
-            raw = read_raw(model, pk, field.column)
-            try:
-                fernet.extract_timestamp(raw)
-                under += 1
-            except Exception:
-                other += 1
+            found.append((model, field, pk, read_raw(model, pk, field.column)))
+    return found
+
+
+def _as_fernet(raw: bytes) -> bytes:
+    """Return a binary token stored after its mark as the base64 text `Fernet` reads."""
+    assert raw[:2] == b"\x01\x80", raw[:8]
+    return base64.urlsafe_b64encode(raw[1:])
+
+
+def _under(key: str) -> tuple[int, int]:
+    """Return (binary tokens under `key`, tokens under another key or in another form); empty
+    values, which no key encrypts, count in neither."""
+    fernet, under, other = _fernet(key), 0, 0
+    for _model, _field, _pk, raw in _stored():
+        if raw[:1] == b"\x02":
+            continue
+        try:
+            fernet.extract_timestamp(base64.urlsafe_b64encode(raw[1:]))
+        except InvalidToken:
+            other += 1
+            continue
+        under += raw[:1] == b"\x01"
+        other += raw[:1] != b"\x01"
     return under, other
+
+
+def _empties() -> int:
+    return sum(raw[:1] == b"\x02" for _model, _field, _pk, raw in _stored())
+
+
+def _base64_token(value, *, compress: bool, key: str) -> bytes:
+    """Return `value` stored as before the binary form: a Fernet token's base64 text."""
+    data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    if compress and len(data) >= encryption.MIN_COMPRESSED_BYTES:
+        data = b"z1:" + zlib.compress(data)
+    return _fernet(key).encrypt(data)
 
 
 # --- the format --------------------------------------------------------------------------------
@@ -126,13 +158,14 @@ def test_every_encrypted_column_is_covered():
 def test_values_are_fernet_tokens_of_json_under_the_field_key(populated):
     session, runs = populated
     raw = read_raw(Run, runs[0].pk, "question")
-    assert raw.startswith(b"gAAAAA") and b"NONCE" not in raw
+    assert raw.startswith(b"\x01\x80") and b"NONCE" not in raw  # the mark, then a binary token
     question = Run.objects.get(pk=runs[0].pk).question
-    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(raw)) == question
+    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(_as_fernet(raw))) == question
     key = read_raw(ModelConnection, session.agent.model_connection_id, "api_key")
-    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(key)) == SECRET
+    assert json.loads(_fernet(OLD_FIELD_KEY).decrypt(_as_fernet(key))) == SECRET
     message = SessionMessage.objects.filter(session=session).order_by("seq").first()
-    stored = _fernet(OLD_FIELD_KEY).decrypt(read_raw(SessionMessage, message.pk, "message"))
+    stored = read_raw(SessionMessage, message.pk, "message")
+    stored = _fernet(OLD_FIELD_KEY).decrypt(_as_fernet(stored))
     assert stored.startswith((b"{", b"z1:"))  # JSON, compressed when large; never a pickle
 
 
@@ -155,7 +188,7 @@ def test_a_fallback_field_key_reads_and_a_missing_one_does_not(populated, settin
     run = Run.objects.get(pk=populated[1][0].pk)
     run.question = "NONCE-REWRITTEN"
     run.save(update_fields=["question"])
-    assert _fernet(NEW_FIELD_KEY).decrypt(read_raw(Run, run.pk, "question"))
+    assert _fernet(NEW_FIELD_KEY).decrypt(_as_fernet(read_raw(Run, run.pk, "question")))
     settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []
     with pytest.raises(UnreadableValue):
         SessionMessage.objects.filter(session=populated[0]).first()
@@ -167,6 +200,118 @@ def test_values_come_back_as_json_would_return_them():
     assert encryption.decrypt(encryption.encrypt(value, compress=True)) == json.loads(
         json.dumps(value)
     )
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("form", ["binary", "empty", "base64", "legacy"])
+def test_each_stored_form_reads_back(form, compress, settings):
+    value = {"role": "tool", "content": "NONCE-FORM " * (50 if compress else 1)}
+    if form == "empty":
+        value = {}
+    if form in ("binary", "empty"):
+        stored = encryption.encrypt(value, compress=compress)
+    elif form == "base64":
+        stored = _base64_token(value, compress=compress, key=settings.FIELD_ENCRYPTION_KEY)
+    else:
+        stored = legacy_token(value, compress=compress)
+    first = {"binary": b"\x01", "empty": b"\x02", "base64": b"g", "legacy": b"\x80"}[form]
+    assert stored[:1] == first and b"NONCE" not in stored
+    assert encryption.decrypt(stored) == value
+    assert encryption.decrypt_sized(stored)[0] == value
+    assert encryption.is_current(stored) is (form in ("binary", "empty"))
+
+
+@pytest.mark.parametrize("value", ["", {}, []])
+def test_an_empty_value_is_its_mark_and_json_and_needs_no_key(value, settings):
+    stored = encryption.encrypt(value, compress=True)
+    assert stored == b"\x02" + json.dumps(value).encode()
+    assert encryption.decrypt_sized(stored) == (value, 2)
+    assert type(encryption.decrypt(stored)) is type(value)
+    settings.FIELD_ENCRYPTION_KEY = NEW_FIELD_KEY
+    settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []
+    assert encryption.decrypt(stored) == value and encryption.is_current(stored)
+    # Anything else, however short, is a token.
+    for other in (" ", "a", [None], {"a": 1}, 0, False):
+        assert encryption.encrypt(other)[:2] == b"\x01\x80"
+
+
+def test_a_runs_empty_defaults_are_stored_in_three_bytes(alice, gateway, make_demo_session):
+    run = ask(make_demo_session(), alice, "NONCE-EMPTY")
+    assert read_raw(Run, run.pk, "pending_approvals") == b"\x02[]"
+    assert read_raw(Run, run.pk, "approval_decisions") == b"\x02{}"
+    assert read_raw(Run, run.pk, "pinned") == b'\x02""'
+    assert Run.objects.get(pk=run.pk).pending_approvals == []
+
+
+def test_a_journal_row_is_stored_a_quarter_smaller_than_its_base64_token(populated):
+    session, _runs = populated
+    rows = SessionMessage.objects.filter(session=session).values_list("pk", flat=True)
+    stored = [read_raw(SessionMessage, pk, "message") for pk in rows]
+    assert stored and all(raw[:2] == b"\x01\x80" for raw in stored)
+    as_base64 = sum(len(_as_fernet(raw)) for raw in stored)
+    ratio = sum(len(raw) for raw in stored) / as_base64
+    assert 0.74 < ratio < 0.76, ratio
+    # What the row would have held before: the same token in base64, which reads the same.
+    for pk, raw in zip(rows, stored, strict=True):
+        assert encryption.decrypt(_as_fernet(raw)) == encryption.decrypt(raw)
+        assert SessionMessage.objects.get(pk=pk).message == encryption.decrypt(raw)
+
+
+def _flipped(token: bytes, at: int) -> bytes:
+    return token[:at] + bytes([token[at] ^ 1]) + token[at + 1 :]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda token, text: token[:-1],  # truncated
+        lambda token, text: _flipped(token, 30),  # a ciphertext byte changed
+        lambda token, text: token[:1] + b"\x81" + token[2:],  # another Fernet version
+        lambda token, text: b"\x01" + text,  # a base64 token behind the binary mark
+        lambda token, text: b"\x01" + legacy_token("NONCE-MARKED"),  # a legacy value behind it
+        lambda token, text: b"\x01",
+        lambda token, text: b"\x02" + b'"NONCE"',  # a value behind the empty mark
+        lambda token, text: b"\x02" + b"null",
+        lambda token, text: b"\x02[] ",
+        lambda token, text: b"\x02",
+        lambda token, text: b"\x02" + token[1:],
+        lambda token, text: b"\x03" + token[1:],  # no form starts so
+        lambda token, text: b"",
+    ],
+    ids=[
+        "truncated",
+        "flipped",
+        "version",
+        "base64-marked",
+        "legacy-marked",
+        "mark-alone",
+        "empty-mark-value",
+        "empty-mark-null",
+        "empty-mark-space",
+        "empty-mark-alone",
+        "empty-mark-token",
+        "unknown-mark",
+        "nothing",
+    ],
+)
+def test_a_mark_with_anything_but_its_form_is_unreadable(bad, settings):
+    token = encryption.encrypt("NONCE-MARKED")
+    text = _base64_token("NONCE-MARKED", compress=False, key=settings.FIELD_ENCRYPTION_KEY)
+    stored = bad(token, text)
+    with pytest.raises(UnreadableValue):
+        encryption.decrypt(stored)
+    with pytest.raises(UnreadableValue):
+        encryption.decrypt_sized(stored)
+    assert not encryption.is_current(stored)
+
+
+def test_an_unreadable_mark_stops_rotation_naming_the_keys(populated, settings):
+    _session, runs = populated
+    store_raw(Run, runs[0].pk, "pinned", b"\x02" + b'"NONCE"')
+    with pytest.raises(UnreadableValue):
+        Run.objects.get(pk=runs[0].pk)
+    with pytest.raises(CommandError, match="FIELD_ENCRYPTION_KEY_FALLBACKS"):
+        call_command("rotate_encryption_key")
 
 
 # --- rotation ----------------------------------------------------------------------------------
@@ -201,7 +346,7 @@ def test_rotate_moves_every_value_to_the_new_key_and_resumes_after_an_interrupti
     populated, settings, capsys
 ):
     before = _snapshot()
-    total = sum(1 for value in before.values() if value is not None)
+    total = sum(1 for value in before.values() if value is not None) - _empties()
     settings.FIELD_ENCRYPTION_KEY = NEW_FIELD_KEY
     settings.FIELD_ENCRYPTION_KEY_FALLBACKS = [OLD_FIELD_KEY]
     assert _under(NEW_FIELD_KEY) == (0, total)
@@ -225,6 +370,30 @@ def test_rotate_moves_every_value_to_the_new_key_and_resumes_after_an_interrupti
     assert f"rewrote {left} value(s)" in capsys.readouterr().out
     assert _under(NEW_FIELD_KEY) == (total, 0)
     settings.FIELD_ENCRYPTION_KEY_FALLBACKS = []  # the old key can now be dropped
+    assert _snapshot() == before
+    call_command("rotate_encryption_key")
+    assert "rewrote 0 value(s)" in capsys.readouterr().out
+
+
+def test_rotation_rewrites_base64_values_in_the_binary_and_empty_forms(populated, settings, capsys):
+    before = _snapshot()
+    count = 0
+    for model, field, pk, _raw in _stored():
+        value = before[(model._meta.label, field.name, pk)]
+        store_raw(
+            model,
+            pk,
+            field.column,
+            _base64_token(value, compress=field.compress, key=OLD_FIELD_KEY),
+        )
+        count += 1
+    assert {raw[:6] for *_rest, raw in _stored()} == {b"gAAAAA"}
+    assert _snapshot() == before  # read as they are until rewritten
+
+    call_command("rotate_encryption_key", "--batch-size", "7")  # the same key: only the form
+    assert f"rewrote {count} value(s)" in capsys.readouterr().out
+    assert {raw[:1] for *_rest, raw in _stored()} == {b"\x01", b"\x02"}
+    assert _under(OLD_FIELD_KEY) == (count - _empties(), 0)
     assert _snapshot() == before
     call_command("rotate_encryption_key")
     assert "rewrote 0 value(s)" in capsys.readouterr().out
@@ -319,7 +488,8 @@ def test_convert_legacy_rewrites_everything_and_frees_the_secret_key(populated, 
 
     call_command("convert_legacy_encryption", "--batch-size", "5")
     assert f"rewrote {count} value(s)" in capsys.readouterr().out
-    assert _under(OLD_FIELD_KEY) == (count, 0)
+    assert _empties() > 0  # the runs' empty defaults
+    assert _under(OLD_FIELD_KEY) == (count - _empties(), 0)
     settings.SECRET_KEY = NEW_SECRET_KEY  # no fallback: nothing depends on it any more
     assert _snapshot() == before
     call_command("convert_legacy_encryption")
