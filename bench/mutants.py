@@ -75,6 +75,7 @@ _REASONING = "tests/providers/test_reasoning_passback.py::"
 _MASKING = "tests/engine/test_compaction_masking.py::"
 _COSTS = "sessions_app/selectors/compaction_costs.py"
 _MONEY = "tests/sessions_app/test_compaction_costs.py::"
+_KEYS = "tests/sessions_app/test_encryption_keys.py::"
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -3576,6 +3577,77 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_encryption_keys.py::test_a_size_is_not_known_for_a_legacy_value_or_a_lone_surrogate",
         ),
+    ),
+    # --- the stored forms of an encrypted value ------------------------------------------------
+    Mutant(
+        "a value is stored as a binary Fernet token after its mark",
+        "token_stored_as_base64",
+        "agentloom/encryption.py",
+        "    return BINARY_MARK + base64.urlsafe_b64decode(_primary().encrypt(data))",
+        "    return _primary().encrypt(data)",
+        (
+            f"{_KEYS}test_each_stored_form_reads_back[binary-False]",
+            f"{_KEYS}test_a_journal_row_is_stored_a_quarter_smaller_than_its_base64_token",
+        ),
+    ),
+    Mutant(
+        "a binary token is read back as the token it is",
+        "binary_token_unread",
+        "agentloom/encryption.py",
+        "    if token[:1] == BINARY_MARK:\n        return base64.urlsafe_b64encode(",
+        "    if token[:1] == b'never':\n        return base64.urlsafe_b64encode(",
+        (f"{_KEYS}test_each_stored_form_reads_back[binary-True]",),
+    ),
+    Mutant(
+        "base64 tokens written before the binary form still read",
+        "base64_token_unread",
+        "agentloom/encryption.py",
+        "        return base64.urlsafe_b64encode(token[len(BINARY_MARK) :])\n    return token\n",
+        "        return base64.urlsafe_b64encode(token[len(BINARY_MARK) :])\n    return b''\n",
+        (f"{_KEYS}test_each_stored_form_reads_back[base64-False]",),
+    ),
+    Mutant(
+        "after the binary mark only a binary token reads (never base64 text)",
+        "marked_base64_read",
+        "agentloom/encryption.py",
+        "        return base64.urlsafe_b64encode(token[len(BINARY_MARK) :])",
+        "        return token[1:] if token[1:2] == b'g' else base64.urlsafe_b64encode(token[1:])",
+        (f"{_KEYS}test_a_mark_with_anything_but_its_form_is_unreadable[base64-marked]",),
+    ),
+    Mutant(
+        "key rotation rewrites base64 tokens in the binary form",
+        "base64_token_current",
+        "agentloom/encryption.py",
+        "    if token[:1] != BINARY_MARK:\n        return False\n",
+        "",
+        (f"{_KEYS}test_rotation_rewrites_base64_values_in_the_binary_and_empty_forms",),
+    ),
+    Mutant(
+        "an empty value is stored as its mark and its JSON, without a token",
+        "empty_value_encrypted",
+        "agentloom/encryption.py",
+        "    if data in _EMPTY_JSON:\n        return EMPTY_MARK + data\n",
+        "",
+        (
+            f"{_KEYS}test_an_empty_value_is_its_mark_and_json_and_needs_no_key",
+            f"{_KEYS}test_a_runs_empty_defaults_are_stored_in_three_bytes",
+        ),
+    ),
+    Mutant(
+        "after the empty mark only an empty value's JSON reads",
+        "empty_mark_reads_any_json",
+        "agentloom/encryption.py",
+        "    if data not in _EMPTY_JSON:\n        raise UnreadableValue(",
+        "    if data is None:\n        raise UnreadableValue(",
+        (f"{_KEYS}test_a_mark_with_anything_but_its_form_is_unreadable[empty-mark-value]",),
+    ),
+    Mutant(
+        "an empty value needs no key, so rotation leaves it",
+        "empty_value_rewritten",
+        "agentloom/encryption.py",
+        "        return token[len(EMPTY_MARK) :] in _EMPTY_JSON",
+        "        return False",
+        (f"{_KEYS}test_rotation_rewrites_base64_values_in_the_binary_and_empty_forms",),
     ),
     # --- the net cost of a compaction (computed on read) ---------------------------------------
     Mutant(
