@@ -183,6 +183,23 @@ def _summary_tables(backend: str) -> str:
     return ", MB: " + ", ".join(sizes)
 
 
+def _timed_batches(batch) -> str:
+    """Call `batch` until it returns False; return the batches, wall and CPU time and longest."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    longest, batches = 0.0, 0
+    while True:
+        started = time.perf_counter()
+        if not batch():
+            break
+        longest = max(longest, time.perf_counter() - started)
+        batches += 1
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return (
+        f"{batches} batches, wall {wall:.1f} s, CPU {cpu:.1f} s, "
+        f"longest batch {longest * 1000:.0f} ms"
+    )
+
+
 def _store_once(session, summaries: int, chars: int, batch_size: int) -> None:
     from django.core.management import call_command
     from django.db import connection
@@ -198,24 +215,25 @@ def _store_once(session, summaries: int, chars: int, batch_size: int) -> None:
         f"{CompactionSnapshot.objects.count():,} snapshots and {SessionView.objects.count():,} "
         f"views in {time.perf_counter() - started:.1f} s{_summary_tables(backend)}"
     )
-    wall, cpu = time.perf_counter(), time.process_time()
-    longest, batches, rewritten = 0.0, 0, 0
-    for model in (CompactionSnapshot, SessionView):
-        after = 0
-        while True:
-            batch = time.perf_counter()
-            after, done = stored_messages_batch(model, after=after, limit=batch_size)
-            if not after:
-                break
-            longest = max(longest, time.perf_counter() - batch)
-            batches, rewritten = batches + 1, rewritten + done
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    cursors = {CompactionSnapshot: 0, SessionView: 0}
+    rewritten = 0
+
+    def batch() -> bool:
+        nonlocal rewritten
+        for model, after in cursors.items():
+            if after is not None:
+                last, done = stored_messages_batch(model, after=after, limit=batch_size)
+                cursors[model], rewritten = last or None, rewritten + done
+                return True
+        return False
+
+    timed = _timed_batches(batch)
     print(
-        f"  store_messages_once: {batches} batches of {batch_size:,}, {rewritten:,} rows "
-        f"rewritten, {StoredMessage.objects.count():,} messages stored, wall {wall:.1f} s, "
-        f"CPU {cpu:.1f} s, longest batch {longest * 1000:.0f} ms"
+        f"  store_messages_once: {timed} (batches of {batch_size:,}), {rewritten:,} rows "
+        f"rewritten, {StoredMessage.objects.count():,} messages stored"
     )
-    print(f"  after{_summary_tables(backend) or ':'}")
+    if backend == "postgresql":
+        print(f"  after{_summary_tables(backend)}")
     again = time.perf_counter()
     call_command("store_messages_once", stdout=io.StringIO())
     print(f"  run again: nothing to rewrite, {time.perf_counter() - again:.2f} s")
@@ -255,19 +273,8 @@ def one(url: str, records: int, batch_size: int, summaries: int, chars: int) -> 
     session = _build(records)
     print(f"{backend}: built {records:,} records in {time.perf_counter() - started:.1f} s")
     print(f"  before: {JournalReference.objects.count():,} reference rows{_table(backend)}")
-    wall, cpu = time.perf_counter(), time.process_time()
-    longest = batches = 0.0
-    while True:
-        batch = time.perf_counter()
-        if not references_migrate_batch(batch_size):
-            break
-        longest = max(longest, time.perf_counter() - batch)
-        batches += 1
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(
-        f"  migrate_references: {batches:.0f} batches of {batch_size:,}, wall {wall:.1f} s, "
-        f"CPU {cpu:.1f} s, longest batch {longest * 1000:.0f} ms"
-    )
+    timed = _timed_batches(lambda: bool(references_migrate_batch(batch_size)))
+    print(f"  migrate_references: {timed} (batches of {batch_size:,})")
     print(f"  after: {JournalReference.objects.count():,} reference rows{_table(backend)}")
     again = time.perf_counter()
     call_command("migrate_references", stdout=io.StringIO())
