@@ -1965,8 +1965,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a run's writes return its cancel flag (no separate cancel query)",
         "cancel_in_the_renewal",
         "sessions_app/services/journal.py",
-        "    return RunSignals(cancel_requested=bool(cancel), supplements_added=added)",
-        "    return RunSignals(cancel_requested=False, supplements_added=added)",
+        "        cancel_requested=bool(cancel), supplements_added=added,",
+        "        cancel_requested=False, supplements_added=added,",
         (
             "tests/sessions_app/test_run_statements.py::test_a_save_returns_a_cancel_request",
             "tests/sessions_app/test_run_statements.py::test_the_heartbeat_hands_a_cancel_request_to_its_run",
@@ -1977,7 +1977,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the renewal after a model call reads the cancel flag for the check after the answer",
         "cancel_read_after_a_model_call",
         "sessions_app/services/execution.py",
-        "        writer.renew()\n",
+        "        writer.renew(close_queue_upto=read_upto if _ends_the_run(call, verifies) "
+        "else None)\n",
         "",
         (
             "tests/sessions_app/test_run_control.py::test_cancelling_is_observable_while_the_run_finishes_its_step",
@@ -2024,7 +2025,68 @@ MUTANTS: tuple[Mutant, ...] = (
         "    connection = version_connection(version)",
         "    connection = False",
         (
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
+        ),
+    ),
+    Mutant(
+        "a run's connection is read with the run, in its one SELECT",
+        "connection_read_with_the_run",
+        "sessions_app/services/execution.py",
+        '        "session__agent_version__model_connection",',
+        '        "session__agent_version",',
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
+        ),
+    ),
+    Mutant(
+        "a run's connection is the one its snapshot names, whatever the version's key holds",
+        "connection_named_by_the_key",
+        "context_app/engine_adapter.py",
+        "        and connection_id == version.model_connection_id\n",
+        "",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_run_reads_the_connection_its_snapshot_names",
+        ),
+    ),
+    Mutant(
+        "the renewal after the answer that ends the run closes its supplement queue",
+        "queue_closed_apart",
+        "sessions_app/services/execution.py",
+        "            if not final or writer.signals.supplements_closed:",
+        "            if not final:",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
+        ),
+    ),
+    Mutant(
+        "the queue is closed in the renewal only when no supplement came after the count read",
+        "queue_closed_unfenced",
+        "sessions_app/services/journal.py",
+        "{quote('supplements_added')} <= %s ",
+        "{quote('supplements_added')} >= %s ",
+        (
+            "tests/sessions_app/test_run_statements.py::test_a_supplement_sent_during_the_final_call_is_answered_and_the_queue_stays_open",
+            "tests/sessions_app/test_run_statements.py::test_the_renewal_closes_the_queue_only_when_nothing_came_after_the_count_and_no_cancel",
+        ),
+    ),
+    Mutant(
+        "the renewal leaves the queue of a run asked to cancel open",
+        "queue_closed_on_cancel",
+        "sessions_app/services/journal.py",
+        "f\"AND NOT {quote('cancel_requested')} THEN",
+        'f"THEN',
+        (
+            "tests/sessions_app/test_run_statements.py::test_the_renewal_closes_the_queue_only_when_nothing_came_after_the_count_and_no_cancel",
+        ),
+    ),
+    Mutant(
+        "only an unverified final answer of the main instance closes the queue at once",
+        "queue_closed_before_verification",
+        "sessions_app/services/execution.py",
+        "    if verifies or call.error or call.purpose != ModelCall.Purpose.ACTION:",
+        "    if call.error or call.purpose != ModelCall.Purpose.ACTION:",
+        (
+            "tests/sessions_app/test_run_statements.py::test_only_the_main_instances_unverified_answer_closes_the_queue",
         ),
     ),
     Mutant(
@@ -2035,7 +2097,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if False:",
         (
             "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
         ),
     ),
     Mutant(
@@ -2056,7 +2118,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if False:",
         (
             "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
         ),
     ),
     Mutant(
@@ -2067,7 +2129,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if False:",
         (
             "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
-            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_27_statements",
+            "tests/sessions_app/test_run_statements.py::test_a_two_call_run_makes_at_most_25_statements",
         ),
     ),
     Mutant(

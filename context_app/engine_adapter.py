@@ -114,8 +114,18 @@ def version_connection(version: AgentVersion) -> ModelConnection | None:
     """Return the connection row `version` was published on (None once it no longer exists).
 
     A run reads it once, when it starts, and hands it to everything below that would read it
-    (`connection=`): its engine, its binding, its secrets and the prices of its calls.
+    (`connection=`): its engine, its binding, its secrets and the prices of its calls. A version
+    read with its connection (`select_related`) holds that row already when it is the one its
+    snapshot names: no statement then.
     """
+    connection_id = (version.snapshot.get("budget") or {}).get("connection_id")
+    loaded = AgentVersion._meta.get_field("model_connection")
+    if (
+        connection_id is not None
+        and connection_id == version.model_connection_id
+        and loaded.is_cached(version)
+    ):
+        return version.model_connection
     return _connection_row(version.snapshot)
 
 

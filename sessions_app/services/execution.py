@@ -428,8 +428,12 @@ def _start(run_id: int, owner: str):
     """
     if not run_claim(run_id=run_id, owner=owner):
         return "not claimed"
+    # The version's connection comes with the run: one statement for both.
     run = Run.objects.select_related(
-        "session", "session__agent_version", "session__space", "session__agent"
+        "session",
+        "session__agent_version__model_connection",
+        "session__space",
+        "session__agent",
     ).get(pk=run_id)
     if run.checkpoint is not None and is_legacy_checkpoint(run.checkpoint):
         adopt_legacy_run(run)  # journal what survives before the engine continues the frame
@@ -505,7 +509,8 @@ def _hooks(
         nonlocal read_upto
         added = writer.signals.supplements_added
         if added is not None and added <= read_upto:
-            if not final:
+            if not final or writer.signals.supplements_closed:
+                # Closed at a count already read: by the renewal after the final answer.
                 return []
             with database_slots.held():
                 if supplements_close(run_id=run_id, added=added):
@@ -518,6 +523,7 @@ def _hooks(
         return [(str(item.pk), item.text) for item in items]
 
     deltas = DeltaPublisher(run_id)
+    verifies = bool(version.snapshot.get("verify_completion"))
 
     budget = version.snapshot.get("budget") or {}
     call_labels = (metrics.label(budget.get("provider")), metrics.label(budget.get("model_id")))
@@ -532,7 +538,8 @@ def _hooks(
             trace_call(call, row)
         # The run's signals are as old as its last write, from before the call: renewing the
         # lease reads them again, in this slot, for the cancel check that follows the answer.
-        writer.renew()
+        # After the answer the run ends with, the same statement closes its supplement queue.
+        writer.renew(close_queue_upto=read_upto if _ends_the_run(call, verifies) else None)
 
     def on_learned(learned: Any) -> None:
         # Recorded on the connection for new runs and versions; the run itself already
@@ -565,6 +572,23 @@ def _hooks(
         span=_span_hook(run, writer.allowed_tools) if tracing.configured() else None,
     )
     return hooks, writer
+
+
+def _ends_the_run(call: Any, verifies: bool) -> bool:
+    """Return whether the engine takes `call`'s answer as the run's final answer at once.
+
+    That is an action call of the main instance answered without tool calls, with no
+    verification to come: the engine then drains the supplement queue and closes it, unless a
+    cancel was asked (it ends the run cancelled instead). The renewal after such a call closes
+    the queue itself when nothing was queued since it was last read, so that drain costs no
+    statement; when something was, the queue stays open and is read as at any final safe point.
+    """
+    if verifies or call.error or call.purpose != ModelCall.Purpose.ACTION:
+        return False
+    if (call.instance or MAIN_INSTANCE) != MAIN_INSTANCE:
+        return False
+    message = (call.response or {}).get("message")
+    return isinstance(message, dict) and not message.get("tool_calls")
 
 
 def _asker(run_id: int, owner: str) -> Any:

@@ -278,13 +278,17 @@ def _reserve_seqs(session_id: int, count: int) -> int:
 @dataclass(frozen=True)
 class RunSignals:
     """What a run was asked since its worker last wrote it: to cancel, and how many supplements
-    it accepted (None for a run older than the count: its queue is always read)."""
+    it accepted (None for a run older than the count: its queue is always read); and whether
+    its supplement queue is closed."""
 
     cancel_requested: bool
     supplements_added: int | None
+    supplements_closed: bool = False
 
 
-def update_returning_signals(run_id: int, owner: str | None, **fields: Any) -> RunSignals | None:
+def update_returning_signals(
+    run_id: int, owner: str | None, *, close_queue_upto: int | None = None, **fields: Any
+) -> RunSignals | None:
     """Set `fields` of run `run_id` — fenced by `owner`'s lease on a running run, unless `owner`
     is None; return the run's signals, or None when no row matched.
 
@@ -292,6 +296,11 @@ def update_returning_signals(run_id: int, owner: str | None, **fields: Any) -> R
     asked to cancel or sent a supplement, so it never asks separately. Each value is prepared by
     its field as a queryset's `update` would (encrypted, JSON, dates; values, not expressions),
     without building a query: a run writes its row this way several times a step.
+
+    `close_queue_upto` also closes the supplement queue in the same statement when no supplement
+    came after the one of that count and no cancel was asked (what `supplements_close` does on
+    its own): fenced by the count `supplement_add` sets under the run's lock, so a supplement
+    accepted before it leaves the queue open, and one sent after it finds it closed.
     """
     meta = Run._meta
     quote = connection.ops.quote_name
@@ -308,6 +317,13 @@ def update_returning_signals(run_id: int, owner: str | None, **fields: Any) -> R
         )
         assignments.append(f"{quote(column.column)} = {placeholder}")
         params.append(prepared)
+    if close_queue_upto is not None:
+        closed = quote("supplements_closed")
+        assignments.append(
+            f"{closed} = CASE WHEN {quote('supplements_added')} <= %s "
+            f"AND NOT {quote('cancel_requested')} THEN %s ELSE {closed} END"
+        )
+        params += [close_queue_upto, True]
     fence = ""
     params.append(run_id)
     if owner is not None:
@@ -316,26 +332,34 @@ def update_returning_signals(run_id: int, owner: str | None, **fields: Any) -> R
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608 - our names
         f"WHERE {quote(meta.pk.column)} = %s{fence} "
-        "RETURNING cancel_requested, supplements_added"
+        "RETURNING cancel_requested, supplements_added, supplements_closed"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if len(rows) != 1:
         return None
-    cancel, added = rows[0]
-    return RunSignals(cancel_requested=bool(cancel), supplements_added=added)
+    cancel, added, closed = rows[0]
+    return RunSignals(
+        cancel_requested=bool(cancel), supplements_added=added, supplements_closed=bool(closed)
+    )
 
 
-def renew_lease(*, run_id: int, owner: str) -> RunSignals | None:
+def renew_lease(
+    *, run_id: int, owner: str, close_queue_upto: int | None = None
+) -> RunSignals | None:
     """Extend `owner`'s lease on a running run; return what the run was asked meanwhile (its
     cancel flag and supplement count), or None once it no longer holds the lease.
 
     The heartbeat's write: fenced by the lease owner and the status, it sets only the lease's
-    expiry (no other column, not even `updated_at`), so it can never undo another writer.
+    expiry (no other column, not even `updated_at`), so it can never undo another writer — and,
+    after the answer the run ends with, closes its supplement queue (`close_queue_upto`: see
+    `update_returning_signals`).
     """
     expires = timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
-    return update_returning_signals(run_id, owner, lease_expires_at=expires)
+    return update_returning_signals(
+        run_id, owner, close_queue_upto=close_queue_upto, lease_expires_at=expires
+    )
 
 
 def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -407,7 +431,9 @@ class JournalWriter:
         self.lease_owner = lease_owner
         self.written: dict[str, Any] | None = None
         self.signals = RunSignals(
-            cancel_requested=run.cancel_requested, supplements_added=run.supplements_added
+            cancel_requested=run.cancel_requested,
+            supplements_added=run.supplements_added,
+            supplements_closed=run.supplements_closed,
         )
         self.calls: list[ModelCall] = []
         # The snapshots stored for the run: the ones its stored checkpoint points to.
@@ -448,9 +474,12 @@ class JournalWriter:
         """Keep a model call's row (unsaved) for the next save to record."""
         self.calls.append(call)
 
-    def renew(self) -> RunSignals:
-        """Renew the lease (the heartbeat's UPDATE … RETURNING) and keep the signals it returns."""
-        signals = renew_lease(run_id=self.run_id, owner=self.lease_owner or "")
+    def renew(self, *, close_queue_upto: int | None = None) -> RunSignals:
+        """Renew the lease (the heartbeat's UPDATE … RETURNING) and keep the signals it returns;
+        `close_queue_upto`: see `update_returning_signals`."""
+        signals = renew_lease(
+            run_id=self.run_id, owner=self.lease_owner or "", close_queue_upto=close_queue_upto
+        )
         if signals is None:
             raise LeaseLost(f"run {self.run_id} is no longer leased by this worker")
         self.signals = signals
