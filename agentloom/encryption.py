@@ -70,6 +70,7 @@ __all__ = [
     "UnreadableValue",
     "decrypt",
     "decrypt_sized",
+    "decrypt_text",
     "encrypt",
     "is_current",
     "is_legacy",
@@ -240,6 +241,16 @@ def decrypt_sized(token: bytes) -> tuple[Any, int | None]:
     except UnicodeDecodeError:
         return _from_json(data), None
     return json.loads(text), len(data)
+
+
+def decrypt_text(token: bytes) -> bytes:
+    """Return the compact JSON text of the value stored as `token`, UTF-8 encoded as `encrypt`
+    wrote it (a lone surrogate as `surrogatepass` encodes it), without parsing it: for a reader
+    that passes the value on as JSON. A legacy value is parsed and encoded the same way."""
+    token = bytes(token)
+    if is_legacy(token):
+        return _to_json(legacy_decrypt(token))
+    return _plaintext(token)
 
 
 def _empty_json(token: bytes) -> bytes:

@@ -4018,6 +4018,36 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_stored_messages.py::test_a_fork_and_an_export_carry_the_summary",
         ),
     ),
+    Mutant(
+        "a journal page copies each message's stored JSON text, parsing none",
+        "journal_page_parses_messages",
+        "sessions_app/serializers.py",
+        "        return _compact_json(json.loads(text)).encode()\n    return text\n",
+        "        return _compact_json(json.loads(text)).encode()\n"
+        "    return _compact_json(json.loads(text)).encode()\n",
+        (
+            "tests/api/test_journal.py::test_a_page_copies_each_message_as_stored_and_reads_as_the_renderer_writes_it",
+        ),
+    ),
+    Mutant(
+        "a journal page escapes U+2028 and U+2029 as the renderer does",
+        "journal_page_line_separators",
+        "sessions_app/serializers.py",
+        '    return body.replace(b"\\xe2\\x80\\xa8", b"\\\\u2028")'
+        '.replace(b"\\xe2\\x80\\xa9", b"\\\\u2029")',
+        "    return body",
+        (
+            "tests/api/test_journal.py::test_a_page_copies_each_message_as_stored_and_reads_as_the_renderer_writes_it",
+        ),
+    ),
+    Mutant(
+        "a journal page writes a lone surrogate escaped",
+        "journal_page_lone_surrogate",
+        "sessions_app/serializers.py",
+        "            return _compact_json(value, ascii=True).encode()",
+        "            return _compact_json(value).encode()",
+        ("tests/api/test_journal.py::test_a_message_with_a_lone_surrogate_is_written_escaped",),
+    ),
 )
 
 

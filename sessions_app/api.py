@@ -7,6 +7,7 @@ a worker does the rest.
 
 from __future__ import annotations
 
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
@@ -46,6 +47,7 @@ from sessions_app.serializers import (
     SupplementCreateSerializer,
     SupplementSerializer,
     journal_page_data,
+    journal_page_json,
 )
 from sessions_app.services.approvals import run_decide
 from sessions_app.services.deletion import session_delete
@@ -285,8 +287,12 @@ class SessionMessagesApi(ApiView):
         # A plain dict: DRF would read an empty `after=` or `instance=` as "not given".
         query = JournalQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
-        page = journal_page(session=session, **query.validated_data)
-        return Response(journal_page_data(page))
+        if "indent" in (request.accepted_media_type or ""):
+            # A client asked for indented JSON: the renderer writes it from the parsed records.
+            page = journal_page(session=session, **query.validated_data)
+            return Response(journal_page_data(page))
+        page = journal_page(session=session, message_text=True, **query.validated_data)
+        return HttpResponse(journal_page_json(page), content_type="application/json")
 
 
 class SessionExportApi(ApiView):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import BinaryField, Q
+from django.db.models.functions import Cast
 
+from agentloom import encryption
 from agentloom.engine import status_key
 from sessions_app.models import MAIN_INSTANCE, Run, Session, SessionMessage
 
@@ -17,18 +19,37 @@ JOURNAL_ITEM_FIELDS = ("seq", "run_id", "instance", "kind", "message", "created_
 
 
 def journal_page(
-    *, session: Session, after: int = 0, limit: int = JOURNAL_LIMIT_DEFAULT, instance=None
+    *,
+    session: Session,
+    after: int = 0,
+    limit: int = JOURNAL_LIMIT_DEFAULT,
+    instance=None,
+    message_text: bool = False,
 ) -> dict[str, Any]:
     """Return `{items, next_after}`: up to `limit` journal records with seq > `after`.
 
     One query on the (session, seq) or (session, instance, seq) index. An empty page keeps the
-    cursor where it was, so a poller can simply call again with `next_after`.
+    cursor where it was, so a poller can simply call again with `next_after`. With
+    `message_text`, each record's message is its JSON text (`encryption.decrypt_text`) instead
+    of the parsed value, for a reader that writes it out as JSON again.
     """
     rows = SessionMessage.objects.filter(session=session, seq__gt=after)
     if instance is not None:
         rows = rows.filter(instance=instance)
+    rows = rows.order_by("seq")
     # Dicts straight from the rows: a page builds no model instance per record.
-    items = list(rows.order_by("seq").values(*JOURNAL_ITEM_FIELDS)[:limit])
+    if not message_text:
+        items = list(rows.values(*JOURNAL_ITEM_FIELDS)[:limit])
+    else:
+        stored = rows.annotate(stored=Cast("message", output_field=BinaryField()))
+        fields = [name if name != "message" else "stored" for name in JOURNAL_ITEM_FIELDS]
+        items = [
+            {
+                name: encryption.decrypt_text(row["stored"]) if name == "message" else row[name]
+                for name in JOURNAL_ITEM_FIELDS
+            }
+            for row in stored.values(*fields)[:limit]
+        ]
     return {"items": items, "next_after": items[-1]["seq"] if items else after}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -11,9 +12,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
+from agentloom import encryption
 from sessions_app.models import SessionMessage
 from sessions_app.selectors.journal import journal_page
 from sessions_app.serializers import JournalPageSerializer
+from tests.support.legacy_encryption import legacy_token, store_raw
 
 pytestmark = pytest.mark.django_db
 
@@ -82,6 +85,76 @@ def test_a_page_reads_as_its_serializer_writes_it(api, run, settings, zone, offs
     body = api.get(_url(run.session, "?after=2&limit=4")).content
     assert body == JSONRenderer().render(JournalPageSerializer(page).data)
     assert json.loads(body)["items"][0]["created_at"].endswith(f".000789{offset}")
+
+
+# Messages whose JSON text the page copies as stored: characters JSON escapes, characters it
+# does not, the two the renderer escapes for JavaScript, an empty value and a compressed one.
+STORED_AS_IS = [
+    {"role": "user", "content": 'quote " backslash \\ tab \t newline \n control \x01'},
+    {"role": "assistant", "content": "caf\u00e9 \u4e2d\u6587 \U0001f600", "tool_calls": []},
+    {"role": "tool", "tool_call_id": "c1", "content": "line\u2028separator\u2029paragraph"},
+    {},
+    {"role": "tool", "tool_call_id": "c2", "content": "NONCE-LONG " * 40, "n": [1.5, -2, None]},
+]
+
+
+def _stored_messages(session, run, messages, *, start=1):
+    SessionMessage.objects.bulk_create(
+        SessionMessage(
+            session=session,
+            seq=start + index,
+            run=run,
+            kind="assistant",
+            entry_key=f"k{start + index}",
+            message=message,
+            created_at=timezone.now(),
+        )
+        for index, message in enumerate(messages)
+    )
+
+
+def test_a_page_copies_each_message_as_stored_and_reads_as_the_renderer_writes_it(
+    api, run, monkeypatch
+):
+    _stored_messages(run.session, run, STORED_AS_IS)
+    # Values stored by earlier versions: a Fernet token's base64 text and a legacy value.
+    older = [{"role": "user", "content": "NONCE-BASE64 \u00e9"}, {"content": "NONCE-LEGACY"}]
+    _stored_messages(run.session, run, older, start=len(STORED_AS_IS) + 1)
+    rows = SessionMessage.objects.filter(seq__gt=len(STORED_AS_IS)).order_by("seq")
+    base64_row, legacy_row = rows.values_list("pk", flat=True)
+    # As the earlier version wrote it: the compact JSON text's token, in base64.
+    text = json.dumps(older[0], ensure_ascii=False, separators=(",", ":")).encode()
+    base64_token = encryption._primary().encrypt(text)
+    store_raw(SessionMessage, base64_row, "message", base64_token)
+    store_raw(SessionMessage, legacy_row, "message", legacy_token(older[1]))
+    expected = JSONRenderer().render(JournalPageSerializer(journal_page(session=run.session)).data)
+
+    def parsed(*args, **kwargs):
+        raise AssertionError("a page parsed a message it could copy")
+
+    # The current forms are copied: no message is decrypted into a value, nor parsed again.
+    monkeypatch.setattr(SessionMessage._meta.get_field("message"), "from_db_value", parsed)
+    unparsed = SimpleNamespace(loads=parsed, dumps=json.dumps)
+    monkeypatch.setattr("sessions_app.serializers.json", unparsed)
+    body = api.get(_url(run.session)).content
+    assert body == expected
+    assert b"\\u2028" in body and "\u00e9".encode() in body
+    assert [item["message"] for item in json.loads(body)["items"]] == STORED_AS_IS + older
+
+
+def test_a_message_with_a_lone_surrogate_is_written_escaped(api, run):
+    _stored_messages(run.session, run, [{"content": "NONCE-\ud800-end"}, {"content": "ok"}])
+    response = api.get(_url(run.session))
+    assert response.status_code == 200
+    assert b'"NONCE-\\ud800-end"' in response.content
+    assert json.loads(response.content)["items"][1]["message"] == {"content": "ok"}
+
+
+def test_an_indented_page_is_written_by_the_renderer(api, run):
+    _stored_messages(run.session, run, STORED_AS_IS[:2])
+    response = api.get(_url(run.session), HTTP_ACCEPT="application/json; indent=2")
+    assert response.content.startswith(b'{\n  "items": [')
+    assert [item["message"] for item in response.json()["items"]] == STORED_AS_IS[:2]
 
 
 def test_an_assistant_record_returns_its_reasoning_kept_only_encrypted(api, run):
