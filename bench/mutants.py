@@ -4048,6 +4048,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "            return _compact_json(value).encode()",
         ("tests/api/test_journal.py::test_a_message_with_a_lone_surrogate_is_written_escaped",),
     ),
+    Mutant(
+        'the journal rows "Load more" fetches name the fork they post to',
+        "rows_fork_url_unnamed",
+        "templates/console/_journal_rows.html",
+        "{% url 'console-session-fork' session.pk as fork_url %}",
+        "",
+        ("tests/sessions_app/test_fork.py::test_the_api_and_the_journal_page_fork",),
+    ),
+    Mutant(
+        "the journal page's rows name the fork they post to",
+        "page_fork_url_unnamed",
+        "templates/console/journal.html",
+        "{% url 'console-session-fork' session.pk as fork_url %}",
+        "",
+        ("tests/sessions_app/test_fork.py::test_the_api_and_the_journal_page_fork",),
+    ),
 )
 
 

@@ -85,6 +85,11 @@ def test_the_api_and_the_journal_page_fork(alice, bob, gateway, make_demo_sessio
     ask(session, alice, "NONCE-FIRST")
     client.force_login(alice)
     page = client.get(f"/sessions/{session.pk}/journal/").content.decode()
+    rows = client.get(f"/sessions/{session.pk}/journal/rows/?after=0").content.decode()
+    for html in (page, rows):
+        # Every row's form posts to the fork, the page's and "Load more"'s rows alike.
+        forms = html.count('class="inline fork-form"')
+        assert forms >= 2 and html.count(f'action="/sessions/{session.pk}/fork/"') == forms
     assert "Fork from here" in page
     answer = client.post(f"/sessions/{session.pk}/fork/", {"seq": 1})
     fork = Session.objects.exclude(pk=session.pk).get()
