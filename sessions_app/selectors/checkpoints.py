@@ -147,7 +147,28 @@ def run_checkpoint(run: Run) -> dict[str, Any] | None:
             run_id=run.pk
         ).values_list("instance", "revision", "snapshot")
     }
-    return with_snapshots(checkpoint, snapshots_read(run.session_id, stored))
+    return with_sources(with_snapshots(checkpoint, snapshots_read(run.session_id, stored)))
+
+
+def with_sources(frame: dict[str, Any]) -> dict[str, Any]:
+    """Return `frame` with each compaction log row that leaves out its sources (a succeeded
+    run's checkpoint: `services.journal.finished_checkpoint`) given its snapshot's."""
+    state = frame.get("state") or {}
+    log = state.get("compaction_log") or []
+    sources = {
+        snapshot.get("revision"): snapshot["sources"]
+        for snapshot in (frame.get("context") or {}).get("compactions") or []
+        if "sources" in snapshot
+    }
+    if not any(isinstance(row, dict) and "sources" not in row for row in log) or not sources:
+        return frame
+    read = [
+        {**row, "sources": sources[row.get("revision")]}
+        if isinstance(row, dict) and "sources" not in row and row.get("revision") in sources
+        else row
+        for row in log
+    ]
+    return {**frame, "state": {**state, "compaction_log": read}}
 
 
 def frame_of(run: Run) -> InstanceFrame | None:
