@@ -147,7 +147,8 @@ def run_checkpoint(run: Run) -> dict[str, Any] | None:
             run_id=run.pk
         ).values_list("instance", "revision", "snapshot")
     }
-    return with_sources(with_snapshots(checkpoint, snapshots_read(run.session_id, stored)))
+    whole = with_snapshots(checkpoint, snapshots_read(run.session_id, stored))
+    return with_sources(whole)
 
 
 def with_sources(frame: dict[str, Any]) -> dict[str, Any]:
