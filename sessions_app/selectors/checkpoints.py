@@ -7,7 +7,10 @@ self-contained; they still load (`services.checkpoints` rewrites one by referenc
 
 A checkpoint's compaction snapshots are stored once, apart (`CompactionSnapshot`): the stored
 checkpoint names each by a pointer (`SNAPSHOT_POINTER`) and `run_checkpoint` reads them back
-into it; a checkpoint saved before embeds them, and reads as it is.
+into it; a checkpoint saved before embeds them, and reads as it is. A run that succeeded keeps
+a slim checkpoint (`services.journal.finished_checkpoint`): without the state only a resume
+reads, and its compaction log rows without the sources their snapshots hold, which
+`run_checkpoint` gives them back.
 """
 
 from __future__ import annotations
