@@ -382,10 +382,11 @@ def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 # What a run needs only to go on (`ExecutionState`): a run that succeeded is never resumed
-# (`run_resume` takes failed and cancelled runs only), so its final checkpoint leaves these out.
-# Its answer is the run's `answer` column and its journal record; its sub-agents' records are
-# journaled. What readers of an ended run read stays: the view, the binding, the counters and
-# the inherited block (the Context page, replay), the plan, the calibration (a new run's start,
+# (`run_resume` takes failed and cancelled runs only), so its final checkpoint leaves these out;
+# its sub-agents' records are journaled. Its candidate answer stays: a sweep that finds the
+# status journaled and the row still running (a worker of an older release) ends it with it.
+# What readers of an ended run read stays: the view, the binding, the counters and the inherited
+# block (the Context page, replay), the plan, the calibration (a new run's start,
 # `last_reported_call`), the server's token counts (replay) and the compaction log.
 RESUME_ONLY_STATE = frozenset(
     {
@@ -397,7 +398,6 @@ RESUME_ONLY_STATE = frozenset(
         "waiting_notes",
         "queued_supplements",
         "task_index",
-        "candidate_answer",
         "children",
         "next_child",
         "terminal",
