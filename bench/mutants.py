@@ -3962,8 +3962,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a stored snapshot's markers are read back with the checkpoint",
         "snapshot_markers_unread",
         "sessions_app/selectors/checkpoints.py",
-        "    return with_snapshots(checkpoint, snapshots_read(run.session_id, stored))",
-        "    return with_snapshots(checkpoint, stored)",
+        "with_snapshots(checkpoint, snapshots_read(run.session_id, stored))",
+        "with_snapshots(checkpoint, stored)",
         (
             "tests/sessions_app/test_stored_messages.py::test_a_summary_is_stored_once_however_many_snapshots_and_views_show_it",
         ),
@@ -4063,6 +4063,48 @@ MUTANTS: tuple[Mutant, ...] = (
         "{% url 'console-session-fork' session.pk as fork_url %}",
         "",
         ("tests/sessions_app/test_fork.py::test_the_api_and_the_journal_page_fork",),
+    ),
+    # --- a succeeded run's final checkpoint (services.journal.finished_checkpoint) -------------
+    Mutant(
+        "only a run that succeeded (never resumed) stores the slim checkpoint",
+        "slim_failed_runs_too",
+        "sessions_app/services/journal.py",
+        'if ending.get("status") == Run.Status.SUCCEEDED:',
+        'if ending.get("status"):',
+        (
+            "tests/sessions_app/test_finished_checkpoints.py::test_a_failed_run_keeps_its_whole_checkpoint_and_resumes",
+        ),
+    ),
+    Mutant(
+        "a succeeded run's checkpoint leaves out the state only a resume reads",
+        "slim_keeps_resume_state",
+        "sessions_app/services/journal.py",
+        "                    stored = finished_checkpoint(stored, frame)",
+        "                    pass",
+        (
+            "tests/sessions_app/test_finished_checkpoints.py::test_a_succeeded_run_stores_only_what_its_readers_read",
+        ),
+    ),
+    Mutant(
+        "a compaction log row leaves out only the sources its snapshot holds equal",
+        "slim_drops_unequal_sources",
+        "sessions_app/services/journal.py",
+        'and row["sources"] == snapshot.get("sources"):',
+        ":",
+        (
+            "tests/sessions_app/test_finished_checkpoints.py::test_sources_are_left_out_only_where_the_snapshot_holds_the_same",
+        ),
+    ),
+    Mutant(
+        "a log row's sources are read back from its snapshot",
+        "slim_sources_unread",
+        "sessions_app/selectors/checkpoints.py",
+        "    return with_sources(whole)",
+        "    return whole",
+        (
+            "tests/sessions_app/test_finished_checkpoints.py::test_a_succeeded_run_stores_only_what_its_readers_read",
+            "tests/sessions_app/test_finished_checkpoints.py::test_every_reader_reads_the_slim_form_as_the_whole_one",
+        ),
     ),
 )
 

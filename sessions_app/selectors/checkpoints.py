@@ -7,7 +7,10 @@ self-contained; they still load (`services.checkpoints` rewrites one by referenc
 
 A checkpoint's compaction snapshots are stored once, apart (`CompactionSnapshot`): the stored
 checkpoint names each by a pointer (`SNAPSHOT_POINTER`) and `run_checkpoint` reads them back
-into it; a checkpoint saved before embeds them, and reads as it is.
+into it; a checkpoint saved before embeds them, and reads as it is. A run that succeeded keeps
+a slim checkpoint (`services.journal.finished_checkpoint`): without the state only a resume
+reads, and its compaction log rows without the sources their snapshots hold, which
+`run_checkpoint` gives them back.
 """
 
 from __future__ import annotations
@@ -147,7 +150,29 @@ def run_checkpoint(run: Run) -> dict[str, Any] | None:
             run_id=run.pk
         ).values_list("instance", "revision", "snapshot")
     }
-    return with_snapshots(checkpoint, snapshots_read(run.session_id, stored))
+    whole = with_snapshots(checkpoint, snapshots_read(run.session_id, stored))
+    return with_sources(whole)
+
+
+def with_sources(frame: dict[str, Any]) -> dict[str, Any]:
+    """Return `frame` with each compaction log row that leaves out its sources (a succeeded
+    run's checkpoint: `services.journal.finished_checkpoint`) given its snapshot's."""
+    state = frame.get("state") or {}
+    log = state.get("compaction_log") or []
+    sources = {
+        snapshot.get("revision"): snapshot["sources"]
+        for snapshot in (frame.get("context") or {}).get("compactions") or []
+        if "sources" in snapshot
+    }
+    if not any(isinstance(row, dict) and "sources" not in row for row in log) or not sources:
+        return frame
+    read = [
+        {**row, "sources": sources[row.get("revision")]}
+        if isinstance(row, dict) and "sources" not in row and row.get("revision") in sources
+        else row
+        for row in log
+    ]
+    return {**frame, "state": {**state, "compaction_log": read}}
 
 
 def frame_of(run: Run) -> InstanceFrame | None:

@@ -381,6 +381,57 @@ def terminal_fields(checkpoint: Checkpoint) -> dict[str, Any]:
     return ended_run_fields(terminal, state)
 
 
+# What a run needs only to go on (`ExecutionState`): a run that succeeded is never resumed
+# (`run_resume` takes failed and cancelled runs only), so its final checkpoint leaves these out;
+# its sub-agents' records are journaled. Its candidate answer stays: a sweep that finds the
+# status journaled and the row still running (a worker of an older release) ends it with it.
+# What readers of an ended run read stays: the view, the binding, the counters and the inherited
+# block (the Context page, replay), the plan, the calibration (a new run's start,
+# `last_reported_call`), the server's token counts (replay) and the compaction log.
+RESUME_ONLY_STATE = frozenset(
+    {
+        "run_number",
+        "attempt",
+        "pending_tool_calls",
+        "call_boundary",
+        "deferred_messages",
+        "waiting_notes",
+        "queued_supplements",
+        "task_index",
+        "children",
+        "next_child",
+        "terminal",
+        "model_calls",
+        "compaction_throttle",
+        "largest_ok",
+        "asking",
+        "asked",
+    }
+)
+
+
+def finished_checkpoint(stored: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
+    """Return `stored` (the frame as stored: snapshots as pointers) as a run that succeeded
+    keeps it: without the state only a resume reads (`RESUME_ONLY_STATE`), and each compaction
+    log row without the sources its snapshot (`frame`'s, stored apart) holds equal, which
+    `selectors.checkpoints.run_checkpoint` reads back. `frame` and `stored` are not changed.
+    """
+    snapshots = {
+        snapshot.get("revision"): snapshot
+        for snapshot in (frame.get("context") or {}).get("compactions") or []
+    }
+    state = {k: v for k, v in (stored.get("state") or {}).items() if k not in RESUME_ONLY_STATE}
+    log = []
+    for row in state.get("compaction_log") or []:
+        snapshot = snapshots.get(row.get("revision")) if isinstance(row, dict) else None
+        if snapshot is not None and "sources" in row and row["sources"] == snapshot.get("sources"):
+            row = {k: v for k, v in row.items() if k != "sources"}
+        log.append(row)
+    if "compaction_log" in state:
+        state["compaction_log"] = log
+    return {**stored, "state": state}
+
+
 def ended_run_fields(terminal: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """Return the Run columns of a run ended with `terminal` ({status, error}) in `state`."""
     status = terminal.get("status")
@@ -652,6 +703,9 @@ class JournalWriter:
                 # snapshots are stored apart, each once; the checkpoint points to them.
                 stored, fresh = stored_frame(frame, self.stored_snapshots)
                 snapshots_store(self.run_id, self.session_id, fresh)
+                if ending.get("status") == Run.Status.SUCCEEDED:
+                    # Never resumed: it keeps what its readers read (`finished_checkpoint`).
+                    stored = finished_checkpoint(stored, frame)
                 run_fields.update(checkpoint=stored, counters=checkpoint.counters)
             self._renew_lease(**self.carried, **run_fields)
             self.carried = {}
