@@ -2101,10 +2101,10 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "a session without views is answered by the query of their derivations",
+        "a session without views is answered by one query (its best candidate)",
         "viewless_session_reads_views_twice",
         "sessions_app/selectors/views.py",
-        "    if not derivations:\n        return None\n",
+        "    if chosen is None:\n        return None\n",
         "",
         (
             "tests/sessions_app/test_history.py::test_a_history_load_reads_only_what_can_hold_its_records",
@@ -4063,6 +4063,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "{% url 'console-session-fork' session.pk as fork_url %}",
         "",
         ("tests/sessions_app/test_fork.py::test_the_api_and_the_journal_page_fork",),
+    ),
+    Mutant(
+        "choosing a view reads no derivations while no view of the session is revoked",
+        "derivations_always_read",
+        "sessions_app/selectors/views.py",
+        "    if not SessionView.objects.filter(session=session, revoked_at__isnull=False)"
+        ".exists():\n        return chosen\n",
+        "",
+        (
+            "tests/sessions_app/test_view_revocation.py::test_choosing_a_view_reads_no_derivations_while_no_view_is_revoked",
+        ),
+    ),
+    Mutant(
+        "with a view revoked, a view derived from it is never chosen",
+        "derivations_never_read",
+        "sessions_app/selectors/views.py",
+        "    if not SessionView.objects.filter(session=session, revoked_at__isnull=False)"
+        ".exists():",
+        "    if True:",
+        (
+            "tests/sessions_app/test_view_revocation.py::test_views_derived_from_a_revoked_view_are_never_chosen",
+            "tests/sessions_app/test_view_revocation.py::test_choosing_a_view_reads_no_derivations_while_no_view_is_revoked",
+        ),
     ),
     # --- a succeeded run's final checkpoint (services.journal.finished_checkpoint) -------------
     Mutant(

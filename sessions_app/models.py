@@ -340,6 +340,12 @@ class SessionView(models.Model):
             models.Index(
                 fields=["session", "binding_key", "watermark"], name="view_binding_watermark"
             ),
+            # Whether a session has a revoked view, without reading its others.
+            models.Index(
+                fields=["session"],
+                condition=models.Q(revoked_at__isnull=False),
+                name="view_revoked",
+            ),
         ]
 
     def __str__(self) -> str:

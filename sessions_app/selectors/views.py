@@ -69,28 +69,33 @@ def compliant_view(
     Neither a revoked view nor one revoked by derivation is chosen. `as_of` limits the choice to
     what existed when that run's question was asked. Candidates are matched on clear columns;
     nothing is decrypted. A question asked before anything was journaled (inherited watermark 0)
-    has none to choose from, as a view stands for at least one record; a session without views
-    is answered by the one query that reads their derivations.
+    has none to choose from, as a view stands for at least one record. The cost does not grow
+    with the session's views: one query finds the best candidate (the only one for a session
+    without views), one more asks whether any view of the session is revoked; only then, since
+    a view is revoked by derivation only below a revoked one, are the views' derivations read.
     """
     if as_of is not None and as_of.inherited_watermark < 1:
         return None
-    derivations = view_derivations(session.pk)
-    if not derivations:
-        return None
     views = SessionView.objects.filter(
         session=session, binding_key=binding_key(binding), revoked_at__isnull=True
-    ).exclude(
-        revision__in=[
-            revision
-            for revision, derivation in derivations.items()
-            if derivation.revoked_ancestor is not None
-        ]
     )
     if as_of is not None:
         views = views.filter(
             watermark__lte=as_of.inherited_watermark, created_at__lt=as_of.created_at
         )
-    return views.defer("messages").order_by("-watermark", "-revision").first()
+    views = views.defer("messages").order_by("-watermark", "-revision")
+    chosen = views.first()
+    if chosen is None:
+        return None
+    if not SessionView.objects.filter(session=session, revoked_at__isnull=False).exists():
+        return chosen
+    return views.exclude(
+        revision__in=[
+            revision
+            for revision, derivation in view_derivations(session.pk).items()
+            if derivation.revoked_ancestor is not None
+        ]
+    ).first()
 
 
 def view_content(view: SessionView) -> tuple[list[dict[str, Any]], list[Origin]]:

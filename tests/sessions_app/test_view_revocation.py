@@ -6,6 +6,8 @@ import importlib
 
 import pytest
 from django.apps import apps as django_apps
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from agentloom.errors import Conflict, NotFound
@@ -176,6 +178,32 @@ def test_views_derived_from_a_revoked_view_are_never_chosen(alice, gateway, make
     seen = " ".join(str(m.get("content")) for m in gateway.action_requests()[-1].messages)
     assert all(f"NONCE-Q{n}" in seen for n in range(9))
     assert replay_run(run9).ok
+
+
+def test_choosing_a_view_reads_no_derivations_while_no_view_is_revoked(
+    alice, gateway, make_demo_session, monkeypatch
+):
+    session = make_demo_session(policy={"user_turns": 1})
+    for n in range(4):
+        ask(session, alice, f"NONCE-Q{n} question")
+    binding = version_binding(session.agent_version)
+    newest = SessionView.objects.filter(session=session).order_by("-revision").first()
+    read = []
+    derivations = view_derivations
+
+    def counted(session_id):
+        read.append(session_id)
+        return derivations(session_id)
+
+    monkeypatch.setattr("sessions_app.selectors.views.view_derivations", counted)
+    with CaptureQueriesContext(connection) as queries:
+        assert compliant_view(session, binding) == newest
+    # The best candidate and whether any view is revoked: two rows read, whatever the views.
+    assert (len(queries.captured_queries), read) == (2, [])
+    # With a view revoked, the chains are read: a view derived from it must not be chosen.
+    view_revoke(user=alice, session=session, revision=newest.derived_from.revision)
+    assert compliant_view(session, binding) not in (newest, newest.derived_from)
+    assert read == [session.pk]
 
 
 @pytest.mark.usefixtures("version_two_summaries")
