@@ -938,6 +938,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:",
         (
             "tests/sessions_app/test_references.py::test_references_are_written_once_and_every_reader_finds_them",
+            "tests/sessions_app/test_references.py::test_a_summary_stands_for_a_long_prefix_in_one_range",
         ),
     ),
     Mutant(
@@ -4127,6 +4128,56 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/sessions_app/test_finished_checkpoints.py::test_a_succeeded_run_stores_only_what_its_readers_read",
             "tests/sessions_app/test_finished_checkpoints.py::test_every_reader_reads_the_slim_form_as_the_whole_one",
+        ),
+    ),
+    Mutant(
+        "a view's summary stands for its records in ranges across status records",
+        "summary_sources_split_at_status",
+        _VIEWS,
+        "    ranges = across_status(session_id, union_ranges(session))",
+        "    ranges = union_ranges(session)",
+        (
+            "tests/sessions_app/test_references.py::test_a_summary_stands_for_a_long_prefix_in_one_range",
+            "tests/sessions_app/test_references.py::test_a_summary_saved_one_range_per_turn_still_reads_and_joins",
+        ),
+    ),
+    Mutant(
+        "a compaction's sources join adjacent ranges",
+        "sources_adjacent_unjoined",
+        f"{_ENGINE}/_refs.py",
+        "        if union and first <= union[-1][1] + 1:",
+        "        if union and first <= union[-1][1]:",
+        (
+            "tests/engine/test_refs.py::test_a_union_joins_adjacent_and_held_ranges_and_keeps_gaps",
+            "tests/sessions_app/test_references.py::test_a_summary_stands_for_a_long_prefix_in_one_range",
+        ),
+    ),
+    Mutant(
+        "a range held inside another does not shorten the union",
+        "sources_nested_range_shortens",
+        f"{_ENGINE}/_refs.py",
+        "            union[-1][1] = max(union[-1][1], last)",
+        "            union[-1][1] = last",
+        ("tests/engine/test_refs.py::test_a_union_joins_adjacent_and_held_ranges_and_keeps_gaps",),
+    ),
+    Mutant(
+        "a fork carries a summary's range only if it copied every record in it",
+        "fork_range_gap_carried",
+        "sessions_app/services/fork.py",
+        "    if end - start != last - first:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_fork.py::test_a_summary_range_over_a_record_the_fork_does_not_copy_is_not_carried",
+        ),
+    ),
+    Mutant(
+        "a fork maps a summary's ranges to the copies",
+        "fork_range_unmapped",
+        "sessions_app/services/fork.py",
+        "    return [start, end]",
+        "    return [first, last]",
+        (
+            "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
         ),
     ),
 )

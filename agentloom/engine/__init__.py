@@ -215,7 +215,14 @@ from agentloom.engine._records import (
     status_key,
 )
 from agentloom.engine._redaction import Redactor, StreamRedactor
-from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, as_ranges, materialize
+from agentloom.engine._refs import (
+    LARGE_KEYS,
+    Origin,
+    RecordStore,
+    as_ranges,
+    materialize,
+    union_ranges,
+)
 from agentloom.engine._rendering import rendering_binding, rendering_named, rendering_of
 from agentloom.engine._search import (
     MAX_QUERY_CHARS,
@@ -373,6 +380,7 @@ __all__ = [  # noqa: RUF022
     "Origin",
     "RecordStore",
     "as_ranges",
+    "union_ranges",
     "materialize",
     # _compaction_versions
     "compaction_binding",

@@ -100,8 +100,8 @@ from agentloom.engine._refs import (
     TOOL_DETAIL,
     Origin,
     RecordStore,
-    as_ranges,
     materialize,
+    union_ranges,
 )
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 from agentloom.engine._search import (
@@ -1101,26 +1101,27 @@ class JournalContextManager(ContextManager):
 
         With `earlier` (sources by snapshot revision), a summary message counts as the records
         its compaction summarised; an inherited summary counts as the session records its view
-        says it stood for (`src`), so ranges stay exact across runs.
+        says it stood for (`src`), so ranges stay exact across runs. Ranges are merged as
+        ranges: an inherited one is never listed seq by seq.
         """
-        own: set[int] = set()
-        session: set[int] = set()
+        own: list[list[int]] = []
+        session: list[list[int]] = []
         for index in indexes:
             origin = self.frame.origins[index] if index < len(self.frame.origins) else None
             if not origin:
                 continue
             if "own" in origin:
-                own.add(origin["own"])
+                own.append([origin["own"], origin["own"]])
             elif "s" in origin:
-                session.add(origin["s"])
+                session.append([origin["s"], origin["s"]])
             elif "src" in origin:
                 # An inherited summary: the session records its view says it stood for.
-                session.update(seq for a, b in origin["src"] for seq in range(a, b + 1))
+                session.extend(origin["src"])
             elif "summary" in origin and "b" not in origin and earlier is not None:
                 before = earlier.get(origin["summary"], {})
-                own.update(seq for a, b in before.get("own", []) for seq in range(a, b + 1))
-                session.update(seq for a, b in before.get("session", []) for seq in range(a, b + 1))
-        return {"own": as_ranges(own), "session": as_ranges(session)}
+                own.extend(before.get("own", []))
+                session.extend(before.get("session", []))
+        return {"own": union_ranges(own), "session": union_ranges(session)}
 
     def _summarised_sources(self, outcome: CompactionOutcome) -> dict[str, list[list[int]]]:
         """Return the records a summary replaced: own local seqs and session seqs, as ranges.

@@ -5,7 +5,8 @@ A view message has an *origin*:
 - `None`: made here and stored inline (system prompt, `unknown` placeholder, run-status note);
 - `{"summary": revision}`: the handoff summary made by compaction `revision`, stored inline;
 - `{"src": ranges}`: an inherited handoff summary, stored inline, that stands for the session
-  records `ranges` (so a summary of it covers them too);
+  records `ranges` (so a summary of it covers them too); a range may run over status records,
+  which no view shows, so a long session's summary holds a range or two, not one per turn;
 - `{"own": seq}`: the instance's own record `seq`, as recorded;
 - `{"own": seq, "cap": N}`: its own tool result, shown capped at N characters;
 - `{"s": seq, "as": how, ...}`: session journal record `seq`, as history shows it.
@@ -71,6 +72,7 @@ __all__ = [
     "history_assistant",
     "materialize",
     "session_seqs",
+    "union_ranges",
 ]
 
 # The key of a tool-result record's message that holds its journal-only detail.
@@ -301,6 +303,20 @@ def as_ranges(seqs: set[int] | list[int]) -> list[list[int]]:
         else:
             ranges.append([seq, seq])
     return ranges
+
+
+def union_ranges(ranges: Iterable[list[int]]) -> list[list[int]]:
+    """Return the union of inclusive `[first, last]` ranges as sorted runs (new lists).
+
+    The same as `as_ranges` of every number they hold, without listing the numbers.
+    """
+    union: list[list[int]] = []
+    for first, last in sorted(ranges):
+        if union and first <= union[-1][1] + 1:
+            union[-1][1] = max(union[-1][1], last)
+        else:
+            union.append([first, last])
+    return union
 
 
 def session_seqs(entries: Iterable[dict[str, Any]]) -> set[int]:

@@ -12,11 +12,11 @@ from typing import Any
 from agentloom.engine import (
     DEFAULT_SAMPLES,
     HANDOFF_MARK,
-    as_ranges,
     measure_context,
     rendering_named,
     rendering_of,
     resumed_estimator,
+    union_ranges,
 )
 from context_app.engine_adapter import estimator_name, offered_tools, run_measures, sent_messages
 from sessions_app.models import ModelCall, Run, SessionMessage
@@ -160,16 +160,13 @@ def _summary_text(messages: list[dict[str, Any]]) -> str | None:
 
 
 def _session_ranges(sources: dict[str, Any], by_local: dict[int, int]) -> list[list[int]]:
-    seqs = {
-        by_local[seq]
+    own = [
+        [by_local[seq], by_local[seq]]
         for first, last in sources.get("own") or []
         for seq in range(first, last + 1)
         if seq in by_local
-    }
-    seqs.update(
-        seq for first, last in sources.get("session") or [] for seq in range(first, last + 1)
-    )
-    return as_ranges(seqs)
+    ]
+    return union_ranges([*own, *(sources.get("session") or [])])
 
 
 def run_context(run: Run, *, costs: bool = False) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agentloom.engine import MAIN_INSTANCE, UNKNOWN_RESULT, as_ranges
+from agentloom.engine import MAIN_INSTANCE, UNKNOWN_RESULT, union_ranges
 from agentloom.errors import Conflict, InvalidInput, NotFound
 from sessions_app.models import Run, Session, SessionMessage, SessionView
 from sessions_app.selectors.history import import_origin, imported_history
@@ -213,9 +213,19 @@ def _mapped_entry(entry: dict[str, Any], seqs: dict[int, int]) -> dict[str, Any]
     if "s" in entry:
         mapped["s"] = _mapped_seq(entry["s"], seqs)
     if "src" in entry:
-        stood = [seq for first, last in entry["src"] for seq in range(first, last + 1)]
-        mapped["src"] = as_ranges({_mapped_seq(seq, seqs) for seq in stood})
+        mapped["src"] = union_ranges(
+            _mapped_range(first, last, seqs) for first, last in entry["src"]
+        )
     return mapped
+
+
+def _mapped_range(first: int, last: int, seqs: dict[int, int]) -> list[int]:
+    """Map a range whose every record the fork copied; the copies are numbered in order with
+    nothing between, so that holds exactly when its ends map as far apart as they were."""
+    start, end = _mapped_seq(first, seqs), _mapped_seq(last, seqs)
+    if end - start != last - first:
+        raise _Unmapped(first)
+    return [start, end]
 
 
 def _mapped_value(value: Any, seqs: dict[int, int]) -> Any:

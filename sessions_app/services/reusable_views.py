@@ -36,7 +36,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentloom.engine import LARGE_KEYS, as_ranges, compaction_of
+from agentloom.engine import LARGE_KEYS, as_ranges, compaction_of, union_ranges
 from agentloom.errors import Conflict, NotFound
 from agentloom.spaces.selectors import space_role
 from sessions_app.models import (
@@ -96,27 +96,27 @@ def session_refs(
 
 
 def _with_summary_sources(
-    run_id: int, instance: str, snapshot: dict[str, Any]
+    run_id: int, session_id: int, instance: str, snapshot: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Return the snapshot's view entries, its summary marked with the session seqs it replaced.
 
     The snapshot names them as the run's own local seqs and session seqs (transitively: what
-    the summaries it summarised stood for included); a view holds them as session ranges.
+    the summaries it summarised stood for included); a view holds them as session ranges joined
+    across status records, so a summary of a long session holds a range or two, not one per turn.
     """
     sources = snapshot.get("sources") or {}
+    session = [list(pair) for pair in sources.get("session") or []]
     own = {seq for first, last in sources.get("own") or [] for seq in range(first, last + 1)}
-    session = {
-        seq for first, last in sources.get("session") or [] for seq in range(first, last + 1)
-    }
     if own:
-        session.update(
-            SessionMessage.objects.filter(
+        session.extend(
+            [seq, seq]
+            for seq in SessionMessage.objects.filter(
                 run_id=run_id, instance=instance, local_seq__in=own
             ).values_list("seq", flat=True)
         )
     if not session:
         return snapshot["view"]
-    ranges = as_ranges(session)
+    ranges = across_status(session_id, union_ranges(session))
     return [
         {**entry, "src": ranges} if "m" in entry and "summary" in entry else entry
         for entry in snapshot["view"]
@@ -152,12 +152,17 @@ def reference_rows(session_id: int, refs: list[dict[str, Any]], **referrer: Any)
 
 
 def reference_ranges(session_id: int, seqs: set[int]) -> list[list[int]]:
-    """Return `seqs` as the inclusive ranges their references cover (one query).
+    """Return `seqs` as the inclusive ranges their references cover (one query)."""
+    return across_status(session_id, as_ranges(seqs))
 
-    Runs of consecutive seqs, joined across a gap of status records only: no view shows a run's
-    status, so without this every turn of a session would start a range of its own.
+
+def across_status(session_id: int, ranges: list[list[int]]) -> list[list[int]]:
+    """Return sorted, disjoint `ranges` joined across every gap of status records only (one
+    query, none for a single range).
+
+    No view shows a run's status, so a range that runs over one stands for the same records;
+    without this every turn of a session would start a range of its own.
     """
-    ranges = as_ranges(seqs)
     if len(ranges) < 2:
         return ranges
     statuses = set(
@@ -168,7 +173,7 @@ def reference_ranges(session_id: int, seqs: set[int]) -> list[list[int]]:
             kind=SessionMessage.Kind.STATUS,
         ).values_list("seq", flat=True)
     )
-    joined = [ranges[0]]
+    joined = [list(ranges[0])]
     for first, last in ranges[1:]:
         if all(seq in statuses for seq in range(joined[-1][1] + 1, first)):
             joined[-1][1] = last
@@ -248,7 +253,7 @@ def snapshot_save(
     revision = snapshot["revision"]
     if SessionView.objects.filter(run_id=run_id, snapshot_revision=revision).exists():
         return None, None
-    entries = _with_summary_sources(run_id, frame["instance"], snapshot)
+    entries = _with_summary_sources(run_id, session_id, frame["instance"], snapshot)
     refs, inline = session_refs(
         run_id=run_id, instance=frame["instance"], entries=_without_system_head(entries)
     )

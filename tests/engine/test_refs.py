@@ -19,7 +19,9 @@ from agentloom.engine import (
     InstanceFrame,
     ModelBudget,
     ModelGateway,
+    as_ranges,
     materialize,
+    union_ranges,
 )
 from agentloom.engine._errors import FrameError
 from agentloom.engine.testing import MemoryJournal, text_response, tool_call_response
@@ -212,3 +214,19 @@ def test_an_earlier_checkpoint_loads_while_the_journal_has_grown():
     for stored, full in zip(recorder.stored, recorder.saves, strict=True):
         frame = InstanceFrame.from_dict(stored, store=recorder.store())
         assert json.dumps(frame.to_dict()) == json.dumps(full)
+
+
+def test_a_union_joins_adjacent_and_held_ranges_and_keeps_gaps():
+    ranges = [[5, 9], [1, 3], [4, 4], [6, 7], [20, 21], [11, 11]]
+    assert union_ranges(ranges) == [[1, 9], [11, 11], [20, 21]]
+    assert ranges[0] == [5, 9] and union_ranges([]) == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=12))
+def test_a_union_of_ranges_is_the_ranges_of_every_seq_they_hold(pairs):
+    ranges = [[first, first + length] for first, length in pairs]
+    seqs = {seq for first, last in ranges for seq in range(first, last + 1)}
+    union = union_ranges(ranges)
+    assert union == as_ranges(seqs)
+    # New lists: growing the union never changes the ranges it was made of.
+    assert all(r is not u for r in ranges for u in union)

@@ -141,6 +141,19 @@ def test_a_fork_after_a_views_watermark_starts_from_the_view(alice, gateway, mak
         (a["s"], b["s"]) for a, b in zip(view.entries, carried.entries, strict=True) if "s" in a
     ]
     assert shown and all(copies[mine] == theirs for theirs, mine in shown)
+    # A summary's ranges name the copies of the records they named (joined where the fork
+    # left the sub-agent's records out).
+    stood = [
+        (a["src"], b["src"])
+        for a, b in zip(view.entries, carried.entries, strict=True)
+        if "src" in a
+    ]
+    assert stood
+    assert all(
+        [copies[seq] for first, last in mine for seq in range(first, last + 1)]
+        == [seq for first, last in theirs for seq in range(first, last + 1)]
+        for theirs, mine in stood
+    )
     assert _cited(view) and len(_cited(view)) == len(_cited(carried))
     store = JournalStore(fork.runs.order_by("number")[0])
     original = dict(SessionMessage.objects.filter(session=session).values_list("seq", "message"))
@@ -191,6 +204,16 @@ def test_a_view_that_does_not_map_whole_or_is_revoked_is_not_carried(
     SessionView.objects.filter(pk=first.pk).update(
         entries=[*first.entries, {"s": child.seq, "as": "user"}]
     )
+    # A summary whose range runs over it: its ends map, the records between do not all.
+    second = views[1]
+    main = SessionMessage.objects.filter(session=session, instance="main")
+    around = (
+        main.filter(seq__lt=child.seq).order_by("-seq")[0].seq,
+        main.filter(seq__gt=child.seq).order_by("seq")[0].seq,
+    )
+    SessionView.objects.filter(pk=second.pk).update(
+        entries=[{**e, "src": [list(around)]} if "src" in e else e for e in second.entries]
+    )
     view_revoke(user=alice, session=session, revision=view.revision)
     last = SessionMessage.objects.filter(session=session, instance="main").order_by("-seq")[0]
     fork = session_fork(user=alice, session=session, seq=last.seq)
@@ -200,3 +223,28 @@ def test_a_view_that_does_not_map_whole_or_is_revoked_is_not_carried(
         for w in SessionView.objects.filter(session=fork).values_list("watermark", flat=True)
     }
     assert watermarks == {v.watermark for v in views[1:] if v.pk != view.pk}
+
+
+def test_a_summary_range_over_a_record_the_fork_does_not_copy_is_not_carried(
+    alice, gateway, make_demo_session
+):
+    session, _ = _compacted(alice, make_demo_session)
+    first, *others = session.views.order_by("revision")
+    # The range's ends are copied, the sub-agent's record between them is not.
+    child = SessionMessage.objects.filter(session=session).exclude(instance="main")[0]
+    main = SessionMessage.objects.filter(session=session, instance="main")
+    ends = [
+        main.filter(seq__lt=child.seq).order_by("-seq")[0].seq,
+        main.filter(seq__gt=child.seq).order_by("seq")[0].seq,
+    ]
+    SessionView.objects.filter(pk=first.pk).update(
+        entries=[{**e, "src": [ends]} if "src" in e else e for e in first.entries]
+    )
+    last = main.order_by("-seq")[0]
+    fork = session_fork(user=alice, session=session, seq=last.seq)
+    copies = dict(SessionMessage.objects.filter(session=fork).values_list("seq", "origin_seq"))
+    watermarks = {
+        copies[w]
+        for w in SessionView.objects.filter(session=fork).values_list("watermark", flat=True)
+    }
+    assert others and watermarks == {view.watermark for view in others}

@@ -6,8 +6,9 @@ import pytest
 from django.core.management import call_command
 from django.db.models import RestrictedError
 
+from agentloom.engine import as_ranges
 from context_app.engine_adapter import version_binding
-from sessions_app.models import JournalReference, Session, SessionMessage, SessionView
+from sessions_app.models import JournalReference, Run, Session, SessionMessage, SessionView
 from sessions_app.selectors.checkpoints import frame_of
 from sessions_app.selectors.context import run_context
 from sessions_app.selectors.history import history_for_new_run
@@ -166,3 +167,57 @@ def test_the_reference_migration_is_resumable_and_idempotent(alice, gateway, mak
     assert _ranges(session) == written
     for view in SessionView.objects.filter(session=session):
         view_content(view)
+
+
+def _stood_for(view) -> tuple[set[int], set[int]]:
+    """The records a view's summaries stand for (`src`), and the records it shows (`s`)."""
+    stood = {
+        seq
+        for entry in view.entries
+        for first, last in entry.get("src") or []
+        for seq in range(first, last + 1)
+    }
+    return stood, {entry["s"] for entry in view.entries if "s" in entry}
+
+
+def test_a_summary_stands_for_a_long_prefix_in_one_range(alice, gateway, make_demo_session):
+    session = make_demo_session(context_window=9_000)
+    runs = [ask(session, alice, long_question(n)) for n in range(12)]
+    kinds = dict(SessionMessage.objects.filter(session=session).values_list("seq", "kind"))
+    views = list(SessionView.objects.filter(session=session).order_by("revision"))
+    assert len(views) >= 6
+    for view in views:
+        # One range over the statuses between turns, however many turns it summarises...
+        assert [len(entry["src"]) for entry in view.entries if "src" in entry] == [1], view.entries
+        stood, shown = _stood_for(view)
+        # ...standing for exactly the prefix: every record up to the watermark is summarised or
+        # shown, never both; the only other records the range runs over are statuses.
+        assert not stood & shown
+        prefix = {seq for seq, kind in kinds.items() if seq <= view.watermark and kind != "status"}
+        assert prefix == (stood | shown) - {s for s in stood if kinds[s] == "status"}
+    # The snapshot and the Context page name a range or two as well, not one per turn.
+    last = Run.objects.get(pk=runs[-1].pk)
+    assert all(len(c["sources"]["session"]) <= 2 for c in frame_of(last).compactions)
+    assert all(len(c["summarised_ranges"]) <= 2 for c in run_context(last)["compactions"])
+
+
+def test_a_summary_saved_one_range_per_turn_still_reads_and_joins(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session(context_window=9_000)
+    for n in range(6):
+        ask(session, alice, long_question(n))
+    view = SessionView.objects.filter(session=session).order_by("-revision")[0]
+    kinds = dict(SessionMessage.objects.filter(session=session).values_list("seq", "kind"))
+    stood, _ = _stood_for(view)
+    # As views were saved before: split at every status record.
+    split = as_ranges({seq for seq in stood if kinds[seq] != "status"})
+    assert len(split) > 2
+    view.entries = [{**e, "src": split} if "src" in e else e for e in view.entries]
+    view.save(update_fields=["entries"])
+    assert history_for_new_run(session, version_binding(session.agent_version)).view_revision
+    ask(session, alice, long_question(6))
+    newest = SessionView.objects.filter(session=session).order_by("-revision")[0]
+    assert newest.revision > view.revision
+    assert [len(entry["src"]) for entry in newest.entries if "src" in entry] == [1]
+    assert _stood_for(newest)[0] >= stood
