@@ -4144,7 +4144,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "a compaction's sources join adjacent ranges",
         "sources_adjacent_unjoined",
-        f"{_ENGINE}/_refs.py",
+        f"{_ENGINE}/_ranges.py",
         "        if union and first <= union[-1][1] + 1:",
         "        if union and first <= union[-1][1]:",
         (
@@ -4155,10 +4155,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "a range held inside another does not shorten the union",
         "sources_nested_range_shortens",
-        f"{_ENGINE}/_refs.py",
+        f"{_ENGINE}/_ranges.py",
         "            union[-1][1] = max(union[-1][1], last)",
         "            union[-1][1] = last",
         ("tests/engine/test_refs.py::test_a_union_joins_adjacent_and_held_ranges_and_keeps_gaps",),
+    ),
+    Mutant(
+        "a citation names its records as ranges, spans joined",
+        "citation_spans_unjoined",
+        f"{_ENGINE}/_identifiers.py",
+        "        for first, last in union_ranges(ranges)",
+        "        for first, last in ranges",
+        (
+            "tests/engine/test_identifiers.py::test_a_citation_joins_records_and_spans_into_ranges_per_prefix",
+        ),
     ),
     Mutant(
         "a fork carries a summary's range only if it copied every record in it",

@@ -207,6 +207,7 @@ from agentloom.engine._protocol import (
     UNKNOWN_RESULT,
     message_text,
 )
+from agentloom.engine._ranges import as_ranges, union_ranges
 from agentloom.engine._records import (
     MAIN_INSTANCE,
     USER_INPUT_KEY,
@@ -215,14 +216,7 @@ from agentloom.engine._records import (
     status_key,
 )
 from agentloom.engine._redaction import Redactor, StreamRedactor
-from agentloom.engine._refs import (
-    LARGE_KEYS,
-    Origin,
-    RecordStore,
-    as_ranges,
-    materialize,
-    union_ranges,
-)
+from agentloom.engine._refs import LARGE_KEYS, Origin, RecordStore, materialize
 from agentloom.engine._rendering import rendering_binding, rendering_named, rendering_of
 from agentloom.engine._search import (
     MAX_QUERY_CHARS,

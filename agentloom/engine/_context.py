@@ -83,6 +83,7 @@ from agentloom.engine._protocol import (
     run_note,
     tool_calls_of,
 )
+from agentloom.engine._ranges import union_ranges
 from agentloom.engine._records import (
     MAIN_INSTANCE,
     USER_INPUT_KEY,
@@ -101,7 +102,6 @@ from agentloom.engine._refs import (
     Origin,
     RecordStore,
     materialize,
-    union_ranges,
 )
 from agentloom.engine._rendering import Rendering, rendering_binding, rendering_named
 from agentloom.engine._search import (

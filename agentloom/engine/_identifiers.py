@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agentloom.engine._ranges import union_ranges
+
 _QUOTED = r"\"[^\"\n]{2,200}\"|'[^'\n]{2,200}'|`[^`\n]{1,200}`|“[^”\n]{1,200}”|「[^」\n]{1,200}」"
 _URL = r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{}，。、]+"
 _PATH = (
@@ -271,30 +273,21 @@ def section_sources(summary: str) -> tuple[str, list[tuple[str, str, str]]]:
 def cited(references: list[str]) -> str:
     """Return `references` (records, ranges or citations of them) as one short citation:
     each prefix's seqs as ranges (`s:3–7, r2:1–4`); anything else is kept as it is."""
-    seqs: dict[str, list[int]] = {}
+    seqs: dict[str, list[list[int]]] = {}
     others: dict[str, None] = {}
     for reference in references:
         for part in reference.split(", "):
             match = _REF_PARTS.match(part)
             if match:
                 first = int(match["seq"])
-                last = int(match["last"] or first)
-                seqs.setdefault(match["prefix"], []).extend(range(first, last + 1))
+                seqs.setdefault(match["prefix"], []).append([first, int(match["last"] or first)])
             else:
                 others[part] = None
-    parts: list[str] = []
-    for prefix, numbers in seqs.items():
-        numbers = sorted(set(numbers))
-        start = previous = numbers[0]
-        for number in [*numbers[1:], None]:
-            if number is not None and number == previous + 1:
-                previous = number
-                continue
-            parts.append(
-                f"{prefix}:{start}" if start == previous else f"{prefix}:{start}–{previous}"
-            )
-            if number is not None:
-                start = previous = number
+    parts = [
+        f"{prefix}:{first}" if first == last else f"{prefix}:{first}–{last}"
+        for prefix, ranges in seqs.items()
+        for first, last in union_ranges(ranges)
+    ]
     return ", ".join([*parts, *others])
 
 

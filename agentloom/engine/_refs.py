@@ -67,12 +67,10 @@ __all__ = [
     "Origin",
     "RecordStore",
     "ViewEncoder",
-    "as_ranges",
     "decode_entries",
     "history_assistant",
     "materialize",
     "session_seqs",
-    "union_ranges",
 ]
 
 # The key of a tool-result record's message that holds its journal-only detail.
@@ -292,31 +290,6 @@ class ViewEncoder:
 
 def _copied_ranges(entry: dict[str, Any]) -> dict[str, Any]:
     return {key: list(entry[key]) for key in ("own", "hist") if key in entry}
-
-
-def as_ranges(seqs: set[int] | list[int]) -> list[list[int]]:
-    """Return `seqs` as sorted, inclusive `[first, last]` runs of consecutive numbers."""
-    ranges: list[list[int]] = []
-    for seq in sorted(seqs):
-        if ranges and seq == ranges[-1][1] + 1:
-            ranges[-1][1] = seq
-        else:
-            ranges.append([seq, seq])
-    return ranges
-
-
-def union_ranges(ranges: Iterable[list[int]]) -> list[list[int]]:
-    """Return the union of inclusive `[first, last]` ranges as sorted runs (new lists).
-
-    The same as `as_ranges` of every number they hold, without listing the numbers.
-    """
-    union: list[list[int]] = []
-    for first, last in sorted(ranges):
-        if union and first <= union[-1][1] + 1:
-            union[-1][1] = max(union[-1][1], last)
-        else:
-            union.append([first, last])
-    return union
 
 
 def session_seqs(entries: Iterable[dict[str, Any]]) -> set[int]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentloom.engine._identifiers import KEPT_HEADER, identifiers, kept_verbatim, terms
+from agentloom.engine._identifiers import KEPT_HEADER, cited, identifiers, kept_verbatim, terms
 
 TABLE = [
     (
@@ -85,3 +85,9 @@ def test_the_rules_of_compaction_versions_2_and_3_are_kept_for_their_replays():
     kept_2 = kept_verbatim("a summary", [("s:1", text)], 2_000)
     assert "- KL-1220 (s:1)" in kept_1.section and "- search_history" in kept_1.section
     assert "- KL-1220-6d81 (s:1)" in kept_2.section and "search_history (" not in kept_2.section
+
+
+def test_a_citation_joins_records_and_spans_into_ranges_per_prefix():
+    # A span an earlier summary cited, records inside and beside it, another run's record.
+    references = ["s:1–5000", "s:3", "s:5001", "r2:4, r2:5", "s:5003–5004", "notes"]
+    assert cited(references) == "s:1–5001, s:5003–5004, r2:4–5, notes"
