@@ -126,10 +126,15 @@ def _run(options, url: str, scratch: Path) -> None:
         f"a page of {options.limit} records after #{after}\n"
     )
     print(f"{'page':>24} | {'CPU ms/req':>10} | {'queries':>7} | where the CPU goes (profile)")
-    for label, path in pages.items():
-        cpu, queries, shares = _in_process(world, path, options.requests)
-        spread = ", ".join(f"{name} {share:.0%}" for name, share in shares)
+    profiles = {}
+    for (label, path), name in zip(pages.items(), options.pages.split(","), strict=True):
+        cpu, queries, profile = _in_process(world, path, options.requests)
+        spread = ", ".join(f"{name} {share:.0%}" for name, share in _shares(profile))
         print(f"{label:>24} | {cpu:>10.2f} | {queries:>7} | {spread}", flush=True)
+        profiles[name] = profile
+    if options.profile in profiles:
+        print(f"\nthe 30 costliest functions of the {options.profile} page, by own time:")
+        pstats.Stats(profiles[options.profile]).sort_stats("tottime").print_stats(30)
     if options.server:
         _served(world, pages, options, scratch)
 
@@ -162,8 +167,8 @@ def _client(world: dict, path: str):
     return client
 
 
-def _in_process(world: dict, path: str, requests: int) -> tuple[float, int, list]:
-    """Return the CPU ms per request, the queries of one request and the profile's shares."""
+def _in_process(world: dict, path: str, requests: int) -> tuple[float, int, cProfile.Profile]:
+    """Return the CPU ms per request, the queries of one request and a profile of requests."""
     from django.db import connection
 
     client = _client(world, path)
@@ -186,7 +191,7 @@ def _in_process(world: dict, path: str, requests: int) -> tuple[float, int, list
     for _ in range(max(20, requests // 5)):
         client.get(path)
     profile.disable()
-    return cpu, len(queries), _shares(profile)
+    return cpu, len(queries), profile
 
 
 def _shares(profile: cProfile.Profile) -> list[tuple[str, float]]:
