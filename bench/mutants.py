@@ -4161,6 +4161,34 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/engine/test_refs.py::test_a_union_joins_adjacent_and_held_ranges_and_keeps_gaps",),
     ),
     Mutant(
+        "a question finds runs never journaled by the (status, session) index",
+        "unjournaled_ordered_by_query",
+        "sessions_app/services/legacy.py",
+        """        .order_by()\n    )\n    # Put in run order here""",
+        """        .order_by("number")\n    )\n    # Put in run order here""",
+        (
+            "tests/sessions_app/test_run_plans.py::test_a_questions_checks_and_the_sweep_find_runs_by_status",
+        ),
+    ),
+    Mutant(
+        "runs never journaled are adopted in run order",
+        "unjournaled_out_of_order",
+        "sessions_app/services/legacy.py",
+        "sorted(unjournaled, key=lambda run: run.number)",
+        "sorted(unjournaled, key=lambda run: -run.number)",
+        ("tests/sessions_app/test_legacy.py::test_a_new_question_adopts_unjournaled_runs_first",),
+    ),
+    Mutant(
+        "the lease sweep finds active runs by the (status, session) index",
+        "sweep_ordered_by_number",
+        "sessions_app/services/runs.py",
+        "lease_expires_at__lt=now).order_by()",
+        "lease_expires_at__lt=now)",
+        (
+            "tests/sessions_app/test_run_plans.py::test_a_questions_checks_and_the_sweep_find_runs_by_status",
+        ),
+    ),
+    Mutant(
         "a citation names its records as ranges, spans joined",
         "citation_spans_unjoined",
         f"{_ENGINE}/_identifiers.py",

@@ -164,6 +164,13 @@ class Run(models.Model):
                 name="run_status_valid",
             ),
         ]
+        indexes = [
+            # A new question's checks (an active run, expired leases, runs never journaled) and
+            # the beat's lease sweep find their runs by status without reading the wide rows of
+            # every run of the session: on SQLite the constraint's partial index serves no query
+            # whose statuses are parameters.
+            models.Index(fields=["status", "session"], name="run_status_session"),
+        ]
 
     def __str__(self) -> str:
         return f"Run #{self.number} of session {self.session_id} ({self.status})"

@@ -152,6 +152,8 @@ def adopt_unjournaled_runs(*, session: Session) -> int:
     unjournaled = (
         Run.objects.filter(session=session, status__in=Run.FINISHED_STATUSES)
         .exclude(Exists(SessionMessage.objects.filter(run=OuterRef("pk"))))
-        .order_by("number")
+        .order_by()
     )
-    return sum(adopt_legacy_run(run) for run in unjournaled)
+    # Put in run order here: ordered by the query, SQLite would walk the session's run rows by
+    # number instead of the (status, session) index, reading every run's row at every question.
+    return sum(adopt_legacy_run(run) for run in sorted(unjournaled, key=lambda run: run.number))

@@ -88,14 +88,17 @@ def test_a_new_question_adopts_unjournaled_runs_first(alice, gateway, make_demo_
     # A run recorded before the journal existed: finished, with no journal rows.
     legacy = make_run(session, status="succeeded", number=5, question="NONCE-OLD question")
     Run.objects.filter(pk=legacy.pk).update(answer="NONCE-OLD answer")
+    later = make_run(session, status="succeeded", number=6, question="NONCE-LATER question")
     gateway.requests.clear()
     ask(session, alice, "NONCE-NEW question")
     seen = json.dumps(gateway.action_requests()[0].messages)
     assert "NONCE-OLD question" in seen and "NONCE-OLD answer" in seen
     adopted = SessionMessage.objects.filter(run=legacy).order_by("seq")
-    # Adopted after what the journal already held, in adoption order, marked incomplete.
+    # Adopted after what the journal already held, in run order, marked incomplete.
     assert adopted.first().seq == top + 1
     assert [row.kind for row in adopted] == ["user_input", "assistant", "status"]
+    assert SessionMessage.objects.filter(run=later).order_by("seq").first().seq == top + 4
+    assert seen.index("NONCE-OLD question") < seen.index("NONCE-LATER question")
 
 
 def test_resuming_a_legacy_run_adopts_older_runs_first_and_keeps_its_failure(
