@@ -4171,6 +4171,46 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a session is looked at once for runs never journaled",
+        "unjournaled_looked_for_always",
+        "sessions_app/services/legacy.py",
+        "    if session.runs_journaled:",
+        "    if False:",
+        (
+            "tests/sessions_app/test_run_plans.py::test_a_session_is_looked_at_once_for_runs_never_journaled",
+        ),
+    ),
+    Mutant(
+        "the look marks the session",
+        "unjournaled_look_unmarked",
+        "sessions_app/services/legacy.py",
+        "    Session.objects.filter(pk=session.pk).update(runs_journaled=True)\n",
+        "",
+        (
+            "tests/sessions_app/test_run_plans.py::test_a_session_is_looked_at_once_for_runs_never_journaled",
+        ),
+    ),
+    Mutant(
+        "a session opened now has no run to look for",
+        "new_session_looked_at",
+        "sessions_app/models.py",
+        "    runs_journaled = models.BooleanField(default=True)",
+        "    runs_journaled = models.BooleanField(default=False)",
+        (
+            "tests/sessions_app/test_run_plans.py::test_a_session_is_looked_at_once_for_runs_never_journaled",
+        ),
+    ),
+    Mutant(
+        "an imported session is looked at once for runs never journaled",
+        "imported_session_not_looked_at",
+        "sessions_app/services/imports.py",
+        "            runs_journaled=False,",
+        "            runs_journaled=True,",
+        (
+            "tests/sessions_app/test_import.py::test_a_run_with_no_record_in_the_file_is_adopted_by_the_first_question",
+        ),
+    ),
+    Mutant(
         "runs never journaled are adopted in run order",
         "unjournaled_out_of_order",
         "sessions_app/services/legacy.py",

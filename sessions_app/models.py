@@ -55,6 +55,10 @@ class Session(models.Model):
     # Instructions its creator pinned: every run asked from now on carries them word for word
     # after the system prompt (`engine_adapter.pinned_prompt`). Content, so encrypted.
     pinned = EncryptedTextField(blank=True, default="")
+    # Every finished run of the session has its records in the journal, so a new question need
+    # not look for runs from before the journal existed (`services.legacy`). Sessions opened
+    # since start true; an older one turns true at its next question or resume, after one look.
+    runs_journaled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

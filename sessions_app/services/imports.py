@@ -190,6 +190,9 @@ def _staged_session(user, space, header, agent_version) -> Session:
             title=str(origin.get("title") or "")[:200],
             staged=True,
             read_only=agent_version is None,
+            # A file may hold runs with no record (exported before their session's runs were
+            # adopted into the journal): its first question looks for them, as in the original.
+            runs_journaled=False,
             origin={
                 "kind": "import",
                 "session": origin.get("id"),

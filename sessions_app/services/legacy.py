@@ -148,7 +148,13 @@ def adopt_unjournaled_runs(*, session: Session) -> int:
 
     Called before a new question takes its watermark, so that question inherits them. Found in
     one query on clear columns: no checkpoint is decrypted unless a run has no journal rows.
+    The query reads every finished run of the session, so it runs once per session: after it
+    the session is marked `runs_journaled` (every run that finishes from then on journals its
+    status at least), and a session opened since is marked from the start.
     """
+    if session.runs_journaled:
+        # Never turned back: an instance read before the mark only looks once more.
+        return 0
     unjournaled = (
         Run.objects.filter(session=session, status__in=Run.FINISHED_STATUSES)
         .exclude(Exists(SessionMessage.objects.filter(run=OuterRef("pk"))))
@@ -156,4 +162,7 @@ def adopt_unjournaled_runs(*, session: Session) -> int:
     )
     # Put in run order here: ordered by the query, SQLite would walk the session's run rows by
     # number instead of the (status, session) index, reading every run's row at every question.
-    return sum(adopt_legacy_run(run) for run in sorted(unjournaled, key=lambda run: run.number))
+    adopted = sum(adopt_legacy_run(run) for run in sorted(unjournaled, key=lambda run: run.number))
+    Session.objects.filter(pk=session.pk).update(runs_journaled=True)
+    session.runs_journaled = True
+    return adopted

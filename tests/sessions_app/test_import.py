@@ -12,7 +12,7 @@ from sessions_app.models import Session
 from sessions_app.services.export import session_export
 from sessions_app.services.fork import session_fork
 from sessions_app.services.imports import ImportRefused, session_import
-from tests.factories import ask
+from tests.factories import ask, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -186,3 +186,24 @@ def test_runs_of_an_imported_session_are_told_its_history_was_imported(
     gateway.requests.clear()
     ask(fork, alice, "NONCE-IN-FORK")
     assert _marks(gateway.action_requests()[0]) == 1
+
+
+def test_a_run_with_no_record_in_the_file_is_adopted_by_the_first_question(
+    alice, gateway, make_demo_session
+):
+    session = make_demo_session()
+    ask(session, alice, "NONCE-JOURNALED")
+    # Exported before its session's runs from before the journal were adopted.
+    make_run(session, status="succeeded", question="NONCE-NEVER-JOURNALED")
+    data = b"".join(session_export(user=alice, session=session))
+    imported = session_import(
+        user=alice,
+        space=session.space,
+        stream=io.BytesIO(data),
+        agent_version=session.agent_version,
+    )
+    assert not imported.runs_journaled
+    gateway.requests.clear()
+    ask(imported, alice, "NONCE-HERE")
+    assert "NONCE-NEVER-JOURNALED" in json.dumps(gateway.action_requests()[0].messages)
+    assert Session.objects.get(pk=imported.pk).runs_journaled

@@ -15,7 +15,7 @@ from sessions_app.selectors.context import run_context
 from sessions_app.selectors.history import history_for_new_run
 from sessions_app.services.replay import replay_run
 from sessions_app.services.runs import session_create
-from tests.factories import ask
+from tests.factories import ask, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -55,8 +55,8 @@ def test_a_session_holding_a_huge_record_recovers_without_a_failed_compaction(al
     # A 200,000-character question journaled before questions were measured at the door.
     huge = "NONCE-HUGE-HEAD " + "h" * 200_000 + " NONCE-HUGE-TAIL"
     # It is adopted into the journal (as runs from before the journal are) by the next question.
-    legacy = Run.objects.create(
-        session=session,
+    legacy = make_run(
+        session,
         number=first.number + 1,
         question=huge,
         status=Run.Status.FAILED,
