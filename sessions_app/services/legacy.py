@@ -161,7 +161,7 @@ def adopt_unjournaled_runs(*, session: Session) -> int:
         .order_by()
     )
     # Put in run order here: ordered by the query, SQLite would walk the session's run rows by
-    # number instead of the (status, session) index, reading every run's row at every question.
+    # number instead of the (status, session) index, reading every run's wide row.
     adopted = sum(adopt_legacy_run(run) for run in sorted(unjournaled, key=lambda run: run.number))
     Session.objects.filter(pk=session.pk).update(runs_journaled=True)
     session.runs_journaled = True

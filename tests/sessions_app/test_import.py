@@ -24,6 +24,16 @@ def _exported(alice, gateway, make_demo_session):
     return session, b"".join(session_export(user=alice, session=session))
 
 
+def _imported(alice, session, data: bytes) -> Session:
+    """Import `data` into `session`'s space, bound to its agent version."""
+    return session_import(
+        user=alice,
+        space=session.space,
+        stream=io.BytesIO(data),
+        agent_version=session.agent_version,
+    )
+
+
 def _records(data: bytes) -> list[dict]:
     items = [json.loads(line) for line in data.splitlines()]
     return [item for item in items if item["type"] == "record"]
@@ -31,12 +41,7 @@ def _records(data: bytes) -> list[dict]:
 
 def test_export_import_export_gives_the_same_records(alice, gateway, make_demo_session):
     session, data = _exported(alice, gateway, make_demo_session)
-    imported = session_import(
-        user=alice,
-        space=session.space,
-        stream=io.BytesIO(data),
-        agent_version=session.agent_version,
-    )
+    imported = _imported(alice, session, data)
     assert imported.origin["kind"] == "import" and imported.origin["session"] == session.pk
     assert not imported.staged and not imported.read_only
     again = b"".join(session_export(user=alice, session=imported))
@@ -160,12 +165,7 @@ def test_runs_of_an_imported_session_are_told_its_history_was_imported(
     gateway.requests.clear()
     ask(session, alice, "NONCE-OWN")
     assert _marks(gateway.action_requests()[0]) == 0  # a session opened here: no note
-    imported = session_import(
-        user=alice,
-        space=session.space,
-        stream=io.BytesIO(data),
-        agent_version=session.agent_version,
-    )
+    imported = _imported(alice, session, data)
     assert imported.origin["upto"] == imported.next_seq - 1
     gateway.requests.clear()
     ask(imported, alice, "NONCE-FIRST-HERE")
@@ -196,12 +196,7 @@ def test_a_run_with_no_record_in_the_file_is_adopted_by_the_first_question(
     # Exported before its session's runs from before the journal were adopted.
     make_run(session, status="succeeded", question="NONCE-NEVER-JOURNALED")
     data = b"".join(session_export(user=alice, session=session))
-    imported = session_import(
-        user=alice,
-        space=session.space,
-        stream=io.BytesIO(data),
-        agent_version=session.agent_version,
-    )
+    imported = _imported(alice, session, data)
     assert not imported.runs_journaled
     gateway.requests.clear()
     ask(imported, alice, "NONCE-HERE")
