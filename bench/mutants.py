@@ -2855,10 +2855,131 @@ MUTANTS: tuple[Mutant, ...] = (
         "the index's search honours the watermark",
         "index_ignores_the_watermark",
         "sessions_app/selectors/search.py",
-        "    if up_to is not None:",
-        "    if False:",
+        "        and (up_to is None or seq <= up_to)",
+        "        and True",
         (
             "tests/sessions_app/test_search_index.py::test_the_latest_value_wins_and_records_past_the_watermark_stay_out",
+            "tests/sessions_app/test_search_index.py::test_a_search_filters_the_records_of_a_block_one_by_one",
+        ),
+    ),
+    Mutant(
+        "a search passes over a text without a query term as a substring, case and sigma aside",
+        "prefilter_case_sensitive",
+        f"{_ENGINE}/_search.py",
+        "        lowered = _span_form(hit.text)",
+        "        lowered = hit.text",
+        (
+            "tests/engine/test_search_history.py::test_a_record_is_ranked_by_its_terms_whatever_its_case_and_sigmas",
+        ),
+    ),
+    Mutant(
+        "a term's final sigma matches the same span in its text",
+        "one_sigma_dropped",
+        f"{_ENGINE}/_search.py",
+        '    return text.lower().replace("ς", "σ")',
+        "    return text.lower()",
+        (
+            "tests/engine/test_search_history.py::test_a_record_is_ranked_by_its_terms_whatever_its_case_and_sigmas",
+        ),
+    ),
+    Mutant(
+        "blocks past the watermark are never read in place of the ones before it",
+        "watermark_after_the_read",
+        "sessions_app/selectors/search.py",
+        "    if up_to is not None:\n        where",
+        "    if False:\n        where",
+        (
+            "tests/sessions_app/test_search_index.py::test_a_search_filters_the_records_of_a_block_one_by_one",
+        ),
+    ),
+    Mutant(
+        "a search's kinds filter holds for each record of a block",
+        "block_kinds_unfiltered",
+        "sessions_app/selectors/search.py",
+        "        and (not query.kinds or kind in query.kinds)",
+        "        and True",
+        (
+            "tests/sessions_app/test_search_index.py::test_a_search_filters_the_records_of_a_block_one_by_one",
+        ),
+    ),
+    Mutant(
+        "a block of several kinds matches any kinds filter",
+        "mixed_block_one_kind",
+        "sessions_app/services/search_index.py",
+        "kind=next(iter(self.kinds)) if len(self.kinds) == 1 else JournalTerms.MIXED_KINDS,",
+        "kind=min(self.kinds),",
+        (
+            "tests/sessions_app/test_search_index.py::test_an_ended_run_is_one_block_holding_each_digest_once",
+            "tests/sessions_app/test_search_index.py::test_a_search_filters_the_records_of_a_block_one_by_one",
+        ),
+    ),
+    Mutant(
+        "a block stands for one run and one side (main or sub-agents)",
+        "block_spans_other_sides",
+        "sessions_app/selectors/search.py",
+        "            and (run, main) == (run_number, instance == MAIN_INSTANCE)\n",
+        "",
+        ("tests/sessions_app/test_search_index.py::test_a_block_stands_for_one_side_of_its_run",),
+    ),
+    Mutant(
+        "a run's saves extend its open index blocks",
+        "writer_blocks_not_carried",
+        "sessions_app/services/journal.py",
+        "        self.index_blocks = index_blocks\n",
+        "        pass\n",
+        (
+            "tests/sessions_app/test_search_index.py::test_an_ended_run_is_one_block_holding_each_digest_once",
+            "tests/sessions_app/test_search_index.py::test_a_writer_fills_its_blocks_save_by_save_and_keeps_them_only_once_committed",
+        ),
+    ),
+    Mutant(
+        "a writer keeps its open blocks only once the save commits",
+        "blocks_kept_before_commit",
+        "sessions_app/services/journal.py",
+        "            index_blocks = dict(self.index_blocks)",
+        "            index_blocks = self.index_blocks",
+        (
+            "tests/sessions_app/test_search_index.py::test_a_writer_fills_its_blocks_save_by_save_and_keeps_them_only_once_committed",
+        ),
+    ),
+    Mutant(
+        "a block holds at most MAX_BLOCK_RECORDS records",
+        "block_never_full",
+        "sessions_app/services/search_index.py",
+        "            or block.records >= JournalTerms.MAX_BLOCK_RECORDS\n",
+        "",
+        (
+            "tests/sessions_app/test_search_index.py::test_a_writer_fills_its_blocks_save_by_save_and_keeps_them_only_once_committed",
+        ),
+    ),
+    Mutant(
+        "a block holds the digests of all its records",
+        "block_holds_its_last_record_only",
+        "sessions_app/services/search_index.py",
+        "                digests=block.digests.union(digests),",
+        "                digests=frozenset(digests),",
+        (
+            "tests/sessions_app/test_search_index.py::test_an_ended_run_is_one_block_holding_each_digest_once",
+        ),
+    ),
+    Mutant(
+        "index_journal merges the rows of one record that earlier versions left",
+        "index_journal_leaves_singles",
+        "sessions_app/services/search_index.py",
+        "    _merge_singles(batch_size, report, on_batch)",
+        "    pass",
+        (
+            "tests/sessions_app/test_search_index.py::test_index_journal_merges_rows_of_one_record_and_old_forms_still_match",
+        ),
+    ),
+    Mutant(
+        "SQLite's rows of hex text still match until rewritten",
+        "hex_rows_unmatched",
+        "sessions_app/selectors/search.py",
+        "        [digest_blob([digest]), digest_text([digest])],",
+        "        [digest_blob([digest]), digest_blob([digest])],",
+        (
+            "tests/sessions_app/test_search_index.py::test_index_journal_merges_rows_of_one_record_and_old_forms_still_match",
         ),
     ),
     Mutant(
@@ -2934,7 +3055,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "every journaled record is indexed in the same transaction",
         "records_not_indexed",
         "sessions_app/services/journal.py",
-        "    index_records(rows, run_number=run_number)",
+        "    index_records(rows, run_number=run_number, open_blocks=open_blocks)",
         "    pass",
         (
             "tests/sessions_app/test_search_index.py::test_every_searchable_record_is_indexed_as_it_is_journaled",
@@ -2963,8 +3084,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "key rotation rebuilds the index rows of the old key",
         "rotation_keeps_old_rows",
         "sessions_app/services/search_index.py",
-        "    rebuilt = 0\n    after = (0, 0)",
-        "    return 0",
+        "    for batch in _rows_in_key_order(batch_size):\n        retired",
+        "    return\n    for batch in _rows_in_key_order(batch_size):\n        retired",
         (
             "tests/sessions_app/test_search_index.py::test_key_rotation_keeps_search_working_during_and_after",
         ),

@@ -571,54 +571,74 @@ class JournalReference(models.Model):
 
 
 class TermDigestsField(models.Field):
-    """A record's search-term digests (`encryption.term_digests`): signed 32-bit integers.
+    """A block's search-term digests (`encryption.term_digests`): signed 32-bit integers.
 
     On PostgreSQL an `integer[]` under a GIN index (`journal_terms_gin`), so a search finds the
-    records holding a digest without reading the others; elsewhere text, each digest as eight
-    hex digits between spaces, so `instr` finds one (a scan of the session's rows).
+    blocks holding a digest without reading the others. On SQLite a blob of 4-byte big-endian
+    digests, which `instr` finds (a scan of the session's rows; a match across two digests only
+    adds a candidate, which the search then reads and drops). Rows written before the blob held
+    text, each digest as eight hex digits between spaces: they are read as such until
+    `index_journal` rewrites them, and a search matches both forms.
     """
 
     def db_type(self, connection) -> str:
-        return "integer[]" if connection.vendor == "postgresql" else "text"
+        return "integer[]" if connection.vendor == "postgresql" else "blob"
 
     def get_db_prep_value(self, value, connection, prepared: bool = False):
         if value is None or connection.vendor == "postgresql":
             return value
-        return digest_text(value)
+        return digest_blob(value)
 
     def from_db_value(self, value, expression, connection):
         if value is None or isinstance(value, list):
             return value
-        return [int.from_bytes(bytes.fromhex(part), signed=True) for part in value.split()]
+        if isinstance(value, str):
+            return [int.from_bytes(bytes.fromhex(part), signed=True) for part in value.split()]
+        data = bytes(value)
+        return [int.from_bytes(data[i : i + 4], signed=True) for i in range(0, len(data), 4)]
+
+
+def digest_blob(digests) -> bytes:
+    """Return digests as SQLite's column holds them: 4 bytes each, big-endian, signed."""
+    return b"".join(d.to_bytes(4, "big", signed=True) for d in digests)
 
 
 def digest_text(digests) -> str:
-    """Return digests as the text column holds them: ` 0a1b2c3d 9f8e7d6c `."""
+    """Return digests as SQLite's column held them before the blob: ` 0a1b2c3d 9f8e7d6c `."""
     parts = "".join(f"{(d & 0xFFFFFFFF):08x} " for d in digests)
     return f" {parts}"
 
 
 class JournalTerms(models.Model):
-    """The keyed search index of one journal record: its terms as digests, never as text.
+    """The keyed search index of the journal: a block of records' terms as digests, never text.
 
-    Written with the record (`services.search_index`), one row per record that a search may
-    find (every kind but `status`); `key_id` names the field key the digests were made under,
-    and key rotation rebuilds the rows of a retired key. Goes with its session. Keyed by
-    (session, seq) itself: no id column and no second index.
+    A block is up to `MAX_BLOCK_RECORDS` searchable records of one run, all of the main instance
+    or all of its sub-agents, from `seq` to `last_seq` (NULL: the row stands for its one record),
+    holding the distinct digests of all their terms: a record's row is written with it
+    (`services.search_index`), and when the run ends its rows are merged into blocks, each digest
+    once. A search reads a matching block's records and keeps those that match. `kind` is the
+    records' kind when they share one, else "" (`MIXED_KINDS`); every kind but `status` is
+    indexed. `key_id` names the field key the digests were made under, and key rotation
+    rebuilds the rows of a retired key. Goes with its session. Keyed by (session, seq) itself:
+    no id column and no second index.
     """
+
+    MAX_BLOCK_RECORDS = 8
+    MIXED_KINDS = ""
 
     pk = models.CompositePrimaryKey("session", "seq")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+", db_index=False)
     seq = models.PositiveBigIntegerField()
+    last_seq = models.PositiveBigIntegerField(null=True)
     # The run's number (not a key: the row goes with its session, never alone with a run).
     run_number = models.PositiveIntegerField()
     main = models.BooleanField()
-    kind = models.CharField(max_length=16)
+    kind = models.CharField(max_length=16, blank=True)
     key_id = models.IntegerField()
     digests = TermDigestsField()
 
     def __str__(self) -> str:
-        return f"terms of #{self.seq}"
+        return f"terms of #{self.seq}" + (f"..#{self.last_seq}" if self.last_seq else "")
 
 
 class SessionDeletion(models.Model):

@@ -131,12 +131,26 @@ class Hit:
     whole: bool = False
 
 
+def _span_form(text: str) -> str:
+    """Return `text` lower-cased with one sigma: `str.lower` writes a capital sigma as final
+    (ς) or not (σ) by what follows it, so a term lower-cased alone may differ there from the
+    same span lower-cased in its text; nothing else of `lower` depends on its context."""
+    return text.lower().replace("ς", "σ")
+
+
 def rank(query: SearchQuery, candidates: Iterable[Hit]) -> list[Hit]:
     """Return the candidates that hold a query term, best first, at most `query.limit`."""
     wanted = set(query.terms)
     phrase = query.text.casefold()
     scored = []
+    spans = [_span_form(term) for term in wanted]
     for hit in candidates:
+        # Every term is a lower-cased span of its text: a text holding none of the query's terms
+        # as a substring holds none of them as a term, and is passed over without finding its
+        # terms (most of a search's time: a search reads whole blocks of records).
+        lowered = _span_form(hit.text)
+        if not any(span in lowered for span in spans):
+            continue
         matched = sum(term_weight(term) for term in wanted.intersection(terms(hit.text)))
         if not matched:
             continue

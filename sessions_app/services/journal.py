@@ -56,7 +56,7 @@ from sessions_app.selectors.runs import answer_reference
 from sessions_app.services.live import forget_run
 from sessions_app.services.reusable_views import snapshot_save
 from sessions_app.services.rows import insert_rows
-from sessions_app.services.search_index import index_records
+from sessions_app.services.search_index import OpenBlocks, index_records
 from sessions_app.services.snapshots import snapshots_store, stored_frame
 from sessions_app.services.usage import UsageOwner, compaction_counts, usage_add
 
@@ -92,6 +92,7 @@ def append_records(
     records: Iterable[JournalEntry],
     known: set[tuple[str, str]] | None = None,
     run_number: int | None = None,
+    open_blocks: OpenBlocks | None = None,
 ) -> list[SessionMessage]:
     """Append the run's records that are not journaled yet, in order; return the new rows.
 
@@ -100,7 +101,8 @@ def append_records(
     (run, instance, entry_key) makes a repeat a no-op.
     `known` (the run's journaled (instance, entry_key) pairs) spares the query when the caller
     already has it, and `run_number` the one that the search index would make for it: the new
-    records are indexed in the same transaction (`services.search_index`).
+    records are indexed in the same transaction (`services.search_index`), joining the writer's
+    `open_blocks` while they have room.
     """
     if known is None:
         known = set(
@@ -128,7 +130,7 @@ def append_records(
         )
         seq += 1
     insert_rows(rows, ignore_conflicts=True)
-    index_records(rows, run_number=run_number)
+    index_records(rows, run_number=run_number, open_blocks=open_blocks)
     return rows
 
 
@@ -507,6 +509,9 @@ class JournalWriter:
             # again only when resumed, as a later attempt.
             rows = rows.none()
         self.known: set[tuple[str, str]] = set()
+        # The search-index blocks this writer's saves may still extend (a new writer starts
+        # new ones).
+        self.index_blocks: OpenBlocks = {}
         # Rows journaled before frames referred to records by local seq (format 1).
         self.unlocated: set[tuple[str, str]] = set()
         for instance, entry_key, local_seq in rows:
@@ -678,6 +683,8 @@ class JournalWriter:
         run_fields.update(ending)
         with transaction.atomic():
             result = SyncResult()
+            # Kept once the transaction commits, as `known` is.
+            index_blocks = dict(self.index_blocks)
             # The session first, then the run (the lock order above), even with nothing to
             # journal: a new view or a lease renewal must not lock the run before the session.
             # Reserving seqs for new records locks it; a save with none locks it alone.
@@ -690,6 +697,7 @@ class JournalWriter:
                 ),
                 known=self.known,
                 run_number=self._run.number,
+                open_blocks=index_blocks,
             )
             if not new_rows:
                 lock_session(self.session_id)
@@ -733,6 +741,7 @@ class JournalWriter:
         self.calls = []
         self.stored_snapshots.update(key for key, _snapshot in fresh)
         self.known.update((row.instance, row.entry_key) for row in [*new_rows, *late])
+        self.index_blocks = index_blocks
         self.unlocated.update((row.instance, row.entry_key) for row in late)
         self.written = frame
         return result

@@ -1,6 +1,8 @@
 """Identifiers a summary must keep and a history search matches: a table of real-looking inputs."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentloom.engine._identifiers import KEPT_HEADER, cited, identifiers, kept_verbatim, terms
 
@@ -91,3 +93,22 @@ def test_a_citation_joins_records_and_spans_into_ranges_per_prefix():
     # A span an earlier summary cited, records inside and beside it, another run's record.
     references = ["s:1–5000", "s:3", "s:5001", "r2:4, r2:5", "s:5003–5004", "notes"]
     assert cited(references) == "s:1–5001, s:5003–5004, r2:4–5, notes"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(min_size=1, max_size=12),
+            st.sampled_from(["ΟΔΟΣ", "İstanbul", "Straße", "ǅemal", "KP-1864-34f7", "/srv/a.toml"]),
+            st.sampled_from(["代码", "服务的端口", " ", ". ", '"quoted span"', "ΣΑΣ."]),
+        ),
+        max_size=12,
+    ).map("".join)
+)
+def test_every_term_is_a_span_of_the_lower_cased_text(text):
+    # `rank` passes over a text that holds none of the query's terms as a substring (with one
+    # sigma: the final form depends on what follows it).
+    lowered = text.lower().replace("ς", "σ")
+    missing = [term for term in terms(text) if term.replace("ς", "σ") not in lowered]
+    assert not missing

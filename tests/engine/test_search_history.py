@@ -15,12 +15,14 @@ from agentloom.engine import (
     ContextOptions,
     ContextPolicy,
     EngineConfig,
+    Hit,
     JournalContextManager,
     LargeRecords,
     ModelBudget,
     ModelGateway,
     SearchQuery,
     ToolError,
+    rank,
     record_terms,
 )
 from agentloom.engine._compaction import READ_BACK_NOTE, SEARCH_NOTE
@@ -259,3 +261,18 @@ def test_the_handoff_text_names_search_history_only_where_it_is_offered():
     without = summary_of(("echo",))
     assert json.dumps(SEARCH_NOTE)[1:-1] in with_search
     assert json.dumps(READ_BACK_NOTE)[1:-1] in without and "search_history" not in without
+
+
+def test_a_record_is_ranked_by_its_terms_whatever_its_case_and_sigmas():
+    query = SearchQuery.from_arguments({"query": "NONCE-CASE-4 ΟΔΟΣ"})
+    texts = {
+        1: "nonce-case-4 in lower case",
+        # A capital sigma before a combining accent and a letter lowers to σ in the text, and
+        # to ς in the word a term is made of.
+        2: "ΟΔΟΣ\u0301α is the street",
+        3: "nothing of either",
+    }
+    hits = rank(
+        query, [Hit(f"s:{seq}", "user_input", 1, text, (0, seq)) for seq, text in texts.items()]
+    )
+    assert sorted(hit.ref for hit in hits) == ["s:1", "s:2"]

@@ -7,10 +7,11 @@ from sessions_app.services.search_index import DEFAULT_BATCH_SIZE, index_journal
 
 class Command(BaseCommand):
     help = (
-        "Write the search index rows of journal records that have none (records journaled before "
-        "the index existed) and rebuild rows made under a field key that is no longer "
-        "FIELD_ENCRYPTION_KEY, in batches that commit one by one: an interrupted run can simply "
-        "be started again. rotate_encryption_key runs it at its end."
+        "Write the search index rows of journal records that no row covers (records journaled "
+        "before the index existed), rebuild rows made under a field key that is no longer "
+        "FIELD_ENCRYPTION_KEY, and merge rows of one record (written before blocks) into blocks, "
+        "in batches that commit one by one: an interrupted run can simply be started again. "
+        "rotate_encryption_key runs it at its end."
     )
 
     def add_arguments(self, parser):
@@ -22,6 +23,7 @@ class Command(BaseCommand):
         report = index_journal(batch_size=batch_size)
         self.stdout.write(
             self.style.SUCCESS(
-                f"search index: {report.indexed} record(s) indexed, {report.rebuilt} rebuilt"
+                f"search index: {report.indexed} record(s) indexed, {report.rebuilt} rebuilt, "
+                f"{report.merged} merged into blocks"
             )
         )
