@@ -2917,8 +2917,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a block stands for one run and one side (main or sub-agents)",
         "block_spans_other_sides",
         "sessions_app/selectors/search.py",
-        "            and (run, main) == (run_number, instance == MAIN_INSTANCE)\n",
-        "",
+        "    return in_range and run == run_number and main == (instance == MAIN_INSTANCE)",
+        "    return in_range and run == run_number",
         ("tests/sessions_app/test_search_index.py::test_a_block_stands_for_one_side_of_its_run",),
     ),
     Mutant(

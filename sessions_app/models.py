@@ -614,9 +614,9 @@ class JournalTerms(models.Model):
 
     A block is up to `MAX_BLOCK_RECORDS` searchable records of one run, all of the main instance
     or all of its sub-agents, from `seq` to `last_seq` (NULL: the row stands for its one record),
-    holding the distinct digests of all their terms: a record's row is written with it
-    (`services.search_index`), and when the run ends its rows are merged into blocks, each digest
-    once. A search reads a matching block's records and keeps those that match. `kind` is the
+    holding the distinct digests of all their terms, each once: a record joins its run's open
+    block when it is journaled (`services.search_index`). A search reads a matching block's
+    records and keeps those that match. `kind` is the
     records' kind when they share one, else "" (`MIXED_KINDS`); every kind but `status` is
     indexed. `key_id` names the field key the digests were made under, and key rotation
     rebuilds the rows of a retired key. Goes with its session. Keyed by (session, seq) itself:

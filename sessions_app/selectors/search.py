@@ -81,7 +81,7 @@ def search_journal(
         found = [row[:4] for row in cursor.fetchall()]
     hits = [
         Hit(f"s:{seq}", kind, run_number, searchable_text(message), (0, seq))
-        for seq, kind, run_number, message in block_records(session_id, found)
+        for seq, kind, run_number, _instance, message in block_records(session_id, found)
         if isinstance(message, dict)
         and (up_to is None or seq <= up_to)
         and (not query.kinds or kind in query.kinds)
@@ -92,10 +92,17 @@ def search_journal(
 Block = tuple[int, int | None, int, bool]  # seq, last_seq, run_number, main of an index row
 
 
-def block_records(session_id: int, blocks: Iterable[Block]) -> list[tuple[int, str, int, Any]]:
-    """Return (seq, kind, run number, message) of the searchable records that index rows stand
-    for, in seq order (one query): from `seq` to `last_seq`, of the row's run and side (the
-    main instance or its sub-agents)."""
+def stands_for(block: Block, seq: int, run_number: int, instance: str) -> bool:
+    """Return whether the index row `block` stands for the searchable record `seq` of run
+    `run_number` and `instance`: in its range, of its run and its side."""
+    first, last, run, main = block
+    in_range = first <= seq <= (last or first)
+    return in_range and run == run_number and main == (instance == MAIN_INSTANCE)
+
+
+def block_records(session_id: int, blocks: Iterable[Block]) -> list[tuple[int, str, int, str, Any]]:
+    """Return (seq, kind, run number, instance, message) of the searchable records that index
+    rows stand for (`stands_for`), in seq order (one query)."""
     blocks = list(blocks)
     if not blocks:
         return []
@@ -109,13 +116,9 @@ def block_records(session_id: int, blocks: Iterable[Block]) -> list[tuple[int, s
         .values_list("seq", "kind", "instance", "run__number", "message")
     )
     return [
-        (seq, kind, run_number, message)
+        (seq, kind, run_number, instance, message)
         for seq, kind, instance, run_number, message in rows
-        if any(
-            first <= seq <= (last or first)
-            and (run, main) == (run_number, instance == MAIN_INSTANCE)
-            for first, last, run, main in blocks
-        )
+        if any(stands_for(block, seq, run_number, instance) for block in blocks)
     ]
 
 

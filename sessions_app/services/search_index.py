@@ -42,7 +42,7 @@ from django.db.models.expressions import RawSQL
 from agentloom import encryption
 from agentloom.engine import record_terms
 from sessions_app.models import MAIN_INSTANCE, JournalTerms, Run, SessionMessage
-from sessions_app.selectors.search import block_records
+from sessions_app.selectors.search import block_records, stands_for
 from sessions_app.services.rows import insert_rows
 
 DEFAULT_BATCH_SIZE = 500
@@ -108,18 +108,13 @@ def index_records(
     session_id = rows[0].session_id
     key_id, key = encryption.search_keys(session_id)[0]
     blocks = open_blocks if open_blocks is not None else {}
-    started: set[tuple[int, bool]] = set()  # sides whose open block this call started
-    extended: set[tuple[int, bool]] = set()  # sides whose earlier block this call extended
+    # The sides whose open block this call changed, and whether it started that block.
+    changed: dict[tuple[int, bool], bool] = {}
     inserts: list[OpenBlock] = []
     updates: list[OpenBlock] = []
 
-    def close(side: tuple[int, bool]) -> None:
-        if side in started:
-            inserts.append(blocks[side])
-        elif side in extended:
-            updates.append(blocks[side])
-        started.discard(side)
-        extended.discard(side)
+    def write(side: tuple[int, bool]) -> None:
+        (inserts if changed.pop(side) else updates).append(blocks[side])
 
     for row in rows:
         side = (
@@ -133,12 +128,12 @@ def index_records(
             or block.records >= JournalTerms.MAX_BLOCK_RECORDS
             or block.key_id != key_id
         ):
-            if block is not None:
-                close(side)
+            if side in changed:
+                write(side)
             blocks[side] = OpenBlock(
                 row.seq, row.seq, *side, key_id, frozenset({row.kind}), 1, frozenset(digests)
             )
-            started.add(side)
+            changed[side] = True
         else:
             blocks[side] = replace(
                 block,
@@ -147,10 +142,9 @@ def index_records(
                 records=block.records + 1,
                 digests=block.digests.union(digests),
             )
-            if side not in started:
-                extended.add(side)
-    for side in list(started | extended):
-        close(side)
+            changed.setdefault(side, False)
+    for side in list(changed):
+        write(side)
     insert_rows([block.row(session_id) for block in inserts], ignore_conflicts=True)
     for block in updates:
         row = block.row(session_id)
@@ -255,10 +249,7 @@ def _covered(session_id: int, records: list[SessionMessage]) -> set[int]:
         record.seq
         for record in records
         if any(
-            start <= record.seq <= (end or start)
-            and run_number == record.run.number
-            and main == (record.instance == MAIN_INSTANCE)
-            for start, end, run_number, main in blocks
+            stands_for(block, record.seq, record.run.number, record.instance) for block in blocks
         )
     }
 
@@ -288,15 +279,13 @@ def _rebuild_retired(
         ]
         with transaction.atomic():
             for session_id, rows in groupby(retired, key=lambda row: row.session_id):
-                rows = list(rows)
+                blocks = {row: (row.seq, row.last_seq, row.run_number, row.main) for row in rows}
                 current_id, key = encryption.search_keys(session_id)[0]
-                records = block_records(
-                    session_id, [(r.seq, r.last_seq, r.run_number, r.main) for r in rows]
-                )
-                for row in rows:
+                records = block_records(session_id, blocks.values())
+                for row, block in blocks.items():
                     digests: set[int] = set()
-                    for seq, _kind, _run, message in records:
-                        if row.seq <= seq <= (row.last_seq or row.seq):
+                    for seq, _kind, run_number, instance, message in records:
+                        if stands_for(block, seq, run_number, instance):
                             digests.update(record_digests(key, message))
                     # Compare-and-set on the key id: a row rebuilt meanwhile is left alone.
                     report.rebuilt += JournalTerms.objects.filter(
