@@ -73,6 +73,8 @@ _PROMPT_CACHE = "tests/support/prompt_cache.py"
 _VIEWS = "sessions_app/services/reusable_views.py"
 _REASONING = "tests/providers/test_reasoning_passback.py::"
 _MASKING = "tests/engine/test_compaction_masking.py::"
+_COMPACTION = "tests/engine/test_compaction.py::"
+_PREFIX = "tests/engine/test_prefix_summary.py::"
 _COSTS = "sessions_app/selectors/compaction_costs.py"
 _MONEY = "tests/sessions_app/test_compaction_costs.py::"
 _KEYS = "tests/sessions_app/test_encryption_keys.py::"
@@ -3400,6 +3402,68 @@ MUTANTS: tuple[Mutant, ...] = (
             _MASKING
             + "test_the_result_the_model_has_not_read_is_never_masked_even_when_no_unit_is_kept",
         ),
+    ),
+    Mutant(
+        "from compaction 7 the summary takes the room under the target",
+        "summary_room_under_the_trigger",
+        f"{_ENGINE}/_compaction.py",
+        "            self.room = min(self.ceiling, max(self.target_at - 1 - skeleton, reserve))\n",
+        "",
+        (_COMPACTION + "test_from_compaction_7_the_summary_takes_the_room_under_the_target",),
+    ),
+    Mutant(
+        "a head too large for the target still leaves the summary its reserve",
+        "summary_room_below_the_reserve",
+        f"{_ENGINE}/_compaction.py",
+        "max(self.target_at - 1 - skeleton, reserve)",
+        "self.target_at - 1 - skeleton",
+        (
+            _COMPACTION
+            + "test_a_head_too_large_for_the_target_still_leaves_the_summary_its_reserve",
+        ),
+    ),
+    Mutant(
+        "a segmented summary longer than its room is kept whole up to the trigger's room",
+        "segment_cut_to_the_room",
+        f"{_ENGINE}/_compaction.py",
+        "            running = _clipped(reply.strip(), max(limit, ceiling or 0), estimator)",
+        "            running = _clipped(reply.strip(), limit, estimator)",
+        (
+            _COMPACTION
+            + "test_a_compaction_below_the_trigger_but_above_the_target_says_target_not_reached",
+        ),
+    ),
+    Mutant(
+        "a summary on the conversation's prefix longer than its room is kept up to the trigger's",
+        "prefix_summary_cut_to_the_room",
+        f"{_ENGINE}/_compaction.py",
+        "        self.body = _clipped(text, self.ceiling, request.estimator)",
+        "        self.body = _clipped(text, self.room, request.estimator)",
+        (_PREFIX + "test_a_long_prefix_summary_is_kept_whole_below_the_trigger",),
+    ),
+    Mutant(
+        "a summary kept longer than its room still cites its records",
+        "citation_within_the_room",
+        f"{_ENGINE}/_compaction.py",
+        "        if not fits(body + footer, self.ceiling):",
+        "        if not fits(body + footer, self.room):",
+        (_COMPACTION + "test_from_compaction_7_the_summary_takes_the_room_under_the_target",),
+    ),
+    Mutant(
+        "a summary cut to its ceiling is reported cut, with its citation after the mark",
+        "cut_mark_before_the_citation_missed",
+        f"{_ENGINE}/_compaction.py",
+        "        self.cut = self.cut or body.endswith(SUMMARY_CUT)\n",
+        "        self.cut = body.endswith(SUMMARY_CUT)\n",
+        (_COMPACTION + "test_a_summary_cut_to_its_ceiling_says_so_before_its_citation",),
+    ),
+    Mutant(
+        "compaction 7 is given to the compaction of every new run",
+        "summary_to_target_not_passed",
+        f"{_ENGINE}/_context.py",
+        "                summary_to_target=self.compaction.summarises_to_target,\n",
+        "",
+        (_COMPACTION + "test_from_compaction_7_the_summary_takes_the_room_under_the_target",),
     ),
     Mutant(
         "compaction 4 masks as it did: no batch before version 5",

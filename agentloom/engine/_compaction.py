@@ -32,7 +32,14 @@ the attempt with its outcome or hands on to the next:
    consumed one after another. Units not fully consumed when the calls run out are kept verbatim.
    Each call's output limit is the room left under the trigger once everything else of the new
    view is placed (`choose_material`); a reply longer than that is cut to it, with a mark
-   (`SUMMARY_CUT`).
+   (`SUMMARY_CUT`). From version 7 (`request.summary_to_target`) the output limit, and what the
+   kept-verbatim section may fill, is the room left under the target instead, but no less than
+   the summary's reserve (`SUMMARY_RESERVE_SHARE` of the target, set aside by `pin`; a pinned
+   head too large for the target leaves less) and no more than the room under the trigger,
+   which is still where a longer reply is cut (`ceiling`): a summary that filled the room under
+   the trigger (its kept-verbatim section grows with the session) left the view just below the
+   trigger, so the session compacted again a few turns later, and every compaction stored a
+   summary, a snapshot and a view.
 4. `rebuild` builds `[system…, handoff summary, kept units in order]`, where the current task
    keeps its place: right after the summary when everything before it was summarised, otherwise
    after the kept history units that precede it. When the summary also covers the run's own
@@ -198,6 +205,9 @@ class CompactionRequest:
     # Masking never reaches the newest unit, even when no unit is kept (version 6 on); before,
     # a view that kept no unit had the newest unit's results masked too.
     spare_newest: bool = False
+    # The summary's room is what is left under the target, where that leaves it room to say
+    # something (version 7 on); before, under the trigger, so the view came back just below it.
+    summary_to_target: bool = False
 
     @property
     def kept_verbatim(self) -> bool:
@@ -257,10 +267,10 @@ class _Unit:
 
 
 _TASK = "task"
-# The policy's summariser: (request, texts, summary so far, output limit, calls left) ->
-# ((summary, units fully summarised), calls made, failure reason or None).
+# The policy's summariser: (request, texts, summary so far, output limit, calls left, the most a
+# reply may keep) -> ((summary, units fully summarised), calls made, failure reason or None).
 _Summariser = Callable[
-    [CompactionRequest, list[str], str, int, int], tuple[tuple[str, int], int, str | None]
+    [CompactionRequest, list[str], str, int, int, int], tuple[tuple[str, int], int, str | None]
 ]
 
 
@@ -348,11 +358,13 @@ class BudgetCompactionPolicy(CompactionPolicy):
         running: str,
         limit: int,
         max_calls: int | None = None,
+        ceiling: int | None = None,
     ) -> tuple[tuple[str, int], int, str | None]:
         """Return ((summary, units fully summarised), calls made, failure reason or None).
 
         `running` is the earlier summary this one updates; `limit` the output limit of each call;
-        `max_calls` what is left of the policy's calls (all of them by default).
+        `max_calls` what is left of the policy's calls (all of them by default); `ceiling` the
+        most a reply keeps (`limit` by default).
         """
         estimator, effective = request.estimator, request.budget.effective_input_budget
         if max_calls is None:
@@ -394,8 +406,8 @@ class BudgetCompactionPolicy(CompactionPolicy):
             calls += 1
             if not reply.strip():
                 return ("", 0), calls, "empty_summary"
-            # A reply over its output limit is cut to it, so the next request has its room.
-            running = _clipped(reply.strip(), limit, estimator)
+            # A reply over its ceiling is cut to it, so the next request has its room.
+            running = _clipped(reply.strip(), max(limit, ceiling or 0), estimator)
             fragments.advance(position)
         return (running, fragments.piece), calls, None
 
@@ -450,6 +462,7 @@ class _Attempt:
         self.earlier: list[int] = []
         self.material: list[int] = []
         self.room = 0
+        self.ceiling = 0
         self.body = ""
         self.consumed = 0
         # How the summary was asked for: `prefix` (the conversation itself) or `segmented`.
@@ -634,12 +647,15 @@ class _Attempt:
             for n in self.material
         ]
         running = "\n\n".join(_summary_body(self.view[units[n].start]) for n in self.earlier)
-        summary, calls, failure = summarise(self.request, texts, running, self.room, left)
+        summary, calls, failure = summarise(
+            self.request, texts, running, self.room, left, self.ceiling
+        )
         self.calls += calls
         self.form = "segmented"
         if failure:
             return self.outcome("failed", failure)
         self.body, self.consumed = summary
+        self.cut = self.body.endswith(SUMMARY_CUT)
         return None
 
     def prefix_summary(self) -> str | None:
@@ -676,7 +692,8 @@ class _Attempt:
         text = reply.strip()
         if not text:
             return "empty_summary"
-        self.body = _clipped(text, self.room, request.estimator)
+        self.body = _clipped(text, self.ceiling, request.estimator)
+        self.cut = self.body.endswith(SUMMARY_CUT)
         self.consumed = len(self.material)
         self.form = "prefix"
         return None
@@ -686,7 +703,8 @@ class _Attempt:
 
         The section takes what is left of the summary's room once the summary is placed, and
         shrinks until it fits and the new view is still smaller than the old one (to nothing when
-        no room is left): it never fails an attempt that would succeed without it.
+        no room is left): it never fails an attempt that would succeed without it. The citation
+        needs only to fit under the ceiling (a longer summary kept whole still cites).
         """
         request = self.request
         reference = request.reference
@@ -695,16 +713,16 @@ class _Attempt:
         sources, carried, background, cited_refs = self._identifier_sources(reference)
         body, estimator = self.body, request.estimator
 
-        def fits(text: str) -> bool:
-            # Within the summary's room, and the new view still smaller than the old one.
-            if _units(text, estimator) > self.room:
+        def fits(text: str, room: int) -> bool:
+            # Within `room`, and the new view still smaller than the old one.
+            if _units(text, estimator) > room:
                 return False
             return self.measure(self.assemble(text, self.consumed)[0]) < self.before
 
         footer = f"\n\n{SOURCES_HEADER}{cited(cited_refs)}" if cited_refs else ""
         if footer and request.readable:
             footer += SEARCH_NOTE if request.searchable else READ_BACK_NOTE
-        if not fits(body + footer):
+        if not fits(body + footer, self.ceiling):
             footer = ""  # no room left even for the citation: the summary stays as it is
         limit = max(self.room - _units(body + footer, estimator) - SEGMENT_SLACK, 0)
         for _ in range(_SEGMENT_RETRIES):
@@ -718,7 +736,7 @@ class _Attempt:
             )
             section = f"\n\n{kept.section}" if kept.section else ""
             # Measured as sent: a character may take more than one unit (Chinese text).
-            if not section or fits(body + section + footer):
+            if not section or fits(body + section + footer, self.room):
                 break
             limit = int(limit * 0.6)
         else:
@@ -761,7 +779,9 @@ class _Attempt:
         return sources, carried, background, cited_refs
 
     def choose_material(self) -> CompactionOutcome | None:
-        """Choose the units to summarise and the room left for their summary under the trigger."""
+        """Choose the units to summarise, the room a summary is asked to fit (under the trigger;
+        from version 7, under the target but no less than its reserve) and the most it may take
+        (`ceiling`, under the trigger)."""
         if self.kept_from == 0:
             return self.outcome("skipped", "nothing_to_compact")
         view, units = self.view, self.units
@@ -774,9 +794,16 @@ class _Attempt:
         self.material = [n for n in range(self.kept_from) if n not in self.earlier]
         if self.count_only and sum(self.sizes[: self.kept_from]) < MIN_COUNT_TRIGGER_GAIN:
             return self.outcome("skipped", "no_gain")
-        # The summary may take what is left under the trigger once everything else is placed.
-        skeleton = self.assemble("", len(self.material))[0]
-        self.room = self.trigger_at - 1 - self.measure(skeleton)
+        # A summary may take what is left under the trigger once everything else is placed.
+        # It is asked for that much, and its kept-verbatim section fills it; from version 7,
+        # for what is left under the target (no less than the reserve `pin` set aside for it,
+        # which a head too large for the target does not leave), and a longer reply is still
+        # kept whole up to the trigger's room.
+        skeleton = self.measure(self.assemble("", len(self.material))[0])
+        self.room = self.ceiling = self.trigger_at - 1 - skeleton
+        if self.request.summary_to_target:
+            reserve = int(self.target_at * SUMMARY_RESERVE_SHARE)
+            self.room = min(self.ceiling, max(self.target_at - 1 - skeleton, reserve))
         if self.room < MIN_SUMMARY_ROOM:
             return self.outcome("failed", "no_room_for_summary")
         return None
@@ -795,7 +822,8 @@ class _Attempt:
         if protocol_problems(self.new_view):
             return self.outcome("failed", "boundary_violation")
         self.after = self.measure(self.new_view)
-        self.cut = body.endswith(SUMMARY_CUT)
+        # Cut to its ceiling when it was made (the kept section and citation follow the mark).
+        self.cut = self.cut or body.endswith(SUMMARY_CUT)
         if self.after >= self.trigger_at:
             # Longer than its room (a summariser may ignore its output limit): cut to fit.
             self.new_view, self.new_task_index, self.summarised, self.after = _cut_to_fit(

@@ -34,6 +34,10 @@ views and projection points are keyed by.
 | 6 | the newest unit's results (what the model has not read yet) are never masked, also when   |
 |   | no unit is kept (a pinned head and task that leave no room for one): version 5 masked     |
 |   | them then, and the model had to read them back, the same bytes again, to answer          |
+| 7 | the summary, its kept-verbatim section included, takes the room left under the target,   |
+|   | not under the trigger (but no less than its reserve, a fifth of the target, where a large |
+|   | pinned head leaves less): a summary that filled the trigger's room brought the view back  |
+|   | just below the trigger, and a growing session compacted again every few turns             |
 
 To add a version: give `Compaction` a field for the new rule (its default is the old behaviour),
 append an entry to `COMPACTIONS` that sets it, and read the field where the rule is applied
@@ -79,6 +83,8 @@ class Compaction:
     measures_bound: bool = False
     # Masking never reaches the newest unit, even when no unit is kept (`_compaction`).
     spares_newest: bool = False
+    # The summary's room is under the target, not the trigger, where it can be (`_compaction`).
+    summarises_to_target: bool = False
 
 
 def _then(previous: Compaction, version: int, changes: str, **rules: Any) -> Compaction:
@@ -129,7 +135,14 @@ _C6 = _then(
     "unit is kept",
     spares_newest=True,
 )
-COMPACTIONS: tuple[Compaction, ...] = (_C1, _C2, _C3, _C4, _C5, _C6)
+_C7 = _then(
+    _C6,
+    7,
+    "the summary takes the room left under the target, not the trigger, so the view comes back "
+    "at the target and the next compaction is the policy's gap away",
+    summarises_to_target=True,
+)
+COMPACTIONS: tuple[Compaction, ...] = (_C1, _C2, _C3, _C4, _C5, _C6, _C7)
 CURRENT_COMPACTION = COMPACTIONS[-1].version
 _BY_VERSION = {compaction.version: compaction for compaction in COMPACTIONS}
 

@@ -967,6 +967,7 @@ class JournalContextManager(ContextManager):
                     else None
                 ),
                 spare_newest=self.compaction.spares_newest,
+                summary_to_target=self.compaction.summarises_to_target,
             )
         )
         self._commit(outcome, spent if outcome.calls else None)

@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -13,7 +14,8 @@ from agentloom.engine import (
     LegacyCharPolicy,
     ModelBudget,
 )
-from agentloom.engine._compaction import HANDOFF_HEADER, PLAN_HEADER
+from agentloom.engine._compaction import HANDOFF_HEADER, PLAN_HEADER, SUMMARY_CUT
+from agentloom.engine._measure import SUMMARY_RESERVE_SHARE
 from agentloom.engine._protocol import protocol_problems, render_message
 from agentloom.engine.testing import text_response
 from tests.engine.helpers import FakeClock, add_group, new_context, snapshot
@@ -304,8 +306,10 @@ def test_a_summary_longer_than_what_it_replaces_fails_as_no_reduction(scripted):
 
 
 def test_a_compaction_below_the_trigger_but_above_the_target_says_target_not_reached(scripted):
+    # The summariser ignores its output limit: its reply is kept whole while the view stays
+    # below the trigger (from compaction 7 too, whose limit is the target's room).
     context = grown_context()
-    gateway = summariser(scripted, "a long summary NONCE-S " * 100)
+    gateway = summariser(scripted, "a long summary NONCE-S " * 80)
 
     outcome = context.prepare("action", call_model=gateway.complete).compaction
 
@@ -314,6 +318,79 @@ def test_a_compaction_below_the_trigger_but_above_the_target_says_target_not_rea
     assert policy.target_at(SMALL) < outcome.after < policy.trigger_at(SMALL)
     assert outcome.target_reached is False
     assert context.frame.compactions[-1]["metrics"]["target_reached"] is False
+    assert outcome.details["summary_cut"] is False
+    assert outcome.details["summary_room"] < len("a long summary NONCE-S " * 80)
+    assert ("a long summary NONCE-S " * 80).strip() in str(context.frame.messages)
+
+
+def test_a_summary_cut_to_its_ceiling_says_so_before_its_citation(scripted):
+    # A little over the room under the trigger: cut to it, with room left for the citation.
+    context = grown_context()
+    gateway = summariser(scripted, "a long summary NONCE-S " * 100)
+
+    outcome = context.prepare("action", call_model=gateway.complete).compaction
+
+    assert outcome.succeeded
+    summary = next(m["content"] for m in context.frame.messages if HANDOFF_HEADER in str(m))
+    assert SUMMARY_CUT + "\n\nSummarised records" in summary
+    assert outcome.details["summary_cut"] is True
+
+
+def _obedient(text: str):
+    """Return a script step that answers a summary request with `text` cut to the length its
+    instructions ask for (`under N tokens`)."""
+
+    def answer(request):
+        asked = re.search(r"under (\d+) tokens", str(request.messages))
+        return text_response(text[: int(asked.group(1))])
+
+    return answer
+
+
+def test_from_compaction_7_the_summary_takes_the_room_under_the_target(scripted):
+    # A summariser that fills the output limit it is given: from compaction 7 that is the room
+    # under the target, so the view comes back at the target and the session has the policy's
+    # gap before the next compaction; compaction 6 gave it the room under the trigger.
+    long = "a long summary NONCE-S " * 300
+    policy = ContextPolicy()
+    outcomes = {}
+    for version in (6, 7):
+        context = grown_context(compaction=version)
+        gateway = scripted(*[_obedient(long)] * 20)
+        outcome = context.prepare("action", call_model=gateway.complete).compaction
+        assert (outcome.outcome, outcome.reason) == ("succeeded", "compacted"), outcome
+        assert outcome.details["summary_cut"] is False
+        assert f"under {outcome.details['summary_room']} tokens" in str(gateway.requests[-1])
+        outcomes[version] = outcome
+
+    # Each summary fills its room: the rooms differ by the gap between trigger and target, and
+    # compaction 7's view is at the target but for the citation after its summary (which
+    # compaction 6's full room leaves no room for).
+    gap = policy.trigger_at(SMALL) - policy.target_at(SMALL)
+    assert outcomes[6].details["summary_room"] - outcomes[7].details["summary_room"] == gap
+    summary = next(m["content"] for m in context.frame.messages if HANDOFF_HEADER in str(m))
+    citation = summary[summary.index("\n\nSummarised records") :]
+    cited = len(json.dumps(citation, ensure_ascii=False).encode()) - 2  # as the estimator counts
+    assert outcomes[6].after - outcomes[7].after == gap - cited
+    assert outcomes[7].after - cited < policy.target_at(SMALL) < outcomes[6].after
+
+
+def test_a_head_too_large_for_the_target_still_leaves_the_summary_its_reserve(scripted):
+    # The task nearly fills the target: what is left under it is less than the summary's
+    # reserve (a fifth of the target), which the summary gets instead; the compaction succeeds
+    # above the target and below the trigger.
+    policy = ContextPolicy()
+    target = policy.target_at(SMALL)
+    task = "the task NONCE-TASK " + "t" * (target - 300)
+    context = grown_context(groups=6, chars=400, task=task)
+    gateway = summariser(scripted, "a long summary NONCE-S " * 100)
+
+    outcome = context.prepare("action", call_model=gateway.complete).compaction
+
+    assert (outcome.outcome, outcome.reason) == ("succeeded", "compacted"), outcome
+    assert outcome.details["summary_room"] == int(target * SUMMARY_RESERVE_SHARE)
+    assert outcome.target_reached is False
+    assert target < outcome.after < policy.trigger_at(SMALL)
 
 
 def test_a_compaction_is_judged_on_the_payload_the_gateway_sends(scripted):

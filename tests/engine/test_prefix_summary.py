@@ -68,6 +68,22 @@ def test_the_summary_request_extends_the_last_action_request(scripted):
     assert "the summary NONCE-S" in context.frame.messages[2]["content"]
 
 
+def test_a_long_prefix_summary_is_kept_whole_below_the_trigger(scripted):
+    # The reply ignores the limit it was asked for (the room under the target, compaction 7):
+    # it is kept whole, since the view it makes is still below the trigger.
+    long = "the long summary NONCE-S " + "s" * 1_400
+    context = _context()
+    gateway = scripted(text_response(long), text_response("next"))
+
+    outcome = _prepare(context, gateway).compaction
+
+    assert outcome.succeeded and outcome.details["form"] == "prefix"
+    assert outcome.details["summary_room"] < len(long)
+    assert outcome.details["summary_cut"] is False
+    assert long in context.frame.messages[2]["content"]
+    assert outcome.after < POLICY.trigger_at(SMALL)
+
+
 def test_a_prefix_request_over_the_budget_falls_back_to_segments_without_a_call(scripted):
     # The view is over the hard budget: the conversation itself cannot be resent.
     budget = ModelBudget(8_000, 1_000, 0)
