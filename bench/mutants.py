@@ -4305,6 +4305,26 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a succeeded run's checkpoint leaves out the candidate answer its row holds",
+        "slim_keeps_the_answer",
+        "sessions_app/services/journal.py",
+        '        del state["candidate_answer"]\n',
+        "        pass\n",
+        (
+            "tests/sessions_app/test_finished_checkpoints.py::test_a_succeeded_run_stores_only_what_its_readers_read",
+        ),
+    ),
+    Mutant(
+        "the candidate answer a slim checkpoint leaves out is read back from the run's row",
+        "slim_answer_unread",
+        "sessions_app/selectors/checkpoints.py",
+        "    checkpoint = with_answer(run.checkpoint, run)\n",
+        "    checkpoint = run.checkpoint\n",
+        (
+            "tests/sessions_app/test_finished_checkpoints.py::test_a_succeeded_run_stores_only_what_its_readers_read",
+        ),
+    ),
+    Mutant(
         "a log row's sources are read back from its snapshot",
         "slim_sources_unread",
         "sessions_app/selectors/checkpoints.py",

@@ -9,8 +9,8 @@ A checkpoint's compaction snapshots are stored once, apart (`CompactionSnapshot`
 checkpoint names each by a pointer (`SNAPSHOT_POINTER`) and `run_checkpoint` reads them back
 into it; a checkpoint saved before embeds them, and reads as it is. A run that succeeded keeps
 a slim checkpoint (`services.journal.finished_checkpoint`): without the state only a resume
-reads, and its compaction log rows without the sources their snapshots hold, which
-`run_checkpoint` gives them back.
+reads, without its candidate answer (the run's `answer`) and its compaction log rows without
+the sources their snapshots hold, which `run_checkpoint` gives them back.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def with_snapshots(
 def run_checkpoint(run: Run) -> dict[str, Any] | None:
     """Return the run's stored checkpoint with its snapshots read back (None before its first
     save); one query, only when it points to any, and one for the messages they store once."""
-    checkpoint = run.checkpoint
+    checkpoint = with_answer(run.checkpoint, run)
     if not pointed_snapshots(checkpoint):
         return checkpoint
     stored = {
@@ -152,6 +152,17 @@ def run_checkpoint(run: Run) -> dict[str, Any] | None:
     }
     whole = with_snapshots(checkpoint, snapshots_read(run.session_id, stored))
     return with_sources(whole)
+
+
+def with_answer(checkpoint: dict[str, Any] | None, run: Run) -> dict[str, Any] | None:
+    """Return `checkpoint` with the candidate answer a succeeded run's checkpoint leaves out
+    (`services.journal.finished_checkpoint`): the run's `answer`, written by the same save."""
+    if not isinstance(checkpoint, dict) or run.status != Run.Status.SUCCEEDED:
+        return checkpoint
+    state = checkpoint.get("state")
+    if not isinstance(state, dict) or "candidate_answer" in state or run.answer is None:
+        return checkpoint
+    return {**checkpoint, "state": {**state, "candidate_answer": run.answer}}
 
 
 def with_sources(frame: dict[str, Any]) -> dict[str, Any]:

@@ -414,15 +414,19 @@ RESUME_ONLY_STATE = frozenset(
 
 def finished_checkpoint(stored: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
     """Return `stored` (the frame as stored: snapshots as pointers) as a run that succeeded
-    keeps it: without the state only a resume reads (`RESUME_ONLY_STATE`), and each compaction
-    log row without the sources its snapshot (`frame`'s, stored apart) holds equal, which
-    `selectors.checkpoints.run_checkpoint` reads back. `frame` and `stored` are not changed.
+    keeps it: without the state only a resume reads (`RESUME_ONLY_STATE`), without the
+    candidate answer (the run's `answer`), and each compaction log row without the sources its
+    snapshot (`frame`'s, stored apart) holds equal; `selectors.checkpoints.run_checkpoint` reads
+    the answer and the sources back. `frame` and `stored` are not changed.
     """
     snapshots = {
         snapshot.get("revision"): snapshot
         for snapshot in (frame.get("context") or {}).get("compactions") or []
     }
     state = {k: v for k, v in (stored.get("state") or {}).items() if k not in RESUME_ONLY_STATE}
+    if state.get("candidate_answer") is not None:
+        # The run's answer, which the same save writes to its row (`ended_run_fields`).
+        del state["candidate_answer"]
     log = []
     for row in state.get("compaction_log") or []:
         snapshot = snapshots.get(row.get("revision")) if isinstance(row, dict) else None

@@ -91,6 +91,10 @@ def test_a_succeeded_run_stores_only_what_its_readers_read(compacting):
         assert stored["view"] == whole[run.pk]["view"]
         assert stored["binding"] == whole[run.pk]["binding"]
         assert stored["context"] == whole[run.pk]["context"]
+        # The candidate answer is the run's answer, stored once, and read back.
+        assert "candidate_answer" not in stored["state"]
+        assert whole[run.pk]["state"]["candidate_answer"] == run.answer
+        assert run_checkpoint(run)["state"]["candidate_answer"] == run.answer
         assert len(token) < len(encryption.encrypt(whole[run.pk], compress=True))
         log = stored["state"]["compaction_log"]
         dropped_sources += sum(1 for row in log if row.get("revision") and "sources" not in row)
