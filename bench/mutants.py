@@ -2597,7 +2597,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the kept section is bounded by the summary's room, never failing a summary that fits",
         "kept_section_outgrows_the_room",
         f"{_ENGINE}/_compaction.py",
-        "            if not section or fits(body + section + footer):",
+        "            if not section or fits(body + section + footer, self.room):",
         "            if True:",
         (
             "tests/engine/test_kept_verbatim.py::test_a_summary_that_fills_its_room_still_succeeds_without_the_section",

@@ -8,6 +8,8 @@ version 1 runs compact as before.
 
 from __future__ import annotations
 
+import json
+
 import re
 
 from agentloom.engine import ContextPolicy, LargeRecords, ModelBudget
@@ -156,6 +158,10 @@ def test_a_section_longer_in_tokens_than_in_characters_is_shrunk_to_its_room():
     summary = _summary(context)
     assert KEPT_HEADER in summary
     assert outcome.details["identifiers"]["added"] < outcome.details["identifiers"]["found"]
+    # Within its room (compaction 7's, under the target), but for the citation after it.
+    citation = summary[summary.index("\n\nSummarised records") :]
+    cited = len(json.dumps(citation, ensure_ascii=False).encode()) - 2  # as the estimator counts
+    assert outcome.after - cited < ContextPolicy().target_at(SMALL)
 
 
 def test_the_demo_model_reads_and_writes_only_its_own_summary_lines():
