@@ -9,7 +9,6 @@ version 1 runs compact as before.
 from __future__ import annotations
 
 import json
-
 import re
 
 from agentloom.engine import ContextPolicy, LargeRecords, ModelBudget
