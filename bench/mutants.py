@@ -3426,7 +3426,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a segmented summary longer than its room is kept whole up to the trigger's room",
         "segment_cut_to_the_room",
         f"{_ENGINE}/_compaction.py",
-        "            running = _clipped(reply.strip(), max(limit, ceiling or 0), estimator)",
+        "            running = _clipped(reply.strip(), ceiling or limit, estimator)",
         "            running = _clipped(reply.strip(), limit, estimator)",
         (
             _COMPACTION
@@ -3453,8 +3453,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "a summary cut to its ceiling is reported cut, with its citation after the mark",
         "cut_mark_before_the_citation_missed",
         f"{_ENGINE}/_compaction.py",
-        "        self.cut = self.cut or body.endswith(SUMMARY_CUT)\n",
-        "        self.cut = body.endswith(SUMMARY_CUT)\n",
+        "        self.body, self.consumed = summary\n"
+        "        # Cut to its ceiling as it was made (a kept section and the citation follow the "
+        "mark).\n"
+        "        self.cut = self.body.endswith(SUMMARY_CUT)\n",
+        "        self.body, self.consumed = summary\n",
         (_COMPACTION + "test_a_summary_cut_to_its_ceiling_says_so_before_its_citation",),
     ),
     Mutant(

@@ -205,8 +205,9 @@ class CompactionRequest:
     # Masking never reaches the newest unit, even when no unit is kept (version 6 on); before,
     # a view that kept no unit had the newest unit's results masked too.
     spare_newest: bool = False
-    # The summary's room is what is left under the target, where that leaves it room to say
-    # something (version 7 on); before, under the trigger, so the view came back just below it.
+    # The summary is asked for the room left under the target, no less than its reserve, and a
+    # longer reply is kept up to the trigger's room (version 7 on); before, it was asked for the
+    # trigger's room, so the view came back just below the trigger.
     summary_to_target: bool = False
 
     @property
@@ -407,7 +408,7 @@ class BudgetCompactionPolicy(CompactionPolicy):
             if not reply.strip():
                 return ("", 0), calls, "empty_summary"
             # A reply over its ceiling is cut to it, so the next request has its room.
-            running = _clipped(reply.strip(), max(limit, ceiling or 0), estimator)
+            running = _clipped(reply.strip(), ceiling or limit, estimator)
             fragments.advance(position)
         return (running, fragments.piece), calls, None
 
@@ -655,6 +656,7 @@ class _Attempt:
         if failure:
             return self.outcome("failed", failure)
         self.body, self.consumed = summary
+        # Cut to its ceiling as it was made (a kept section and the citation follow the mark).
         self.cut = self.body.endswith(SUMMARY_CUT)
         return None
 
@@ -822,8 +824,6 @@ class _Attempt:
         if protocol_problems(self.new_view):
             return self.outcome("failed", "boundary_violation")
         self.after = self.measure(self.new_view)
-        # Cut to its ceiling when it was made (the kept section and citation follow the mark).
-        self.cut = self.cut or body.endswith(SUMMARY_CUT)
         if self.after >= self.trigger_at:
             # Longer than its room (a summariser may ignore its output limit): cut to fit.
             self.new_view, self.new_task_index, self.summarised, self.after = _cut_to_fit(

@@ -83,7 +83,7 @@ class Compaction:
     measures_bound: bool = False
     # Masking never reaches the newest unit, even when no unit is kept (`_compaction`).
     spares_newest: bool = False
-    # The summary's room is under the target, not the trigger, where it can be (`_compaction`).
+    # The summary is asked for the room under the target, not the trigger (`_compaction`).
     summarises_to_target: bool = False
 
 
