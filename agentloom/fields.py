@@ -9,7 +9,11 @@ Ciphertext does not compress, so a database cannot shrink an encrypted value the
 compresses large plain values on its own. Journal messages, checkpoints and model responses are
 JSON text that compresses two to four times; `CompressedEncryptedJSONField` compresses it before
 encrypting, which keeps most rows small enough to stay in their table page and halves what the
-journal costs on disk. Compression adds no key and no new way in.
+journal costs on disk. A run's question and answer and the pinned instructions are prose that the
+journal already holds compressed; `CompressedEncryptedTextField` stores them the same way, which
+keeps the run row (rewritten at every step, on pages kept partly free for that) small. Secrets
+(API keys, tokens) are short and never compressed. Compression adds no key and no new way in: a
+value's stored length tells no more than its journal record's already does.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from agentloom.encryption import COMPRESSED_MARK
 __all__ = [
     "COMPRESSED_MARK",
     "CompressedEncryptedJSONField",
+    "CompressedEncryptedTextField",
     "EncryptedField",
     "EncryptedJSONField",
     "EncryptedTextField",
@@ -65,7 +70,14 @@ class EncryptedField(models.Field):
 
 
 class EncryptedTextField(EncryptedField, models.TextField):
-    """Encrypted text (questions, answers, supplements, provider API keys)."""
+    """Encrypted text (titles, provider API keys, tokens)."""
+
+
+class CompressedEncryptedTextField(EncryptedField, models.TextField):
+    """Encrypted text whose JSON is zlib-compressed first when long enough to gain from it
+    (questions, answers, supplements, pinned instructions)."""
+
+    compress = True
 
 
 class EncryptedJSONField(EncryptedField, models.JSONField):

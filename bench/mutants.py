@@ -4466,6 +4466,14 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/sessions_app/test_fork.py::test_a_fork_after_a_views_watermark_starts_from_the_view",
         ),
     ),
+    Mutant(
+        "a run's question, answer and pinned text are compressed before encryption",
+        "prose_stored_uncompressed",
+        "agentloom/fields.py",
+        '    (questions, answers, supplements, pinned instructions)."""\n\n    compress = True\n',
+        '    (questions, answers, supplements, pinned instructions)."""\n\n    compress = False\n',
+        (_KEYS + "test_prose_columns_are_stored_compressed_and_older_values_still_read",),
+    ),
 )
 
 

@@ -6,7 +6,12 @@ from django.conf import settings
 from django.db import models
 
 from agentloom.engine import MAIN_INSTANCE as ENGINE_MAIN_INSTANCE
-from agentloom.fields import CompressedEncryptedJSONField, EncryptedJSONField, EncryptedTextField
+from agentloom.fields import (
+    CompressedEncryptedJSONField,
+    CompressedEncryptedTextField,
+    EncryptedJSONField,
+    EncryptedTextField,
+)
 from agentloom.providers import Prices, call_cost
 from agentloom.spaces.models import Space
 from context_app.models import Agent, AgentVersion
@@ -54,7 +59,7 @@ class Session(models.Model):
     legal_hold_set_at = models.DateTimeField(null=True, blank=True)
     # Instructions its creator pinned: every run asked from now on carries them word for word
     # after the system prompt (`engine_adapter.pinned_prompt`). Content, so encrypted.
-    pinned = EncryptedTextField(blank=True, default="")
+    pinned = CompressedEncryptedTextField(blank=True, default="")
     # Every finished run of the session has its records in the journal, so a new question need
     # not look for runs from before the journal existed (`services.legacy`). Sessions opened
     # since start true; an older one turns true at its next question or resume, after one look.
@@ -92,8 +97,8 @@ class Run(models.Model):
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    question = EncryptedTextField()
-    answer = EncryptedTextField(null=True, blank=True)
+    question = CompressedEncryptedTextField()
+    answer = CompressedEncryptedTextField(null=True, blank=True)
     checkpoint = CompressedEncryptedJSONField(null=True, blank=True)
     # Session seq of the last journal record this run's history was built from.
     inherited_watermark = models.PositiveBigIntegerField(default=0)
@@ -115,7 +120,7 @@ class Run(models.Model):
     trace_span_id = models.CharField(max_length=16, blank=True, default="")
     # The session's pinned instructions when the run was asked: what it starts, resumes and
     # replays with, whatever is pinned later.
-    pinned = EncryptedTextField(blank=True, default="")
+    pinned = CompressedEncryptedTextField(blank=True, default="")
     # While waiting for approval, and until the run continues: the calls awaiting a decision
     # (`[{call_id, tool, arguments}]`); and every decision made on the run's calls (`{call_id:
     # {approved, note, by, at}}`, kept so a replay decides as the run did). Encrypted: arguments
@@ -411,7 +416,7 @@ class RunSupplement(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="supplements")
     position = models.PositiveIntegerField()
-    text = EncryptedTextField()
+    text = CompressedEncryptedTextField()
     consumed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -169,6 +169,37 @@ def test_values_are_fernet_tokens_of_json_under_the_field_key(populated):
     assert stored.startswith((b"{", b"z1:"))  # JSON, compressed when large; never a pickle
 
 
+def test_prose_columns_are_stored_compressed_and_older_values_still_read(populated):
+    """A run's question, answer and pinned instructions, a supplement and a session's pinned
+    instructions are compressed before encryption once long enough; short ones, secrets and
+    values written uncompressed before read as ever."""
+    session, runs = populated
+    fernet = _fernet(OLD_FIELD_KEY)
+    prose = "NONCE-PROSE the answer goes on about the build and its cache. " * 8
+    run = Run.objects.get(pk=runs[-1].pk)
+    run.question, run.answer, run.pinned = prose, prose, prose
+    run.save(update_fields=["question", "answer", "pinned"])
+    supplement = RunSupplement.objects.get(run=run)
+    supplement.text = prose
+    supplement.save(update_fields=["text"])
+    session.pinned = prose
+    session.save(update_fields=["pinned"])
+    rows = [(Run, run.pk, column) for column in ("question", "answer", "pinned")]
+    rows += [(RunSupplement, supplement.pk, "text"), (type(session), session.pk, "pinned")]
+    for model, pk, column in rows:
+        plain = fernet.decrypt(_as_fernet(read_raw(model, pk, column)))
+        assert plain.startswith(b"z1:"), (model, column)
+        assert json.loads(zlib.decompress(plain[3:])) == prose
+        assert len(read_raw(model, pk, column)) < len(encryption.encrypt(prose)) - 100
+    # Short text is not worth compressing; a secret column never compresses.
+    assert fernet.decrypt(_as_fernet(read_raw(Run, runs[0].pk, "question"))).startswith(b'"')
+    key = read_raw(ModelConnection, session.agent.model_connection_id, "api_key")
+    assert fernet.decrypt(_as_fernet(key)).startswith(b'"')
+    # A value stored before the column compressed reads back as it was written.
+    store_raw(Run, run.pk, "answer", encryption.encrypt("NONCE-OLD " * 40))
+    assert Run.objects.get(pk=run.pk).answer == "NONCE-OLD " * 40
+
+
 def test_rotating_secret_key_keeps_everything_readable(populated, settings):
     before = _snapshot()
     settings.SECRET_KEY = NEW_SECRET_KEY
