@@ -51,3 +51,30 @@ def scratch_postgres(name: str):
 
         connections.close_all()
         run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def autovacuum_on() -> bool:
+    """Return whether the PostgreSQL server Django is connected to runs autovacuum."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        return cursor.fetchone()[0] == "on"
+
+
+def analyze_as_autovacuum_would() -> None:
+    """ANALYZE each table whose changes since its last analysis pass autovacuum's threshold
+    (`autovacuum_analyze_threshold` + `autovacuum_analyze_scale_factor` × its rows), as a
+    server with autovacuum on does by itself: a scratch database on a server with it off would
+    otherwise be planned from the statistics of its empty tables. It vacuums nothing."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+            "WHERE s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::int "
+            "+ current_setting('autovacuum_analyze_scale_factor')::float8 "
+            "* greatest(c.reltuples, 0)"
+        )
+        for (table,) in cursor.fetchall():
+            cursor.execute(f'ANALYZE "{table}"')
