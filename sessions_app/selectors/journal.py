@@ -54,8 +54,19 @@ def journal_page(
 
 
 def journal_messages(session_id: int, seqs: Collection[int]) -> dict[int, dict[str, Any]]:
-    """Return the messages of the session's journal records `seqs` (one query), by seq."""
-    rows = SessionMessage.objects.filter(session_id=session_id, seq__in=list(seqs))
+    """Return the messages of the session's journal records `seqs` (one query), by seq.
+
+    The query also bounds the seqs by their least and greatest: PostgreSQL then searches the
+    (session, seq) index for that range alone, whatever its statistics say. Given the list
+    only, a planner whose statistics predate most of the journal (before autovacuum's next
+    ANALYZE, after an import or a fork) scanned every record of the session instead.
+    """
+    wanted = list(seqs)
+    if not wanted:
+        return {}
+    rows = SessionMessage.objects.filter(
+        session_id=session_id, seq__gte=min(wanted), seq__lte=max(wanted), seq__in=wanted
+    )
     return dict(rows.values_list("seq", "message"))
 
 
