@@ -334,9 +334,8 @@ def _vacuumed_growth(
     autovacuum off keeps; return the growth."""
     from django.db import connection
 
+    autovacuum = "on" if autovacuum_on() else "off"
     with connection.cursor() as cursor:
-        cursor.execute("SHOW autovacuum")
-        autovacuum = cursor.fetchone()[0]
         cursor.execute("VACUUM FULL")
     growth = sum(_table_bytes("postgres", None).values()) - sum(baseline.values())
     print(
