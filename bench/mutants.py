@@ -4474,6 +4474,24 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (questions, answers, supplements, pinned instructions)."""\n\n    compress = False\n',
         (_KEYS + "test_prose_columns_are_stored_compressed_and_older_values_still_read",),
     ),
+    Mutant(
+        "a binary token is opened only when its HMAC is a field key's",
+        "binary_token_mac_unchecked",
+        "agentloom/encryption.py",
+        '        if not hmac.compare_digest(hmac.digest(signing, body, "sha256"), mac):\n'
+        "            continue\n",
+        '        if False and not hmac.compare_digest(hmac.digest(signing, body, "sha256"), mac):\n'
+        "            continue\n",
+        (_KEYS + "test_a_token_is_opened_only_when_its_mac_is_a_field_keys",),
+    ),
+    Mutant(
+        "a binary token's plaintext is what Fernet returns (its padding removed)",
+        "binary_token_padding_kept",
+        "agentloom/encryption.py",
+        "        return padded[:-pad]\n",
+        "        return padded[: -pad + 1 or None]\n",
+        (_KEYS + "test_a_token_is_opened_only_when_its_mac_is_a_field_keys",),
+    ),
 )
 
 

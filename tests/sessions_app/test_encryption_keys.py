@@ -336,6 +336,28 @@ def test_a_mark_with_anything_but_its_form_is_unreadable(bad, settings):
     assert not encryption.is_current(stored)
 
 
+def test_a_token_is_opened_only_when_its_mac_is_a_field_keys(settings):
+    """The AES key alone opens nothing: a token whose ciphertext is right for the field key but
+    whose HMAC was made with another key is unreadable, as `Fernet` finds it."""
+    fields = encryption._derived_key(settings.FIELD_ENCRYPTION_KEY)
+    forged = Fernet(base64.urlsafe_b64encode(bytes(16) + fields[16:])).encrypt(b'"NONCE-MAC"')
+    stored = b"\x01" + base64.urlsafe_b64decode(forged)
+    with pytest.raises(UnreadableValue):
+        encryption.decrypt(stored)
+    with pytest.raises(UnreadableValue):
+        encryption.decrypt_text(stored)
+    genuine = Fernet(base64.urlsafe_b64encode(fields)).encrypt(b'"NONCE-MAC"')
+    assert encryption.decrypt(b"\x01" + base64.urlsafe_b64decode(genuine)) == "NONCE-MAC"
+    # What the reader returns for every token is what Fernet returns: sizes across a block.
+    for size in range(1, 40):
+        value = "x" * size
+        stored = encryption.encrypt(value)
+        assert _fernet(settings.FIELD_ENCRYPTION_KEY).decrypt(_as_fernet(stored)) == (
+            json.dumps(value).encode()
+        )
+        assert encryption.decrypt(stored) == value
+
+
 def test_an_unreadable_mark_stops_rotation_naming_the_keys(populated, settings):
     _session, runs = populated
     store_raw(Run, runs[0].pk, "pinned", b"\x02" + b'"NONCE"')
