@@ -14,6 +14,10 @@ restores the file. It prints rule → mutant → killed by → yes/no, and the t
 when a mutant survives, when a snippet does not occur exactly once (the source moved: re-point the
 mutant) or when a listed test does not pass on the unchanged copy.
 
+A rule that is PostgreSQL's own (a query plan) has a mutant marked `postgres`: its tests run in
+the PostgreSQL leg when DATABASE_URL names a PostgreSQL database, and it is listed as not run
+otherwise (neither killed nor survived).
+
 Only example tests count: a listed test that is a property test (Hypothesis's `@given`) is refused,
 since a random search that happens to find the break is not a test of the rule.
 """
@@ -66,6 +70,8 @@ class Mutant:
     before: str
     after: str
     tests: tuple[str, ...]
+    # Its tests run in the PostgreSQL leg (DATABASE_URL), where the rule is PostgreSQL's own.
+    postgres: bool = False
 
 
 _ENGINE = "agentloom/engine"
@@ -4492,6 +4498,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return padded[: -pad + 1 or None]\n",
         (_KEYS + "test_a_token_is_opened_only_when_its_mac_is_a_field_keys",),
     ),
+    Mutant(
+        "a view's records are searched within their seq range, whatever the statistics say",
+        "journal_read_unbounded",
+        "sessions_app/selectors/journal.py",
+        "        session_id=session_id, seq__gte=min(wanted), seq__lte=max(wanted), "
+        "seq__in=wanted\n",
+        "        session_id=session_id, seq__in=wanted\n",
+        (
+            "tests/sessions_app/test_run_plans.py::"
+            "test_a_views_records_are_searched_within_their_range_whatever_the_statistics",
+        ),
+        postgres=True,
+    ),
 )
 
 
@@ -4556,13 +4575,25 @@ def scratch_copy() -> Path:
     return scratch
 
 
-def pytest(scratch: Path, tests: tuple[str, ...]) -> tuple[int, tuple[str, ...], str]:
-    """Run `tests` in `scratch` on SQLite; return (exit code, failed node ids, output tail)."""
+def postgres_url() -> str | None:
+    """Return DATABASE_URL when it names a PostgreSQL database (the `postgres` mutants' leg)."""
+    url = os.environ.get("DATABASE_URL", "")
+    return url if url.startswith(("postgres://", "postgresql://")) else None
+
+
+def pytest(
+    scratch: Path, tests: tuple[str, ...], *, postgres: bool = False
+) -> tuple[int, tuple[str, ...], str]:
+    """Run `tests` in `scratch` on SQLite, or in the PostgreSQL leg; return (exit code, failed
+    node ids, output tail)."""
     environment = {
         key: value
         for key, value in os.environ.items()
         if key not in ("DATABASE_URL", "AGENTLOOM_TEST_LEG", "CI")
     }
+    if postgres:
+        environment["DATABASE_URL"] = postgres_url()
+        environment["AGENTLOOM_TEST_LEG"] = "postgres"
     environment["PYTHONDONTWRITEBYTECODE"] = "1"
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_mutants_plugin",
@@ -4595,7 +4626,7 @@ def run(mutant: Mutant, scratch: Path) -> Result:
     path.write_text(applied(mutant, original))
     started = time.perf_counter()
     try:
-        code, failed, tail = pytest(scratch, mutant.tests)
+        code, failed, tail = pytest(scratch, mutant.tests, postgres=mutant.postgres)
     finally:
         path.write_text(original)
     seconds = time.perf_counter() - started
@@ -4608,14 +4639,21 @@ def run(mutant: Mutant, scratch: Path) -> Result:
 
 
 def baseline(mutants: tuple[Mutant, ...], scratch: Path) -> None:
-    """Exit unless every listed test passes on the unchanged copy."""
-    tests = tuple(dict.fromkeys(test for mutant in mutants for test in mutant.tests))
-    code, failed, tail = pytest(scratch, tests)
-    if code != 0:
-        raise SystemExit(
-            f"the listed tests must pass on the unchanged tree (exit {code}; failed: "
-            f"{', '.join(failed) or 'see below'}):\n{tail}"
+    """Exit unless every listed test passes on the unchanged copy, in the leg it runs in."""
+    for postgres in (False, True):
+        tests = tuple(
+            dict.fromkeys(
+                test for mutant in mutants if mutant.postgres is postgres for test in mutant.tests
+            )
         )
+        if not tests:
+            continue
+        code, failed, tail = pytest(scratch, tests, postgres=postgres)
+        if code != 0:
+            raise SystemExit(
+                f"the listed tests must pass on the unchanged tree (exit {code}; failed: "
+                f"{', '.join(failed) or 'see below'}):\n{tail}"
+            )
 
 
 def table(results: list[Result]) -> str:
@@ -4679,6 +4717,10 @@ def main() -> None:
     if arguments.check:
         print(f"all {len(mutants)} mutants apply")
         return
+    unrun = tuple(mutant for mutant in mutants if mutant.postgres and not postgres_url())
+    mutants = tuple(mutant for mutant in mutants if mutant not in unrun)
+    for mutant in unrun:
+        print(f"not run  {mutant.name:<36} its rule is PostgreSQL's: set DATABASE_URL=postgres://…")
     # Stopped by a signal, the scratch copy is still removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))
     scratch = scratch_copy()
@@ -4699,6 +4741,8 @@ def main() -> None:
         shutil.rmtree(scratch.parent, ignore_errors=True)
     print()
     print(table(results))
+    if unrun:
+        print(f"{len(unrun)} not run: they need PostgreSQL ({', '.join(m.name for m in unrun)}).")
     if not all(result.killed for result in results):
         raise SystemExit(1)
 
