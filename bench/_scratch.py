@@ -78,3 +78,22 @@ def analyze_as_autovacuum_would() -> None:
         )
         for (table,) in cursor.fetchall():
             cursor.execute(f'ANALYZE "{table}"')
+
+
+def vacuum_as_autovacuum_would() -> None:
+    """VACUUM each table whose dead row versions pass autovacuum's threshold
+    (`autovacuum_vacuum_threshold` + `autovacuum_vacuum_scale_factor` × its rows), as a server
+    with autovacuum on does by itself: their space is then reused by the rows written after,
+    where a server with autovacuum off keeps every dead version. Nothing is given back to the
+    file system (that is VACUUM FULL's). Runs outside a transaction, as VACUUM must."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+            "WHERE s.n_dead_tup > current_setting('autovacuum_vacuum_threshold')::int "
+            "+ current_setting('autovacuum_vacuum_scale_factor')::float8 "
+            "* greatest(c.reltuples, 0)"
+        )
+        for (table,) in cursor.fetchall():
+            cursor.execute(f'VACUUM "{table}"')

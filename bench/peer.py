@@ -37,7 +37,11 @@ On a PostgreSQL server with autovacuum off (as a test server may be), the planne
 from the statistics of an empty database for the whole run: after each turn, outside its timing,
 the bench analyzes each table that autovacuum's own rule would (`n_mod_since_analyze` above
 `autovacuum_analyze_threshold` + `autovacuum_analyze_scale_factor` × its rows), as a production
-server does on its own. It vacuums nothing, so the dead row versions are still counted.
+server does on its own; and it vacuums each table whose dead row versions pass autovacuum's
+rule (`n_dead_tup` above `autovacuum_vacuum_threshold` + `autovacuum_vacuum_scale_factor` × its
+rows), so that the growth counts what a production server keeps: dead versions are reused by
+later rows there, never given back. `--keep-dead` leaves them all, as a server with autovacuum
+off does (the figure earlier versions of this bench printed).
 
 Query logging is switched off after start-up (as with DEBUG=false in production), so that a
 DEBUG=true in the environment does not add its own cost to every query.
@@ -59,7 +63,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _scratch import analyze_as_autovacuum_would, autovacuum_on, scratch_environment
+from _scratch import (
+    analyze_as_autovacuum_would,
+    autovacuum_on,
+    scratch_environment,
+    vacuum_as_autovacuum_would,
+)
 
 from agentloom.engine import ModelGateway
 
@@ -513,7 +522,13 @@ def _format_row(row: dict) -> str:
 
 
 def run_combination(
-    backend: str, url: str, sqlite_path: str | None, window: int, turns: list[int], results
+    backend: str,
+    url: str,
+    sqlite_path: str | None,
+    window: int,
+    turns: list[int],
+    keep_dead: bool,
+    results,
 ) -> None:
     """Drive one session up to max(turns) runs and put the checkpoint rows on `results`."""
     _setup_django(url)
@@ -540,8 +555,10 @@ def run_combination(
     rows: list[dict] = []
     print(f"\n{_label(backend, window)}", flush=True)
     analyze = backend == "postgres" and not autovacuum_on()
+    vacuum = analyze and not keep_dead
     if analyze:
-        print("(autovacuum is off: tables are analyzed by its rule after each turn)", flush=True)
+        done = "analyzed and vacuumed by its rules" if vacuum else "analyzed by its rule"
+        print(f"(autovacuum is off: tables are {done} after each turn)", flush=True)
     print(HEADER, flush=True)
     started_all = time.perf_counter()
     for turn in range(1, max(turns) + 1):
@@ -559,6 +576,8 @@ def run_combination(
         meter.update()
         if analyze:
             analyze_as_autovacuum_would()
+        if vacuum:
+            vacuum_as_autovacuum_would()
         if turn not in turns:
             continue
         history_ms, history_cpu_ms = _history_ms(session, version)
@@ -634,6 +653,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--turns", type=_int_list, default=_int_list("1,50,200,500,1000"))
     parser.add_argument("--backends", type=_backend_list, default=["postgres", "sqlite"])
     parser.add_argument("--windows", type=_int_list, default=[100_000_000, 128_000])
+    parser.add_argument(
+        "--keep-dead",
+        action="store_true",
+        help="PostgreSQL with autovacuum off: analyze only, keep every dead row version",
+    )
     arguments = parser.parse_args()
     arguments.windows = sorted(arguments.windows, reverse=True)
     return arguments
@@ -667,14 +691,26 @@ def main() -> None:
                     _recreate_database(admin_url)
                     try:
                         rows = _run_in_process(
-                            context, backend, _bench_url(admin_url), None, window, arguments.turns
+                            context,
+                            backend,
+                            _bench_url(admin_url),
+                            None,
+                            window,
+                            arguments.turns,
+                            arguments.keep_dead,
                         )
                     finally:
                         _drop_database(admin_url)
                 else:
                     path = os.path.join(scratch, f"peer-{window}.sqlite3")
                     rows = _run_in_process(
-                        context, backend, f"sqlite:///{path}", path, window, arguments.turns
+                        context,
+                        backend,
+                        f"sqlite:///{path}",
+                        path,
+                        window,
+                        arguments.turns,
+                        arguments.keep_dead,
                     )
                     for leftover in (path, path + "-wal", path + "-shm"):
                         if os.path.exists(leftover):
