@@ -4499,6 +4499,31 @@ MUTANTS: tuple[Mutant, ...] = (
         (_KEYS + "test_a_token_is_opened_only_when_its_mac_is_a_field_keys",),
     ),
     Mutant(
+        "asking reads the version's connection once, for the redaction and the door",
+        "ask_reads_the_connection_twice",
+        "sessions_app/services/runs.py",
+        "    question = redactor_for(session.agent_version, connection=connection)"
+        ".text(question)\n",
+        "    question = redactor_for(session.agent_version).text(question)\n",
+        ("tests/api/test_runs.py::test_asking_reads_the_connection_and_the_locked_session_once",),
+    ),
+    Mutant(
+        "a run just asked is answered without reading its cost (it has made no call)",
+        "ask_reads_the_cost",
+        "sessions_app/serializers.py",
+        '        if self.context.get("just_asked"):\n',
+        '        if False and self.context.get("just_asked"):\n',
+        ("tests/api/test_runs.py::test_asking_reads_the_connection_and_the_locked_session_once",),
+    ),
+    Mutant(
+        "a session renamed before its first question keeps its title (read under the lock)",
+        "ask_titles_a_renamed_session",
+        "sessions_app/services/runs.py",
+        "    if title:\n        return\n",
+        "    if False:\n        return\n",
+        ("tests/sessions_app/test_titles.py",),
+    ),
+    Mutant(
         "a view's records are searched within their seq range, whatever the statistics say",
         "journal_read_unbounded",
         "sessions_app/selectors/journal.py",

@@ -256,14 +256,17 @@ def secrets_for(
     return redaction_secrets(connection) if connection else []
 
 
-def redactor_for(version: AgentVersion) -> Redactor:
+def redactor_for(
+    version: AgentVersion, *, connection: ModelConnection | bool | None = False
+) -> Redactor:
     """Return what removes `version`'s known credentials from anything about to be written.
 
     Every path that writes a question, supplement or record redacts with it first, so a key
     pasted into a question never reaches the journal, a run row or a checkpoint; so are the
-    connection's previous keys and the tool servers' headers (`secrets_for`).
+    connection's previous keys and the tool servers' headers (`secrets_for`). `connection`:
+    the row the caller read (`version_connection`), else it is read here.
     """
-    return Redactor(secrets_for(version))
+    return Redactor(secrets_for(version, connection=connection))
 
 
 def gateway_for(version: AgentVersion) -> ModelGateway:
@@ -480,18 +483,26 @@ def pinned_room(version: AgentVersion, pinned: str) -> QuestionRoom:
     return snapshot_question_room({**snapshot, "system_prompt": pinned_prompt(snapshot, pinned)})
 
 
-def input_check(version: AgentVersion, text: str, pinned: str = "") -> DoorCheck:
+def input_check(
+    version: AgentVersion,
+    text: str,
+    pinned: str = "",
+    *,
+    connection: ModelConnection | bool | None = False,
+) -> DoorCheck:
     """Return how large `text` is as a question or supplement of `version`, and its limit.
 
     Both are in the unit of the hard check of its runs (`measure_unit`). A `server` version
     counts `text` with the server's tokenizer (one call), the system prompt and the tools with
     the counts kept at publish; when the tokenizer does not answer, `text` is counted in UTF-8
     bytes, never fewer than its tokens. An empty text asks no server (the limit needs none).
-    `pinned`: the session's pinned instructions, which follow the system prompt.
+    `pinned`: the session's pinned instructions, which follow the system prompt. `connection`:
+    the row the caller read (`version_connection`), whose learned window applies; else it is
+    read here.
     """
     snapshot = version.snapshot
     counter = _door_counter(snapshot) if text else None
-    policy, budget, estimator = run_measures(snapshot, counter=counter)
+    policy, budget, estimator = run_measures(snapshot, counter=counter, connection=connection)
     check = check_input(
         policy=policy,
         budget=budget,

@@ -160,7 +160,8 @@ class SessionRunsApi(ApiView):
         data = QuestionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         run = run_ask(user=request.user, session=session, **data.validated_data)
-        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        body = RunSerializer(run, context={"just_asked": True}).data
+        return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 class RunDetailApi(ApiView):

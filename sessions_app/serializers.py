@@ -220,6 +220,9 @@ class RunSerializer(serializers.Serializer):
 
     @extend_schema_field(CostSummarySerializer(allow_null=True))
     def get_cost(self, run: Run) -> dict | None:
+        if self.context.get("just_asked"):
+            # A run this request created has made no call yet: nothing to read.
+            return None
         cost = run_cost(run)
         return CostSummarySerializer(cost).data if cost is not None else None
 

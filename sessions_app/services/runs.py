@@ -22,7 +22,13 @@ from agentloom.errors import Conflict, InvalidInput, NotFound
 from agentloom.ratelimit import limit
 from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
-from context_app.engine_adapter import PINNED_MAX_CHARS, input_check, pinned_room, redactor_for
+from context_app.engine_adapter import (
+    PINNED_MAX_CHARS,
+    input_check,
+    pinned_room,
+    redactor_for,
+    version_connection,
+)
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
 from sessions_app.selectors.journal import journaled_terminal
@@ -78,13 +84,14 @@ def title_from_question(question: str) -> str:
     return cut.rstrip() + "…"
 
 
-def _title_if_untitled(session: Session, question: str) -> None:
+def _title_if_untitled(session: Session, question: str, title: str) -> None:
     """Name an untitled session after its first question (as redacted).
 
-    The title is encrypted, so it cannot be compared in SQL: it is read again under the session
-    row's lock, which the caller holds, so a rename that came first is kept.
+    The title is encrypted, so it cannot be compared in SQL: `title` is the one the caller read
+    with the session row's lock (`lock_live_session`), which it holds, so a rename that came
+    first is kept.
     """
-    if Session.objects.values_list("title", flat=True).get(pk=session.pk):
+    if title:
         return
     session.title = title_from_question(question)
     Session.objects.filter(pk=session.pk).update(title=session.title)
@@ -126,16 +133,19 @@ def session_pin(*, user, session: Session, text) -> Session:
     return session
 
 
-def lock_live_session(session_id: int) -> None:
-    """Lock the session row for this transaction; NotFound once it has been deleted.
+def lock_live_session(session_id: int, *fields: str) -> tuple:
+    """Lock the session row for this transaction and return its `fields` as they are under the
+    lock (one statement); NotFound once it has been deleted.
 
     Every write that starts or feeds a run calls this BEFORE it locks any run of the session
     (the journal writers' order: session, then run), so it cannot interleave with
     `session_delete`, which takes this lock, nor deadlock with a worker's save.
     """
     live = Session.objects.select_for_update().filter(pk=session_id, deleted_at__isnull=True)
-    if not live.only("pk"):
+    row = live.values_list("pk", *fields).first()
+    if row is None:
         raise NotFound("Not found.")
+    return row[1:]
 
 
 # --- leases --------------------------------------------------------------------------------
@@ -199,9 +209,12 @@ def queue_waiting(run: Run) -> list[str]:
 # --- asking, resuming, cancelling ------------------------------------------------------------
 
 
-def _refuse_oversized(version, text: str, *, field: str, what: str, pinned: str = "") -> None:
-    """Refuse an input too large for the run to ever compact below its target (before any write)."""
-    check = input_check(version, text, pinned)
+def _refuse_oversized(
+    version, text: str, *, field: str, what: str, pinned: str = "", connection=False
+) -> None:
+    """Refuse an input too large for the run to ever compact below its target (before any write).
+    `connection`: the version's connection row as the caller read it (else read here)."""
+    check = input_check(version, text, pinned, connection=connection)
     if not check.fits:
         raise InvalidInput(
             f"This {what} is estimated at {check.described()} that this agent's context "
@@ -225,9 +238,16 @@ def run_ask(*, user, session: Session, question) -> Run:
     limit("runs_per_user", user.pk, what="questions")
     # Past a spend limit the question is refused; near one it is taken with a warning.
     warnings = spend_check(session=session)
-    question = redactor_for(session.agent_version).text(question)
+    # Read once for the redaction and the door (its keys, its learned window).
+    connection = version_connection(session.agent_version)
+    question = redactor_for(session.agent_version, connection=connection).text(question)
     _refuse_oversized(
-        session.agent_version, question, field="question", what="question", pinned=session.pinned
+        session.agent_version,
+        question,
+        field="question",
+        what="question",
+        pinned=session.pinned,
+        connection=connection,
     )
     with transaction.atomic(durable=True):
         run = _run_create(session, question)
@@ -241,16 +261,14 @@ def _run_create(session: Session, question: str) -> Run:
     adopt_unjournaled_runs(session=session)
     try:
         with transaction.atomic():
-            lock_live_session(session.pk)
+            # The instructions pinned now and the journal as it stands (no run is active) go
+            # with the question, whatever changes while it waits in the queue.
+            next_seq, pinned, title = lock_live_session(session.pk, "next_seq", "pinned", "title")
             if Run.objects.filter(session=session, status__in=Run.ACTIVE_STATUSES).exists():
                 raise Conflict("A run of this session is still active; wait for it or cancel it.")
             if session.read_only:
                 raise Conflict("This imported session is bound to no agent version: read only.")
             number = (session.runs.aggregate(top=Max("number"))["top"] or 0) + 1
-            # The question inherits the journal as it stands now (no run is active), even if
-            # it waits in the queue or is cancelled and resumed later.
-            # And the instructions pinned now, whatever is pinned while it waits.
-            next_seq, pinned = Session.objects.values_list("next_seq", "pinned").get(pk=session.pk)
             run = Run.objects.create(
                 session=session,
                 number=number,
@@ -260,7 +278,7 @@ def _run_create(session: Session, question: str) -> Run:
                 inherited_watermark=next_seq - 1,
                 lease_expires_at=_queue_deadline(),
             )
-            _title_if_untitled(session, question)
+            _title_if_untitled(session, question, title)
             _enqueue(run)
     except IntegrityError:
         # The one-active-run constraint (or the run-number one) lost a race: the database

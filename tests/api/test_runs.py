@@ -55,6 +55,36 @@ def test_ask_answers_202_with_the_queued_run(
     assert queued_runs == [body["id"]]
 
 
+# What asking takes, past the token and the session: the spend limits, the version and its
+# connection (read once for the redaction and the door), the tool servers' headers, the lease
+# sweep, the session locked and read at once, the active-run check, the next number, the run.
+ASK_STATEMENTS = 9
+
+
+def test_asking_reads_the_connection_and_the_locked_session_once(
+    api, session, queued_runs, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    finish(ask(session, session.created_by), "succeeded")  # titled: no title written
+    with (
+        CaptureQueriesContext(connection) as queries,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        response = api.post(_runs_url(session), {"question": "What is 6*7?"}, "json")
+    assert response.status_code == 202 and response.json()["cost"] is None
+    statements = [
+        query["sql"]
+        for query in queries.captured_queries
+        if not query["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+    # The token and the session (the view's), then the ask itself.
+    assert len(statements) - 2 <= ASK_STATEMENTS, "\n".join(statements)
+    connection_reads = [sql for sql in statements if '"models_app_modelconnection"' in sql]
+    assert len(connection_reads) == 1, connection_reads
+
+
 @pytest.mark.parametrize("status", ["queued", "running"])
 def test_ask_while_a_run_is_active_is_409(api, run, status):
     Run.objects.filter(pk=run.pk).update(status=status)
