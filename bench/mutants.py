@@ -4508,6 +4508,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/api/test_runs.py::test_asking_reads_the_connection_and_the_locked_session_once",),
     ),
     Mutant(
+        "asking redacts with the connection as it is now (a key rotated since included)",
+        "ask_redacts_with_a_held_connection",
+        "sessions_app/services/runs.py",
+        "    connection = connection_now(session.agent_version)\n",
+        "    connection = session.agent_version.model_connection\n",
+        ("tests/sessions_app/test_redaction_paths.py::test_a_rotated_key_stays_redacted",),
+    ),
+    Mutant(
         "a run just asked is answered without reading its cost (it has made no call)",
         "ask_reads_the_cost",
         "sessions_app/serializers.py",

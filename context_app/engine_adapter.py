@@ -129,6 +129,13 @@ def version_connection(version: AgentVersion) -> ModelConnection | None:
     return _connection_row(version.snapshot)
 
 
+def connection_now(version: AgentVersion) -> ModelConnection | None:
+    """Return the connection row `version` was published on as it is now (one statement, never
+    a row the version holds from earlier: a key rotated since must be redacted), for a caller
+    that hands it to several readers (`connection=`); None once it no longer exists."""
+    return _connection_row(version.snapshot)
+
+
 def _connection_row(snapshot: dict[str, Any]) -> ModelConnection | None:
     """Return the snapshot's connection row, or None (read by its key: no ordering to compile)."""
     connection_id = (snapshot.get("budget") or {}).get("connection_id")

@@ -24,10 +24,10 @@ from agentloom.spaces.selectors import require_member
 from agentloom.validation import clean_text
 from context_app.engine_adapter import (
     PINNED_MAX_CHARS,
+    connection_now,
     input_check,
     pinned_room,
     redactor_for,
-    version_connection,
 )
 from context_app.models import AgentVersion
 from sessions_app.models import Run, RunSupplement, Session
@@ -238,8 +238,8 @@ def run_ask(*, user, session: Session, question) -> Run:
     limit("runs_per_user", user.pk, what="questions")
     # Past a spend limit the question is refused; near one it is taken with a warning.
     warnings = spend_check(session=session)
-    # Read once for the redaction and the door (its keys, its learned window).
-    connection = version_connection(session.agent_version)
+    # Read once, as it is now, for the redaction and the door (its keys, its learned window).
+    connection = connection_now(session.agent_version)
     question = redactor_for(session.agent_version, connection=connection).text(question)
     _refuse_oversized(
         session.agent_version,
