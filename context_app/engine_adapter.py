@@ -271,7 +271,7 @@ def redactor_for(
     Every path that writes a question, supplement or record redacts with it first, so a key
     pasted into a question never reaches the journal, a run row or a checkpoint; so are the
     connection's previous keys and the tool servers' headers (`secrets_for`). `connection`:
-    the row the caller read (`version_connection`), else it is read here.
+    the row the caller read as it is now (`connection_now`), else it is read here.
     """
     return Redactor(secrets_for(version, connection=connection))
 
@@ -504,8 +504,8 @@ def input_check(
     the counts kept at publish; when the tokenizer does not answer, `text` is counted in UTF-8
     bytes, never fewer than its tokens. An empty text asks no server (the limit needs none).
     `pinned`: the session's pinned instructions, which follow the system prompt. `connection`:
-    the row the caller read (`version_connection`), whose learned window applies; else it is
-    read here.
+    the row the caller read (`connection_now`), whose learned window applies; else it is read
+    here.
     """
     snapshot = version.snapshot
     counter = _door_counter(snapshot) if text else None
