@@ -67,17 +67,7 @@ def analyze_as_autovacuum_would() -> None:
     (`autovacuum_analyze_threshold` + `autovacuum_analyze_scale_factor` × its rows), as a
     server with autovacuum on does by itself: a scratch database on a server with it off would
     otherwise be planned from the statistics of its empty tables. It vacuums nothing."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
-            "WHERE s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::int "
-            "+ current_setting('autovacuum_analyze_scale_factor')::float8 "
-            "* greatest(c.reltuples, 0)"
-        )
-        for (table,) in cursor.fetchall():
-            cursor.execute(f'ANALYZE "{table}"')
+    _as_autovacuum_would("ANALYZE", "n_mod_since_analyze", "analyze")
 
 
 def vacuum_as_autovacuum_would() -> None:
@@ -86,14 +76,20 @@ def vacuum_as_autovacuum_would() -> None:
     with autovacuum on does by itself: their space is then reused by the rows written after,
     where a server with autovacuum off keeps every dead version. Nothing is given back to the
     file system (that is VACUUM FULL's). Runs outside a transaction, as VACUUM must."""
+    _as_autovacuum_would("VACUUM", "n_dead_tup", "vacuum")
+
+
+def _as_autovacuum_would(command: str, counter: str, setting: str) -> None:
+    """Run `command` on each table whose `counter` (a column of `pg_stat_user_tables`) passes
+    `autovacuum_<setting>_threshold` + `autovacuum_<setting>_scale_factor` × its rows."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
-            "WHERE s.n_dead_tup > current_setting('autovacuum_vacuum_threshold')::int "
-            "+ current_setting('autovacuum_vacuum_scale_factor')::float8 "
+            f"WHERE s.{counter} > current_setting('autovacuum_{setting}_threshold')::int "
+            f"+ current_setting('autovacuum_{setting}_scale_factor')::float8 "
             "* greatest(c.reltuples, 0)"
         )
         for (table,) in cursor.fetchall():
-            cursor.execute(f'VACUUM "{table}"')
+            cursor.execute(f'{command} "{table}"')
