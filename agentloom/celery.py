@@ -4,6 +4,9 @@ import os
 from pathlib import Path
 
 from celery import Celery
+from celery.signals import worker_ready
+
+from agentloom.startup import freeze_loaded_objects
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentloom.settings")
 
@@ -24,3 +27,10 @@ def make_broker_folders(sender: Celery, **kwargs) -> None:
     for key in _BROKER_FOLDERS:
         if options.get(key):
             Path(options[key]).mkdir(parents=True, exist_ok=True)
+
+
+@worker_ready.connect
+def freeze_on_ready(**kwargs) -> None:
+    """A worker that has started and loaded its tasks keeps what it loaded out of the garbage
+    collector's full collections (`agentloom.startup`)."""
+    freeze_loaded_objects()

@@ -14,7 +14,8 @@ on SQLite) and each N of `--runs` (10, 100, 500, 1000):
   --concurrency N/P`), warms each up, queues N runs of N sessions at once (each a tool call,
   then the answer: two model calls, so the ideal is twice the delay), and prints the wall time
   against the ideal, the runs that succeeded, the run latency p50 / p95, the workers' CPU and
-  SQL statements per run (every statement the ORM sends, counted in each worker process), their
+  SQL statements per run (every statement the ORM sends, counted in each worker process; and
+  the garbage collector's part of the CPU, timed in each worker process), their
   peak memory above their idle base (in all and per run) and the most database connections
   they held (PostgreSQL: pg_stat_activity; SQLite: open files);
 - then (`--web`, on by default) starts the production server (`python -m agentloom.serve`, 2
@@ -50,6 +51,7 @@ MB = 1024 * 1024
 SYSTEM_PROMPT_WORDS = 2_500  # about 3,000 o200k tokens of instructions
 WEB_CLIENTS = 20
 WEB_REQUESTS_PER_CLIENT = 15
+GC_MICROSECONDS = "GC_MICROSECONDS"  # counted with the statements, reported apart
 
 
 # --- the parent: one child per database ------------------------------------------------------
@@ -185,7 +187,11 @@ def _child(options) -> None:
                     f"{row['connections']:>8} | {row['load']:.1f}",
                     flush=True,
                 )
-                print(f"{'':>10}statements per run by kind: {row['kinds']}", flush=True)
+                print(
+                    f"{'':>10}statements per run by kind: {row['kinds']}; garbage collector "
+                    f"{row['collector_ms']:.2f} ms of CPU per run",
+                    flush=True,
+                )
         if options.web:
             _web(world)
     finally:
@@ -262,7 +268,9 @@ def _send_all(run_ids: list[int]) -> None:
 
 
 # Loaded by every worker process (a `sitecustomize` on its path): counts each SQL statement the
-# ORM sends, by its first word, and writes the counts to BENCH_STATEMENTS_DIR/<pid> as it goes.
+# ORM sends, by its first word, and the microseconds the garbage collector ran (`GC_MICROSECONDS`,
+# each collection timed by the thread it stopped), and writes the counts to
+# BENCH_STATEMENTS_DIR/<pid> as it goes.
 _STATEMENT_COUNTER = """
 import os
 import threading
@@ -289,6 +297,19 @@ if _where:
             connection.execute_wrappers.append(_count)
 
     connection_created.connect(_install, weak=False)
+
+    import gc
+
+    _collecting = [0.0]
+
+    def _time_collection(phase, info):
+        if phase == "start":
+            _collecting[0] = time.thread_time()
+        else:
+            with _lock:
+                _counts["GC_MICROSECONDS"] += int(1e6 * (time.thread_time() - _collecting[0]))
+
+    gc.callbacks.append(_time_collection)
 
     def _write():
         path = os.path.join(_where, str(os.getpid()))
@@ -457,6 +478,7 @@ def _in_flight(world: dict, count: int, delay: float, backend: str, processes: i
         word: (number - statements_before.get(word, 0)) / count
         for word, number in sorted(statements_after.items())
     }
+    collector_ms = kinds.pop(GC_MICROSECONDS, 0) / 1000
     return {
         "wall": latencies[-1] if latencies else float("nan"),
         "ideal": 2 * delay,
@@ -466,6 +488,7 @@ def _in_flight(world: dict, count: int, delay: float, backend: str, processes: i
         "cpu_ms": 1000 * cpu / count,
         "statements": sum(kinds.values()),
         "kinds": ", ".join(f"{word} {number:.1f}" for word, number in kinds.items() if number),
+        "collector_ms": collector_ms,
         "base_mb": base / MB,
         "peak_mb": max(0, sampler.peak_rss - base) / MB,
         "connections": sampler.peak_connections,

@@ -4544,6 +4544,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         postgres=True,
     ),
+    Mutant(
+        "a ready worker freezes what it loaded, out of the collector's full collections",
+        "worker_objects_unfrozen",
+        "agentloom/startup.py",
+        "    gc.freeze()\n",
+        "",
+        (
+            "tests/foundation/test_worker_processes.py::"
+            "test_a_ready_worker_keeps_what_it_loaded_out_of_full_collections",
+        ),
+    ),
 )
 
 
