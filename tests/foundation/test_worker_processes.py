@@ -34,7 +34,7 @@ def test_postgresql_runs_a_worker_process_per_core_and_sqlite_one(tmp_path):
 _READY = (
     "import gc, django; django.setup(); from celery.signals import worker_ready;"
     "import agentloom.celery; before = gc.get_freeze_count(); worker_ready.send(sender=None);"
-    "print(before, gc.get_freeze_count())"
+    "print(before, gc.get_freeze_count(), gc.isenabled())"
 )
 
 
@@ -43,9 +43,10 @@ def test_a_ready_worker_keeps_what_it_loaded_out_of_full_collections(tmp_path):
     collection visits it again (agentloom.startup); what runs create later is still collected."""
     ready = _start_django(tmp_path, _READY, DATABASE_URL=None, CELERY_BROKER_URL=None)
     assert ready.returncode == 0, ready.stderr
-    before, after = map(int, ready.stdout.split())
-    assert before == 0
-    assert after > 50_000
+    before, after, collecting = ready.stdout.split()
+    assert int(before) == 0
+    assert int(after) > 50_000
+    assert collecting == "True"
 
 
 @pytest.mark.parametrize(
