@@ -23,8 +23,7 @@ import gc
 __all__ = ["freeze_loaded_objects"]
 
 
-def freeze_loaded_objects() -> int:
-    """Collect what start-up left behind, then freeze the rest; return how many are frozen."""
+def freeze_loaded_objects() -> None:
+    """Collect what start-up left behind, then freeze the rest."""
     gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
